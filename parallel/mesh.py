@@ -1,0 +1,82 @@
+"""The data-parallel x tensor-parallel process mesh.
+
+    world = dp * tp,   global rank = dp_rank * tp + tp_rank
+
+TP ranks of one replica are adjacent (on one node they share NVLink); the DP group of a rank
+holds the ranks with its tp_rank in every replica. All TP ranks of one replica read the same batch.
+"""
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Mesh:
+    rank: int
+    world_size: int
+    tp: int
+    dp: int
+    tp_rank: int
+    dp_rank: int
+    tp_group: object
+    dp_group: object
+    device: str
+
+    @property
+    def is_master(self):
+        return self.rank == 0
+
+
+def device_for_local_rank(local_rank, device=None):
+    """`device` is 'cuda', 'cpu', 'mps' or None for the best available one."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        return f"cuda:{local_rank}"
+    return device
+
+
+def build_groups(tp):
+    """Create the TP and DP groups of an initialized world. Every rank must call this."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if tp < 1 or world % tp != 0:
+        raise ValueError(f"world size {world} is not divisible by tp={tp}; "
+                         f"tp must be one of {[d for d in range(1, world + 1) if world % d == 0]}")
+    dp = world // tp
+    tp_group = dp_group = None
+    for d in range(dp):  # new_group must be called by every rank, in the same order
+        ranks = list(range(d * tp, (d + 1) * tp))
+        g = dist.new_group(ranks)
+        if rank in ranks:
+            tp_group = g
+    for t in range(tp):
+        ranks = list(range(t, world, tp))
+        g = dist.new_group(ranks)
+        if rank in ranks:
+            dp_group = g
+    return Mesh(rank=rank, world_size=world, tp=tp, dp=dp, tp_rank=rank % tp, dp_rank=rank // tp,
+                tp_group=tp_group, dp_group=dp_group, device="")
+
+
+def init_mesh(tp, device=None):
+    """Initialize torch.distributed from torchrun's environment (or a single process without it).
+
+    NCCL on CUDA, gloo otherwise. Returns the Mesh; mesh.device is this rank's device string.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or dist.is_initialized():
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = device_for_local_rank(local_rank, device)
+        if device.startswith("cuda"):
+            torch.cuda.set_device(device)
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+        mesh = build_groups(tp)
+        mesh.device = device
+        return mesh
+    if tp != 1:
+        raise ValueError(f"tp={tp} needs {tp} processes (world size 1 here); "
+                         f"launch with torchrun --nproc_per_node={tp} or set tp=1")
+    return Mesh(rank=0, world_size=1, tp=1, dp=1, tp_rank=0, dp_rank=0, tp_group=None,
+                dp_group=None, device=device_for_local_rank(0, device))
