@@ -89,16 +89,16 @@ def barrier(group=None):
 
 class _CopyToTPRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
+    def forward(ctx, x, group, kind):
+        ctx.group, ctx.kind = group, kind
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
         # autograd may hand the same grad tensor to other branches: reduce a copy.
         grad = grad.contiguous().clone()
-        all_reduce(grad, ctx.group, "tp_bwd")
-        return grad, None
+        all_reduce(grad, ctx.group, ctx.kind)
+        return grad, None, None
 
 
 class _ReduceFromTPRegion(torch.autograd.Function):
@@ -114,11 +114,11 @@ class _ReduceFromTPRegion(torch.autograd.Function):
         return grad, None
 
 
-def copy_to_tp_region(x, group):
-    """f: identity forward, all-reduce of the gradient backward."""
+def copy_to_tp_region(x, group, kind="tp_bwd"):
+    """f: identity forward, all-reduce of the gradient backward (counted as `kind`)."""
     if not torch.is_grad_enabled() or not x.requires_grad:
         return x
-    return _CopyToTPRegion.apply(x, group)
+    return _CopyToTPRegion.apply(x, group, kind)
 
 
 def reduce_from_tp_region(x, group):
