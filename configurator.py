@@ -1,0 +1,235 @@
+"""Typed training configuration: defaults, config files, `--key=value` overrides, validation.
+
+    cfg = parse(sys.argv[1:])      # e.g. ['config/train_grouped_6sync.py', '--tp=2', '--max_iters=100']
+
+Positional arguments are config files: plain Python that assigns known keys (as in nanoGPT's
+config/*.py). Then `--key=value` overrides, parsed with ast.literal_eval and kept as a string when
+that fails (so `--out_dir=out-x` needs no quotes). Every value is checked against the type of
+the key's default and against the allowed values; any problem raises ConfigError with a message
+that names the key, the value and what is allowed. Nothing here touches the filesystem except
+reading the config files.
+"""
+import ast
+import dataclasses
+import difflib
+import json
+import os
+import tempfile
+import types
+from dataclasses import dataclass, fields
+
+
+class ConfigError(ValueError):
+    """A bad config file, key or value. The message is meant to be shown to the user as is."""
+
+
+@dataclass
+class TrainConfig:
+    # I/O
+    out_dir: str = "out"
+    eval_interval: int = 2000
+    log_interval: int = 1
+    eval_iters: int = 200
+    eval_only: bool = False  # if True, run one evaluation and exit
+    always_save_checkpoint: bool = True  # if False, ckpt.pt is only written when val loss improves
+    init_from: str = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
+    # wandb logging (imported only when enabled; WANDB_MODE=offline works without network)
+    wandb_log: bool = False
+    wandb_project: str = "reduced-sync"
+    wandb_run_name: str = "run"
+    # data
+    dataset: str = "openwebtext"  # reads data/<dataset>/{train,val}.bin
+    gradient_accumulation_steps: int = 5 * 8  # TOTAL over data-parallel replicas, split across them
+    batch_size: int = 12  # micro-batch size per replica per micro-step
+    block_size: int = 1024
+    # model
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = False
+    n_tracks: int = 1
+    sync_policy: str = "baseline"  # validated by the model (model/gpt.py)
+    # parallelism: world = dp * tp, dp is derived
+    tp: int = 1
+    bucket_cap_mb: float = 25.0  # data-parallel gradient bucket size
+    # AdamW optimizer
+    learning_rate: float = 6e-4
+    max_iters: int = 600000
+    weight_decay: float = 1e-1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # clip gradients at this global norm, or disable if 0.0
+    # learning rate decay: linear warmup, then cosine down to min_lr
+    decay_lr: bool = True
+    warmup_iters: int = 2000
+    lr_decay_iters: int = 600000
+    min_lr: float = 6e-5
+    # system
+    device: str = "auto"  # 'auto' (cuda if available), 'cpu' or 'cuda'
+    dtype: str = "auto"  # 'auto' = bfloat16 autocast on CUDA, float32 on CPU
+    compile: bool = False
+    seed: int = 1337
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+# Allowed values of the string keys that have a fixed set of choices.
+CHOICES = {
+    "init_from": ("scratch", "resume"),
+    "device": ("auto", "cpu", "cuda"),
+    "dtype": ("auto", "float32", "bfloat16", "float16"),
+}
+# Integer keys that must be >= 1 and keys that must be >= 0.
+AT_LEAST_ONE = ("eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps",
+                "batch_size", "block_size", "n_layer", "n_head", "n_embd", "n_tracks", "tp")
+NON_NEGATIVE = ("max_iters", "warmup_iters", "lr_decay_iters", "learning_rate", "min_lr",
+                "weight_decay", "grad_clip", "seed")
+
+FIELD_TYPES = {f.name: f.type if isinstance(f.type, str) else f.type.__name__
+               for f in fields(TrainConfig)}
+VALID_KEYS = tuple(FIELD_TYPES)
+
+
+def _unknown_key_error(key, where):
+    close = difflib.get_close_matches(key, VALID_KEYS, n=3)
+    hint = f" Did you mean {' or '.join(close)}?" if close else ""
+    return ConfigError(f"unknown config key '{key}' ({where}).{hint}\n"
+                       f"Valid keys: {', '.join(VALID_KEYS)}")
+
+
+def coerce(key, value):
+    """Return `value` as the type of `key`'s default, or raise ConfigError naming both."""
+    if key not in FIELD_TYPES:
+        raise _unknown_key_error(key, "coerce")
+    want = FIELD_TYPES[key]
+    ok = {
+        # bool is a subclass of int: --n_layer=True must not pass as 1, nor --bias=1 as True.
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }[want]
+    if not ok:
+        raise ConfigError(f"config key '{key}' expects {want}, got {value!r} "
+                          f"({type(value).__name__})")
+    return float(value) if want == "float" else value
+
+
+def validate(cfg):
+    """Check values beyond their type. Raises ConfigError."""
+    for key, allowed in CHOICES.items():
+        value = getattr(cfg, key)
+        if value not in allowed:
+            raise ConfigError(f"invalid {key}={value!r}; allowed: {', '.join(allowed)}")
+    for key in AT_LEAST_ONE:
+        if getattr(cfg, key) < 1:
+            raise ConfigError(f"invalid {key}={getattr(cfg, key)!r}; must be >= 1")
+    for key in NON_NEGATIVE:
+        if getattr(cfg, key) < 0:
+            raise ConfigError(f"invalid {key}={getattr(cfg, key)!r}; must be >= 0")
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ConfigError(f"invalid dropout={cfg.dropout!r}; must be in [0, 1)")
+    if cfg.bucket_cap_mb <= 0:
+        raise ConfigError(f"invalid bucket_cap_mb={cfg.bucket_cap_mb!r}; must be > 0")
+    if not cfg.out_dir:
+        raise ConfigError("out_dir must not be empty")
+    if cfg.n_embd % cfg.n_head != 0:
+        raise ConfigError(f"n_embd={cfg.n_embd} must be divisible by n_head={cfg.n_head}")
+    if cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16"):
+        # CPU autocast in half precision is slow and not what a user comparing runs expects.
+        raise ConfigError(f"dtype={cfg.dtype!r} is only supported on CUDA; use float32 or auto on CPU")
+
+
+def read_config_file(path):
+    """Exec a config file and return the {key: value} it assigns. Only known keys may be assigned."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file not found: {path}")
+    with open(path) as f:
+        source = f.read()
+    namespace = {}
+    try:
+        exec(compile(source, path, "exec"), namespace)
+    except Exception as e:  # a config file is user code: report its error without our traceback
+        raise ConfigError(f"error in config file {path}: {type(e).__name__}: {e}") from None
+    assigned = {}
+    for name, value in namespace.items():
+        # Config files may import modules (e.g. `import time`) and use private helpers.
+        if name.startswith("_") or isinstance(value, types.ModuleType):
+            continue
+        if name not in FIELD_TYPES:
+            raise _unknown_key_error(name, f"assigned in {path}")
+        assigned[name] = value
+    return assigned
+
+
+def parse_override(arg):
+    """'--key=value' -> (key, value); value via literal_eval, falling back to the raw string."""
+    if not arg.startswith("--") or "=" not in arg:
+        raise ConfigError(f"cannot parse argument {arg!r}: expected a config file path or "
+                          f"--key=value")
+    key, raw = arg[2:].split("=", 1)
+    if key not in FIELD_TYPES:
+        raise _unknown_key_error(key, f"from {arg!r}")
+    try:
+        value = ast.literal_eval(raw)
+    except (SyntaxError, ValueError):
+        value = raw
+    if FIELD_TYPES[key] == "str" and not isinstance(value, str):
+        value = raw  # --wandb_run_name=2024 or --dataset=1e6 mean the text
+    return key, value
+
+
+def parse(argv):
+    """Build a validated TrainConfig from argv (without the program name)."""
+    values = {}
+    for arg in argv:
+        if arg.startswith("--"):
+            key, value = parse_override(arg)
+            values[key] = coerce(key, value)
+        else:
+            for key, value in read_config_file(arg).items():
+                values[key] = coerce(key, value)
+    cfg = TrainConfig(**values)
+    validate(cfg)
+    return cfg
+
+
+def micro_steps_per_replica(cfg, dp):
+    """gradient_accumulation_steps is the total over the dp replicas (as nanoGPT divides by the
+    DDP world size): each replica runs this many micro-steps per iteration."""
+    if cfg.gradient_accumulation_steps % dp != 0:
+        divisible = [n for n in range(dp, 8 * dp + 1, dp)]
+        raise ConfigError(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} (total over "
+                          f"data-parallel replicas) is not divisible by dp={dp}; use a multiple of "
+                          f"{dp}, e.g. {divisible[:4]}")
+    return cfg.gradient_accumulation_steps // dp
+
+
+def format_config(cfg):
+    return "\n".join(f"  {k} = {v!r}" for k, v in cfg.to_dict().items())
+
+
+def atomic_write_text(path, text):
+    """Write via a temp file in the same directory + fsync + os.replace: readers never see half a file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def save_config(cfg, path, extra=None):
+    """Save the resolved config (plus e.g. the derived layout) as JSON, atomically."""
+    d = cfg.to_dict()
+    if extra:
+        d.update(extra)
+    atomic_write_text(path, json.dumps(d, indent=2) + "\n")

@@ -1,0 +1,59 @@
+"""Gradient-norm clipping for tensor-parallel models, without host-device syncs.
+
+The global gradient norm of the full (unsharded) model is
+
+    ||g||^2 = sum over sharded params (p.tensor_parallel) of ||g_shard||^2, summed over the TP group
+            + sum over replicated params of ||g||^2, counted ONCE
+
+Replicated parameters (embeddings, LayerNorms, row-parallel biases) hold the same gradient on
+every TP rank, so adding them before the TP all-reduce would count them tp times (the bug of
+ROCm/TransformerEngine #715). Across data-parallel replicas gradients are already averaged
+and equal, so no DP reduction is needed.
+
+Everything stays on the device: the clip coefficient is a tensor and the grads are scaled with
+torch._foreach_mul_, so clipping never waits for the GPU (torch.nn.utils.clip_grad_norm_ with
+error_if_nonfinite would).
+"""
+import torch
+
+from parallel import comm
+
+
+def grad_norm_squared_parts(parameters):
+    """(sum of ||g||^2 over sharded params, same over replicated params), as float32 tensors (or None)."""
+    sharded, replicated = [], []
+    for p in parameters:
+        if p.grad is None:
+            continue
+        (sharded if getattr(p, "tensor_parallel", False) else replicated).append(p.grad)
+
+    def sum_sq(grads):
+        if not grads:
+            return None
+        norms = torch._foreach_norm(grads)  # one fused kernel per dtype/device group
+        return torch.stack([n.float() for n in norms]).square().sum()
+
+    return sum_sq(sharded), sum_sq(replicated)
+
+
+def clip_grad_norm_(parameters, max_norm, tp_group=None):
+    """Clip the global grad norm of a TP-sharded model to max_norm in place; return the norm (a tensor).
+
+    Same contract as torch.nn.utils.clip_grad_norm_ (L2 norm, coefficient max_norm / (norm + 1e-6)
+    clamped to 1), over the full model. `max_norm=None` or <= 0 only computes the norm.
+    Every rank of tp_group must call it (one all-reduce of a scalar, counted as 'tp_grad_norm').
+    """
+    parameters = [p for p in parameters if p.grad is not None]
+    if not parameters:
+        return torch.tensor(0.0)
+    device = parameters[0].grad.device
+    sharded_sq, replicated_sq = grad_norm_squared_parts(parameters)
+    # Every TP rank must join the all-reduce, even one that (oddly) has no sharded grads.
+    sharded_sq = torch.zeros((), device=device) if sharded_sq is None else sharded_sq
+    comm.all_reduce(sharded_sq, tp_group, kind="tp_grad_norm")
+    total_sq = sharded_sq if replicated_sq is None else sharded_sq + replicated_sq
+    total_norm = total_sq.sqrt()
+    if max_norm is not None and max_norm > 0:
+        clip_coef = (max_norm / (total_norm + 1e-6)).clamp(max=1.0)
+        torch._foreach_mul_([p.grad for p in parameters], clip_coef.to(device))
+    return total_norm

@@ -1,0 +1,580 @@
+"""Train a GPT with reduced-synchronization tensor parallelism (dp x tp), in nanoGPT's spirit.
+
+    python train_reduced_sync.py config/train_shakespeare.py                    # one process
+    torchrun --standalone --nproc_per_node=8 train_reduced_sync.py config/train_grouped_6sync.py --tp=2
+
+world = dp * tp processes. The tp ranks of one data-parallel replica hold shards of one model
+and read the same batch; replicas average gradients with parallel/ddp.py's BucketedDDP.
+Progress goes to out_dir/log.txt (human) and out_dir/metrics.jsonl (compare_runs.py).
+
+Data order (deterministic, resumable, independent of the dp x tp layout).
+    Iteration `it` trains on gradient_accumulation_steps * batch_size sequences. Their start
+    offsets come from one numpy PCG64 stream seeded with (seed, it) (SeedSequence hashing), drawn
+    as a [gradient_accumulation_steps, batch_size] array: row g is global micro-batch g.
+    Replica r runs micro-batches g = r*M .. r*M + M-1 (M = gradient_accumulation_steps / dp).
+    So the sampler has no state: the data position is the iteration number, a resumed run sees
+    exactly the batches it would have seen, and changing tp or dp keeps the same samples in
+    every iteration (changing seed, batch_size, block_size or gradient_accumulation_steps
+    changes the stream). Dropout is reseeded before each micro-batch from (seed, it, g), so its
+    masks do not depend on the layout either. Eval batches are a fixed set per split, seeded
+    independently of `seed`, so every run and every eval measures the same tokens.
+
+Checkpoint (out_dir/ckpt.pt, written at eval time by rank 0, atomically; ckpt_best.pt = best val):
+    model        full unsharded state_dict (nanoGPT names), loadable at any tp
+    optimizer    {'state': {param_name: {'step', 'exp_avg', 'exp_avg_sq' (full shapes)}},
+                  'param_groups': [{'param_names': [...], hyperparameters...}]}
+    model_args   GPTConfig fields;  config: the TrainConfig;  layout: tp/dp/world of the writer
+    iter_num     iterations done (the checkpoint sits at an iteration boundary);  best_val_loss
+    data         the sampler's description (scheme, seed, sizes) and its position (= iter_num)
+    rng          rank 0's torch/cuda/numpy/python RNG states (restored on resume; exact resume
+                 does not depend on them since dropout is reseeded per micro-batch)
+    scaler       GradScaler state (float16 only)
+Resuming at another tp/dp loads the full weights and slices the optimizer state with
+model.local_tensor. On CPU a resumed run prints exactly the losses of an uninterrupted one.
+
+No host-device sync inside a training step: losses and grad norms stay on the device and are
+read only every log_interval (and at evals), which is also where non-finite values are caught.
+"""
+import json
+import math
+import os
+import pickle
+import random
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from dataclasses import asdict
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from configurator import ConfigError, format_config, micro_steps_per_replica, parse, save_config
+from parallel import comm
+from parallel.grad import clip_grad_norm_
+from parallel.mesh import init_mesh
+
+# Tags that keep the seed streams of different uses apart.
+TRAIN_DATA, EVAL_DATA, DROPOUT = 0, 1, 2
+EVAL_SPLIT_IDS = {"train": 0, "val": 1}
+DATA_SCHEME = "stateless-v1: offsets[it] = PCG64(seed, it) [grad_accum, batch]; replica r takes rows r*M..r*M+M-1"
+
+# Peak dense bf16 FLOP/s per GPU for MFU (nanoGPT's estimate); other devices print 'mfu n/a'.
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+
+
+class RunError(Exception):
+    """A problem to report to the user in one line and exit on (no traceback)."""
+
+
+# ----------------------------------------------------------------------------- data
+def data_dir_for(dataset):
+    return os.path.join("data", dataset)
+
+
+def check_data(dataset):
+    """Return (data_dir, vocab_size) or raise RunError naming the prepare script."""
+    data_dir = data_dir_for(dataset)
+    for split in ("train", "val"):
+        path = os.path.join(data_dir, f"{split}.bin")
+        if not os.path.exists(path):
+            raise RunError(f"{path} not found: prepare the dataset first with "
+                           f"`python data/{dataset}/prepare.py`")
+    meta_path = os.path.join(data_dir, "meta.pkl")
+    if os.path.exists(meta_path):  # char-level datasets store their vocabulary size
+        with open(meta_path, "rb") as f:
+            return data_dir, pickle.load(f)["vocab_size"]
+    return data_dir, 50304  # GPT-2 BPE's 50257 padded up to a multiple of 64 (nanoGPT)
+
+
+def open_split(data_dir, split):
+    # A fresh memmap per batch, as nanoGPT does: a long-lived one grows in memory.
+    return np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
+
+
+def seeded_rng(*parts):
+    """An independent numpy stream for a tuple of non-negative ints (SeedSequence hashes them)."""
+    return np.random.default_rng([int(p) for p in parts])
+
+
+def train_offsets(seed, iter_num, n_tokens, cfg):
+    """Start offsets of every sequence of iteration iter_num: [gradient_accumulation_steps, batch_size]."""
+    high = n_tokens - cfg.block_size
+    return seeded_rng(TRAIN_DATA, seed, iter_num).integers(
+        0, high, size=(cfg.gradient_accumulation_steps, cfg.batch_size))
+
+
+def eval_offsets(split, k, n_tokens, block_size, batch_size):
+    """Offsets of eval batch k of a split: the same for every run, seed and eval."""
+    return seeded_rng(EVAL_DATA, EVAL_SPLIT_IDS[split], k).integers(0, n_tokens - block_size, size=batch_size)
+
+
+def load_tokens(data, offsets, block_size, device):
+    """x, y int64 tensors of shape offsets.shape + (block_size,), on device (pinned, async copy)."""
+    window = offsets[..., None] + np.arange(block_size + 1)
+    seqs = torch.from_numpy(data[window].astype(np.int64))
+    x, y = seqs[..., :-1], seqs[..., 1:]
+    if device.startswith("cuda"):
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.contiguous(), y.contiguous()
+
+
+def get_train_batch(data_dir, cfg, iter_num, dp_rank, micro_steps, device):
+    """This replica's micro-batches of iteration iter_num: x, y [micro_steps, batch_size, block_size],
+    and their global micro-batch indices (which seed dropout)."""
+    data = open_split(data_dir, "train")
+    offsets = train_offsets(cfg.seed, iter_num, len(data), cfg)
+    first = dp_rank * micro_steps
+    x, y = load_tokens(data, offsets[first:first + micro_steps], cfg.block_size, device)
+    return x, y, list(range(first, first + micro_steps))
+
+
+def dropout_seed(seed, iter_num, global_micro_batch):
+    return int(np.random.SeedSequence([DROPOUT, seed, iter_num, global_micro_batch]).generate_state(1)[0])
+
+
+def seed_dropout(seed, device):
+    """Seed the RNG that dropout draws from, on this device only (every TP rank gets the same seed)."""
+    torch.default_generator.manual_seed(seed)
+    if device.startswith("cuda"):
+        torch.cuda.manual_seed(seed)  # current device only
+
+
+# ----------------------------------------------------------------------------- optimization
+def get_lr(it, cfg):
+    """nanoGPT: linear warmup, cosine decay to min_lr at lr_decay_iters, then min_lr."""
+    if not cfg.decay_lr:
+        return cfg.learning_rate
+    if it < cfg.warmup_iters:
+        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+    if it >= cfg.lr_decay_iters:
+        return cfg.min_lr
+    decay_ratio = (it - cfg.warmup_iters) / (cfg.lr_decay_iters - cfg.warmup_iters)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
+    return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)
+
+
+def configure_optimizer(model, cfg, device):
+    """AdamW; matrices (dim >= 2: linear weights, embeddings) decay, biases and LayerNorms don't."""
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for _, p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for _, p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    fused = device.startswith("cuda")  # fused keeps 'step' on the device: no host work per param
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), fused=fused)
+
+
+def train_step(model, raw_model, optimizer, scaler, x, y, micro_batch_seeds, grad_clip, tp_group,
+               autocast_ctx, device):
+    """One optimizer step over this replica's micro-batches x[m], y[m] (gradient accumulation).
+
+    Data-parallel grads are synced only after the last micro-step's backward. Returns (mean loss
+    over the micro-batches, global grad norm) as device tensors: nothing here waits for the device
+    (float16's GradScaler excepted: its step checks for infs on the host).
+    """
+    micro_steps = x.shape[0]
+    loss_sum = torch.zeros((), device=x.device)
+    for m in range(micro_steps):
+        seed_dropout(micro_batch_seeds[m], device)
+        last = m == micro_steps - 1
+        with nullcontext() if last else model.no_sync():
+            with autocast_ctx:
+                _, loss = model(x[m], y[m])
+            loss_sum += loss.detach().float()
+            scaler.scale(loss / micro_steps).backward()
+    model.finish_gradient_synchronization()
+    scaler.unscale_(optimizer)  # no-op unless float16
+    grad_norm = clip_grad_norm_(raw_model.parameters(), grad_clip, tp_group)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_sum / micro_steps, grad_norm
+
+
+# ----------------------------------------------------------------------------- evaluation
+def measure_syncs_per_forward(raw_model, x):
+    """Forward all-reduces actually issued by one eager forward (counted by parallel.comm)."""
+    before = comm.stats.counts["tp_fwd"]
+    raw_model(x[:1], x[:1])
+    return comm.stats.counts["tp_fwd"] - before
+
+
+@torch.no_grad()
+def estimate_loss(model, raw_model, data_dir, cfg, mesh, autocast_ctx):
+    """Mean loss over the fixed eval batches of each split; replicas share the batches out.
+    Returns ({'train': float, 'val': float}, measured syncs per forward)."""
+    model.eval()
+    losses, syncs = {}, None
+    for split in ("train", "val"):
+        data = open_split(data_dir, split)
+        total = torch.zeros((), device=mesh.device)
+        for k in range(mesh.dp_rank, cfg.eval_iters, mesh.dp):
+            offsets = eval_offsets(split, k, len(data), cfg.block_size, cfg.batch_size)
+            x, y = load_tokens(data, offsets, cfg.block_size, mesh.device)
+            if syncs is None:
+                syncs = measure_syncs_per_forward(raw_model, x)
+            with autocast_ctx:
+                _, loss = model(x, y)
+            total += loss.float()
+        comm.all_reduce(total, mesh.dp_group, kind="eval_metrics")
+        losses[split] = total.item() / cfg.eval_iters
+    model.train()
+    return losses, syncs
+
+
+def estimate_mfu(raw_model, cfg, tokens_per_iter, dt, peak_flops):
+    """nanoGPT's PaLM-appendix estimate: 6N + 12*L*H*Q*T flops per token, over the whole world."""
+    if peak_flops is None:
+        return None
+    N = raw_model.get_num_params()
+    L, H, Q, T = cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, cfg.block_size
+    flops_per_iter = (6 * N + 12 * L * H * Q * T) * tokens_per_iter
+    return flops_per_iter / dt / peak_flops
+
+
+def peak_flops_total(device, dtype, world_size):
+    if not device.startswith("cuda") or dtype not in ("bfloat16", "float16"):
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, flops in PEAK_BF16_FLOPS.items():
+        if key in name:
+            return flops * world_size
+    return None
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def atomic_torch_save(obj, path):
+    """torch.save to a temp file in the same directory, fsync, os.replace: a kill leaves the old file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(directory, os.O_RDONLY)  # make the rename itself durable
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def atomic_copy(src, dst):
+    directory = os.path.dirname(os.path.abspath(dst))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
+    try:
+        with os.fdopen(fd, "wb") as f, open(src, "rb") as s:
+            shutil.copyfileobj(s, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dst)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def full_optimizer_state(optimizer, raw_model):
+    """Optimizer state keyed by parameter name, with shard-shaped tensors gathered to full shape
+    (a collective over the TP group: every TP rank calls it, in the same parameter order)."""
+    name_of = {p: n for n, p in raw_model.named_parameters()}
+    state = {}
+    for name, p in raw_model.named_parameters():
+        if p not in optimizer.state:
+            continue
+        entry = {}
+        for key, value in optimizer.state[p].items():
+            if torch.is_tensor(value) and value.shape == p.shape and value.dim() > 0:
+                value = raw_model.full_tensor(name, value)
+            entry[key] = value.detach().cpu().clone() if torch.is_tensor(value) else value
+        state[name] = entry
+    groups = [{**{k: v for k, v in g.items() if k != "params"},
+               "param_names": [name_of[p] for p in g["params"]]} for g in optimizer.param_groups]
+    return {"state": state, "param_groups": groups}
+
+
+def load_full_optimizer_state(optimizer, raw_model, saved):
+    """Inverse of full_optimizer_state at this rank's tp: slice each tensor with model.local_tensor.
+    Hyperparameters (lr, betas, weight decay) stay as configured now."""
+    name_of = {p: n for n, p in raw_model.named_parameters()}
+    local = optimizer.state_dict()  # the current layout: param_groups with integer ids
+    local["state"] = {}
+    for group_sd, group in zip(local["param_groups"], optimizer.param_groups):
+        for pid, p in zip(group_sd["params"], group["params"]):
+            name = name_of[p]
+            if name not in saved["state"]:
+                continue
+            local["state"][pid] = {
+                k: raw_model.local_tensor(name, v) if torch.is_tensor(v) and v.dim() > 0 else v
+                for k, v in saved["state"][name].items()}
+    optimizer.load_state_dict(local)  # casts to each parameter's device and dtype
+
+
+def rng_states(device):
+    states = {"torch_cpu": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if device.startswith("cuda"):
+        states["torch_cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def restore_rng_states(states, device):
+    torch.set_rng_state(states["torch_cpu"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if device.startswith("cuda") and "torch_cuda" in states:
+        torch.cuda.set_rng_state(states["torch_cuda"], device)
+
+
+def save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss):
+    """Write the checkpoint to every path in `paths` (the first written, the others copied).
+    Only data-parallel replica 0 gathers (its TP ranks all must call this); rank 0 writes."""
+    if mesh.dp_rank != 0:
+        return
+    model_sd = {k: v.detach().cpu() for k, v in raw_model.state_dict().items()}
+    optim_sd = full_optimizer_state(optimizer, raw_model)
+    if not mesh.is_master:
+        return
+    checkpoint = {
+        "model": model_sd,
+        "optimizer": optim_sd,
+        "model_args": model_args,
+        "config": cfg.to_dict(),
+        "layout": {"tp": mesh.tp, "dp": mesh.dp, "world_size": mesh.world_size},
+        "iter_num": iter_num,
+        "best_val_loss": best_val_loss,
+        "data": {"scheme": DATA_SCHEME, "iter_num": iter_num, "seed": cfg.seed,
+                 "batch_size": cfg.batch_size, "block_size": cfg.block_size,
+                 "gradient_accumulation_steps": cfg.gradient_accumulation_steps},
+        "rng": rng_states(mesh.device),
+        "scaler": scaler.state_dict(),
+    }
+    atomic_torch_save(checkpoint, paths[0])
+    for path in paths[1:]:
+        atomic_copy(paths[0], path)
+
+
+# ----------------------------------------------------------------------------- logging
+class RunLog:
+    """log.txt (human, appended) and metrics.jsonl (machine) in out_dir, written by rank 0 only."""
+
+    def __init__(self, out_dir, enabled):
+        self.enabled = enabled
+        self.txt = os.path.join(out_dir, "log.txt")
+        self.jsonl = os.path.join(out_dir, "metrics.jsonl")
+
+    def write(self, text, record=None):
+        if not self.enabled:
+            return
+        print(text, flush=True)
+        with open(self.txt, "a") as f:
+            f.write(text + "\n")
+        if record is not None:
+            with open(self.jsonl, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def fail(message, mesh=None, code=1):
+    """Print one clear message (once, not per rank) and exit without a traceback."""
+    rank = mesh.rank if mesh is not None else int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    sys.exit(code)
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv):
+    # ---- configuration, layout, data and model: everything that can be wrong about the
+    # request is checked before out_dir is created.
+    try:
+        cfg = parse(argv)
+    except ConfigError as e:
+        fail(str(e))
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        fail("device='cuda' but CUDA is not available; use --device=cpu or --device=auto")
+    device_type = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
+    try:
+        mesh = init_mesh(cfg.tp, device_type)
+    except ValueError as e:
+        fail(str(e))
+    device = mesh.device
+    try:
+        micro_steps = micro_steps_per_replica(cfg, mesh.dp)
+        data_dir, vocab_size = check_data(cfg.dataset)
+    except (ConfigError, RunError) as e:
+        fail(str(e), mesh)
+    dtype = cfg.dtype
+    if dtype == "auto":
+        dtype = ("bfloat16" if torch.cuda.is_bf16_supported() else "float16") if device_type == "cuda" else "float32"
+    if device_type == "cpu" and dtype != "float32":
+        fail(f"dtype={dtype!r} is only supported on CUDA; use float32 or auto on CPU", mesh)
+
+    checkpoint, ckpt_path = None, os.path.join(cfg.out_dir, "ckpt.pt")
+    if cfg.init_from == "resume":
+        if not os.path.exists(ckpt_path):
+            fail(f"init_from='resume' but {ckpt_path} does not exist", mesh)
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        # The architecture comes from the checkpoint (as nanoGPT); say so if the request differed.
+        for key, value in checkpoint["model_args"].items():
+            if hasattr(cfg, key) and getattr(cfg, key) != value and key != "dropout":
+                if mesh.is_master:
+                    print(f"note: resuming with {key}={value!r} from the checkpoint (requested {getattr(cfg, key)!r})")
+                setattr(cfg, key, value)
+        saved_data = checkpoint["data"]
+        if mesh.is_master and any(saved_data[k] != getattr(cfg, k)
+                                  for k in ("seed", "batch_size", "block_size", "gradient_accumulation_steps")):
+            print("note: seed/batch_size/block_size/gradient_accumulation_steps differ from the "
+                  "checkpoint's: the data order after resuming differs from the original run's")
+
+    from model.gpt import GPT, GPTConfig  # imported late so config errors stay fast
+    model_args = dict(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer,
+                      n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias,
+                      n_tracks=cfg.n_tracks, sync_policy=cfg.sync_policy)
+    if checkpoint is not None:
+        model_args["vocab_size"] = checkpoint["model_args"]["vocab_size"]
+    try:
+        torch.manual_seed(cfg.seed)  # identical on every rank: GPT draws the full weights from it
+        raw_model = GPT(GPTConfig(**model_args), tp_group=mesh.tp_group)
+    except ValueError as e:
+        fail(str(e), mesh)
+    if checkpoint is not None:
+        raw_model.load_state_dict(checkpoint["model"])
+    raw_model.to(device)
+
+    # ---- output directory, config and log: the request is valid from here on.
+    if mesh.is_master:
+        os.makedirs(cfg.out_dir, exist_ok=True)
+    tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
+    derived = {"world_size": mesh.world_size, "dp": mesh.dp, "micro_steps_per_replica": micro_steps,
+               "tokens_per_iter": tokens_per_iter, "device": device, "resolved_dtype": dtype,
+               "vocab_size": model_args["vocab_size"], "n_params": raw_model.get_num_params(),
+               "declared_syncs_per_forward": raw_model.syncs_per_forward}
+    if mesh.is_master:
+        print(f"config:\n{format_config(cfg)}\nlayout: world {mesh.world_size} = dp {mesh.dp} x tp {mesh.tp}, "
+              f"{micro_steps} micro-steps per replica, {tokens_per_iter:,} tokens per iteration, "
+              f"{derived['n_params'] / 1e6:.2f}M parameters, {dtype} on {device_type}")
+        save_config(cfg, os.path.join(cfg.out_dir, "config.json"), extra={"derived": derived})
+    log = RunLog(cfg.out_dir, mesh.is_master)
+    comm.barrier()  # out_dir exists before any rank goes on
+
+    if device_type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    autocast_ctx = (torch.amp.autocast(device_type="cuda", dtype=getattr(torch, dtype))
+                    if device_type == "cuda" and dtype != "float32" else nullcontext())
+    scaler = torch.amp.GradScaler("cuda", enabled=(dtype == "float16"))
+
+    optimizer = configure_optimizer(raw_model, cfg, device)
+    iter_num, best_val_loss = 0, 1e9
+    if checkpoint is not None:
+        load_full_optimizer_state(optimizer, raw_model, checkpoint["optimizer"])
+        if cfg.dtype == "float16" and checkpoint.get("scaler"):
+            scaler.load_state_dict(checkpoint["scaler"])
+        restore_rng_states(checkpoint["rng"], device)
+        iter_num, best_val_loss = checkpoint["iter_num"], checkpoint["best_val_loss"]
+        log.write(f"resumed from {ckpt_path} at iter {iter_num} (saved at tp={checkpoint['layout']['tp']} "
+                  f"dp={checkpoint['layout']['dp']}; now tp={mesh.tp} dp={mesh.dp})",
+                  {"type": "resume", "iter": iter_num, "tp": mesh.tp, "dp": mesh.dp})
+        checkpoint = None  # free the memory
+    start_iter = iter_num
+
+    model = torch.compile(raw_model) if cfg.compile else raw_model
+    from parallel.ddp import BucketedDDP  # handles a group of one replica as well
+    model = BucketedDDP(model, process_group=mesh.dp_group, bucket_cap_mb=cfg.bucket_cap_mb)
+
+    wandb = None
+    if cfg.wandb_log and mesh.is_master:
+        import wandb  # optional dependency; WANDB_MODE=offline runs without network
+        wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config={**cfg.to_dict(), **derived})
+
+    # ---- the training loop. Device tensors that are only read at log/eval time:
+    train_loss = torch.zeros((), device=device)
+    nonfinite_steps = torch.zeros((), device=device)  # steps with a non-finite loss or grad norm
+    first_nonfinite_iter = torch.full((), -1, dtype=torch.long, device=device)
+    peak_flops = peak_flops_total(device, dtype, mesh.world_size)
+    timer_start, timed_iters = time.time(), 0
+
+    def check_finite(at_iter):
+        """All replicas agree (one all-reduce) whether any step since the last check went non-finite."""
+        flag = nonfinite_steps.clone()
+        comm.all_reduce(flag, mesh.dp_group, kind="train_metrics")
+        if flag.item() > 0:
+            first = first_nonfinite_iter.item()
+            where = f"iter {first}" if first >= 0 else f"an iteration before iter {at_iter}"
+            log.write(f"non-finite loss or gradient norm at {where}: stopping. The last good checkpoint "
+                      f"({ckpt_path}, if any) is left as it was.",
+                      {"type": "error", "iter": first if first >= 0 else at_iter, "error": "non-finite"})
+            fail(f"training diverged (non-finite loss/grad norm at {where}); "
+                 f"try a lower learning_rate or grad_clip", mesh, code=2)
+
+    while True:
+        # Evaluate and checkpoint at an iteration boundary (weights after iter_num steps).
+        if iter_num % cfg.eval_interval == 0 or iter_num >= cfg.max_iters or cfg.eval_only:
+            check_finite(iter_num)
+            losses, syncs = estimate_loss(model, raw_model, data_dir, cfg, mesh, autocast_ctx)
+            if not all(math.isfinite(v) for v in losses.values()):
+                log.write(f"step {iter_num}: non-finite eval loss {losses}: stopping without saving",
+                          {"type": "error", "iter": iter_num, "error": "non-finite eval loss"})
+                fail(f"training diverged: non-finite eval loss at iter {iter_num}", mesh, code=2)
+            log.write(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
+                      f"syncs/fwd {syncs}",
+                      {"type": "eval", "iter": iter_num, "train_loss": losses["train"], "val_loss": losses["val"],
+                       "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg), "time": time.time()})
+            if wandb is not None:
+                wandb.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"],
+                           "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg)})
+            is_best = losses["val"] < best_val_loss
+            best_val_loss = min(best_val_loss, losses["val"])
+            if iter_num > start_iter and not cfg.eval_only and (is_best or cfg.always_save_checkpoint):
+                paths = [ckpt_path] + ([os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best else [])
+                save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss)
+            timer_start, timed_iters = time.time(), 0
+        if cfg.eval_only or iter_num >= cfg.max_iters:
+            break
+
+        lr = get_lr(iter_num, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y, micro_batches = get_train_batch(data_dir, cfg, iter_num, mesh.dp_rank, micro_steps, device)
+        seeds = [dropout_seed(cfg.seed, iter_num, g) for g in micro_batches]
+        train_loss, grad_norm = train_step(model, raw_model, optimizer, scaler, x, y, seeds, cfg.grad_clip,
+                                           mesh.tp_group, autocast_ctx, device)
+        bad = ~(torch.isfinite(train_loss) & torch.isfinite(grad_norm))
+        nonfinite_steps += bad
+        first_nonfinite_iter = torch.where(bad & (first_nonfinite_iter < 0), iter_num, first_nonfinite_iter)
+        timed_iters += 1
+
+        if iter_num % cfg.log_interval == 0:  # the only host-device sync of a normal step
+            metrics = torch.stack([train_loss, grad_norm, nonfinite_steps])
+            comm.all_reduce(metrics, mesh.dp_group, kind="train_metrics")
+            loss_value, norm_value, n_bad = (metrics / mesh.dp).tolist()
+            if n_bad > 0:
+                check_finite(iter_num)
+            dt = (time.time() - timer_start) / timed_iters
+            mfu = estimate_mfu(raw_model, cfg, tokens_per_iter, dt, peak_flops)
+            tok_per_s = tokens_per_iter / dt
+            log.write(f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.2f}ms, tok/s {tok_per_s:,.0f}, "
+                      + (f"mfu {mfu * 100:.2f}%" if mfu is not None else "mfu n/a"),
+                      {"type": "train", "iter": iter_num, "loss": loss_value, "grad_norm": norm_value, "lr": lr,
+                       "time_ms": dt * 1000, "tok_per_s": tok_per_s, "mfu": mfu})
+            timer_start, timed_iters = time.time(), 0
+        iter_num += 1
+
+    if wandb is not None:
+        wandb.finish()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
