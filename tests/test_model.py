@@ -1,0 +1,252 @@
+"""Model tests: equality with independent references, tp-independence, checkpoints, bad input."""
+import math
+
+import pytest
+import torch
+
+from model.gpt import GPT, GPTConfig, KVCache
+from model.sync_policy import parse_sync_policy
+from parallel import comm
+from parallel.launch import run_on_gloo
+from tests.reference import nanogpt_forward, track_forward
+
+SMALL = dict(n_layer=4, n_head=4, n_embd=32, block_size=16, vocab_size=64, bias=True, dropout=0.0)
+POLICIES = ["baseline", "spd", "parallel", "grouped:2", "grouped:4", "selective:a0,m1,a2,m3"]
+
+
+def make(policy="baseline", n_tracks=4, tp_group=None, seed=0, **overrides):
+    torch.manual_seed(seed)
+    cfg = GPTConfig(**{**SMALL, **overrides}, n_tracks=n_tracks, sync_policy=policy)
+    return GPT(cfg, tp_group=tp_group).double()
+
+
+def batch(seed=1, B=3, T=16, V=64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, V, (B, T), generator=g), torch.randint(0, V, (B, T), generator=g)
+
+
+def full_grads(model):
+    return {n: model.full_tensor(n, p.grad) for n, p in model.named_parameters()}
+
+
+def reference_grads(sd, fn):
+    sd = {k: v.clone().requires_grad_(True) for k, v in sd.items() if k != "lm_head.weight"}
+    logits, loss = fn(sd)
+    loss.backward()
+    return logits, loss, {k: v.grad for k, v in sd.items()}
+
+
+def assert_close_dicts(a, b, atol):
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=atol, rtol=0, msg=k)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_baseline_equals_nanogpt_reference(bias):
+    model = make("baseline", n_tracks=4, bias=bias)
+    idx, targets = batch()
+    logits, loss = model(idx, targets)
+    loss.backward()
+    sd = {k: v.double() for k, v in model.state_dict().items()}
+    ref_logits, ref_loss, ref_grads = reference_grads(sd, lambda p: nanogpt_forward(p, idx, targets, 4, 4))
+    torch.testing.assert_close(logits, ref_logits, atol=1e-12, rtol=0)
+    torch.testing.assert_close(loss, ref_loss, atol=1e-12, rtol=0)
+    assert_close_dicts(full_grads(model), ref_grads, atol=1e-12)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_equals_literal_track_rule(policy):
+    """The batched, region-based model computes what the per-track loop of the rule computes."""
+    model = make(policy, n_tracks=4)
+    idx, targets = batch()
+    _, loss = model(idx, targets)
+    loss.backward()
+    pol = parse_sync_policy(policy, SMALL["n_layer"])
+    sd = {k: v.double() for k, v in model.state_dict().items()}
+    _, ref_loss, ref_grads = reference_grads(
+        sd, lambda p: track_forward(p, idx, targets, 4, 4, 4, pol.sync, pol.parallel))
+    torch.testing.assert_close(loss, ref_loss, atol=1e-12, rtol=0)
+    assert_close_dicts(full_grads(model), ref_grads, atol=1e-12)
+
+
+def test_policies_really_differ_with_several_tracks():
+    idx, targets = batch()
+    losses = {p: make(p, n_tracks=4)(idx, targets)[1].item() for p in POLICIES}
+    assert len({round(v, 12) for v in losses.values()}) == len(POLICIES), losses
+
+
+def test_parallel_equals_palm_block_reference():
+    model = make("parallel", n_tracks=2)
+    idx, targets = batch()
+    _, loss = model(idx, targets)
+    sd = {k: v.double() for k, v in model.state_dict().items()}
+    _, ref = nanogpt_forward(sd, idx, targets, 4, 4, parallel=True)
+    torch.testing.assert_close(loss, ref, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("policy", ["spd", "grouped:2", "grouped:4", "selective:a0,m1,a2,m3"])
+def test_one_track_equals_baseline(policy):
+    idx, targets = batch()
+    base = make("baseline", n_tracks=1)
+    other = make(policy, n_tracks=1)
+    _, lb = base(idx, targets)
+    _, lo = other(idx, targets)
+    lb.backward()
+    lo.backward()
+    torch.testing.assert_close(lo, lb, atol=1e-12, rtol=0)
+    assert_close_dicts(full_grads(other), full_grads(base), atol=1e-12)
+
+
+def test_init_matches_nanogpt_statistics_and_ties_head():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=4, n_head=4, n_embd=256, block_size=64, vocab_size=512))
+    sd = model.state_dict()
+    assert sd["transformer.h.0.attn.c_attn.weight"].shape == (768, 256)
+    assert sd["transformer.h.0.mlp.c_proj.weight"].shape == (256, 1024)
+    assert sd["lm_head.weight"] is sd["transformer.wte.weight"]
+    assert abs(sd["transformer.h.1.mlp.c_fc.weight"].std().item() - 0.02) < 1e-3
+    assert abs(sd["transformer.h.1.attn.c_proj.weight"].std().item() - 0.02 / math.sqrt(8)) < 1e-3
+    assert torch.all(sd["transformer.h.1.attn.c_attn.bias"] == 0)
+    assert torch.all(sd["transformer.h.1.ln_1.weight"] == 1)
+
+
+def test_param_count_is_identical_across_policies():
+    counts = {make(p).get_num_params() for p in POLICIES}
+    assert len(counts) == 1
+
+
+def test_kv_cache_decode_equals_full_forward():
+    for policy in ("baseline", "grouped:2", "parallel"):
+        model = make(policy).eval()
+        idx, _ = batch(T=16)
+        with torch.no_grad():
+            cache = KVCache(SMALL["n_layer"])
+            model(idx[:, :9], kv_cache=cache)
+            for t in range(9, 16):
+                step_logits, _ = model(idx[:, t:t + 1], kv_cache=cache)
+                full_logits, _ = model(idx[:, :t + 1])
+                torch.testing.assert_close(step_logits, full_logits, atol=1e-12, rtol=0)
+
+
+def test_generate_with_cache_equals_recompute_past_block_size():
+    model = make("spd").eval()
+    idx, _ = batch(B=2, T=4)
+    torch.manual_seed(7)
+    out = model.generate(idx, max_new_tokens=20, top_k=10)  # 24 tokens > block_size 16
+    torch.manual_seed(7)
+    ref = idx
+    with torch.no_grad():
+        for _ in range(20):
+            logits, _ = model(ref[:, -16:])
+            logits = logits[:, -1, :]
+            v, _ = torch.topk(logits, 10)
+            logits[logits < v[:, [-1]]] = -float("inf")
+            ref = torch.cat((ref, torch.multinomial(logits.softmax(-1), 1)), dim=1)
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(policy="sparse"), "unknown policy name"),
+    (dict(policy="grouped:5"), "grouped:G needs G dividing"),
+    (dict(policy="grouped:x"), "grouped:G needs G dividing"),
+    (dict(policy="selective:a0,m1"), "final sync"),
+    (dict(policy="selective:q1,m3"), "token 'q1'"),
+    (dict(policy="selective:m2-9,m3"), "outside 0..3"),
+    (dict(n_tracks=3), "n_head=4 is not divisible by n_tracks=3"),
+])
+def test_bad_input_raises_value_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make(**kwargs)
+
+
+def test_sync_counts_of_named_policies():
+    counts = {p: parse_sync_policy(p, 12).n_syncs for p in
+              ["baseline", "spd", "parallel", "grouped:2", "grouped:3", "grouped:4", "grouped:6",
+               "selective:m0-3,m5,m7,m9-11", "selective:0-11"]}
+    assert counts == {"baseline": 24, "spd": 12, "parallel": 12, "grouped:2": 6, "grouped:3": 4,
+                      "grouped:4": 3, "grouped:6": 2, "selective:m0-3,m5,m7,m9-11": 9, "selective:0-11": 24}
+
+
+# ------------------------------------------------------------------ distributed (gloo, 2 processes)
+
+def _tp2_worker(rank, world_size):
+    import torch.distributed as dist
+    group = dist.new_group([0, 1])
+    out = {}
+    idx, targets = batch()
+    # 1. training steps: replicated params stay bit-identical; results match tp=1 run on rank 0
+    for policy in ("spd", "grouped:2", "parallel"):
+        model = make(policy, n_tracks=4, tp_group=group, dropout=0.1)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+        torch.manual_seed(123)  # dropout draws: shared by the TP ranks
+        losses = []
+        for _ in range(4):
+            opt.zero_grad(set_to_none=True)
+            _, loss = model(idx, targets)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        identical = all(torch.equal(*comm.all_gather(p.detach(), group, "test"))
+                        for p in model.parameters() if not p.tensor_parallel)
+        out[policy] = dict(losses=losses, identical=identical, sd=model.state_dict())
+    # 2. counted collectives of one forward at tp=2
+    model = make("grouped:2", n_tracks=4, tp_group=group)
+    comm.stats.reset()
+    model(idx, targets)[1].backward()
+    out["counts"] = comm.stats.snapshot()
+    # 3. generation: every TP rank draws the same tokens
+    torch.manual_seed(5)
+    out["tokens"] = make("spd", n_tracks=4, tp_group=group).eval().generate(idx[:, :4], 8)
+    return out
+
+
+def _tp1_twin(policy):
+    model = make(policy, n_tracks=4, dropout=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    idx, targets = batch()
+    torch.manual_seed(123)
+    losses = []
+    for _ in range(4):
+        opt.zero_grad(set_to_none=True)
+        _, loss = model(idx, targets)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, model
+
+
+def test_tp2_training_matches_tp1_and_replicated_params_stay_identical():
+    r0, r1 = run_on_gloo(_tp2_worker, 2)
+    idx, _ = batch()
+    for policy in ("spd", "grouped:2", "parallel"):
+        assert r0[policy]["identical"] and r1[policy]["identical"], policy
+        assert r0[policy]["losses"] == r1[policy]["losses"]
+        losses, model = _tp1_twin(policy)
+        assert max(abs(a - b) for a, b in zip(losses, r0[policy]["losses"])) < 1e-10, policy
+        # checkpoint saved at tp=2 loads at tp=1 and gives the tp=2 weights
+        fresh = make(policy, n_tracks=4, seed=99)
+        fresh.load_state_dict(r0[policy]["sd"])
+        for k, v in fresh.state_dict().items():
+            assert torch.equal(v, r0[policy]["sd"][k]), k
+        ref_sd = model.state_dict()
+        assert max((ref_sd[k] - v).abs().max().item() for k, v in r0[policy]["sd"].items()) < 1e-10
+    assert r0["counts"]["tp_fwd"] == 2 and r0["counts"]["tp_bwd"] == 2 and r0["counts"]["tp_grad"] == 1
+    assert torch.equal(r0["tokens"], r1["tokens"])
+    torch.manual_seed(5)
+    assert torch.equal(r0["tokens"], make("spd", n_tracks=4).eval().generate(idx[:, :4], 8))
+
+
+def test_tp_not_dividing_tracks_is_an_error():
+    messages = run_on_gloo(_tracks_error_worker, 2)
+    assert all("n_tracks=1 is not divisible by tp=2" in m for m in messages), messages
+
+
+def _tracks_error_worker(rank, world_size):
+    import torch.distributed as dist
+    group = dist.new_group([0, 1])
+    try:
+        make("baseline", n_tracks=1, tp_group=group)
+    except ValueError as e:
+        return str(e)
+    return "no error"
