@@ -194,6 +194,19 @@ def train_step(model, raw_model, optimizer, scaler, x, y, micro_batch_seeds, gra
     return loss_sum / micro_steps, grad_norm
 
 
+class NonFiniteTracker:
+    """Counts steps whose loss or grad norm is not finite, on the device (read only at log/eval)."""
+
+    def __init__(self, device):
+        self.count = torch.zeros((), device=device)
+        self.first_iter = torch.full((), -1, dtype=torch.long, device=device)
+
+    def update(self, iter_num, loss, grad_norm):
+        bad = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
+        self.count += bad
+        self.first_iter = torch.where(bad & (self.first_iter < 0), iter_num, self.first_iter)
+
+
 # ----------------------------------------------------------------------------- evaluation
 def measure_syncs_per_forward(raw_model, x):
     """Forward all-reduces actually issued by one eager forward (counted by parallel.comm)."""
@@ -496,19 +509,17 @@ def main(argv):
         import wandb  # optional dependency; WANDB_MODE=offline runs without network
         wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config={**cfg.to_dict(), **derived})
 
-    # ---- the training loop. Device tensors that are only read at log/eval time:
-    train_loss = torch.zeros((), device=device)
-    nonfinite_steps = torch.zeros((), device=device)  # steps with a non-finite loss or grad norm
-    first_nonfinite_iter = torch.full((), -1, dtype=torch.long, device=device)
+    # ---- the training loop
+    nonfinite = NonFiniteTracker(device)
     peak_flops = peak_flops_total(device, dtype, mesh.world_size)
     timer_start, timed_iters = time.time(), 0
 
     def check_finite(at_iter):
-        """All replicas agree (one all-reduce) whether any step since the last check went non-finite."""
-        flag = nonfinite_steps.clone()
+        """All replicas agree (one all-reduce) whether any step so far went non-finite; stop if so."""
+        flag = nonfinite.count.clone()
         comm.all_reduce(flag, mesh.dp_group, kind="train_metrics")
         if flag.item() > 0:
-            first = first_nonfinite_iter.item()
+            first = nonfinite.first_iter.item()
             where = f"iter {first}" if first >= 0 else f"an iteration before iter {at_iter}"
             log.write(f"non-finite loss or gradient norm at {where}: stopping. The last good checkpoint "
                       f"({ckpt_path}, if any) is left as it was.",
@@ -548,13 +559,11 @@ def main(argv):
         seeds = [dropout_seed(cfg.seed, iter_num, g) for g in micro_batches]
         train_loss, grad_norm = train_step(model, raw_model, optimizer, scaler, x, y, seeds, cfg.grad_clip,
                                            mesh.tp_group, autocast_ctx, device)
-        bad = ~(torch.isfinite(train_loss) & torch.isfinite(grad_norm))
-        nonfinite_steps += bad
-        first_nonfinite_iter = torch.where(bad & (first_nonfinite_iter < 0), iter_num, first_nonfinite_iter)
+        nonfinite.update(iter_num, train_loss, grad_norm)
         timed_iters += 1
 
         if iter_num % cfg.log_interval == 0:  # the only host-device sync of a normal step
-            metrics = torch.stack([train_loss, grad_norm, nonfinite_steps])
+            metrics = torch.stack([train_loss, grad_norm, nonfinite.count])
             comm.all_reduce(metrics, mesh.dp_group, kind="train_metrics")
             loss_value, norm_value, n_bad = (metrics / mesh.dp).tolist()
             if n_bad > 0:

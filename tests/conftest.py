@@ -1,0 +1,101 @@
+"""Shared test fixtures: a tiny synthetic character dataset and helpers to run the training script.
+
+The dataset is written once per session into a temp work dir laid out like the repo
+(data/syn/{train,val}.bin, meta.pkl), and training runs use that dir as their cwd, since the
+script reads data/<dataset>/ relative to the cwd (as nanoGPT does). The text is a first-order
+Markov chain over 32 symbols with peaked transitions, so a tiny model's loss falls quickly.
+"""
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+SYN_VOCAB = 32
+SYN_CHARS = "abcdefghijklmnopqrstuvwxyz .,;!\n"  # 32 characters: meta.pkl's itos/stoi for sample.py
+
+# A tiny model that still exercises tracks, dp and tp.
+TINY = ["--dataset=syn", "--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=32", "--batch_size=4",
+        "--n_tracks=2", "--eval_interval=5", "--eval_iters=2", "--log_interval=1",
+        "--gradient_accumulation_steps=4", "--learning_rate=1e-2", "--warmup_iters=2",
+        "--lr_decay_iters=20", "--min_lr=1e-3", "--device=cpu"]
+
+
+def write_markov_text(data_dir, n_train=60_000, n_val=6_000, seed=0):
+    rng = np.random.default_rng(seed)
+    cumulative = np.cumsum(rng.dirichlet(np.full(SYN_VOCAB, 0.1), size=SYN_VOCAB), axis=1)
+    draws = rng.random(n_train + n_val)
+    tokens = np.empty(n_train + n_val, dtype=np.uint16)
+    state = 0
+    for i, u in enumerate(draws):
+        state = min(int(np.searchsorted(cumulative[state], u)), SYN_VOCAB - 1)
+        tokens[i] = state
+    os.makedirs(data_dir, exist_ok=True)
+    tokens[:n_train].tofile(os.path.join(data_dir, "train.bin"))
+    tokens[n_train:].tofile(os.path.join(data_dir, "val.bin"))
+    meta = {"vocab_size": SYN_VOCAB, "itos": dict(enumerate(SYN_CHARS)),
+            "stoi": {c: i for i, c in enumerate(SYN_CHARS)}}
+    with open(os.path.join(data_dir, "meta.pkl"), "wb") as f:
+        pickle.dump(meta, f)
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory):
+    """A cwd for training runs holding data/syn (the synthetic dataset)."""
+    root = tmp_path_factory.mktemp("work")
+    write_markov_text(os.path.join(root, "data", "syn"))
+    return str(root)
+
+
+def run_env():
+    env = dict(os.environ)
+    # One thread per process: 2-core CI machines, and bit-exact repeatability between runs.
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("WORLD_SIZE", None)
+    env.pop("RANK", None)
+    return env
+
+
+def train_command(args, nproc=1, script=TRAIN_SCRIPT):
+    if nproc == 1:
+        return [sys.executable, script, *args]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            script, *args]
+
+
+def run_train(args, cwd, nproc=1, timeout=240, check=True, script=TRAIN_SCRIPT):
+    """Run the training script to completion (torchrun when nproc > 1); returns CompletedProcess."""
+    proc = subprocess.run(train_command(args, nproc, script), cwd=cwd, env=run_env(), capture_output=True,
+                          text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"training failed (rc {proc.returncode}):\nSTDOUT:\n{proc.stdout[-4000:]}\n"
+                             f"STDERR:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def start_train(args, cwd, nproc=1, script=TRAIN_SCRIPT):
+    """Start the training script without waiting (for kill tests and concurrent runs)."""
+    return subprocess.Popen(train_command(args, nproc, script), cwd=cwd, env=run_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def read_metrics(out_dir):
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def train_losses(out_dir):
+    """{iter: loss} of the logged training steps (a resumed run's later lines win)."""
+    return {r["iter"]: r["loss"] for r in read_metrics(out_dir) if r["type"] == "train"}
+
+
+def eval_records(out_dir):
+    return {r["iter"]: r for r in read_metrics(out_dir) if r["type"] == "eval"}
