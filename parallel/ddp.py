@@ -11,6 +11,8 @@ N (never ReduceOp.AVG: gloo mishandles it). With the per-rank loss a mean over e
 batches, g_avg is the gradient of the mean loss over the global batch.
 
 Design.
+- process_group=None means the whole world when torch.distributed is initialized (as in torch
+  DDP), else a single process. Ranks are always the group's own indices, never global ranks.
 - On wrap, every parameter and buffer (frozen ones included) is broadcast from the group's
   first rank, so all replicas start equal.
 - Trainable parameters are taken in reverse registration order (about the order backward
@@ -50,6 +52,7 @@ import math
 from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from parallel import comm
@@ -101,6 +104,8 @@ class BucketedDDP(nn.Module):
             raise ValueError(f"mode={mode!r} is not allowed; use one of {MODES}")
         _check_cap("bucket_cap_mb", bucket_cap_mb, allow_none=True)
         _check_cap("first_bucket_cap_mb", first_bucket_cap_mb, allow_none=False)
+        if process_group is None and dist.is_available() and dist.is_initialized():
+            process_group = dist.group.WORLD  # as torch DDP; comm reads None as "one rank"
         self.module = module
         self.group = process_group
         self.world = comm.group_size(process_group)
