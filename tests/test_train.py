@@ -1,0 +1,180 @@
+"""End-to-end tests of train_reduced_sync.py: real processes (torchrun, gloo, CPU) on a tiny model.
+
+One reference run (one process, dropout on) anchors everything: the dp=2, tp=2 and dp=2 x tp=2
+runs see the same samples and dropout masks (the data order does not depend on the layout), so
+their losses must match it to float tolerance; a run killed with SIGKILL and resumed must match
+it exactly; a tp=2 checkpoint resumed at tp=1 must continue it to float tolerance.
+"""
+import hashlib
+import json
+import math
+import os
+import shutil
+import signal
+import time
+
+import pytest
+import torch
+
+from tests.conftest import TINY, eval_records, read_metrics, run_train, start_train, train_losses
+
+ITERS = 20
+DROPOUT = "--dropout=0.1"  # so the tests also cover dropout RNG handling
+
+
+def tiny(out_dir, *extra):
+    return [*TINY, DROPOUT, f"--max_iters={ITERS}", f"--out_dir={out_dir}", *extra]
+
+
+@pytest.fixture(scope="module")
+def reference_run(workdir):
+    out = os.path.join(workdir, "out-ref")
+    run_train(tiny(out), workdir)
+    return out
+
+
+@pytest.fixture(scope="module")
+def layout_runs(workdir):
+    """dp=2 (world 2), dp=2 x tp=2 (world 4), and tp=2 (world 2) run as 10 iterations then resumed to 20.
+    A copy of the tp=2 checkpoint at iteration 10 is kept for the tp=2 -> tp=1 test."""
+    runs = {name: os.path.join(workdir, f"out-{name}") for name in ("dp2", "tp2", "dp2tp2")}
+    run_train(tiny(runs["dp2"]), workdir, nproc=2)
+    run_train(tiny(runs["dp2tp2"], "--tp=2"), workdir, nproc=4)
+    run_train(tiny(runs["tp2"], "--tp=2", "--max_iters=10"), workdir, nproc=2)
+    shutil.copytree(runs["tp2"], os.path.join(workdir, "out-tp2-at10"))
+    run_train(tiny(runs["tp2"], "--tp=2", "--init_from=resume"), workdir, nproc=2)
+    return runs
+
+
+@pytest.mark.parametrize("name, dp, tp", [("dp2", 2, 1), ("tp2", 1, 2), ("dp2tp2", 2, 2)])
+def test_layout_trains(layout_runs, name, dp, tp):
+    out = layout_runs[name]
+    with open(os.path.join(out, "config.json")) as f:
+        config = json.load(f)
+    assert (config["tp"], config["derived"]["dp"]) == (tp, dp)
+    evals = eval_records(out)
+    assert sorted(evals) == [0, 5, 10, 15, 20]
+    # syncs/fwd is measured from parallel.comm: 2 per layer under the baseline policy.
+    assert all(e["syncs_per_fwd"] == 4 for e in evals.values())
+    losses = train_losses(out)
+    assert sorted(losses) == list(range(ITERS)) and all(math.isfinite(v) for v in losses.values())
+    assert evals[20]["val_loss"] < evals[0]["val_loss"] - 0.3
+    with open(os.path.join(out, "log.txt")) as f:
+        log = f.read()
+    assert "step 20: train loss" in log and "syncs/fwd 4" in log and "iter 19: loss" in log
+    assert os.path.exists(os.path.join(out, "ckpt.pt")) and os.path.exists(os.path.join(out, "ckpt_best.pt"))
+
+
+@pytest.mark.parametrize("name", ["dp2", "tp2", "dp2tp2"])
+def test_layout_matches_single_process(reference_run, layout_runs, name):
+    """Same global batch, same samples, same dropout masks: the losses of one process."""
+    ref, got = train_losses(reference_run), train_losses(layout_runs[name])
+    assert sorted(got) == sorted(ref)
+    for it in ref:
+        assert got[it] == pytest.approx(ref[it], rel=1e-4, abs=1e-5), f"iter {it}"
+    ref_eval, got_eval = eval_records(reference_run), eval_records(layout_runs[name])
+    assert got_eval[20]["val_loss"] == pytest.approx(ref_eval[20]["val_loss"], rel=1e-4)
+
+
+def test_tp2_checkpoint_resumes_at_tp1(workdir, reference_run, layout_runs):
+    out = os.path.join(workdir, "out-tp2-at10")
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=False)
+    assert ckpt["iter_num"] == 10 and ckpt["layout"]["tp"] == 2
+    # Full shapes and parameter names, whatever tp wrote it.
+    assert ckpt["model"]["transformer.h.0.attn.c_attn.weight"].shape == (96, 32)
+    assert ckpt["optimizer"]["state"]["transformer.h.0.mlp.c_fc.weight"]["exp_avg"].shape == (128, 32)
+    run_train(tiny(out, "--init_from=resume"), workdir)  # tp=1, one process
+    ref, got = train_losses(reference_run), train_losses(out)
+    for it in range(10, ITERS):
+        assert got[it] == pytest.approx(ref[it], rel=1e-4, abs=1e-5), f"iter {it}"
+    with open(os.path.join(out, "log.txt")) as f:
+        assert "resumed from" in f.read()
+
+
+def wait_for(predicate, proc, timeout=120):
+    deadline = time.time() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended (rc {proc.returncode}) before the awaited point:\n"
+                                 f"{proc.stderr.read()[-3000:]}")
+        if time.time() > deadline:
+            proc.kill()
+            raise AssertionError("timed out waiting for the run")
+        time.sleep(0.01)
+
+
+def last_logged_iter(out_dir):
+    """Highest 'iter N: loss' line in log.txt so far (-1 if none), read while the run writes it."""
+    try:
+        with open(os.path.join(out_dir, "log.txt")) as f:
+            lines = f.read().split("\n")[:-1]  # drop a possibly unfinished last line
+    except FileNotFoundError:
+        return -1
+    iters = [int(line.split()[1].rstrip(":")) for line in lines if line.startswith("iter ")]
+    return max(iters, default=-1)
+
+
+def test_resume_after_sigkill_is_exact(workdir, reference_run):
+    """Kill a run right after its first checkpoint; the resumed run prints exactly the reference losses."""
+    out = os.path.join(workdir, "out-killed")
+    ckpt = os.path.join(out, "ckpt.pt")
+    # Same run as the reference, but it would go on for 10000 iterations (the lr schedule doesn't depend on max_iters).
+    proc = start_train(tiny(out, "--max_iters=10000"), workdir)
+    # Kill mid-way between checkpoints: the steps after the checkpoint are lost and redone.
+    wait_for(lambda: os.path.exists(ckpt) and last_logged_iter(out) >= 7, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+    resume_iter = torch.load(ckpt, map_location="cpu", weights_only=False)["iter_num"]
+    assert resume_iter < ITERS, "the killed run got too far for the comparison"
+    run_train(tiny(out, "--init_from=resume"), workdir)
+
+    ref, got = train_losses(reference_run), train_losses(out)
+    resumed = [r for r in read_metrics(out) if r["type"] == "resume"]
+    assert [r["iter"] for r in resumed] == [resume_iter]
+    for it in range(resume_iter, ITERS):
+        assert got[it] == ref[it], f"iter {it}: resumed {got[it]!r} != uninterrupted {ref[it]!r}"
+    for it in (resume_iter, ITERS):
+        assert eval_records(out)[it]["val_loss"] == eval_records(reference_run)[it]["val_loss"]
+
+
+def file_digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def test_nonfinite_loss_stops_and_keeps_checkpoint(workdir, reference_run):
+    out = os.path.join(workdir, "out-diverge")
+    shutil.copytree(reference_run, out)
+    before = file_digest(os.path.join(out, "ckpt.pt"))
+    # Resume the finished run with an absurd learning rate: it diverges within a few steps.
+    proc = run_train(tiny(out, "--init_from=resume", "--max_iters=40", "--learning_rate=1e38",
+                          "--decay_lr=False", "--grad_clip=0.0"), workdir, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "error: training diverged (non-finite loss/grad norm at iter " in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert file_digest(os.path.join(out, "ckpt.pt")) == before
+    errors = [r for r in read_metrics(out) if r["type"] == "error"]
+    assert len(errors) == 1 and errors[0]["iter"] >= ITERS
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=False)
+    assert ckpt["iter_num"] == ITERS and all(torch.isfinite(t).all() for t in ckpt["model"].values())
+
+
+@pytest.mark.parametrize("extra, nproc, message", [
+    (["--n_layr=3"], 1, "unknown config key 'n_layr'"),
+    (["--n_layer=abc"], 1, "config key 'n_layer' expects int, got 'abc'"),
+    (["--sync_policy=fastest"], 1, "bad sync_policy 'fastest'"),
+    (["--dataset=nonexistent"], 1, "`python data/nonexistent/prepare.py`"),
+    (["--tp=4"], 2, "world size 2 is not divisible by tp=4"),
+])
+def test_bad_requests_fail_cleanly_without_out_dir(workdir, extra, nproc, message):
+    out = os.path.join(workdir, "out-never")
+    proc = run_train([*TINY, f"--out_dir={out}", *extra], workdir, nproc=nproc, check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert not os.path.exists(out)
+    # Our message comes once, without a Python traceback from the script (torchrun adds its own summary).
+    assert proc.stderr.count("error: ") == 1
+    if nproc == 1:
+        assert "Traceback" not in proc.stderr
