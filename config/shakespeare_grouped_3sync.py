@@ -1,0 +1,53 @@
+# config/shakespeare_grouped_3sync.py
+# Small 12-layer model on Shakespeare (GPT-2 BPE), 3 syncs per forward pass: grouped tracks: one all-reduce after the MLP of every 4th layer.
+# Prepare: python data/shakespeare/prepare.py
+# 1 process:  python train_reduced_sync.py config/shakespeare_grouped_3sync.py
+# 2 processes (tp=2): torchrun --standalone --nproc_per_node=2 train_reduced_sync.py config/shakespeare_grouped_3sync.py --tp=2
+# Sized for a quick CPU run; n_layer stays 12 so the sync counts match the names.
+# The 8 config/shakespeare_*.py files differ only in sync_policy and out_dir (tests/test_configs.py checks).
+
+out_dir = 'out-shakespeare-grouped-3sync'
+sync_policy = 'grouped:4'
+
+# I/O, evaluation, logging
+eval_interval = 100
+eval_iters = 10
+log_interval = 10
+eval_only = False
+always_save_checkpoint = False  # save only when val loss improves
+init_from = 'scratch'
+wandb_log = False
+wandb_project = 'reduced-sync-shakespeare'
+
+# data: 8 * 128 = 1,024 tokens per iteration
+dataset = 'shakespeare'
+gradient_accumulation_steps = 1
+batch_size = 8
+block_size = 128
+
+# model: 12 layers, 4 tracks of 1 head each
+n_layer = 12
+n_head = 4  # divisible by n_tracks
+n_embd = 128
+dropout = 0.0
+bias = True
+n_tracks = 4
+tp = 1  # override with --tp=2 or --tp=4 under torchrun; the math does not depend on tp
+
+# AdamW, cosine decay to min_lr
+learning_rate = 1e-3
+max_iters = 300
+weight_decay = 0.1
+beta1 = 0.9
+beta2 = 0.99  # small batches: a longer second-moment average, as nanoGPT's shakespeare_char
+grad_clip = 1.0
+decay_lr = True
+warmup_iters = 30
+lr_decay_iters = 300
+min_lr = 1e-4
+
+# system
+device = 'auto'
+dtype = 'auto'
+compile = False
+seed = 1337

@@ -1,0 +1,154 @@
+"""
+Checks of the config/ files, fast and dependency-free (no torch):
+  - each file is flat assignments of known TrainConfig keys only;
+  - within a family (config/train_*.py, config/shakespeare_*.py) the files differ
+    only in sync_policy and out_dir;
+  - the sync count in each file's name matches its sync_policy, and out_dir
+    matches the name;
+  - where the project's own parsers are importable (configurator.TrainConfig,
+    model.sync_policy.parse_sync_policy), they agree with these checks.
+"""
+import ast
+import glob
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG_DIR = os.path.join(ROOT, "config")
+
+TRAIN_CONFIG_KEYS = {
+    "out_dir", "eval_interval", "log_interval", "eval_iters", "eval_only", "always_save_checkpoint",
+    "init_from", "wandb_log", "wandb_project", "wandb_run_name", "dataset", "gradient_accumulation_steps",
+    "batch_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "n_tracks", "sync_policy",
+    "tp", "learning_rate", "max_iters", "weight_decay", "beta1", "beta2", "grad_clip", "decay_lr",
+    "warmup_iters", "lr_decay_iters", "min_lr", "device", "dtype", "compile", "seed", "bucket_cap_mb",
+}
+VARYING = {"sync_policy", "out_dir"}
+POLICY_NAMES = ("baseline", "spd", "parallel", "selective", "grouped")
+# family -> (file prefix, out_dir prefix, expected dataset)
+FAMILIES = {"train": ("train", "out", "openwebtext"), "shakespeare": ("shakespeare", "out-shakespeare", "shakespeare")}
+NAME_RE = re.compile(r"^(?P<prefix>[a-z]+)_(?P<policy>[a-z]+)_(?P<n>\d+)sync\.py$")
+
+
+def count_syncs(spec, n_layer):
+    """Number of all-reduces per forward pass of a sync_policy spec (syntax: see README.md)."""
+    name, _, arg = spec.partition(":")
+    if name == "baseline" and not arg:
+        return 2 * n_layer
+    if name in ("spd", "parallel") and not arg:
+        return n_layer
+    if name == "grouped":
+        assert arg.isdigit() and n_layer % int(arg) == 0, f"bad grouped spec {spec!r}"
+        return n_layer // int(arg)
+    if name == "selective":
+        points = set()
+        for token in arg.split(","):
+            m = re.fullmatch(r"([am]?)(\d+)(?:-(\d+))?", token.strip())
+            assert m, f"bad selective token {token!r} in {spec!r}"
+            lo = int(m.group(2))
+            hi = int(m.group(3)) if m.group(3) else lo
+            assert lo <= hi < n_layer, f"layers {lo}-{hi} out of range in {spec!r}"
+            kinds = m.group(1) or "am"
+            points |= {(kind, layer) for kind in kinds for layer in range(lo, hi + 1)}
+        assert ("m", n_layer - 1) in points, f"{spec!r} lacks the required last MLP point m{n_layer - 1}"
+        return len(points)
+    raise AssertionError(f"unknown sync_policy {spec!r}")
+
+
+def load_config(path):
+    """The file's assignments as a dict, exec()'d as the trainer's configurator does."""
+    with open(path) as f:
+        source = f.read()
+    for node in ast.parse(source).body:  # flat: only `name = value` statements
+        assert isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name), \
+            f"{path}:{node.lineno}: only flat `key = value` assignments are allowed"
+    scope = {}
+    exec(compile(source, path, "exec"), {}, scope)
+    return scope
+
+
+def family_files(family):
+    prefix = FAMILIES[family][0]
+    return sorted(glob.glob(os.path.join(CONFIG_DIR, f"{prefix}_*.py")))
+
+
+def test_count_syncs_examples():
+    assert count_syncs("baseline", 12) == 24
+    assert count_syncs("spd", 12) == count_syncs("parallel", 12) == 12
+    assert [count_syncs(f"grouped:{g}", 12) for g in (2, 3, 4, 6)] == [6, 4, 3, 2]
+    assert count_syncs("selective:m0-3,m5,m7,m9-11", 12) == 9
+    assert count_syncs("selective:0-10,m11", 12) == 23
+    assert count_syncs("selective:a3,m11", 12) == 2
+    with pytest.raises(AssertionError):
+        count_syncs("selective:m0-3", 12)  # the last MLP point is required
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family(family):
+    prefix, out_prefix, dataset = FAMILIES[family]
+    paths = family_files(family)
+    assert len(paths) == 8, f"expected 8 config/{prefix}_*.py files, found {[os.path.basename(p) for p in paths]}"
+    configs = {os.path.basename(p): load_config(p) for p in paths}
+
+    seen_policies = set()
+    for fname, cfg in configs.items():
+        unknown = set(cfg) - TRAIN_CONFIG_KEYS
+        assert not unknown, f"{fname} assigns unknown keys {sorted(unknown)}; allowed: {sorted(TRAIN_CONFIG_KEYS)}"
+        m = NAME_RE.match(fname)
+        assert m and m.group("prefix") == prefix and m.group("policy") in POLICY_NAMES, \
+            f"{fname}: expected {prefix}_<policy>_<N>sync.py with policy one of {POLICY_NAMES}"
+        assert cfg["sync_policy"].split(":")[0] == m.group("policy"), f"{fname}: sync_policy {cfg['sync_policy']!r}"
+        n = count_syncs(cfg["sync_policy"], cfg["n_layer"])
+        assert n == int(m.group("n")), f"{fname}: sync_policy {cfg['sync_policy']!r} has {n} syncs, name says {m.group('n')}"
+        assert cfg["out_dir"] == f"{out_prefix}-{m.group('policy')}-{n}sync", f"{fname}: out_dir {cfg['out_dir']!r}"
+        assert cfg["dataset"] == dataset, f"{fname}: dataset {cfg['dataset']!r}"
+        assert cfg["n_head"] % cfg["n_tracks"] == 0 and cfg["n_tracks"] % cfg["tp"] == 0, fname
+        seen_policies.add(cfg["sync_policy"])
+    assert len(seen_policies) == 8, f"sync policies repeat: {sorted(seen_policies)}"
+
+    # identical apart from sync_policy and out_dir
+    ref_name, ref = next(iter(configs.items()))
+    shared = {k: v for k, v in ref.items() if k not in VARYING}
+    for fname, cfg in configs.items():
+        other = {k: v for k, v in cfg.items() if k not in VARYING}
+        diff = sorted(k for k in set(shared) | set(other) if shared.get(k, "<unset>") != other.get(k, "<unset>"))
+        assert not diff, f"{fname} differs from {ref_name} in {diff} (only {sorted(VARYING)} may differ)"
+
+
+def test_owt_tokens_per_iter():
+    cfg = load_config(os.path.join(CONFIG_DIR, "train_grouped_6sync.py"))
+    assert cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"] == 491_520
+    assert cfg["max_iters"] == cfg["lr_decay_iters"] == 20000
+
+
+def test_keys_match_trainconfig():
+    """config keys are fields of configurator.TrainConfig, once that exists and imports without torch."""
+    try:
+        import sys
+        sys.path.insert(0, ROOT)
+        import dataclasses
+        from configurator import TrainConfig
+        fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    except Exception as e:  # not written yet, or not a dataclass
+        pytest.skip(f"configurator.TrainConfig not available: {e!r}")
+    for family in FAMILIES:
+        for path in family_files(family):
+            unknown = set(load_config(path)) - fields
+            assert not unknown, f"{os.path.basename(path)} assigns keys TrainConfig lacks: {sorted(unknown)}"
+
+
+def test_sync_counts_match_model_parser():
+    """count_syncs agrees with the model's parser, once model/sync_policy.py exists."""
+    try:
+        import sys
+        sys.path.insert(0, ROOT)
+        from model.sync_policy import parse_sync_policy
+    except Exception as e:
+        pytest.skip(f"model.sync_policy not available: {e!r}")
+    for family in FAMILIES:
+        for path in family_files(family):
+            cfg = load_config(path)
+            assert parse_sync_policy(cfg["sync_policy"], cfg["n_layer"]).n_syncs == \
+                count_syncs(cfg["sync_policy"], cfg["n_layer"]), os.path.basename(path)
