@@ -1,0 +1,83 @@
+"""compare_runs.py on hand-written run dirs: table, baseline statistics, log.txt fallback, PNG, errors."""
+import json
+import os
+
+import pytest
+
+import compare_runs
+
+
+def write_run(root, name, policy, val_losses, syncs, seed=1337, tok_per_s=(1000.0, 3000.0, 2000.0),
+              as_log=False):
+    run = os.path.join(root, name)
+    os.makedirs(run)
+    with open(os.path.join(run, "config.json"), "w") as f:
+        json.dump({"sync_policy": policy, "seed": seed}, f)
+    evals = [{"type": "eval", "iter": 10 * i, "train_loss": v + 0.1, "val_loss": v, "syncs_per_fwd": syncs}
+             for i, v in enumerate(val_losses)]
+    train = [{"type": "train", "iter": i, "loss": 3.0, "time_ms": 10.0, "tok_per_s": t} for i, t in enumerate(tok_per_s)]
+    if as_log:
+        with open(os.path.join(run, "log.txt"), "w") as f:
+            for e in evals:
+                f.write(f"step {e['iter']}: train loss {e['train_loss']:.4f}, val loss {e['val_loss']:.4f}, "
+                        f"syncs/fwd {syncs}\n")
+            for t in train:
+                f.write(f"iter {t['iter']}: loss 3.0000, time 10.00ms, tok/s {t['tok_per_s']:,.0f}, mfu n/a\n")
+    else:
+        with open(os.path.join(run, "metrics.jsonl"), "w") as f:
+            for r in evals + train:
+                f.write(json.dumps(r) + "\n")
+    return run
+
+
+def test_table_against_mean_of_baselines(tmp_path, capsys):
+    write_run(tmp_path, "base-s1", "baseline", [4.0, 3.0, 2.0], 24, seed=1)
+    write_run(tmp_path, "base-s2", "baseline", [4.0, 3.0, 2.2], 24, seed=2)
+    write_run(tmp_path, "grouped", "grouped:2", [4.0, 2.9, 2.31], 6, as_log=True)  # log.txt only
+    png = tmp_path / "plot.png"
+    assert compare_runs.main([str(tmp_path / "base-*"), str(tmp_path / "grouped"), "--out", str(png)]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("base-", "grouped"))}
+    # run, policy, syncs/fwd, final iter, final val, best val, delta, tok/s
+    assert lines["grouped"][:7] == ["grouped", "grouped:2", "6", "20", "2.3100", "2.3100", "+10.00%"]
+    assert lines["base-s1"][6] == "-4.76%" and lines["base-s2"][6] == "+4.76%"
+    assert lines["base-s1"][7] == "2,000"  # median of the logged tok/s
+    assert "mean of 2 baseline run(s): 2.1000, std 0.1414 = 6.73% (run-to-run noise)" in out
+    assert png.stat().st_size > 10_000
+
+
+def test_markdown_and_no_baseline_uses_first_run(tmp_path, capsys):
+    a = write_run(tmp_path, "a", "spd", [3.0, 2.0], 12)
+    b = write_run(tmp_path, "b", "grouped:4", [3.0, 2.5], 3)
+    assert compare_runs.main([a, b, "--markdown", "--out", str(tmp_path / "x.png")]) == 0
+    out = capsys.readouterr().out
+    assert "| run | policy | syncs/fwd |" in out
+    assert "| b | grouped:4 | 3 | 10 | 2.5000 | 2.5000 | +25.00% | 2,000 |" in out
+    assert "baseline: first run (a; no 'baseline' policy among the runs)" in out
+
+
+def test_resumed_run_later_lines_win(tmp_path):
+    run = write_run(tmp_path, "r", "baseline", [3.0, 2.0], 4)
+    with open(os.path.join(run, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps({"type": "resume", "iter": 10}) + "\n")
+        f.write(json.dumps({"type": "eval", "iter": 10, "val_loss": 1.5, "syncs_per_fwd": 4}) + "\n")
+    summary = compare_runs.load_run(run)
+    assert summary["curve"] == [(0, 3.0), (10, 1.5)] and summary["best_val"] == 1.5
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda root: str(root / "missing"), "not a directory"),
+    (lambda root: os.makedirs(root / "empty") or str(root / "empty"), "no config.json"),
+    (lambda root: str(root / "nothing-*"), "no run directory matches"),
+])
+def test_clear_errors(tmp_path, capsys, make, message):
+    assert compare_runs.main([make(tmp_path), "--out", str(tmp_path / "x.png")]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_run_without_metrics(tmp_path, capsys):
+    run = tmp_path / "new"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    assert compare_runs.main([str(run), "--out", str(tmp_path / "x.png")]) == 1
+    assert "no metrics.jsonl or log.txt" in capsys.readouterr().err
