@@ -131,8 +131,8 @@ def wrap(model, variant, mesh):
 def n_buckets(wrapped):
     if isinstance(wrapped, BucketedDDP):
         return len(wrapped.buckets)
-    data = wrapped._get_ddp_logging_data()  # rebuilt sizes are logged from iteration 10 on
-    sizes = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes")
+    # torch DDP logs its rebuilt buckets from iteration 10 on (before that: n/a).
+    sizes = wrapped._get_ddp_logging_data().get("rebuilt_bucket_sizes")
     return len(str(sizes).split(",")) if sizes else None
 
 

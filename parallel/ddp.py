@@ -42,7 +42,8 @@ Design.
   Which parameters are unused must agree across ranks when find_unused_parameters=False,
   otherwise the ranks issue different collectives and hang.
 
-Modes (for the benchmark; all share this code, only bucketing and launch time differ):
+Modes (for the benchmark; all share this code, only bucketing and launch time differ; only
+"bucketed" reads the bucket caps):
   "bucketed": buckets as above, launched from the hooks (default).
   "overlap":  one bucket per parameter, launched from the hooks.
   "naive":    one bucket per parameter, all launched after backward, in finish.
@@ -127,7 +128,6 @@ class BucketedDDP(nn.Module):
         self.params = [p for _, p in named]
         self._sync = True
         self._record_order = mode in HOOK_MODES  # rebuild buckets after the first synced step
-        self._arrival = []
         self._build_buckets(list(reversed(range(len(self.params)))))
         self._reset_step()
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i))
@@ -149,6 +149,7 @@ class BucketedDDP(nn.Module):
 
     def _reset_step(self):
         self._ready = [False] * len(self.params)
+        self._arrival = []  # indices in the order their grads got ready (first step only)
         self._next = 0  # first bucket not yet launched
         for b in self.buckets:
             b.pending, b.work = len(b.params), None
@@ -236,7 +237,6 @@ class BucketedDDP(nn.Module):
         order = t.tolist()  # once, after the first step
         if order != [i for b in self.buckets for i in b.indices]:
             self._build_buckets(order)
-        self._arrival = []
 
     @contextmanager
     def no_sync(self):
