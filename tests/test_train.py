@@ -16,7 +16,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import TINY, eval_records, read_metrics, run_train, start_train, train_losses
+from tests.conftest import REPO, TINY, eval_records, read_metrics, run_train, start_train, train_losses
 
 ITERS = 20
 DROPOUT = "--dropout=0.1"  # so the tests also cover dropout RNG handling
@@ -178,3 +178,14 @@ def test_bad_requests_fail_cleanly_without_out_dir(workdir, extra, nproc, messag
     assert proc.stderr.count("error: ") == 1
     if nproc == 1:
         assert "Traceback" not in proc.stderr
+
+
+def test_sample_is_the_same_at_tp1_and_tp2(workdir, reference_run):
+    """sample.py loads the full checkpoint at any tp; TP ranks draw the same tokens as one process."""
+    sample = os.path.join(REPO, "sample.py")
+    args = [f"--out_dir={reference_run}", "--prompt=the ", "--num_samples=2", "--max_new_tokens=30"]
+    one = run_train(args, workdir, script=sample).stdout
+    two = run_train(args + ["--tp=2"], workdir, nproc=2, script=sample).stdout
+    texts = one.split("---------------\n")[:-1]
+    assert len(texts) == 2 and all(t.startswith("the ") and len(t) == len("the ") + 30 + 1 for t in texts)
+    assert two == one

@@ -1,0 +1,134 @@
+"""Sample from a trained model (nanoGPT's sample.py), at any tensor-parallel degree.
+
+    python sample.py --out_dir=out-shakespeare-grouped-6sync --start="ROMEO:" --num_samples=3
+    torchrun --standalone --nproc_per_node=2 sample.py --out_dir=out-shakespeare-grouped-6sync --prompt="ROMEO:"
+
+(Under torchrun write --prompt: torchrun takes --start as an abbreviation of its --start-method.)
+
+Loads out_dir/ckpt.pt (full, unsharded weights, whatever tp trained it) into the model sharded
+over --tp ranks (default: all processes). Text is encoded with the dataset's meta.pkl for
+character-level datasets, else with the offline GPT-2 BPE (data/gpt2_tokenizer.py). Every TP
+rank draws the same tokens (same seed; logits are replicated); rank 0 prints.
+"""
+import argparse
+import os
+import pickle
+import sys
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+
+from parallel.mesh import init_mesh
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out_dir", default="out", help="run directory holding ckpt.pt")
+    p.add_argument("--ckpt", default="ckpt.pt", help="checkpoint file name in out_dir (e.g. ckpt_best.pt)")
+    p.add_argument("--start", "--prompt", dest="start", default="\n",
+                   help='prompt text, or "FILE:path" to read it from a file')
+    p.add_argument("--num_samples", type=int, default=10)
+    p.add_argument("--max_new_tokens", type=int, default=500)
+    p.add_argument("--temperature", type=float, default=0.8, help="< 1 sharpens, > 1 flattens the distribution")
+    p.add_argument("--top_k", type=int, default=200, help="keep the top_k most likely tokens (0: all)")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--tp", type=int, default=None, help="tensor-parallel degree (default: the world size)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
+    args = p.parse_args(argv)
+    for name in ("num_samples", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.temperature <= 0:
+        p.error(f"--temperature must be > 0, got {args.temperature}")
+    return args
+
+
+def load_codec(dataset):
+    """(encode, decode) for the checkpoint's dataset: meta.pkl's characters, else GPT-2 BPE."""
+    meta_path = os.path.join("data", dataset, "meta.pkl") if dataset else None
+    if meta_path and os.path.exists(meta_path):
+        with open(meta_path, "rb") as f:
+            meta = pickle.load(f)
+        if "stoi" not in meta or "itos" not in meta:
+            raise ValueError(f"{meta_path} has no 'stoi'/'itos' vocabulary to encode the prompt with")
+        stoi, itos = meta["stoi"], meta["itos"]
+
+        def encode(s):
+            unknown = sorted(set(s) - set(stoi))
+            if unknown:
+                raise ValueError(f"characters {unknown} are not in the vocabulary of {meta_path}")
+            return [stoi[c] for c in s]
+
+        return encode, lambda ids: "".join(itos[i] for i in ids)
+    from data.gpt2_tokenizer import get_gpt2_encoding
+    enc = get_gpt2_encoding()
+    return (lambda s: enc.encode(s, allowed_special={"<|endoftext|>"})), enc.decode
+
+
+def fail(message, rank=0):
+    if rank == 0:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    sys.exit(1)
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device=cuda but CUDA is not available")
+    device_type = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    tp = args.tp if args.tp is not None else int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        mesh = init_mesh(tp, device_type)
+    except ValueError as e:
+        fail(str(e))
+    ckpt_path = os.path.join(args.out_dir, args.ckpt)
+    if not os.path.exists(ckpt_path):
+        fail(f"{ckpt_path} not found (train first: python train_reduced_sync.py ... --out_dir={args.out_dir})", mesh.rank)
+    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+
+    from model.gpt import GPT, GPTConfig
+    try:
+        torch.manual_seed(args.seed)
+        model = GPT(GPTConfig(**checkpoint["model_args"]), tp_group=mesh.tp_group)
+    except ValueError as e:
+        fail(str(e), mesh.rank)
+    model.load_state_dict(checkpoint["model"])
+    model.eval().to(mesh.device)
+
+    dtype = args.dtype
+    if dtype == "auto":
+        dtype = ("bfloat16" if torch.cuda.is_bf16_supported() else "float16") if device_type == "cuda" else "float32"
+    autocast = (torch.amp.autocast(device_type="cuda", dtype=getattr(torch, dtype))
+                if device_type == "cuda" and dtype != "float32" else nullcontext())
+
+    start = args.start
+    if start.startswith("FILE:"):
+        with open(start[5:], encoding="utf-8") as f:
+            start = f.read()
+    try:
+        encode, decode = load_codec(checkpoint.get("config", {}).get("dataset"))
+        ids = encode(start)
+    except ValueError as e:
+        fail(str(e), mesh.rank)
+    if not ids:
+        fail("--start encodes to no tokens; give a non-empty prompt", mesh.rank)
+    x = torch.tensor(ids, dtype=torch.long, device=mesh.device)[None, ...]
+
+    torch.manual_seed(args.seed)  # the same stream on every rank: TP ranks must draw the same tokens
+    with torch.no_grad(), autocast:
+        for _ in range(args.num_samples):
+            y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None)
+            if mesh.is_master:
+                print(decode(y[0].tolist()))
+                print("---------------", flush=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
