@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The project's test command (README.md): install the requirements, prepare the offline
+# Shakespeare datasets if they are missing, then run the unit tests and the
+# all-architectures check. Run from anywhere:  bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python -m pip install -q -r requirements.txt
+
+# tests/test_data.py checks the prepared .bin files when they exist; preparing is offline and fast
+for name in shakespeare shakespeare_char; do
+    if [ ! -f "data/$name/train.bin" ]; then
+        python "data/$name/prepare.py"
+    fi
+done
+
+python -m pytest -q tests/
+if [ -f test_all_architectures.py ]; then
+    python test_all_architectures.py
+fi
