@@ -112,7 +112,7 @@ def main(argv):
     try:
         encode, decode = load_codec(checkpoint.get("config", {}).get("dataset"))
         ids = encode(start)
-    except ValueError as e:
+    except (ValueError, RuntimeError) as e:  # RuntimeError: the offline GPT-2 BPE files are missing
         fail(str(e), mesh.rank)
     if not ids:
         fail("--start encodes to no tokens; give a non-empty prompt", mesh.rank)

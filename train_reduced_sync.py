@@ -74,7 +74,7 @@ def data_dir_for(dataset):
     return os.path.join("data", dataset)
 
 
-def check_data(dataset):
+def check_data(dataset, block_size):
     """Return (data_dir, vocab_size) or raise RunError naming the prepare script."""
     data_dir = data_dir_for(dataset)
     for split in ("train", "val"):
@@ -82,6 +82,9 @@ def check_data(dataset):
         if not os.path.exists(path):
             raise RunError(f"{path} not found: prepare the dataset first with "
                            f"`python data/{dataset}/prepare.py`")
+        n_tokens = os.path.getsize(path) // 2  # uint16 tokens
+        if n_tokens <= block_size + 1:
+            raise RunError(f"{path} holds {n_tokens} tokens, too few for block_size={block_size}")
     meta_path = os.path.join(data_dir, "meta.pkl")
     if os.path.exists(meta_path):  # char-level datasets store their vocabulary size
         with open(meta_path, "rb") as f:
@@ -201,8 +204,10 @@ class NonFiniteTracker:
         self.count = torch.zeros((), device=device)
         self.first_iter = torch.full((), -1, dtype=torch.long, device=device)
 
-    def update(self, iter_num, loss, grad_norm):
-        bad = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
+    def update(self, iter_num, loss, grad_norm=None):
+        """grad_norm=None: judge by the loss alone (float16, where GradScaler expects, and skips,
+        steps whose scaled grads overflow)."""
+        bad = ~torch.isfinite(loss) if grad_norm is None else ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
         self.count += bad
         self.first_iter = torch.where(bad & (self.first_iter < 0), iter_num, self.first_iter)
 
@@ -422,7 +427,7 @@ def main(argv):
     device = mesh.device
     try:
         micro_steps = micro_steps_per_replica(cfg, mesh.dp)
-        data_dir, vocab_size = check_data(cfg.dataset)
+        data_dir, vocab_size = check_data(cfg.dataset, cfg.block_size)
     except (ConfigError, RunError) as e:
         fail(str(e), mesh)
     dtype = cfg.dtype
@@ -559,7 +564,7 @@ def main(argv):
         seeds = [dropout_seed(cfg.seed, iter_num, g) for g in micro_batches]
         train_loss, grad_norm = train_step(model, raw_model, optimizer, scaler, x, y, seeds, cfg.grad_clip,
                                            mesh.tp_group, autocast_ctx, device)
-        nonfinite.update(iter_num, train_loss, grad_norm)
+        nonfinite.update(iter_num, train_loss, None if scaler.is_enabled() else grad_norm)
         timed_iters += 1
 
         if iter_num % cfg.log_interval == 0:  # the only host-device sync of a normal step
@@ -571,10 +576,13 @@ def main(argv):
             dt = (time.time() - timer_start) / timed_iters
             mfu = estimate_mfu(raw_model, cfg, tokens_per_iter, dt, peak_flops)
             tok_per_s = tokens_per_iter / dt
+            record = {"type": "train", "iter": iter_num, "loss": loss_value, "grad_norm": norm_value, "lr": lr,
+                      "time_ms": dt * 1000, "tok_per_s": tok_per_s, "mfu": mfu}
             log.write(f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.2f}ms, tok/s {tok_per_s:,.0f}, "
-                      + (f"mfu {mfu * 100:.2f}%" if mfu is not None else "mfu n/a"),
-                      {"type": "train", "iter": iter_num, "loss": loss_value, "grad_norm": norm_value, "lr": lr,
-                       "time_ms": dt * 1000, "tok_per_s": tok_per_s, "mfu": mfu})
+                      + (f"mfu {mfu * 100:.2f}%" if mfu is not None else "mfu n/a"), record)
+            if wandb is not None:
+                wandb.log({"iter": iter_num, "train/step_loss": loss_value, "grad_norm": norm_value, "lr": lr,
+                           "tok_per_s": tok_per_s, "mfu": mfu})
             timer_start, timed_iters = time.time(), 0
         iter_num += 1
 
