@@ -35,6 +35,7 @@ model.local_tensor. On CPU a resumed run prints exactly the losses of an uninter
 No host-device sync inside a training step: losses and grad norms stay on the device and are
 read only every log_interval (and at evals), which is also where non-finite values are caught.
 """
+import importlib.util
 import json
 import math
 import os
@@ -53,6 +54,8 @@ import torch.distributed as dist
 
 from configurator import ConfigError, format_config, micro_steps_per_replica, parse, save_config
 from parallel import comm
+from model.gpt import GPT, GPTConfig
+from parallel.ddp import BucketedDDP
 from parallel.grad import clip_grad_norm_
 from parallel.mesh import init_mesh
 
@@ -435,6 +438,8 @@ def main(argv):
         dtype = ("bfloat16" if torch.cuda.is_bf16_supported() else "float16") if device_type == "cuda" else "float32"
     if device_type == "cpu" and dtype != "float32":
         fail(f"dtype={dtype!r} is only supported on CUDA; use float32 or auto on CPU", mesh)
+    if cfg.wandb_log and importlib.util.find_spec("wandb") is None:
+        fail("wandb_log=True but wandb is not installed: pip install wandb (or --wandb_log=False)", mesh)
 
     checkpoint, ckpt_path = None, os.path.join(cfg.out_dir, "ckpt.pt")
     if cfg.init_from == "resume":
@@ -453,7 +458,6 @@ def main(argv):
             print("note: seed/batch_size/block_size/gradient_accumulation_steps differ from the "
                   "checkpoint's: the data order after resuming differs from the original run's")
 
-    from model.gpt import GPT, GPTConfig  # imported late so config errors stay fast
     model_args = dict(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer,
                       n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias,
                       n_tracks=cfg.n_tracks, sync_policy=cfg.sync_policy)
@@ -495,7 +499,7 @@ def main(argv):
     iter_num, best_val_loss = 0, 1e9
     if checkpoint is not None:
         load_full_optimizer_state(optimizer, raw_model, checkpoint["optimizer"])
-        if cfg.dtype == "float16" and checkpoint.get("scaler"):
+        if dtype == "float16" and checkpoint.get("scaler"):
             scaler.load_state_dict(checkpoint["scaler"])
         restore_rng_states(checkpoint["rng"], device)
         iter_num, best_val_loss = checkpoint["iter_num"], checkpoint["best_val_loss"]
@@ -506,8 +510,8 @@ def main(argv):
     start_iter = iter_num
 
     model = torch.compile(raw_model) if cfg.compile else raw_model
-    from parallel.ddp import BucketedDDP  # handles a group of one replica as well
-    model = BucketedDDP(model, process_group=mesh.dp_group, bucket_cap_mb=cfg.bucket_cap_mb)
+    model = BucketedDDP(  # a dp group of one replica is fine too: then no communication
+        model, process_group=mesh.dp_group, bucket_cap_mb=cfg.bucket_cap_mb)
 
     wandb = None
     if cfg.wandb_log and mesh.is_master:

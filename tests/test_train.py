@@ -6,6 +6,7 @@ their losses must match it to float tolerance; a run killed with SIGKILL and res
 it exactly; a tp=2 checkpoint resumed at tp=1 must continue it to float tolerance.
 """
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -189,3 +190,18 @@ def test_sample_is_the_same_at_tp1_and_tp2(workdir, reference_run):
     texts = one.split("---------------\n")[:-1]
     assert len(texts) == 2 and all(t.startswith("the ") and len(t) == len("the ") + 30 + 1 for t in texts)
     assert two == one
+
+
+def test_wandb_offline_or_clear_error(workdir, monkeypatch):
+    """wandb is optional: with it installed, WANDB_MODE=offline runs without network; without it,
+    wandb_log=True is refused up front (before out_dir exists)."""
+    out = os.path.join(workdir, "out-wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", workdir)
+    proc = run_train([*TINY, f"--out_dir={out}", "--max_iters=2", "--wandb_log=True"], workdir, check=False)
+    if importlib.util.find_spec("wandb") is None:
+        assert proc.returncode == 1 and "wandb_log=True but wandb is not installed" in proc.stderr
+        assert not os.path.exists(out)
+    else:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert eval_records(out)[2]["val_loss"] > 0
