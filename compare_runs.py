@@ -69,8 +69,13 @@ def load_run(run_dir):
     with open(config_path) as f:
         config = json.load(f)
     if os.path.exists(metrics_path):
+        records = []
         with open(metrics_path) as f:
-            records = [json.loads(line) for line in f if line.strip()]
+            for line in f:
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass  # blank, or cut short by a killed run
     elif os.path.exists(log_path):
         records = records_from_log(log_path)
     else:

@@ -1,7 +1,8 @@
 """Train a GPT with reduced-synchronization tensor parallelism (dp x tp), in nanoGPT's spirit.
 
-    python train_reduced_sync.py config/train_shakespeare.py                    # one process
+    python train_reduced_sync.py config/shakespeare_grouped_6sync.py              # one process
     torchrun --standalone --nproc_per_node=8 train_reduced_sync.py config/train_grouped_6sync.py --tp=2
+    python train_reduced_sync.py config/shakespeare_grouped_6sync.py --init_from=resume   # continue
 
 world = dp * tp processes. The tp ranks of one data-parallel replica hold shards of one model
 and read the same batch; replicas average gradients with parallel/ddp.py's BucketedDDP.
@@ -46,15 +47,14 @@ import sys
 import tempfile
 import time
 from contextlib import nullcontext
-from dataclasses import asdict
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from configurator import ConfigError, format_config, micro_steps_per_replica, parse, save_config
-from parallel import comm
 from model.gpt import GPT, GPTConfig
+from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.grad import clip_grad_norm_
 from parallel.mesh import init_mesh
@@ -390,6 +390,13 @@ class RunLog:
         self.enabled = enabled
         self.txt = os.path.join(out_dir, "log.txt")
         self.jsonl = os.path.join(out_dir, "metrics.jsonl")
+        if enabled:  # a run killed mid-line left a partial line: end it, so appended lines stay whole
+            for path in (self.txt, self.jsonl):
+                if os.path.exists(path) and os.path.getsize(path) > 0:
+                    with open(path, "rb+") as f:
+                        f.seek(-1, os.SEEK_END)
+                        if f.read(1) != b"\n":
+                            f.write(b"\n")
 
     def write(self, text, record=None):
         if not self.enabled:

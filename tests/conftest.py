@@ -88,8 +88,15 @@ def start_train(args, cwd, nproc=1, script=TRAIN_SCRIPT):
 
 
 def read_metrics(out_dir):
+    """Records of metrics.jsonl; a line cut short by a killed run is skipped."""
+    records = []
     with open(os.path.join(out_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return records
 
 
 def train_losses(out_dir):

@@ -4,10 +4,7 @@ At tp=1 directly; at tp=2 (two gloo processes) the sharded model's norm and its 
 gathered to full shapes, must equal what torch computes on the tp=1 model: this fails if
 replicated parameters were counted once per TP rank.
 """
-import os
-import sys
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
