@@ -589,7 +589,7 @@ def main(argv):
             tok_per_s = tokens_per_iter / dt
             record = {"type": "train", "iter": iter_num, "loss": loss_value, "grad_norm": norm_value, "lr": lr,
                       "time_ms": dt * 1000, "tok_per_s": tok_per_s, "mfu": mfu}
-            log.write(f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.2f}ms, tok/s {tok_per_s:,.0f}, "
+            log.write(f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.2f}ms, tok/s {tok_per_s:.0f}, "
                       + (f"mfu {mfu * 100:.2f}%" if mfu is not None else "mfu n/a"), record)
             if wandb is not None:
                 wandb.log({"iter": iter_num, "train/step_loss": loss_value, "grad_norm": norm_value, "lr": lr,
