@@ -386,10 +386,14 @@ def save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, 
 class RunLog:
     """log.txt (human, appended) and metrics.jsonl (machine) in out_dir, written by rank 0 only."""
 
-    def __init__(self, out_dir, enabled):
+    def __init__(self, out_dir, enabled, fresh):
+        """fresh: a new run (init_from='scratch') starts new logs; a resumed run appends."""
         self.enabled = enabled
         self.txt = os.path.join(out_dir, "log.txt")
         self.jsonl = os.path.join(out_dir, "metrics.jsonl")
+        if enabled and fresh:
+            for path in (self.txt, self.jsonl):
+                open(path, "w").close()
         if enabled:  # a run killed mid-line left a partial line: end it, so appended lines stay whole
             for path in (self.txt, self.jsonl):
                 if os.path.exists(path) and os.path.getsize(path) > 0:
@@ -429,7 +433,10 @@ def main(argv):
         fail(str(e))
     if cfg.device == "cuda" and not torch.cuda.is_available():
         fail("device='cuda' but CUDA is not available; use --device=cpu or --device=auto")
-    device_type = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
+    # 'auto' takes CUDA only when every local process gets its own GPU (NCCL needs one each)
+    local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    cuda_fits = torch.cuda.is_available() and torch.cuda.device_count() >= local_procs
+    device_type = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and cuda_fits) else "cpu"
     try:
         mesh = init_mesh(cfg.tp, device_type)
     except ValueError as e:
@@ -492,7 +499,7 @@ def main(argv):
               f"{micro_steps} micro-steps per replica, {tokens_per_iter:,} tokens per iteration, "
               f"{derived['n_params'] / 1e6:.2f}M parameters, {dtype} on {device_type}")
         save_config(cfg, os.path.join(cfg.out_dir, "config.json"), extra={"derived": derived})
-    log = RunLog(cfg.out_dir, mesh.is_master)
+    log = RunLog(cfg.out_dir, mesh.is_master, fresh=cfg.init_from == "scratch")
     comm.barrier()  # out_dir exists before any rank goes on
 
     if device_type == "cuda":

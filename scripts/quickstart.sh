@@ -5,23 +5,16 @@
 #   grouped:4   3 all-reduces per forward pass
 # Runs on CPU (gloo), or on GPUs (NCCL) when the machine has at least 2.
 # Extra arguments go to both training runs, e.g.  bash scripts/quickstart.sh --max_iters=50
-# Re-running appends to the runs' logs; compare_runs.py keeps the later lines.
+# Re-running starts the runs (and their logs) afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python -m pip install -q -r requirements.txt
 python data/shakespeare/prepare.py
 
-# 2 processes need 2 GPUs for NCCL; with fewer, train on CPU
-n_gpus=$(python -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
-device=cuda
-if [ "$n_gpus" -lt 2 ]; then
-    device=cpu
-fi
-
 for run in shakespeare_baseline_24sync shakespeare_grouped_3sync; do
-    echo "=== training config/$run.py with tp=2 on $device"
-    torchrun --standalone --nproc_per_node=2 train_reduced_sync.py "config/$run.py" --tp=2 --device=$device "$@"
+    echo "=== training config/$run.py with tp=2 (device=auto: 2 GPUs if present, else CPU)"
+    torchrun --standalone --nproc_per_node=2 train_reduced_sync.py "config/$run.py" --tp=2 "$@"
 done
 
 python compare_runs.py out-shakespeare-baseline-24sync out-shakespeare-grouped-3sync
