@@ -32,7 +32,7 @@ class TrainConfig:
     eval_iters: int = 200
     eval_only: bool = False  # if True, run one evaluation and exit
     always_save_checkpoint: bool = True  # if False, ckpt.pt is only written when val loss improves
-    init_from: str = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
+    init_from: str = "scratch"  # 'scratch', 'resume' (out_dir/ckpt.pt), or path/to/ckpt.pt: fine-tune its weights
     # wandb logging (imported only when enabled; WANDB_MODE=offline works without network)
     wandb_log: bool = False
     wandb_project: str = "reduced-sync"
@@ -121,8 +121,11 @@ def validate(cfg):
     """Check values beyond their type. Raises ConfigError."""
     for key, allowed in CHOICES.items():
         value = getattr(cfg, key)
+        if key == "init_from" and value.endswith(".pt"):
+            continue  # a checkpoint to fine-tune from; the trainer checks that it exists
         if value not in allowed:
-            raise ConfigError(f"invalid {key}={value!r}; allowed: {', '.join(allowed)}")
+            also = " or a path ending in .pt" if key == "init_from" else ""
+            raise ConfigError(f"invalid {key}={value!r}; allowed: {', '.join(allowed)}{also}")
     for key in AT_LEAST_ONE:
         if getattr(cfg, key) < 1:
             raise ConfigError(f"invalid {key}={getattr(cfg, key)!r}; must be >= 1")

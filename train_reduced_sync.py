@@ -472,6 +472,19 @@ def main(argv):
             print("note: seed/batch_size/block_size/gradient_accumulation_steps differ from the "
                   "checkpoint's: the data order after resuming differs from the original run's")
 
+    init_weights = None
+    if cfg.init_from not in ("scratch", "resume"):
+        # Fine-tune: the weights (and so the architecture) of a checkpoint; the sync policy,
+        # dropout, optimizer and schedule come from this config, from iteration 0.
+        if not os.path.exists(cfg.init_from):
+            fail(f"init_from={cfg.init_from!r}: no such checkpoint file", mesh)
+        source = torch.load(cfg.init_from, map_location="cpu", weights_only=False)
+        for key in ("n_layer", "n_head", "n_embd", "block_size", "bias", "n_tracks"):
+            setattr(cfg, key, source["model_args"][key])
+        init_weights = source["model"]
+        vocab_size = source["model_args"]["vocab_size"]
+        del source
+
     model_args = dict(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer,
                       n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias,
                       n_tracks=cfg.n_tracks, sync_policy=cfg.sync_policy)
@@ -484,6 +497,9 @@ def main(argv):
         fail(str(e), mesh)
     if checkpoint is not None:
         raw_model.load_state_dict(checkpoint["model"])
+    elif init_weights is not None:
+        raw_model.load_state_dict(init_weights)
+        init_weights = None
     raw_model.to(device)
 
     # ---- output directory, config and log: the request is valid from here on.
@@ -499,7 +515,7 @@ def main(argv):
               f"{micro_steps} micro-steps per replica, {tokens_per_iter:,} tokens per iteration, "
               f"{derived['n_params'] / 1e6:.2f}M parameters, {dtype} on {device_type}")
         save_config(cfg, os.path.join(cfg.out_dir, "config.json"), extra={"derived": derived})
-    log = RunLog(cfg.out_dir, mesh.is_master, fresh=cfg.init_from == "scratch")
+    log = RunLog(cfg.out_dir, mesh.is_master, fresh=cfg.init_from != "resume")
     comm.barrier()  # out_dir exists before any rank goes on
 
     if device_type == "cuda":

@@ -44,6 +44,7 @@ one matmul over the rank's concatenated shards (plain Megatron TP). Diverged tra
 leading track dim k and use batched matmuls. Parameters are stored as this rank's shards (same
 names as nanoGPT); state_dict() / load_state_dict() use full, unsharded nanoGPT tensors.
 """
+import dataclasses
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -194,10 +195,8 @@ class GPT(nn.Module):
             divisors = [d for d in range(1, c.n_tracks + 1) if c.n_tracks % d == 0]
             raise ValueError(f"n_tracks={c.n_tracks} is not divisible by tp={self.tp}; "
                              f"tp must be one of {divisors}")
-        self.config = config
-        self.policy = parse_sync_policy(c.sync_policy, c.n_layer)
+        self.config = dataclasses.replace(config)  # set_sync_policy updates our copy only
         self.k = c.n_tracks // self.tp  # tracks on this rank
-        self.syncs_per_forward = self.policy.n_syncs
 
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(c.vocab_size, c.n_embd),
@@ -207,12 +206,19 @@ class GPT(nn.Module):
             ln_f=LayerNorm(c.n_embd, c.bias),
         ))
         self.resid_dropout = nn.Dropout(c.dropout)
-        self._plan_sublayers()
+        self.set_sync_policy(c.sync_policy)
         for name, p in self.named_parameters():
             p.tensor_parallel = shard_kind(name) is not None
         self.load_state_dict(self._init_full_weights())
 
     # ---------------------------------------------------------------- the policy as a plan
+    def set_sync_policy(self, spec):
+        """Switch to another sync policy (same parameters), e.g. to evaluate dropped syncs zero-shot."""
+        self.policy = parse_sync_policy(spec, self.config.n_layer)
+        self.config.sync_policy = spec
+        self.syncs_per_forward = self.policy.n_syncs
+        self._plan_sublayers()
+
     def _plan_sublayers(self):
         """For each sublayer j (2l attention, 2l+1 MLP): is it plain Megatron (shared input and its
         own sync), must its output stay per track, and which replicated params see partial grads."""

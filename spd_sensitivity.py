@@ -1,0 +1,108 @@
+"""Sync-point sensitivity of a trained model, and a data-driven `selective:` policy (SPD-style).
+
+Given a checkpoint trained with every sync (baseline), drop sync points zero-shot, without any
+training, and measure the validation loss on the fixed eval batches of the training script:
+
+  1. one point at a time, from the last block toward the first (attention point a<l>, then the
+     MLP point m<l-1>, ...): sensitivity(p) = val_loss(all points but p) - val_loss(baseline).
+     The final sync before ln_f cannot be dropped.
+  2. cumulatively, dropping points in order of increasing sensitivity, to show how the loss
+     grows as syncs go.
+
+The selective policy for --syncs N keeps the N-1 most sensitive points plus the final one. The
+SPD paper ranks whole blocks by dropping each block's attention sync; its per-block ranking is
+the a<l> rows of the table.
+
+    python spd_sensitivity.py out-shakespeare-baseline-24sync/ckpt.pt --syncs 9 [--out result.json]
+"""
+import argparse
+import json
+import os
+
+import torch
+
+from model.gpt import GPT, GPTConfig
+from train_reduced_sync import eval_offsets, load_tokens, open_split
+
+
+def point_name(p):
+    return ("a" if p % 2 == 0 else "m") + str(p // 2)
+
+
+def selective_spec(points):
+    return "selective:" + ",".join(point_name(p) for p in sorted(points))
+
+
+@torch.no_grad()
+def val_loss(model, data_dir, eval_iters, batch_size, device, autocast):
+    data = open_split(data_dir, "val")
+    block_size = model.config.block_size
+    total = 0.0
+    for k in range(eval_iters):
+        x, y = load_tokens(data, eval_offsets("val", k, len(data), block_size, batch_size), block_size, device)
+        with autocast:
+            total += model(x, y)[1].float()
+    return (total / eval_iters).item()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("ckpt", help="checkpoint of a baseline run (out_dir/ckpt.pt or ckpt_best.pt)")
+    parser.add_argument("--syncs", type=int, default=9, help="sync points of the printed selective policy")
+    parser.add_argument("--eval_iters", type=int, default=None, help="val batches (default: the run's)")
+    parser.add_argument("--batch_size", type=int, default=None, help="default: the run's")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default=None, help="write the table and policy as JSON here")
+    args = parser.parse_args()
+
+    ckpt = torch.load(args.ckpt, map_location="cpu", weights_only=False)
+    cfg, model_args = ckpt["config"], dict(ckpt["model_args"])
+    n_points = 2 * model_args["n_layer"]
+    if not 1 <= args.syncs <= n_points:
+        raise SystemExit(f"error: --syncs={args.syncs} must be between 1 and {n_points}")
+    if model_args["sync_policy"] != "baseline":
+        print(f"note: the checkpoint was trained with sync_policy={model_args['sync_policy']!r}, "
+              f"not baseline; sensitivities are relative to all points synced")
+    model_args.update(sync_policy="baseline", dropout=0.0)
+    model = GPT(GPTConfig(**model_args))
+    model.load_state_dict(ckpt["model"])
+    model.to(args.device).eval()
+    autocast = (torch.amp.autocast("cuda", dtype=torch.bfloat16) if args.device.startswith("cuda")
+                else torch.autocast("cpu", enabled=False))
+    data_dir = os.path.join("data", cfg["dataset"])
+    measure = lambda: val_loss(model, data_dir, args.eval_iters or cfg["eval_iters"],
+                               args.batch_size or cfg["batch_size"], args.device, autocast)
+
+    base = measure()
+    print(f"{args.ckpt}: iter {ckpt['iter_num']}, baseline val loss {base:.4f} ({n_points} syncs)")
+    droppable = list(range(n_points - 2, -1, -1))  # last block toward the first; the final sync stays
+    sensitivity = {}
+    for p in droppable:
+        model.set_sync_policy(selective_spec(set(range(n_points)) - {p}))
+        sensitivity[p] = measure() - base
+    print(f"\n{'point':>6} {'dropped alone: val loss':>24} {'increase':>9}  rank")
+    ranked = sorted(droppable, key=lambda p: -sensitivity[p])
+    for p in droppable:
+        print(f"{point_name(p):>6} {base + sensitivity[p]:>24.4f} {sensitivity[p]:>+9.4f}  {ranked.index(p) + 1}")
+
+    print(f"\n{'syncs':>6} {'cumulative drop (least sensitive first)':>40} {'val loss':>9}")
+    kept, cumulative = set(range(n_points)), []
+    for p in reversed(ranked):
+        kept.discard(p)
+        model.set_sync_policy(selective_spec(kept))
+        cumulative.append({"syncs": len(kept), "dropped": point_name(p), "val_loss": measure()})
+        print(f"{len(kept):>6} {'- ' + point_name(p):>40} {cumulative[-1]['val_loss']:>9.4f}")
+
+    policy = selective_spec(set(ranked[:args.syncs - 1]) | {n_points - 1})
+    print(f"\nmost sensitive first: {', '.join(point_name(p) for p in ranked)}")
+    print(f"policy with {args.syncs} syncs (most sensitive kept): {policy}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"ckpt": args.ckpt, "baseline_val_loss": base,
+                       "sensitivity": {point_name(p): sensitivity[p] for p in droppable},
+                       "ranking": [point_name(p) for p in ranked], "cumulative": cumulative,
+                       "syncs": args.syncs, "policy": policy}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
