@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The sync-point study on the embedded Shakespeare data (issue: how few syncs keep the loss).
+#
+#   bash experiments/shakespeare_sweep.sh [SWEEP_DIR]
+#
+# Phase 1: every policy of config/shakespeare_*.py (4 tracks, 12 layers), all from seed 1337
+#          (same init, same tokens in the same order), plus baseline at seeds 1338 and 1339 for
+#          the noise band. The runs go concurrently onto the visible GPU(s) (or CPU).
+# Phase 2: spd_sensitivity.py on the seed-1337 baseline: zero-shot sensitivity of every sync
+#          point, and data-driven selective policies with 9 and 6 syncs.
+# Phase 3: those two policies trained from scratch (same seed and tokens), and the baseline
+#          fine-tuned into each for FT_ITERS iterations.
+# Logs land in SWEEP_DIR/<run>/ (log.txt, config.json, metrics.jsonl); then
+#   python compare_runs.py SWEEP_DIR/*
+# ITERS / FT_ITERS / EXTRA (more --key=value overrides) can be set in the environment.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+sweep=${1:-experiments/shakespeare-sweep}
+iters=${ITERS:-1500}
+ft_iters=${FT_ITERS:-300}
+# GPU-sized schedule on the config family's architecture: 32 x 256 tokens per iteration.
+common="--batch_size=32 --block_size=256 --max_iters=$iters --lr_decay_iters=$iters --warmup_iters=100
+        --eval_interval=100 --eval_iters=20 --log_interval=50 --always_save_checkpoint=False ${EXTRA:-}"
+mkdir -p "$sweep"
+
+train() {  # train NAME CONFIG [overrides...]: one run in the background, its stdout in SWEEP_DIR/NAME.out
+    local name=$1 config=$2; shift 2
+    python train_reduced_sync.py "config/$config.py" $common --out_dir="$sweep/$name" "$@" \
+        > "$sweep/$name.out" 2>&1 &
+}
+
+echo "== phase 1: $(date -u +%T)"
+for run in baseline_24sync spd_12sync parallel_12sync selective_9sync grouped_6sync grouped_4sync \
+           grouped_3sync grouped_2sync; do
+    train "$run" "shakespeare_$run"
+done
+train baseline_24sync_seed1338 shakespeare_baseline_24sync --seed=1338
+train baseline_24sync_seed1339 shakespeare_baseline_24sync --seed=1339
+wait
+
+echo "== phase 2: $(date -u +%T)"
+for n in 9 6; do
+    python spd_sensitivity.py "$sweep/baseline_24sync/ckpt_best.pt" --syncs $n \
+        --out "$sweep/sensitivity_$n.json" | tee "$sweep/sensitivity_$n.txt"
+done
+
+echo "== phase 3: $(date -u +%T)"
+for n in 9 6; do
+    policy=$(python -c "import json; print(json.load(open('$sweep/sensitivity_$n.json'))['policy'])")
+    train "datadriven_${n}sync" shakespeare_baseline_24sync --sync_policy="$policy"
+    train "datadriven_${n}sync_finetuned" shakespeare_baseline_24sync --sync_policy="$policy" \
+        --init_from="$sweep/baseline_24sync/ckpt_best.pt" --max_iters=$ft_iters --lr_decay_iters=$ft_iters \
+        --warmup_iters=20 --learning_rate=3e-4 --min_lr=3e-5 --eval_interval=50
+done
+wait
+echo "== done: $(date -u +%T)"
+python compare_runs.py "$sweep"/*/ --markdown --out "$sweep/compare_runs.png" | tee "$sweep/compare_runs.md"
