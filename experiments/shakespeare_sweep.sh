@@ -12,7 +12,9 @@
 #          fine-tuned into each for FT_ITERS iterations.
 # Logs land in SWEEP_DIR/<run>/ (log.txt, config.json, metrics.jsonl); then
 #   python compare_runs.py SWEEP_DIR/*
-# ITERS / FT_ITERS / EXTRA (more --key=value overrides) can be set in the environment.
+# Environment: ITERS, FT_ITERS, EXTRA (more --key=value overrides), RUNS (a subset of the phase-1
+# run names, to split the sweep over several machines or calls; phases 2 and 3 run when RUNS
+# includes baseline_24sync).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -30,14 +32,17 @@ train() {  # train NAME CONFIG [overrides...]: one run in the background, its st
         > "$sweep/$name.out" 2>&1 &
 }
 
-echo "== phase 1: $(date -u +%T)"
-for run in baseline_24sync spd_12sync parallel_12sync selective_9sync grouped_6sync grouped_4sync \
-           grouped_3sync grouped_2sync; do
-    train "$run" "shakespeare_$run"
+runs=${RUNS:-baseline_24sync spd_12sync parallel_12sync selective_9sync grouped_6sync grouped_4sync
+              grouped_3sync grouped_2sync baseline_24sync_seed1338 baseline_24sync_seed1339}
+echo "== phase 1: $(date -u +%T): $runs"
+for run in $runs; do
+    case $run in
+        *_seed*) train "$run" "shakespeare_${run%_seed*}" --seed="${run##*_seed}" ;;
+        *) train "$run" "shakespeare_$run" ;;
+    esac
 done
-train baseline_24sync_seed1338 shakespeare_baseline_24sync --seed=1338
-train baseline_24sync_seed1339 shakespeare_baseline_24sync --seed=1339
 wait
+case " $runs " in *" baseline_24sync "*) ;; *) exit 0 ;; esac
 
 echo "== phase 2: $(date -u +%T)"
 for n in 9 6; do
