@@ -6,8 +6,8 @@
 Each run dir needs config.json and metrics.jsonl (written by train_reduced_sync.py); log.txt is
 read when metrics.jsonl is missing. For every run the table shows: the sync policy, syncs/fwd as
 MEASURED in the run (parallel.comm's count of forward all-reduces, logged at each eval), final
-and best val loss, the final val loss relative to the baseline in %, and the median of the
-logged tokens/s. The baseline is the mean over runs whose sync_policy is 'baseline' (several
+and best val loss, both relative to the baseline in %, whether the best val loss is a tie
+with the baseline within its seed noise (2 std), and the median of the logged tokens/s. The baseline is the mean over runs whose sync_policy is 'baseline' (several
 seeds: their standard deviation is printed as the noise level); with none, the first run.
 A resumed run logs some iterations twice: the later line wins.
 
@@ -101,26 +101,32 @@ def load_run(run_dir):
     }
 
 
-def baseline_stats(runs):
-    """(mean final val loss, std or None, description) of the baseline runs, or of the first run."""
+def baseline_stats(runs, key="final_val"):
+    """(mean of `key` over the baseline runs, std or None, description), or the first run's value."""
     base = [r for r in runs if r["policy"] == "baseline"]
     if not base:
-        return runs[0]["final_val"], None, f"first run ({runs[0]['name']}; no 'baseline' policy among the runs)"
-    values = [r["final_val"] for r in base]
+        return runs[0][key], None, f"first run ({runs[0]['name']}; no 'baseline' policy among the runs)"
+    values = [r[key] for r in base]
     mean = statistics.fmean(values)
     std = statistics.stdev(values) if len(values) > 1 else None
     noise = f", std {std:.4f} = {100 * std / mean:.2f}% (run-to-run noise)" if std is not None else ""
-    return mean, std, f"mean of {len(values)} baseline run(s): {mean:.4f}{noise}"
+    return mean, std, f"{key.replace('_', ' ')}: mean of {len(values)} baseline run(s): {mean:.4f}{noise}"
 
 
-def table_rows(runs, base_mean):
-    header = ["run", "policy", "syncs/fwd", "final iter", "final val", "best val", "Δ val vs base", "tok/s"]
+def table_rows(runs, final_base, best_base, best_std=None):
+    """Δ columns are relative to the baseline mean; with a seed std, |Δ best| <= 2 std is a tie."""
+    header = ["run", "policy", "syncs/fwd", "final iter", "final val", "best val", "Δ final vs base",
+              "Δ best vs base", "vs noise", "tok/s"]
     rows = []
     for r in runs:
-        delta = 100 * (r["final_val"] - base_mean) / base_mean
+        delta = 100 * (r["final_val"] - final_base) / final_base
+        delta_best = 100 * (r["best_val"] - best_base) / best_base
+        verdict = ("" if not best_std else
+                   "tie" if abs(r["best_val"] - best_base) <= 2 * best_std else
+                   "better" if r["best_val"] < best_base else "worse")
         rows.append([r["name"], r["policy"], "?" if r["syncs"] is None else str(r["syncs"]), str(r["final_iter"]),
-                     f"{r['final_val']:.4f}", f"{r['best_val']:.4f}", f"{delta:+.2f}%",
-                     "?" if r["tok_per_s"] is None else f"{r['tok_per_s']:,.0f}"])
+                     f"{r['final_val']:.4f}", f"{r['best_val']:.4f}", f"{delta:+.2f}%", f"{delta_best:+.2f}%",
+                     verdict, "?" if r["tok_per_s"] is None else f"{r['tok_per_s']:,.0f}"])
     return header, rows
 
 
@@ -185,10 +191,13 @@ def main(argv=None):
     except RunError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    base_mean, _, base_desc = baseline_stats(runs)
-    header, rows = table_rows(runs, base_mean)
+    final_base, _, final_desc = baseline_stats(runs, "final_val")
+    best_base, best_std, best_desc = baseline_stats(runs, "best_val")
+    header, rows = table_rows(runs, final_base, best_base, best_std)
     print(format_table(header, rows, args.markdown))
-    print(f"\nbaseline: {base_desc}")
+    print(f"\nbaseline {final_desc}\nbaseline {best_desc}")
+    if best_std:
+        print("vs noise: 'tie' when |best val - baseline mean| <= 2 x the baseline seeds' std")
     if len({r["final_iter"] for r in runs}) > 1:
         print("note: the runs end at different iterations; compare final losses with care")
     plot(runs, args.out)

@@ -38,11 +38,12 @@ def test_table_against_mean_of_baselines(tmp_path, capsys):
     assert compare_runs.main([str(tmp_path / "base-*"), str(tmp_path / "grouped"), "--out", str(png)]) == 0
     out = capsys.readouterr().out
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("base-", "grouped"))}
-    # run, policy, syncs/fwd, final iter, final val, best val, delta, tok/s
-    assert lines["grouped"][:7] == ["grouped", "grouped:2", "6", "20", "2.3100", "2.3100", "+10.00%"]
+    # run, policy, syncs/fwd, final iter, final val, best val, Δ final, Δ best, vs noise, tok/s
+    assert lines["grouped"] == ["grouped", "grouped:2", "6", "20", "2.3100", "2.3100", "+10.00%", "+10.00%",
+                                "tie", "2,000"]  # 0.21 above the mean is within 2 x std 0.1414
     assert lines["base-s1"][6] == "-4.76%" and lines["base-s2"][6] == "+4.76%"
-    assert lines["base-s1"][7] == "2,000"  # median of the logged tok/s
-    assert "mean of 2 baseline run(s): 2.1000, std 0.1414 = 6.73% (run-to-run noise)" in out
+    assert lines["base-s1"][9] == "2,000"  # median of the logged tok/s
+    assert "final val: mean of 2 baseline run(s): 2.1000, std 0.1414 = 6.73% (run-to-run noise)" in out
     assert png.stat().st_size > 10_000
 
 
@@ -52,8 +53,8 @@ def test_markdown_and_no_baseline_uses_first_run(tmp_path, capsys):
     assert compare_runs.main([a, b, "--markdown", "--out", str(tmp_path / "x.png")]) == 0
     out = capsys.readouterr().out
     assert "| run | policy | syncs/fwd |" in out
-    assert "| b | grouped:4 | 3 | 10 | 2.5000 | 2.5000 | +25.00% | 2,000 |" in out
-    assert "baseline: first run (a; no 'baseline' policy among the runs)" in out
+    assert "| b | grouped:4 | 3 | 10 | 2.5000 | 2.5000 | +25.00% | +25.00% |  | 2,000 |" in out
+    assert "baseline first run (a; no 'baseline' policy among the runs)" in out
 
 
 def test_resumed_run_later_lines_win(tmp_path):
