@@ -12,6 +12,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import time
 
 import pytest
@@ -205,3 +206,29 @@ def test_wandb_offline_or_clear_error(workdir, monkeypatch):
     else:
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert eval_records(out)[2]["val_loss"] > 0
+
+
+def test_finetune_from_checkpoint_under_another_policy_and_sensitivity(workdir, reference_run):
+    """init_from=path/ckpt.pt starts at iteration 0 from those weights under this run's sync policy;
+    spd_sensitivity.py ranks the sync points of that checkpoint and prints a valid policy."""
+    import subprocess
+    from tests.conftest import run_env
+    ckpt = os.path.join(reference_run, "ckpt.pt")
+    out = os.path.join(workdir, "out-finetune")
+    run_train(tiny(out, f"--init_from={ckpt}", "--sync_policy=spd", "--max_iters=5", "--n_layer=7"), workdir)
+    evals = eval_records(out)
+    assert evals[0]["iter"] == 0 and evals[0]["syncs_per_fwd"] == 2  # spd at the checkpoint's 2 layers
+    scratch = os.path.join(workdir, "out-spd-scratch")
+    run_train(tiny(scratch, "--sync_policy=spd", "--max_iters=5"), workdir)
+    assert evals[0]["val_loss"] < eval_records(scratch)[0]["val_loss"] - 0.1  # it starts trained
+
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO, "spd_sensitivity.py"), ckpt, "--syncs", "2", "--device", "cpu",
+         "--out", os.path.join(workdir, "sens.json")], cwd=workdir, env=run_env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    with open(os.path.join(workdir, "sens.json")) as f:
+        sens = json.load(f)
+    assert sorted(sens["sensitivity"]) == ["a0", "a1", "m0"]  # every point but the final m1
+    order = ["a0", "m0", "a1", "m1"]
+    assert sens["policy"] == "selective:" + ",".join(sorted([sens["ranking"][0], "m1"], key=order.index))
+    assert [c["syncs"] for c in sens["cumulative"]] == [3, 2, 1]
