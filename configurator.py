@@ -214,16 +214,22 @@ def format_config(cfg):
     return "\n".join(f"  {k} = {v!r}" for k, v in cfg.to_dict().items())
 
 
-def atomic_write_text(path, text):
-    """Write via a temp file in the same directory + fsync + os.replace: readers never see half a file."""
+def atomic_write(path, write):
+    """Call write(f) on a binary temp file in path's directory, fsync, then os.replace it onto path:
+    a reader (or a run killed midway) sees the old file or the new one, never half of one."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        dir_fd = os.open(directory, os.O_RDONLY)  # make the rename itself durable
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -235,4 +241,4 @@ def save_config(cfg, path, extra=None):
     d = cfg.to_dict()
     if extra:
         d.update(extra)
-    atomic_write_text(path, json.dumps(d, indent=2) + "\n")
+    atomic_write(path, lambda f: f.write((json.dumps(d, indent=2) + "\n").encode()))

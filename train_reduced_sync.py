@@ -42,9 +42,7 @@ import math
 import os
 import pickle
 import random
-import shutil
 import sys
-import tempfile
 import time
 from contextlib import nullcontext
 
@@ -52,7 +50,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from configurator import ConfigError, format_config, micro_steps_per_replica, parse, save_config
+from configurator import ConfigError, atomic_write, format_config, micro_steps_per_replica, parse, save_config
 from model.gpt import GPT, GPTConfig
 from parallel import comm
 from parallel.ddp import BucketedDDP
@@ -267,42 +265,6 @@ def peak_flops_total(device, dtype, world_size):
 
 
 # ----------------------------------------------------------------------------- checkpoints
-def atomic_torch_save(obj, path):
-    """torch.save to a temp file in the same directory, fsync, os.replace: a kill leaves the old file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(directory, os.O_RDONLY)  # make the rename itself durable
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def atomic_copy(src, dst):
-    directory = os.path.dirname(os.path.abspath(dst))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
-    try:
-        with os.fdopen(fd, "wb") as f, open(src, "rb") as s:
-            shutil.copyfileobj(s, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def full_optimizer_state(optimizer, raw_model):
     """Optimizer state keyed by parameter name, with shard-shaped tensors gathered to full shape
     (a collective over the TP group: every TP rank calls it, in the same parameter order)."""
@@ -355,7 +317,7 @@ def restore_rng_states(states, device):
 
 
 def save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss):
-    """Write the checkpoint to every path in `paths` (the first written, the others copied).
+    """Write the checkpoint, atomically, to every path in `paths`.
     Only data-parallel replica 0 gathers (its TP ranks all must call this); rank 0 writes."""
     if mesh.dp_rank != 0:
         return
@@ -377,9 +339,8 @@ def save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, 
         "rng": rng_states(mesh.device),
         "scaler": scaler.state_dict(),
     }
-    atomic_torch_save(checkpoint, paths[0])
-    for path in paths[1:]:
-        atomic_copy(paths[0], path)
+    for path in paths:
+        atomic_write(path, lambda f: torch.save(checkpoint, f))
 
 
 # ----------------------------------------------------------------------------- logging

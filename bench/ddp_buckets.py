@@ -32,7 +32,6 @@ nanoGPT-shaped model below; auto (default) takes gpt if it imports.
 import argparse
 import gc
 import json
-import math
 import os
 import statistics
 import sys

@@ -274,7 +274,7 @@ class GPT(nn.Module):
 
     def _blocks(self, x, kv_cache):
         """Apply the sync rule of the module docstring over all 2*n_layer sublayers."""
-        group, k = self.tp_group, self.k
+        group = self.tp_group
         partial = self._partial_params()
         region = None  # between two syncs: dict(x=f(x), beta=..., d=[k,B,T,C], d_summed=[B,T,C])
         block_input = None
@@ -384,7 +384,7 @@ class GPT(nn.Module):
         if kind is None:
             return local
         shards = comm.all_gather(local, self.tp_group, "checkpoint")
-        n, tail = self.config.n_tracks, local.shape[1:]
+        tail = local.shape[1:]
         if kind == "qkv":
             per_track = torch.cat([s.view(self.k, 3, -1, *tail) for s in shards])  # [n, 3, ...]
             return per_track.transpose(0, 1).reshape(-1, *tail)

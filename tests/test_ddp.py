@@ -2,7 +2,6 @@
 
 Ranks are spawned with torch.multiprocessing (world 2, and 4 for the sub-group case).
 """
-import os
 import socket
 import sys
 import time
