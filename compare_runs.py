@@ -31,15 +31,21 @@ class RunError(Exception):
 
 
 def expand(patterns):
-    """Dirs from arguments that may be globs (quoted, so the shell left them alone); order kept, no repeats."""
+    """Dirs from arguments that may be globs (quoted, so the shell left them alone); order kept, no
+    repeats. Plain files are skipped, so `compare_runs.py sweep/*` works beside a sweep's other
+    outputs (plots, tables)."""
     dirs = []
     for pattern in patterns:
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         if not matches:
             raise RunError(f"no run directory matches {pattern!r}")
         for path in matches:
+            if os.path.isfile(path):
+                continue
             if path not in dirs:
                 dirs.append(path)
+    if not dirs:
+        raise RunError(f"no run directory among {' '.join(patterns)}")
     return dirs
 
 
