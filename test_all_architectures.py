@@ -18,7 +18,7 @@ from model.sync_policy import parse_sync_policy
 from parallel import comm
 from parallel.launch import run_on_gloo
 
-POLICIES = ["baseline", "spd", "parallel", "grouped:2", "grouped:3", "grouped:4", "grouped:6",
+POLICIES = ["baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:3", "grouped:4", "grouped:6",
             "selective:m0-3,m5,m7,m9-11"]
 MODEL = dict(n_layer=12, n_head=4, n_embd=64, block_size=32, vocab_size=128, n_tracks=4, bias=True, dropout=0.0)
 

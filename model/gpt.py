@@ -23,6 +23,9 @@ synced this is nanoGPT's block, x + Dropout(c_proj(...)). The `parallel` policy 
 its MLP read the block input instead of the stream after attention:
 y = x + Dropout(sum_t (a_t + m_t) + b_attn + b_mlp) with a_t = Attn_t(LN1 x), m_t = MLP_t(LN2 x).
 SPD (Sync-Point Drop): track t's MLP reads x + a_t + b_attn, and y = x + sum_t(a_t + m_t) + b_a + b_m.
+The `ladder` policy (Ladder Residual) keeps every sync but lets sublayer j read the stream without
+sublayer j-1's output, so that output's all-reduce overlaps sublayer j's compute:
+x_j = x_{j-1} + Dropout(g(o_j) + b_j) with o_j = sublayer_j(LN(x_{j-2})).
 Residual dropout acts on what enters the shared stream (so a track-local partial output is added
 to its own stream undropped); attention-probability dropout draws one mask for all n_head heads
 from the generator that all TP ranks share, and each rank keeps its heads' slice, so masks are
@@ -272,8 +275,35 @@ class GPT(nn.Module):
         b = partial.get(name + ".bias", ln.bias)
         return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
 
+    def _ladder_blocks(self, x, kv_cache):
+        """Ladder Residual: every point syncs (Megatron sublayers), but sublayer j reads the stream
+        without sublayer j-1's output, whose all-reduce is still travelling while j computes:
+        x_j = x_{j-1} + Dropout(g(o_j) + b_j), o_j = sublayer_j(LN(x_{j-2}))."""
+        group = self.tp_group
+        pending = None  # (partial sum being all-reduced, its handle, its bias)
+        for j in range(2 * self.config.n_layer):
+            layer, sub = divmod(j, 2)
+            block = self.transformer.h[layer]
+            ln, name = (block.ln_1, "ln_1") if sub == 0 else (block.ln_2, "ln_2")
+            h = comm.copy_to_tp_region(self._layer_norm(ln, x, {}, f"transformer.h.{layer}.{name}"), group)
+            if sub == 0:
+                out, bias = self._attention(block.attn, h, False, kv_cache, layer), block.attn.c_proj.bias
+            else:
+                out, bias = self._mlp(block.mlp, h, False), block.mlp.c_proj.bias
+            launched = comm.reduce_from_tp_region_async(out, group) + (bias,)
+            if pending is not None:
+                x = self._add_reduced(x, *pending)
+            pending = launched
+        return self._add_reduced(x, *pending)
+
+    def _add_reduced(self, x, partial_sum, handle, bias):
+        y = comm.wait_reduce(partial_sum, handle)
+        return x + self.resid_dropout(y if bias is None else y + bias)
+
     def _blocks(self, x, kv_cache):
         """Apply the sync rule of the module docstring over all 2*n_layer sublayers."""
+        if self.policy.ladder:
+            return self._ladder_blocks(x, kv_cache)
         group = self.tp_group
         partial = self._partial_params()
         region = None  # between two syncs: dict(x=f(x), beta=..., d=[k,B,T,C], d_summed=[B,T,C])

@@ -2,12 +2,16 @@
 
 A policy is data: a tuple `sync` of 2*n_layer booleans, point 2*l after the attention of
 layer l and point 2*l+1 after its MLP, plus `parallel` (the MLP of every block reads the
-block's input, as in PaLM / GPT-J). The model turns it into computation (see model/gpt.py).
+block's input, as in PaLM / GPT-J) and `ladder` (every sublayer reads the stream from before the
+previous sublayer's output arrived, as in Ladder Residual). The model turns it into computation
+(see model/gpt.py).
 
 Spec strings (the command line's --sync_policy=...):
     baseline          every point: 2*n_layer syncs (standard Megatron TP)
     spd               only MLP points: n_layer syncs (Sync-Point Drop drops every attention sync)
     parallel          PaLM parallel block y = x + Attn(LN1 x) + MLP(LN2 x): n_layer exact syncs
+    ladder            every point, but each all-reduce runs while the next sublayer computes: sublayer
+                      j reads the stream without sublayer j-1's output (Ladder Residual)
     grouped:G         sync after the MLP of every G-th layer: n_layer/G syncs (Parallel-Track)
     selective:SPEC    any set. SPEC is a comma-separated list of tokens:
                         a<i>      the attention point of layer i (0-based)
@@ -20,7 +24,7 @@ Spec strings (the command line's --sync_policy=...):
 import re
 from dataclasses import dataclass
 
-POLICY_NAMES = ("baseline", "spd", "parallel", "grouped:G", "selective:SPEC")
+POLICY_NAMES = ("baseline", "spd", "parallel", "ladder", "grouped:G", "selective:SPEC")
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class SyncPolicy:
     spec: str
     sync: tuple          # 2*n_layer bools
     parallel: bool = False
+    ladder: bool = False
 
     @property
     def n_syncs(self):
@@ -66,9 +71,10 @@ def parse_sync_policy(spec, n_layer):
         raise _error(spec, "expected a string")
     n_points = 2 * n_layer
     name, _, arg = spec.partition(":")
-    parallel = False
-    if name == "baseline" and not arg:
+    parallel = ladder = False
+    if name in ("baseline", "ladder") and not arg:
         sync = (True,) * n_points
+        ladder = name == "ladder"
     elif name in ("spd", "parallel") and not arg:
         sync = tuple(p % 2 == 1 for p in range(n_points))
         parallel = name == "parallel"
@@ -84,4 +90,4 @@ def parse_sync_policy(spec, n_layer):
         raise _error(spec, "unknown policy name")
     if not sync[-1]:
         raise _error(spec, f"the final sync before ln_f (m{n_layer - 1}) is required")
-    return SyncPolicy(spec=spec, sync=sync, parallel=parallel)
+    return SyncPolicy(spec=spec, sync=sync, parallel=parallel, ladder=ladder)

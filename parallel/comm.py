@@ -114,6 +114,43 @@ class _ReduceFromTPRegion(torch.autograd.Function):
         return grad, None
 
 
+class _ReduceFromTPRegionAsync(torch.autograd.Function):
+    """g launched asynchronously: the result may only be read after wait_reduce(handle)."""
+
+    @staticmethod
+    def forward(ctx, x, group, handle):
+        ctx.mark_dirty(x)
+        handle["work"] = all_reduce(x, group, "tp_fwd", async_op=True)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None
+
+
+class _WaitReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, handle):
+        if handle["work"] is not None:
+            handle["work"].wait()
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def reduce_from_tp_region_async(x, group):
+    """g, launched without waiting: returns (x, handle); read x only through wait_reduce(x, handle).
+    Lets compute that does not need the sum run while it travels (Ladder Residual)."""
+    handle = {}
+    return _ReduceFromTPRegionAsync.apply(x, group, handle), handle
+
+
+def wait_reduce(x, handle):
+    return _WaitReduce.apply(x, handle)
+
+
 def copy_to_tp_region(x, group, kind="tp_bwd"):
     """f: identity forward, all-reduce of the gradient backward (counted as `kind`)."""
     if not torch.is_grad_enabled() or not x.requires_grad:

@@ -1,6 +1,7 @@
 """Independent single-device references for the model tests, written for clarity, not speed.
 
 - `nanogpt_forward`: nanoGPT's GPT (pre-LN blocks, optional PaLM parallel block) on a full state dict.
+- `ladder_forward`: the same with Ladder Residual's staggered inputs.
 - `track_forward`: the sync rule taken literally, one Python loop over tracks and one stream per
   track: at an unsynced point a track adds its partial output and the bias to its own stream; at a
   synced point the shared stream gains the sum of every track's own change since the last sync,
@@ -59,6 +60,20 @@ def nanogpt_forward(sd, idx, targets, n_layer, n_head, parallel=False):
                      sd[p + "mlp.c_proj.weight"], sd.get(p + "mlp.c_proj.bias"))
         x = x + a + m
     return _logits_loss(sd, x, targets)
+
+
+def ladder_forward(sd, idx, targets, n_layer, n_head):
+    """Ladder Residual: each module reads the stream without the previous module's output."""
+    x, pending = _embed(sd, idx), 0
+    for l in range(n_layer):
+        p = f"transformer.h.{l}."
+        a = _attn_heads(sd, p, _ln(sd, p + "ln_1", x), n_head, range(n_head))
+        a = F.linear(a, sd[p + "attn.c_proj.weight"], sd.get(p + "attn.c_proj.bias"))
+        x, pending = x + pending, a
+        m = F.linear(_mlp_units(sd, p, _ln(sd, p + "ln_2", x), slice(None)),
+                     sd[p + "mlp.c_proj.weight"], sd.get(p + "mlp.c_proj.bias"))
+        x, pending = x + pending, m
+    return _logits_loss(sd, x + pending, targets)
 
 
 def track_forward(sd, idx, targets, n_layer, n_head, n_tracks, sync, parallel=False):

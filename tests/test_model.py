@@ -8,10 +8,10 @@ from model.gpt import GPT, GPTConfig, KVCache
 from model.sync_policy import parse_sync_policy
 from parallel import comm
 from parallel.launch import run_on_gloo
-from tests.reference import nanogpt_forward, track_forward
+from tests.reference import ladder_forward, nanogpt_forward, track_forward
 
 SMALL = dict(n_layer=4, n_head=4, n_embd=32, block_size=16, vocab_size=64, bias=True, dropout=0.0)
-POLICIES = ["baseline", "spd", "parallel", "grouped:2", "grouped:4", "selective:a0,m1,a2,m3"]
+POLICIES = ["baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:4", "selective:a0,m1,a2,m3"]
 
 
 def make(policy="baseline", n_tracks=4, tp_group=None, seed=0, **overrides):
@@ -55,7 +55,7 @@ def test_baseline_equals_nanogpt_reference(bias):
     assert_close_dicts(full_grads(model), ref_grads, atol=1e-12)
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", [p for p in POLICIES if p != "ladder"])
 def test_every_policy_equals_literal_track_rule(policy):
     """The batched, region-based model computes what the per-track loop of the rule computes."""
     model = make(policy, n_tracks=4)
@@ -83,6 +83,19 @@ def test_parallel_equals_palm_block_reference():
     sd = {k: v.double() for k, v in model.state_dict().items()}
     _, ref = nanogpt_forward(sd, idx, targets, 4, 4, parallel=True)
     torch.testing.assert_close(loss, ref, atol=1e-12, rtol=0)
+
+
+def test_ladder_equals_ladder_reference_and_differs_from_baseline():
+    model = make("ladder", n_tracks=4)
+    idx, targets = batch()
+    _, loss = model(idx, targets)
+    loss.backward()
+    sd = {k: v.double() for k, v in model.state_dict().items()}
+    _, ref_loss, ref_grads = reference_grads(sd, lambda p: ladder_forward(p, idx, targets, 4, 4))
+    torch.testing.assert_close(loss, ref_loss, atol=1e-12, rtol=0)
+    assert_close_dicts(full_grads(model), ref_grads, atol=1e-12)
+    assert abs(loss.item() - make("baseline", n_tracks=4)(idx, targets)[1].item()) > 1e-6
+    assert model.syncs_per_forward == 2 * SMALL["n_layer"]
 
 
 @pytest.mark.parametrize("policy", ["spd", "grouped:2", "grouped:4", "selective:a0,m1,a2,m3"])
@@ -117,7 +130,7 @@ def test_param_count_is_identical_across_policies():
 
 
 def test_kv_cache_decode_equals_full_forward():
-    for policy in ("baseline", "grouped:2", "parallel"):
+    for policy in ("baseline", "grouped:2", "parallel", "ladder"):
         model = make(policy).eval()
         idx, _ = batch(T=16)
         with torch.no_grad():
@@ -163,9 +176,10 @@ def test_bad_input_raises_value_error(kwargs, match):
 def test_sync_counts_of_named_policies():
     counts = {p: parse_sync_policy(p, 12).n_syncs for p in
               ["baseline", "spd", "parallel", "grouped:2", "grouped:3", "grouped:4", "grouped:6",
-               "selective:m0-3,m5,m7,m9-11", "selective:0-11"]}
+               "selective:m0-3,m5,m7,m9-11", "selective:0-11", "ladder"]}
     assert counts == {"baseline": 24, "spd": 12, "parallel": 12, "grouped:2": 6, "grouped:3": 4,
-                      "grouped:4": 3, "grouped:6": 2, "selective:m0-3,m5,m7,m9-11": 9, "selective:0-11": 24}
+                      "grouped:4": 3, "grouped:6": 2, "selective:m0-3,m5,m7,m9-11": 9, "selective:0-11": 24,
+                      "ladder": 24}
 
 
 # ------------------------------------------------------------------ distributed (gloo, 2 processes)
@@ -176,7 +190,7 @@ def _tp2_worker(rank, world_size):
     out = {}
     idx, targets = batch()
     # 1. training steps: replicated params stay bit-identical; results match tp=1 run on rank 0
-    for policy in ("spd", "grouped:2", "parallel"):
+    for policy in ("spd", "grouped:2", "parallel", "ladder"):
         model = make(policy, n_tracks=4, tp_group=group, dropout=0.1)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
         torch.manual_seed(123)  # dropout draws: shared by the TP ranks
@@ -219,7 +233,7 @@ def _tp1_twin(policy):
 def test_tp2_training_matches_tp1_and_replicated_params_stay_identical():
     r0, r1 = run_on_gloo(_tp2_worker, 2)
     idx, _ = batch()
-    for policy in ("spd", "grouped:2", "parallel"):
+    for policy in ("spd", "grouped:2", "parallel", "ladder"):
         assert r0[policy]["identical"] and r1[policy]["identical"], policy
         assert r0[policy]["losses"] == r1[policy]["losses"]
         losses, model = _tp1_twin(policy)
