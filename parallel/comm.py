@@ -16,6 +16,7 @@ Calls on a group of one rank are still counted (the op is then the identity), so
 describe the model and not how many GPUs run it.
 """
 from collections import Counter
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -42,6 +43,19 @@ class CommStats:
 
 
 stats = CommStats()
+_skip_collectives = False
+
+
+@contextmanager
+def skipped_collectives():
+    """Inside: collectives are counted but not run (each rank keeps its own partial values).
+    Only for benchmarks: it gives the no-communication floor of a computation's latency."""
+    global _skip_collectives
+    _skip_collectives = True
+    try:
+        yield
+    finally:
+        _skip_collectives = False
 
 
 def group_size(group):
@@ -59,7 +73,7 @@ def group_rank(group):
 def all_reduce(tensor, group, kind, async_op=False):
     """In-place SUM all-reduce (never ReduceOp.AVG: gloo mishandles it). Returns a Work if async."""
     stats.add(kind, tensor)
-    if group_size(group) == 1:
+    if group_size(group) == 1 or _skip_collectives:
         return None
     return dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group, async_op=async_op)
 

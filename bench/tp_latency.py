@@ -1,0 +1,349 @@
+"""Latency of every sync policy under real tensor parallelism, with the no-sync floor and PyTorch's TP.
+
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1      # on the lent H200 machines
+    torchrun --standalone --nproc_per_node=2 bench/tp_latency.py        # tp = world size (1, 2, 4)
+    python bench/tp_latency.py --merge                                  # one table + PNG over all tp
+
+For each model size (GPT-2 124M and GPT-2 medium, both n_tracks=4) and each policy, in one run:
+    prefill_b1 / prefill_b8   forward over a 1 x 1024 / 8 x 1024 prompt (no grad)
+    decode_b1 / decode_b8     one token with a KV cache holding 1023 tokens (no grad)
+    train_b8                  forward + backward over 8 x 1024 tokens
+each in eager mode and, for the inference workloads on CUDA, replayed as a CUDA graph
+(torch.cuda.graph; NCCL all-reduces are captured into the graph). Times are CUDA-event medians
+over --repeats calls after --warmup calls (wall clock on CPU). bf16 autocast on CUDA.
+
+References in the same run:
+    floor        the same computation with every collective skipped (parallel.comm.skipped_collectives):
+                 the limit that dropping syncs approaches. Its outputs are wrong; only its time counts.
+    torch_tp     PyTorch's own TP (torch.distributed.tensor.parallel: ColwiseParallel q/k/v and c_fc,
+                 RowwiseParallel c_proj) on a plain baseline GPT of the same shape (prefill and
+                 training; it has no KV cache here).
+Collectives per row are counted by parallel.comm (forward all-reduces, backward all-reduces).
+Results: bench/results/tp_latency_tp<N>.{md,json}; --merge writes tp_latency.{md,png}.
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn import functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from model.gpt import GPT, GPTConfig, KVCache  # noqa: E402
+from parallel import comm  # noqa: E402
+
+SIZES = {"124m": dict(n_layer=12, n_head=12, n_embd=768), "medium": dict(n_layer=24, n_head=16, n_embd=1024),
+         "tiny": dict(n_layer=2, n_head=4, n_embd=64)}
+POLICIES = ["baseline", "ladder", "spd", "parallel", "selective:m0-3,m5,m7,m9-11", "grouped:2", "grouped:3",
+            "grouped:4", "grouped:6"]
+WORKLOADS = ["prefill_b1", "prefill_b8", "decode_b1", "decode_b8", "train_b8"]
+
+
+# ----------------------------------------------------------------------------- timing
+def time_calls(fn, warmup, repeats, cuda):
+    """Median ms of fn() over `repeats` calls, each bracketed by CUDA events (wall clock on CPU)."""
+    for _ in range(warmup):
+        fn()
+    if not cuda:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    torch.cuda.synchronize()
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events)
+
+
+def as_graph(fn):
+    """Capture fn() into a CUDA graph (after a warm-up on a side stream); returns its replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+# ----------------------------------------------------------------------------- workloads
+def make_workload(model, name, seq, vocab, device, autocast):
+    """A no-argument callable running one instance of the workload on `model`."""
+    batch = 8 if name.endswith("b8") else 1
+    idx = torch.randint(0, vocab, (batch, seq), device=device)
+    if name.startswith("prefill"):
+        def fn():
+            with torch.no_grad(), autocast:
+                model(idx)
+        return fn
+    if name.startswith("decode"):
+        cache = KVCache(model.config.n_layer)
+        with torch.no_grad(), autocast:
+            model(idx[:, :seq - 1], kv_cache=cache)
+        token = idx[:, -1:]
+
+        def fn():
+            with torch.no_grad(), autocast:
+                model(token, kv_cache=cache)
+            cache.pos -= 1  # every call decodes the same position
+        return fn
+    targets = torch.randint(0, vocab, (batch, seq), device=device)
+
+    def fn():
+        with autocast:
+            _, loss = model(idx, targets)
+        loss.backward()
+        for p in model.parameters():
+            p.grad = None
+    return fn
+
+
+def count_collectives(fn):
+    comm.stats.reset()
+    fn()
+    counts = comm.stats.snapshot()
+    return counts.get("tp_fwd", 0), counts.get("tp_bwd", 0) + counts.get("tp_grad", 0)
+
+
+# ----------------------------------------------------------------------------- PyTorch TP reference
+class PlainBlock(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+        self.q, self.k, self.v = (nn.Linear(n_embd, n_embd) for _ in range(3))
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.c_fc, self.mlp_proj = nn.Linear(n_embd, 4 * n_embd), nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        h = self.ln_1(x)
+        # after ColwiseParallel each rank holds n_head / tp heads: infer the local count from the width
+        q, k, v = (lin(h) for lin in (self.q, self.k, self.v))
+        hs = x.shape[-1] // self.n_head
+        q, k, v = (t.view(B, T, -1, hs).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
+
+
+class PlainGPT(nn.Module):
+    """nanoGPT's baseline GPT with separate q/k/v projections, so ColwiseParallel splits whole heads."""
+
+    def __init__(self, n_layer, n_head, n_embd, vocab, block_size):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, n_embd), nn.Embedding(block_size, n_embd)
+        self.h = nn.ModuleList(PlainBlock(n_embd, n_head) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd)
+
+    def forward(self, idx, targets=None):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.h:
+            x = block(x)
+        x = self.ln_f(x)
+        if targets is None:
+            return F.linear(x[:, [-1]], self.wte.weight), None
+        logits = F.linear(x, self.wte.weight)
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def torch_tp_model(size, vocab, seq, device, tp):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    torch.manual_seed(0)
+    model = PlainGPT(**SIZES[size], vocab=vocab, block_size=seq).to(device)
+    if tp > 1:
+        mesh = init_device_mesh(device.split(":")[0], (tp,))
+        plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
+                "c_proj": RowwiseParallel(), "c_fc": ColwiseParallel(), "mlp_proj": RowwiseParallel()}
+        for block in model.h:
+            parallelize_module(block, mesh, plan)
+    return model
+
+
+# ----------------------------------------------------------------------------- main
+def run(args):
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if world > 1:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if cuda:
+            torch.cuda.set_device(local)
+        dist.init_process_group("nccl" if cuda else "gloo")
+    group = dist.group.WORLD if world > 1 else None
+    rank = dist.get_rank() if world > 1 else 0
+    device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
+    seq, vocab = args.seq_len, 50304
+    graphs = cuda and not args.no_graphs
+    rows = []
+
+    def record(**row):
+        rows.append(row)
+        if rank == 0:
+            ms = row["ms"] if isinstance(row["ms"], str) else f"{row['ms']:.3f} ms"
+            print(f"{row['size']:>7} {row['variant']:<36} {row['workload']:<11} {row['mode']:<6} {ms:>12}  "
+                  f"collectives fwd {row['fwd']} bwd {row['bwd']}", flush=True)
+
+    for size in args.sizes.split(","):
+        for policy in args.policies.split(";"):
+            torch.manual_seed(0)
+            model = GPT(GPTConfig(**SIZES[size], block_size=seq, vocab_size=vocab, n_tracks=4, bias=True,
+                                  dropout=0.0, sync_policy=policy), tp_group=group).to(device)
+            for workload in WORKLOADS:
+                for floor in (False, True):
+                    variant = policy + (" [floor]" if floor else "")
+                    ctx = comm.skipped_collectives if floor else nullcontext
+                    with ctx():
+                        fn = make_workload(model, workload, seq, vocab, device, autocast)
+                        fwd, bwd = count_collectives(fn)
+                        ms = time_calls(fn, args.warmup, args.repeats, cuda)
+                        record(size=size, variant=variant, policy=policy, floor=floor, workload=workload,
+                               mode="eager", ms=ms, fwd=fwd, bwd=bwd, syncs=model.syncs_per_forward)
+                        if graphs and not workload.startswith("train"):
+                            try:
+                                replay = as_graph(fn)
+                                ms = time_calls(replay, args.warmup, args.repeats, cuda)
+                            except Exception as e:  # report, keep measuring the rest
+                                ms = f"capture failed: {type(e).__name__}"
+                            record(size=size, variant=variant, policy=policy, floor=floor, workload=workload,
+                                   mode="graph", ms=ms, fwd=fwd, bwd=bwd, syncs=model.syncs_per_forward)
+            del model
+        if not args.no_torch_tp:
+            model = torch_tp_model(size, vocab, seq, device, world)
+            for workload in ("prefill_b1", "prefill_b8", "train_b8"):
+                batch = 8 if workload.endswith("b8") else 1
+                idx = torch.randint(0, vocab, (batch, seq), device=device)
+
+                def fn():
+                    if workload.startswith("train"):
+                        with autocast:
+                            _, loss = model(idx, idx)
+                        loss.backward()
+                        for p in model.parameters():
+                            p.grad = None
+                    else:
+                        with torch.no_grad(), autocast:
+                            model(idx)
+                ms = time_calls(fn, args.warmup, args.repeats, cuda)
+                record(size=size, variant="torch_tp (baseline)", policy="torch_tp", floor=False, workload=workload,
+                       mode="eager", ms=ms, fwd="n/a", bwd="n/a", syncs=2 * SIZES[size]["n_layer"])
+            del model
+    if rank == 0:
+        name = torch.cuda.get_device_name() if cuda else "CPU"
+        meta = dict(device=name, tp=world, torch=torch.__version__, seq_len=seq, repeats=args.repeats,
+                    command="torchrun --nproc_per_node=%d " % world + " ".join(sys.argv))
+        os.makedirs(args.out_dir, exist_ok=True)
+        with open(os.path.join(args.out_dir, f"tp_latency_tp{world}.json"), "w") as f:
+            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        with open(os.path.join(args.out_dir, f"tp_latency_tp{world}.md"), "w") as f:
+            f.write(markdown([dict(meta=meta, rows=rows)]))
+        print(f"wrote {args.out_dir}/tp_latency_tp{world}.md and .json")
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def markdown(runs):
+    """One table per (size, workload, mode): policy rows, ms per tp, and ms / floor per tp."""
+    out = []
+    for run_ in runs:
+        m = run_["meta"]
+        out.append(f"- tp={m['tp']}: {m['device']}, torch {m['torch']}, median of {m['repeats']} calls, "
+                   f"command `{m['command']}`")
+    rows = [dict(r, tp=run_["meta"]["tp"]) for run_ in runs for r in run_["rows"]]
+    tps = sorted({r["tp"] for r in rows})
+    keys = sorted({(r["size"], r["workload"], r["mode"]) for r in rows},
+                  key=lambda k: (k[0], WORKLOADS.index(k[1]), k[2]))
+    for size, workload, mode in keys:
+        sel = [r for r in rows if (r["size"], r["workload"], r["mode"]) == (size, workload, mode)]
+        floors = {(r["policy"], r["tp"]): r["ms"] for r in sel if r["floor"]}
+        out.append(f"\n### {size} {workload} {mode}\n")
+        out.append("| policy | syncs/fwd | collectives fwd/bwd | " + " | ".join(f"tp={t} ms | tp={t} / floor"
+                                                                          for t in tps) + " |")
+        out.append("|---|---:|---|" + "---:|---:|" * len(tps))
+        for policy in dict.fromkeys(r["policy"] for r in sel if not r["floor"]):
+            cells = []
+            by_tp = {r["tp"]: r for r in sel if r["policy"] == policy and not r["floor"]}
+            for t in tps:
+                r = by_tp.get(t)
+                ms = r["ms"] if r else "-"
+                floor = floors.get((policy, t))
+                ratio = (f"{ms / floor:.2f}" if isinstance(ms, float) and isinstance(floor, float) else "-")
+                cells += [f"{ms:.3f}" if isinstance(ms, float) else str(ms), ratio]
+            any_row = next(iter(by_tp.values()))
+            out.append(f"| {policy} | {any_row['syncs']} | {any_row['fwd']}/{any_row['bwd']} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def merge(out_dir):
+    runs = []
+    for path in sorted(glob.glob(os.path.join(out_dir, "tp_latency_tp*.json"))):
+        with open(path) as f:
+            runs.append(json.load(f))
+    if not runs:
+        raise SystemExit(f"error: no tp_latency_tp*.json in {out_dir}: run the benchmark first")
+    with open(os.path.join(out_dir, "tp_latency.md"), "w") as f:
+        f.write("# Sync-policy latency under tensor parallelism\n\n" + markdown(runs))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, workload in zip(axes, ("decode_b1", "prefill_b8")):
+        for run_ in runs:
+            pts = [r for r in run_["rows"] if r["workload"] == workload and not r["floor"]
+                   and r["size"] == "124m" and isinstance(r["ms"], float) and r["policy"] != "torch_tp"]
+            mode = "graph" if any(r["mode"] == "graph" for r in pts) else "eager"
+            pts = sorted((r["syncs"], r["ms"]) for r in pts if r["mode"] == mode)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=f"tp={run_['meta']['tp']} ({mode})")
+        ax.set_xlabel("syncs per forward")
+        ax.set_ylabel("ms")
+        ax.set_title(f"GPT-2 124M {workload}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(runs[0]["meta"]["device"])
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "tp_latency.png"), dpi=120)
+    print(f"wrote {out_dir}/tp_latency.md and .png")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {list(SIZES)}")
+    parser.add_argument("--policies", default=";".join(POLICIES), help="';'-separated sync policies")
+    parser.add_argument("--seq_len", type=int, default=1024)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    parser.add_argument("--no_graphs", action="store_true")
+    parser.add_argument("--no_torch_tp", action="store_true")
+    parser.add_argument("--out_dir", default="bench/results")
+    parser.add_argument("--merge", action="store_true", help="merge tp_latency_tp*.json in out_dir")
+    args = parser.parse_args()
+    unknown = [s for s in args.sizes.split(",") if s not in SIZES]
+    if unknown:
+        parser.error(f"unknown size(s) {unknown}; allowed: {list(SIZES)}")
+    if args.merge:
+        merge(args.out_dir)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()
