@@ -158,7 +158,7 @@ class PlainGPT(nn.Module):
             x = block(x)
         x = self.ln_f(x)
         if targets is None:
-            return F.linear(x[:, [-1]], self.wte.weight), None
+            return F.linear(x[:, -1:], self.wte.weight), None
         logits = F.linear(x, self.wte.weight)
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
@@ -189,7 +189,8 @@ def run(args):
     group = dist.group.WORLD if world > 1 else None
     rank = dist.get_rank() if world > 1 else 0
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
+    # no autocast weight cache: a CUDA graph must not capture cast copies made outside it
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False) if cuda else nullcontext()
     seq, vocab = args.seq_len, 50304
     graphs = cuda and not args.no_graphs
     rows = []
@@ -221,7 +222,7 @@ def run(args):
                                 replay = as_graph(fn)
                                 ms = time_calls(replay, args.warmup, args.repeats, cuda)
                             except Exception as e:  # report, keep measuring the rest
-                                ms = f"capture failed: {type(e).__name__}"
+                                ms = f"capture failed: {type(e).__name__}: {str(e)[:60]}"
                             record(size=size, variant=variant, policy=policy, floor=floor, workload=workload,
                                    mode="graph", ms=ms, fwd=fwd, bwd=bwd, syncs=model.syncs_per_forward)
             del model
@@ -309,9 +310,12 @@ def merge(out_dir):
             pts = [r for r in run_["rows"] if r["workload"] == workload and not r["floor"]
                    and r["size"] == "124m" and isinstance(r["ms"], float) and r["policy"] != "torch_tp"]
             mode = "graph" if any(r["mode"] == "graph" for r in pts) else "eager"
-            pts = sorted((r["syncs"], r["ms"]) for r in pts if r["mode"] == mode)
+            pts = [r for r in pts if r["mode"] == mode]
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=f"tp={run_['meta']['tp']} ({mode})")
+                ax.scatter([r["syncs"] for r in pts], [r["ms"] for r in pts], label=f"tp={run_['meta']['tp']} ({mode})")
+                for r in pts:
+                    ax.annotate(r["policy"].split(":m")[0], (r["syncs"], r["ms"]), fontsize=7,
+                                textcoords="offset points", xytext=(3, 3))
         ax.set_xlabel("syncs per forward")
         ax.set_ylabel("ms")
         ax.set_title(f"GPT-2 124M {workload}")

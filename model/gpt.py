@@ -266,7 +266,7 @@ class GPT(nn.Module):
             logits = F.linear(x, self.transformer.wte.weight)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
         else:
-            logits = F.linear(x[:, [-1], :], self.transformer.wte.weight)
+            logits = F.linear(x[:, -1:, :], self.transformer.wte.weight)  # a slice: capturable in CUDA graphs
             loss = None
         return logits, loss
 
