@@ -184,23 +184,30 @@ def test_sync_counts_of_named_policies():
 
 # ------------------------------------------------------------------ distributed (gloo, 2 processes)
 
+def train_four_steps(policy, tp_group=None):
+    """4 AdamW steps with dropout 0.1 on the fixed batch; returns (losses, model)."""
+    model = make(policy, n_tracks=4, tp_group=tp_group, dropout=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    idx, targets = batch()
+    torch.manual_seed(123)  # dropout draws: shared by the TP ranks
+    losses = []
+    for _ in range(4):
+        opt.zero_grad(set_to_none=True)
+        _, loss = model(idx, targets)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, model
+
+
 def _tp2_worker(rank, world_size):
     import torch.distributed as dist
     group = dist.new_group([0, 1])
     out = {}
     idx, targets = batch()
-    # 1. training steps: replicated params stay bit-identical; results match tp=1 run on rank 0
+    # 1. training steps: replicated params stay bit-identical; results match a tp=1 run
     for policy in ("spd", "grouped:2", "parallel", "ladder"):
-        model = make(policy, n_tracks=4, tp_group=group, dropout=0.1)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-        torch.manual_seed(123)  # dropout draws: shared by the TP ranks
-        losses = []
-        for _ in range(4):
-            opt.zero_grad(set_to_none=True)
-            _, loss = model(idx, targets)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses, model = train_four_steps(policy, group)
         identical = all(torch.equal(*comm.all_gather(p.detach(), group, "test"))
                         for p in model.parameters() if not p.tensor_parallel)
         out[policy] = dict(losses=losses, identical=identical, sd=model.state_dict())
@@ -215,19 +222,6 @@ def _tp2_worker(rank, world_size):
     return out
 
 
-def _tp1_twin(policy):
-    model = make(policy, n_tracks=4, dropout=0.1)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    idx, targets = batch()
-    torch.manual_seed(123)
-    losses = []
-    for _ in range(4):
-        opt.zero_grad(set_to_none=True)
-        _, loss = model(idx, targets)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, model
 
 
 def test_tp2_training_matches_tp1_and_replicated_params_stay_identical():
@@ -236,7 +230,7 @@ def test_tp2_training_matches_tp1_and_replicated_params_stay_identical():
     for policy in ("spd", "grouped:2", "parallel", "ladder"):
         assert r0[policy]["identical"] and r1[policy]["identical"], policy
         assert r0[policy]["losses"] == r1[policy]["losses"]
-        losses, model = _tp1_twin(policy)
+        losses, model = train_four_steps(policy)
         assert max(abs(a - b) for a, b in zip(losses, r0[policy]["losses"])) < 1e-10, policy
         # checkpoint saved at tp=2 loads at tp=1 and gives the tp=2 weights
         fresh = make(policy, n_tracks=4, seed=99)
