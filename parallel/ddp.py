@@ -30,6 +30,7 @@ Design.
   view of `.grad`), so `zero_grad(set_to_none=True)` is fine.
 - After the first synced step the buckets are rebuilt in the order the gradients actually
   arrived (group rank 0's order, broadcast once), as PyTorch does.
+- A group of one rank (dp=1) reduces nothing: no buffers are allocated and no grads copied.
 - `no_sync()`: hooks do nothing, grads accumulate locally; the next synced backward reduces the
   accumulated grads.
 - Parameters that get no gradient in a synced step: with find_unused_parameters=False,
@@ -91,8 +92,7 @@ class Bucket:
     def __init__(self, params, indices):
         self.params = params
         self.indices = indices
-        self.buffer = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype,
-                                  device=params[0].device)
+        self.buffer = None  # allocated at the first launch: a group of one rank never needs it
         self.pending = len(params)  # params not yet ready in this backward
         self.work = None
 
@@ -127,7 +127,8 @@ class BucketedDDP(nn.Module):
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self._sync = True
-        self._record_order = mode in HOOK_MODES  # rebuild buckets after the first synced step
+        # rebuild buckets after the first synced step; a group of one rank has nothing to reduce
+        self._record_order = mode in HOOK_MODES and self.world > 1
         self._build_buckets(list(reversed(range(len(self.params)))))
         self._reset_step()
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i))
@@ -168,7 +169,7 @@ class BucketedDDP(nn.Module):
                 self._arrival.append(i)
             b = self._bucket_of[i]
             b.pending -= 1
-            if b.pending == 0 and self.mode in HOOK_MODES:
+            if b.pending == 0 and self.mode in HOOK_MODES and self.world > 1:
                 self._launch_in_order(stop_at_unready=True)
         return hook
 
@@ -181,6 +182,9 @@ class BucketedDDP(nn.Module):
             self._next += 1
 
     def _launch(self, b):
+        if b.buffer is None:
+            b.buffer = torch.empty(sum(p.numel() for p in b.params), dtype=b.params[0].dtype,
+                                   device=b.params[0].device)
         off = 0
         for p in b.params:
             n = p.numel()
@@ -202,6 +206,11 @@ class BucketedDDP(nn.Module):
                     f"these parameters got no gradient in this backward: {missing}. "
                     f"If they are unused in forward, wrap with find_unused_parameters=True; "
                     f"if the backward ran inside no_sync(), run the last micro-step outside it")
+            if self.world == 1:  # the local grads are already the average: no copies, no buffers
+                for p in self.params:
+                    if p.grad is None:  # unused (find_unused_parameters=True): zeros, as with peers
+                        p.grad = torch.zeros_like(p)
+                return
             self._launch_in_order(stop_at_unready=False)
             for b in self.buckets:
                 if b.work is not None:
