@@ -239,13 +239,13 @@ class GPT(nn.Module):
                             f"transformer.h.{layer}.{proj}.c_proj.bias"]
         params = dict(self.named_parameters())
         self._partial_names = [n for n in partial if n in params]
+        self._partial_tensors = [params[n] for n in self._partial_names]  # Parameters persist across .to()
 
     def _partial_params(self):
         """Replicated params used inside track-local regions, through one f: their grads get summed."""
         if not self._partial_names or not torch.is_grad_enabled():
             return {}
-        params = dict(self.named_parameters())
-        tensors = [params[n] for n in self._partial_names]
+        tensors = self._partial_tensors
         flat = comm.copy_to_tp_region(torch.cat([t.reshape(-1) for t in tensors]), self.tp_group, "tp_grad")
         views = flat.split([t.numel() for t in tensors])
         return {n: v.view_as(t) for n, v, t in zip(self._partial_names, views, tensors)}
