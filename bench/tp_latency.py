@@ -10,7 +10,9 @@ For each model size (GPT-2 124M and GPT-2 medium, both n_tracks=4) and each poli
     train_b8                  forward + backward over 8 x 1024 tokens
 each in eager mode and, for the inference workloads on CUDA, replayed as a CUDA graph
 (torch.cuda.graph; NCCL all-reduces are captured into the graph). Times are CUDA-event medians
-over --repeats calls after --warmup calls (wall clock on CPU). bf16 autocast on CUDA.
+over --repeats calls after --warmup calls (wall clock on CPU). Precision on CUDA: training runs
+bf16 autocast over fp32 weights (as train_reduced_sync.py); inference runs the model cast to bf16,
+as it would be deployed (autocast would re-cast every weight on every call).
 
 References in the same run:
     floor        the same computation with every collective skipped (parallel.comm.skipped_collectives):
@@ -68,6 +70,14 @@ def time_calls(fn, warmup, repeats, cuda):
     return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
+def time_graph(fn, args, cuda):
+    """Median ms of fn replayed as a CUDA graph, or why it could not be captured."""
+    try:
+        return time_calls(as_graph(fn), args.warmup, args.repeats, cuda)
+    except Exception as e:  # report, keep measuring the rest
+        return f"capture failed: {type(e).__name__}: {str(e)[:60]}"
+
+
 def as_graph(fn):
     """Capture fn() into a CUDA graph (after a warm-up on a side stream); returns its replay."""
     stream = torch.cuda.Stream()
@@ -83,34 +93,40 @@ def as_graph(fn):
 
 
 # ----------------------------------------------------------------------------- workloads
-def make_workload(model, name, seq, vocab, device, autocast):
-    """A no-argument callable running one instance of the workload on `model`."""
+def make_workload(model, name, seq, vocab, device, cuda):
+    """A no-argument callable running one instance of the workload on `model`. On CUDA an inference
+    workload casts the model to bf16 for good, so build the training workload first."""
     batch = 8 if name.endswith("b8") else 1
     idx = torch.randint(0, vocab, (batch, seq), device=device)
+    if name.startswith("train"):
+        if next(model.parameters()).dtype != torch.float32:
+            raise ValueError(f"train workload needs fp32 weights, the model holds {next(model.parameters()).dtype}")
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
+        targets = torch.randint(0, vocab, (batch, seq), device=device)
+
+        def fn():
+            with autocast:
+                _, loss = model(idx, targets)
+            loss.backward()
+            for p in model.parameters():
+                p.grad = None
+        return fn
+    if cuda:
+        model.to(torch.bfloat16)
     if name.startswith("prefill"):
         def fn():
-            with torch.no_grad(), autocast:
+            with torch.no_grad():
                 model(idx)
         return fn
-    if name.startswith("decode"):
-        cache = KVCache(model.config.n_layer)
-        with torch.no_grad(), autocast:
-            model(idx[:, :seq - 1], kv_cache=cache)
-        token = idx[:, -1:]
-
-        def fn():
-            with torch.no_grad(), autocast:
-                model(token, kv_cache=cache)
-            cache.pos -= 1  # every call decodes the same position
-        return fn
-    targets = torch.randint(0, vocab, (batch, seq), device=device)
+    cache = KVCache(model.config.n_layer)
+    with torch.no_grad():
+        model(idx[:, :seq - 1], kv_cache=cache)
+    token = idx[:, -1:]
 
     def fn():
-        with autocast:
-            _, loss = model(idx, targets)
-        loss.backward()
-        for p in model.parameters():
-            p.grad = None
+        with torch.no_grad():
+            model(token, kv_cache=cache)
+        cache.pos -= 1  # every call decodes the same position
     return fn
 
 
@@ -189,8 +205,6 @@ def run(args):
     group = dist.group.WORLD if world > 1 else None
     rank = dist.get_rank() if world > 1 else 0
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
-    # no autocast weight cache: a CUDA graph must not capture cast copies made outside it
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False) if cuda else nullcontext()
     seq, vocab = args.seq_len, 50304
     graphs = cuda and not args.no_graphs
     rows = []
@@ -202,93 +216,93 @@ def run(args):
             print(f"{row['size']:>7} {row['variant']:<36} {row['workload']:<11} {row['mode']:<6} {ms:>12}  "
                   f"collectives fwd {row['fwd']} bwd {row['bwd']}", flush=True)
 
+    name = torch.cuda.get_device_name() if cuda else "CPU"
+    meta = dict(device=name, tp=world, torch=torch.__version__, seq_len=seq, repeats=args.repeats,
+                command="torchrun --nproc_per_node=%d " % world + " ".join(sys.argv))
+
+    def save():  # after every model, so a run cut short still leaves its rows
+        if rank == 0:
+            os.makedirs(args.out_dir, exist_ok=True)
+            with open(os.path.join(args.out_dir, f"tp_latency_tp{world}.json"), "w") as f:
+                json.dump(dict(meta=meta, rows=rows), f, indent=1)
+            with open(os.path.join(args.out_dir, f"tp_latency_tp{world}.md"), "w") as f:
+                f.write(markdown([dict(meta=meta, rows=rows)]))
+
+    n_tracks_list = [int(n) for n in args.n_tracks.split(",")]
     for size in args.sizes.split(","):
-        for policy in args.policies.split(";"):
+        for n_tracks, policy in ((n, pol) for n in n_tracks_list for pol in args.policies.split(";")):
+            if n_tracks % world != 0:
+                if rank == 0:
+                    print(f"skipping n_tracks={n_tracks}: not divisible by tp={world}")
+                continue
             torch.manual_seed(0)
-            model = GPT(GPTConfig(**SIZES[size], block_size=seq, vocab_size=vocab, n_tracks=4, bias=True,
+            model = GPT(GPTConfig(**SIZES[size], block_size=seq, vocab_size=vocab, n_tracks=n_tracks, bias=True,
                                   dropout=0.0, sync_policy=policy), tp_group=group).to(device)
-            for workload in WORKLOADS:
+            for workload in sorted(WORKLOADS, key=lambda w: not w.startswith("train")):  # fp32 first
                 for floor in (False, True):
                     variant = policy + (" [floor]" if floor else "")
                     ctx = comm.skipped_collectives if floor else nullcontext
+                    common = dict(size=size, n_tracks=n_tracks, variant=variant, policy=policy, floor=floor,
+                                  workload=workload, syncs=model.syncs_per_forward)
                     with ctx():
-                        fn = make_workload(model, workload, seq, vocab, device, autocast)
+                        fn = make_workload(model, workload, seq, vocab, device, cuda)
                         fwd, bwd = count_collectives(fn)
                         ms = time_calls(fn, args.warmup, args.repeats, cuda)
-                        record(size=size, variant=variant, policy=policy, floor=floor, workload=workload,
-                               mode="eager", ms=ms, fwd=fwd, bwd=bwd, syncs=model.syncs_per_forward)
+                        record(**common, mode="eager", ms=ms, fwd=fwd, bwd=bwd)
                         if graphs and not workload.startswith("train"):
-                            try:
-                                replay = as_graph(fn)
-                                ms = time_calls(replay, args.warmup, args.repeats, cuda)
-                            except Exception as e:  # report, keep measuring the rest
-                                ms = f"capture failed: {type(e).__name__}: {str(e)[:60]}"
-                            record(size=size, variant=variant, policy=policy, floor=floor, workload=workload,
-                                   mode="graph", ms=ms, fwd=fwd, bwd=bwd, syncs=model.syncs_per_forward)
+                            record(**common, mode="graph", ms=time_graph(fn, args, cuda), fwd=fwd, bwd=bwd)
             del model
+            save()
         if not args.no_torch_tp:
             model = torch_tp_model(size, vocab, seq, device, world)
-            for workload in ("prefill_b1", "prefill_b8", "train_b8"):
-                batch = 8 if workload.endswith("b8") else 1
-                idx = torch.randint(0, vocab, (batch, seq), device=device)
-
-                def fn():
-                    if workload.startswith("train"):
-                        with autocast:
-                            _, loss = model(idx, idx)
-                        loss.backward()
-                        for p in model.parameters():
-                            p.grad = None
-                    else:
-                        with torch.no_grad(), autocast:
-                            model(idx)
-                ms = time_calls(fn, args.warmup, args.repeats, cuda)
-                record(size=size, variant="torch_tp (baseline)", policy="torch_tp", floor=False, workload=workload,
-                       mode="eager", ms=ms, fwd="n/a", bwd="n/a", syncs=2 * SIZES[size]["n_layer"])
+            for workload in ("train_b8", "prefill_b1", "prefill_b8"):
+                fn = make_workload(model, workload, seq, vocab, device, cuda)
+                common = dict(size=size, n_tracks="-", variant="torch_tp (baseline)", policy="torch_tp",
+                              floor=False, workload=workload, fwd="n/a", bwd="n/a", syncs=2 * SIZES[size]["n_layer"])
+                record(**common, mode="eager", ms=time_calls(fn, args.warmup, args.repeats, cuda))
+                if graphs and not workload.startswith("train"):
+                    record(**common, mode="graph", ms=time_graph(fn, args, cuda))
             del model
+            save()
     if rank == 0:
-        name = torch.cuda.get_device_name() if cuda else "CPU"
-        meta = dict(device=name, tp=world, torch=torch.__version__, seq_len=seq, repeats=args.repeats,
-                    command="torchrun --nproc_per_node=%d " % world + " ".join(sys.argv))
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, f"tp_latency_tp{world}.json"), "w") as f:
-            json.dump(dict(meta=meta, rows=rows), f, indent=1)
-        with open(os.path.join(args.out_dir, f"tp_latency_tp{world}.md"), "w") as f:
-            f.write(markdown([dict(meta=meta, rows=rows)]))
         print(f"wrote {args.out_dir}/tp_latency_tp{world}.md and .json")
     if world > 1:
         dist.destroy_process_group()
 
 
 def markdown(runs):
-    """One table per (size, workload, mode): policy rows, ms per tp, and ms / floor per tp."""
+    """One table per (size, workload, mode): a row per (n_tracks, policy); per tp the ms, ms / floor
+    and ms / baseline (same n_tracks; for torch_tp, its ms / our baseline's)."""
     out = []
     for run_ in runs:
         m = run_["meta"]
         out.append(f"- tp={m['tp']}: {m['device']}, torch {m['torch']}, median of {m['repeats']} calls, "
                    f"command `{m['command']}`")
-    rows = [dict(r, tp=run_["meta"]["tp"]) for run_ in runs for r in run_["rows"]]
+    rows = [dict(r, tp=run_["meta"]["tp"], n_tracks=r.get("n_tracks", 4)) for run_ in runs for r in run_["rows"]]
     tps = sorted({r["tp"] for r in rows})
     keys = sorted({(r["size"], r["workload"], r["mode"]) for r in rows},
                   key=lambda k: (k[0], WORKLOADS.index(k[1]), k[2]))
     for size, workload, mode in keys:
         sel = [r for r in rows if (r["size"], r["workload"], r["mode"]) == (size, workload, mode)]
-        floors = {(r["policy"], r["tp"]): r["ms"] for r in sel if r["floor"]}
+        ms_of = {(r["n_tracks"], r["policy"], r["floor"], r["tp"]): r["ms"] for r in sel}
         out.append(f"\n### {size} {workload} {mode}\n")
-        out.append("| policy | syncs/fwd | collectives fwd/bwd | " + " | ".join(f"tp={t} ms | tp={t} / floor"
-                                                                          for t in tps) + " |")
-        out.append("|---|---:|---|" + "---:|---:|" * len(tps))
-        for policy in dict.fromkeys(r["policy"] for r in sel if not r["floor"]):
+        out.append("| n_tracks | policy | syncs/fwd | collectives fwd/bwd | " +
+                   " | ".join(f"tp={t} ms | ÷ floor | ÷ baseline" for t in tps) + " |")
+        out.append("|---:|---|---:|---|" + "---:|---:|---:|" * len(tps))
+        for n, policy in dict.fromkeys((r["n_tracks"], r["policy"]) for r in sel if not r["floor"]):
             cells = []
-            by_tp = {r["tp"]: r for r in sel if r["policy"] == policy and not r["floor"]}
             for t in tps:
-                r = by_tp.get(t)
-                ms = r["ms"] if r else "-"
-                floor = floors.get((policy, t))
-                ratio = (f"{ms / floor:.2f}" if isinstance(ms, float) and isinstance(floor, float) else "-")
-                cells += [f"{ms:.3f}" if isinstance(ms, float) else str(ms), ratio]
-            any_row = next(iter(by_tp.values()))
-            out.append(f"| {policy} | {any_row['syncs']} | {any_row['fwd']}/{any_row['bwd']} | " + " | ".join(cells) + " |")
+                ms = ms_of.get((n, policy, False, t))
+                floor = ms_of.get((n, policy, True, t))
+                if policy == "torch_tp":
+                    bases = {n_: v for (n_, p, f, t_), v in ms_of.items() if p == "baseline" and not f and t_ == t}
+                    base = bases.get(t, next(iter(bases.values()), None))  # prefer n_tracks = tp
+                else:
+                    base = ms_of.get((n, "baseline", False, t))
+                ratio = lambda a, b: f"{a / b:.2f}" if isinstance(a, float) and isinstance(b, float) else "-"
+                cells += [f"{ms:.3f}" if isinstance(ms, float) else str(ms or "-"), ratio(ms, floor), ratio(ms, base)]
+            r = next(r for r in sel if (r["n_tracks"], r["policy"]) == (n, policy) and not r["floor"])
+            out.append(f"| {n} | {policy} | {r['syncs']} | {r['fwd']}/{r['bwd']} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -307,12 +321,13 @@ def merge(out_dir):
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, workload in zip(axes, ("decode_b1", "prefill_b8")):
         for run_ in runs:
-            pts = [r for r in run_["rows"] if r["workload"] == workload and not r["floor"]
-                   and r["size"] == "124m" and isinstance(r["ms"], float) and r["policy"] != "torch_tp"]
-            mode = "graph" if any(r["mode"] == "graph" for r in pts) else "eager"
-            pts = [r for r in pts if r["mode"] == mode]
-            if pts:
-                ax.scatter([r["syncs"] for r in pts], [r["ms"] for r in pts], label=f"tp={run_['meta']['tp']} ({mode})")
+            rows = [r for r in run_["rows"] if r["workload"] == workload and not r["floor"]
+                    and r["size"] == "124m" and isinstance(r["ms"], float) and r["policy"] != "torch_tp"]
+            mode = "graph" if any(r["mode"] == "graph" for r in rows) else "eager"
+            for n in dict.fromkeys(r.get("n_tracks", 4) for r in rows):
+                pts = [r for r in rows if r["mode"] == mode and r.get("n_tracks", 4) == n]
+                ax.plot([r["syncs"] for r in pts], [r["ms"] for r in pts], "o", alpha=0.8,
+                        label=f"tp={run_['meta']['tp']}, n_tracks={n} ({mode})")
                 for r in pts:
                     ax.annotate(r["policy"].split(":m")[0], (r["syncs"], r["ms"]), fontsize=7,
                                 textcoords="offset points", xytext=(3, 3))
@@ -331,6 +346,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {list(SIZES)}")
     parser.add_argument("--policies", default=";".join(POLICIES), help="';'-separated sync policies")
+    parser.add_argument("--n_tracks", default="4", help="comma-separated; values not divisible by tp are skipped")
     parser.add_argument("--seq_len", type=int, default=1024)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=30)

@@ -74,7 +74,8 @@ class GPTConfig:
 
 
 # How each sharded parameter is split across tracks, by name suffix.
-#   qkv:  c_attn rows are [q | k | v], each split by heads
+#   qkv:  c_attn rows are [q | k | v], each split by heads; a rank keeps [q | k | v] of its own
+#         heads (nanoGPT's order), so shared-input attention splits q, k, v as views
 #   rows: output rows split by track (column-parallel)
 #   cols: input columns split by track (row-parallel)
 SHARD_KINDS = (("attn.c_attn.weight", "qkv"), ("attn.c_attn.bias", "qkv"),
@@ -100,6 +101,17 @@ def column_parallel(h, weight, bias, k):
     return z.view(k, B, T, -1)
 
 
+def column_parallel_qkv(h, weight, bias, k):
+    """c_attn. Shared h -> [B,T,3*Hl*hs] as [q|k|v]; diverged h -> [k,B,T,3*h*hs], each track's [q|k|v]
+    (the rank's [q|k|v]-ordered rows are regrouped by track: a copy of the weight, not the activations)."""
+    if h.dim() == 3 or k == 1:
+        return column_parallel(h, weight, bias, k)
+    C = weight.shape[1]
+    weight = weight.view(3, k, -1, C).transpose(0, 1).reshape(-1, C)
+    bias = None if bias is None else bias.view(3, k, -1).transpose(0, 1).reshape(-1)
+    return column_parallel(h, weight, bias, k)
+
+
 def row_parallel(z, weight, k, per_track):
     """Partial output of a row-parallel weight [C, k*F] without its bias.
 
@@ -118,7 +130,8 @@ def row_parallel(z, weight, k, per_track):
 
 
 class KVCache:
-    """Keys and values of this rank's heads for every layer: [B, H_local, max_len, hs]."""
+    """Keys and values of this rank's heads for every layer: [B, H_local, max_len, hs], or
+    [k*B, H_local/k, max_len, hs] for a layer whose attention reads diverged tracks."""
 
     def __init__(self, n_layer):
         self.k, self.v = [None] * n_layer, [None] * n_layer
@@ -357,20 +370,21 @@ class GPT(nn.Module):
         return x
 
     def _attention(self, attn, h, per_track, kv_cache, layer):
-        k, Hl, hs = self.k, attn.n_head_local, attn.head_size
-        qkv = column_parallel(h, attn.c_attn.weight, attn.c_attn.bias, k)
-        if qkv.dim() == 4:  # [k,B,T,3*Hl/k*hs] -> [B,T,k*3*...]
-            qkv = qkv.permute(1, 2, 0, 3)
-        B, T = qkv.shape[:2]
-        qkv = qkv.reshape(B, T, k, 3, Hl // k, hs)
-        q, kk, v = (t.reshape(B, T, Hl, hs).transpose(1, 2) for t in qkv.unbind(3))
+        """Shared input: heads [B, Hl, T, hs]. Diverged input: the tracks go into the batch,
+        [k*B, Hl/k, T, hs], so q, k, v stay views of the projection (no copies)."""
+        k, hs = self.k, attn.head_size
+        qkv = column_parallel_qkv(h, attn.c_attn.weight, attn.c_attn.bias, k)
+        diverged = qkv.dim() == 4
+        T = qkv.shape[-2]
+        qkv = qkv.reshape(-1, T, 3, qkv.shape[-1] // (3 * hs), hs)  # [B or k*B, T, 3, heads, hs]
+        q, kk, v = (t.transpose(1, 2) for t in qkv.unbind(2))
         if kv_cache is not None:
             kk, v = kv_cache.update(layer, kk, v, self.config.block_size)
-        y = self._sdpa(q, kk, v, attn.dropout if self.training else 0.0)
-        y = y.transpose(1, 2).reshape(B, T, Hl * hs)  # tracks concatenated
+        y = self._sdpa(q, kk, v, attn.dropout if self.training else 0.0, diverged)
+        y = y.transpose(1, 2).reshape(*h.shape[:-1], -1)  # [B,T,Hl*hs] tracks concatenated, or [k,B,T,Hl/k*hs]
         return row_parallel(y, attn.c_proj.weight, k, per_track)
 
-    def _sdpa(self, q, k, v, dropout_p):
+    def _sdpa(self, q, k, v, dropout_p, tracks_in_batch):
         Tq, Tk = q.shape[2], k.shape[2]
         if dropout_p == 0.0:
             if Tq == Tk:
@@ -382,9 +396,12 @@ class GPT(nn.Module):
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         if dropout_p > 0.0:
             # one mask for all n_head heads from the RNG every TP rank shares; keep this rank's heads
-            B, Hl = q.shape[:2]
+            Hl = q.shape[1] * (self.k if tracks_in_batch else 1)
+            B = q.shape[0] // (self.k if tracks_in_batch else 1)
             keep = torch.rand(B, self.config.n_head, Tq, Tk, device=q.device) >= dropout_p
             keep = keep[:, self.tp_rank * Hl:(self.tp_rank + 1) * Hl]
+            if tracks_in_batch:  # [B, k*h, ...] -> [k*B, h, ...]
+                keep = keep.view(B, self.k, -1, Tq, Tk).transpose(0, 1).reshape(-1, Hl // self.k, Tq, Tk)
             att = att * keep / (1.0 - dropout_p)
         return att @ v
 
@@ -402,8 +419,7 @@ class GPT(nn.Module):
         if kind is None:
             return full
         if kind == "qkv":
-            shard = full.view(3, n, -1, *full.shape[1:])[:, t0:t1].transpose(0, 1)
-            return shard.reshape(-1, *full.shape[1:]).contiguous()
+            return full.view(3, n, -1, *full.shape[1:])[:, t0:t1].reshape(-1, *full.shape[1:]).contiguous()
         if kind == "rows":
             return full.view(n, -1, *full.shape[1:])[t0:t1].reshape(-1, *full.shape[1:]).contiguous()
         return full.view(full.shape[0], n, -1)[:, t0:t1].reshape(full.shape[0], -1).contiguous()
@@ -416,8 +432,7 @@ class GPT(nn.Module):
         shards = comm.all_gather(local, self.tp_group, "checkpoint")
         tail = local.shape[1:]
         if kind == "qkv":
-            per_track = torch.cat([s.view(self.k, 3, -1, *tail) for s in shards])  # [n, 3, ...]
-            return per_track.transpose(0, 1).reshape(-1, *tail)
+            return torch.cat([s.view(3, self.k, -1, *tail) for s in shards], dim=1).reshape(-1, *tail)
         if kind == "rows":
             return torch.cat(shards)
         return torch.cat(shards, dim=1)

@@ -31,7 +31,7 @@ def model_with_grads(tp_group=None):
 
 def reference():
     """(norm, {name: clipped grad in full nanoGPT layout}) from torch on the tp=1 model.
-    (With several tracks even tp=1 stores c_attn track-major, hence full_tensor.)"""
+    (full_tensor: the same code reads the tp=2 grads.)"""
     model = model_with_grads()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
     return norm, {n: model.full_tensor(n, p.grad) for n, p in model.named_parameters()}

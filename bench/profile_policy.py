@@ -1,0 +1,143 @@
+"""Where the time of one workload goes, per sync policy: a torch.profiler kernel breakdown.
+
+    python bench/profile_policy.py --policies "baseline;grouped:4" --workload prefill_b8 --mode graph
+    torchrun --standalone --nproc_per_node=2 bench/profile_policy.py --torch_tp   # adds PyTorch's TP
+
+For each policy (and optionally PyTorch's DTensor TP on the same shape) the workload of
+bench/tp_latency.py is warmed up, then --calls calls are profiled. Reported per call:
+    wall ms       host time per call (the loop ends on a device sync)
+    kernels       device kernels launched per call
+    busy ms       sum of kernel durations per call (the device's work; wall - busy is idle gaps)
+and the busy time split by kernel category (gemm, attention, nccl, norm, elementwise, copy,
+reduce, other), then the top kernels. If busy << wall the workload is launch-bound (host
+overhead: Python, dispatch, autograd); if busy ~ wall it is device-bound, and the categories say
+which kernels grew. Written to <out_dir>/profile_<workload>_<mode>_tp<N>.txt (rank 0).
+"""
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tp_latency import SIZES, as_graph, make_workload, torch_tp_model  # noqa: E402
+from model.gpt import GPT, GPTConfig  # noqa: E402
+
+CATEGORIES = [("nccl", ("nccl",)), ("attention", ("flash", "fmha", "attention", "sdpa")),
+              ("gemm", ("gemm", "cublas", "cutlass", "sm90_xmma", "nvjet", "matmul", "splitk")),
+              ("norm", ("layer_norm", "layernorm")), ("copy", ("copy", "cat", "memcpy", "memset")),
+              ("reduce", ("reduce",)), ("elementwise", ("elementwise", "vectorized", "unrolled"))]
+
+
+def category(kernel_name):
+    name = kernel_name.lower()
+    for cat, keys in CATEGORIES:
+        if any(k in name for k in keys):
+            return cat
+    return "other"
+
+
+def profile_calls(fn, calls, cuda):
+    """Kernel events of `calls` calls of fn, and host wall ms per call."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    with profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        wall = (time.perf_counter() - t0) * 1e3 / calls
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not cuda:  # CPU: count the aten ops instead of kernels
+        kernels = [e for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None]
+    return kernels, wall
+
+
+def report(label, kernels, wall, calls, cuda, top):
+    dur = (lambda e: e.device_time) if cuda else (lambda e: e.cpu_time)
+    busy = sum(dur(e) for e in kernels) / 1e3 / calls
+    by_cat, by_name = defaultdict(float), defaultdict(lambda: [0.0, 0])
+    for e in kernels:
+        by_cat[category(e.name)] += dur(e) / 1e3 / calls
+        by_name[e.name][0] += dur(e) / 1e3 / calls
+        by_name[e.name][1] += 1
+    lines = [f"## {label}", f"wall {wall:.3f} ms/call | kernels {len(kernels) / calls:.0f}/call | "
+             f"busy {busy:.3f} ms/call ({100 * busy / wall:.0f}% of wall)",
+             "by category (ms/call): " + ", ".join(f"{c} {v:.3f}" for c, v in
+                                                    sorted(by_cat.items(), key=lambda kv: -kv[1])),
+             f"top {top} kernels (ms/call, launches/call):"]
+    for name, (ms, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"  {ms:8.3f} {n / calls:6.0f}  {name[:110]}")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", default="124m", choices=list(SIZES))
+    p.add_argument("--n_tracks", type=int, default=4)
+    p.add_argument("--policies", default="baseline;spd;grouped:4;parallel;ladder", help="';'-separated")
+    p.add_argument("--workload", default="prefill_b8", choices=["prefill_b1", "prefill_b8", "decode_b1",
+                                                                "decode_b8", "train_b8"])
+    p.add_argument("--mode", default="graph", choices=["eager", "graph"])
+    p.add_argument("--torch_tp", action="store_true", help="also profile PyTorch's TP (eager)")
+    p.add_argument("--calls", type=int, default=10)
+    p.add_argument("--top", type=int, default=12)
+    p.add_argument("--seq_len", type=int, default=1024)
+    p.add_argument("--out_dir", default="bench/results")
+    args = p.parse_args()
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    cuda = torch.cuda.is_available()
+    if world > 1:
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if cuda else "gloo")
+    group, rank = (dist.group.WORLD, dist.get_rank()) if world > 1 else (None, 0)
+    device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
+    graph = cuda and args.mode == "graph" and not args.workload.startswith("train")
+    vocab = 50304
+    header = (f"# profile: {args.size} n_tracks={args.n_tracks} {args.workload} "
+              f"{'graph' if graph else 'eager'} tp={world}, {args.calls} calls, "
+              f"{torch.cuda.get_device_name() if cuda else 'CPU'}, torch {torch.__version__}\n"
+              f"command: {'torchrun --nproc_per_node=%d ' % world if world > 1 else 'python '}{' '.join(sys.argv)}\n")
+    sections = [header]
+    variants = args.policies.split(";")
+    if args.torch_tp and not args.workload.startswith("decode"):  # our reference has no KV cache
+        variants.append("torch_tp")
+    for policy in variants:
+        torch.manual_seed(0)
+        if policy == "torch_tp":
+            model = torch_tp_model(args.size, vocab, args.seq_len, device, world)
+        else:
+            model = GPT(GPTConfig(**SIZES[args.size], block_size=args.seq_len, vocab_size=vocab,
+                                  n_tracks=args.n_tracks, sync_policy=policy), tp_group=group).to(device)
+        fn = make_workload(model, args.workload, args.seq_len, vocab, device, cuda)
+        if graph and policy != "torch_tp":
+            fn = as_graph(fn)
+        for _ in range(3):
+            fn()
+        kernels, wall = profile_calls(fn, args.calls, cuda)
+        label = policy + (" (eager)" if policy == "torch_tp" else "")
+        sections.append(report(label, kernels, wall, args.calls, cuda, args.top))
+        if rank == 0:
+            print(sections[-1], flush=True)
+        del model, fn
+    if rank == 0:
+        os.makedirs(args.out_dir, exist_ok=True)
+        path = os.path.join(args.out_dir, f"profile_{args.size}_n{args.n_tracks}_{args.workload}_"
+                                          f"{'graph' if graph else 'eager'}_tp{world}.txt")
+        with open(path, "w") as f:
+            f.write("\n".join(sections))
+        print(f"wrote {path}")
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
