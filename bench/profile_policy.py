@@ -7,7 +7,9 @@ For each policy (and optionally PyTorch's DTensor TP on the same shape) the work
 bench/tp_latency.py is warmed up, then --calls calls are profiled. Reported per call:
     wall ms       host time per call (the loop ends on a device sync)
     kernels       device kernels launched per call
-    busy ms       sum of kernel durations per call (the device's work; wall - busy is idle gaps)
+    busy ms       sum of kernel durations per call (the device's work; wall - busy is idle gaps).
+                  An NCCL kernel runs until its peer arrives, so its time includes waiting for the
+                  other rank: "without nccl" is the compute alone.
 and the busy time split by kernel category (gemm, attention, nccl, norm, elementwise, copy,
 reduce, other), then the top kernels. If busy << wall the workload is launch-bound (host
 overhead: Python, dispatch, autograd); if busy ~ wall it is device-bound, and the categories say
@@ -68,7 +70,8 @@ def report(label, kernels, wall, calls, cuda, top):
         by_name[e.name][0] += dur(e) / 1e3 / calls
         by_name[e.name][1] += 1
     lines = [f"## {label}", f"wall {wall:.3f} ms/call | kernels {len(kernels) / calls:.0f}/call | "
-             f"busy {busy:.3f} ms/call ({100 * busy / wall:.0f}% of wall)",
+             f"busy {busy:.3f} ms/call ({100 * busy / wall:.0f}% of wall), without nccl "
+             f"{busy - by_cat.get('nccl', 0.0):.3f}",
              "by category (ms/call): " + ", ".join(f"{c} {v:.3f}" for c, v in
                                                     sorted(by_cat.items(), key=lambda kv: -kv[1])),
              f"top {top} kernels (ms/call, launches/call):"]

@@ -218,7 +218,8 @@ def run(args):
 
     name = torch.cuda.get_device_name() if cuda else "CPU"
     meta = dict(device=name, tp=world, torch=torch.__version__, seq_len=seq, repeats=args.repeats,
-                command="torchrun --nproc_per_node=%d " % world + " ".join(sys.argv))
+                command=("torchrun --nproc_per_node=%d " % world if "LOCAL_RANK" in os.environ else "python ")
+                + " ".join(sys.argv))
 
     def save():  # after every model, so a run cut short still leaves its rows
         if rank == 0:
@@ -314,7 +315,10 @@ def merge(out_dir):
     if not runs:
         raise SystemExit(f"error: no tp_latency_tp*.json in {out_dir}: run the benchmark first")
     with open(os.path.join(out_dir, "tp_latency.md"), "w") as f:
-        f.write("# Sync-policy latency under tensor parallelism\n\n" + markdown(runs))
+        f.write("# Sync-policy latency under tensor parallelism\n\nMade by `bash bench/gpu_suite.sh tp1|tp2 OUT`, "
+                "then `python bench/tp_latency.py --merge`. Inference runs bf16 weights, training bf16 autocast; "
+                "ms are CUDA-event medians. ÷ floor: the same policy with every collective skipped. "
+                "n_tracks = tp means one track per GPU.\n\n" + markdown(runs))
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
