@@ -92,7 +92,7 @@ def shard_kind(name):
 
 def column_parallel(h, weight, bias, k):
     """Shared h [B,T,C] -> [B,T,k*F] (one matmul); diverged h [k,B,T,C] -> [k,B,T,F] (batched)."""
-    if h.dim() == 3:
+    if h.dim() == 3 or k == 1:  # F.linear adds the bias in the GEMM; baddbmm would first copy it out
         return F.linear(h, weight, bias)
     k_, B, T, C = h.shape
     w = weight.view(k, -1, C).transpose(1, 2)
@@ -119,6 +119,11 @@ def row_parallel(z, weight, k, per_track):
     output [k,B,T,C]; otherwise their sum over this rank's tracks [B,T,C] in one matmul.
     """
     C = weight.shape[0]
+    if k == 1:  # one track: a plain matmul; only the track dim is added or dropped
+        out = F.linear(z, weight)
+        if per_track:
+            return out if z.dim() == 4 else out.unsqueeze(0)
+        return out.squeeze(0) if z.dim() == 4 else out
     if per_track:
         lead = z.shape[1:3] if z.dim() == 4 else z.shape[:2]
         zk = z.reshape(k, -1, z.shape[-1]) if z.dim() == 4 else z.reshape(-1, k, z.shape[-1] // k).transpose(0, 1)
