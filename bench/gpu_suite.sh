@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The GPU runs behind bench/results/ (tp_latency, profiles, sync_frequency), one machine per call:
 #   bash bench/gpu_suite.sh tp2 OUT_DIR     # 2 GPUs: tp=2 latency (124M, medium), tp=2 profiles
+#   bash bench/gpu_suite.sh tp4 OUT_DIR     # 4 GPUs: tp=4 latency (n_tracks 4: one track per GPU), profiles
 #   bash bench/gpu_suite.sh tp1 OUT_DIR     # 1 GPU: tp=1 latency, tp=1 profiles, sync_frequency
 # then, here: copy OUT_DIR's files into bench/results/ and run `python bench/tp_latency.py --merge`.
 # Each step has a time limit, so one that hangs or runs long costs only its own rows.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-mode=${1:?tp1 or tp2}
+mode=${1:?tp1, tp2 or tp4}
 out=${2:?output directory}
 mkdir -p "$out/medium"
 nvidia-smi -L > "$out/nvidia_smi.txt"
@@ -19,13 +20,12 @@ step() {  # step SECONDS NAME CMD...: run CMD with a time limit, log to $out/NAM
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   echo "== $name: rc $? after ${SECONDS}s"
 }
-if [ "$mode" = tp2 ]; then
-  launch=(torchrun --standalone --nproc_per_node=2)
-  tracks="4,2"
-else
-  launch=(python)
-  tracks="4"
-fi
+case $mode in
+  tp1) launch=(python); tracks="4" ;;
+  tp2) launch=(torchrun --standalone --nproc_per_node=2); tracks="4,2" ;;
+  tp4) launch=(torchrun --standalone --nproc_per_node=4); tracks="4" ;;
+  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4" >&2; exit 2 ;;
+esac
 step 240 latency_124m "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks $tracks \
   --policies "$small" --warmup 3 --repeats 20 --out_dir "$out"
 for n in ${tracks//,/ }; do

@@ -315,7 +315,7 @@ def merge(out_dir):
     if not runs:
         raise SystemExit(f"error: no tp_latency_tp*.json in {out_dir}: run the benchmark first")
     with open(os.path.join(out_dir, "tp_latency.md"), "w") as f:
-        f.write("# Sync-policy latency under tensor parallelism\n\nMade by `bash bench/gpu_suite.sh tp1|tp2 OUT`, "
+        f.write("# Sync-policy latency under tensor parallelism\n\nMade by `bash bench/gpu_suite.sh tp1|tp2|tp4 OUT`, "
                 "then `python bench/tp_latency.py --merge`. Inference runs bf16 weights, training bf16 autocast; "
                 "ms are CUDA-event medians. ÷ floor: the same policy with every collective skipped. "
                 "n_tracks = tp means one track per GPU.\n\n" + markdown(runs))
