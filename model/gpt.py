@@ -365,8 +365,8 @@ class GPT(nn.Module):
             if not self.policy.sync[j]:
                 region["d_summed"] = out
                 continue
-            if region["d"] is not None:
-                out = out + region["d"].sum(0)
+            if region["d"] is not None:  # one track per rank: the sum over tracks is a view, not a reduce kernel
+                out = out + (region["d"][0] if self.k == 1 else region["d"].sum(0))
             if self.tp_rank == 0 and region["beta"] is not None:
                 out = out + region["beta"].to(out.dtype)
             x = x + self.resid_dropout(comm.reduce_from_tp_region(out, group))
