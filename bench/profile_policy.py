@@ -88,7 +88,7 @@ def main():
     p.add_argument("--workload", default="prefill_b8", choices=["prefill_b1", "prefill_b8", "decode_b1",
                                                                 "decode_b8", "train_b8"])
     p.add_argument("--mode", default="graph", choices=["eager", "graph"])
-    p.add_argument("--torch_tp", action="store_true", help="also profile PyTorch's TP (eager)")
+    p.add_argument("--torch_tp", action="store_true", help="also profile PyTorch's TP")
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--seq_len", type=int, default=1024)
@@ -111,7 +111,7 @@ def main():
               f"command: {'torchrun --nproc_per_node=%d ' % world if world > 1 else 'python '}{' '.join(sys.argv)}\n")
     sections = [header]
     variants = args.policies.split(";")
-    if args.torch_tp and not args.workload.startswith("decode"):  # our reference has no KV cache
+    if args.torch_tp:
         variants.append("torch_tp")
     for policy in variants:
         torch.manual_seed(0)
@@ -121,13 +121,12 @@ def main():
             model = GPT(GPTConfig(**SIZES[args.size], block_size=args.seq_len, vocab_size=vocab,
                                   n_tracks=args.n_tracks, sync_policy=policy), tp_group=group).to(device)
         fn = make_workload(model, args.workload, args.seq_len, vocab, device, cuda)
-        if graph and policy != "torch_tp":
+        if graph:
             fn = as_graph(fn)
         for _ in range(3):
             fn()
         kernels, wall = profile_calls(fn, args.calls, cuda)
-        label = policy + (" (eager)" if policy == "torch_tp" else "")
-        sections.append(report(label, kernels, wall, args.calls, cuda, args.top))
+        sections.append(report(policy, kernels, wall, args.calls, cuda, args.top))
         if rank == 0:
             print(sections[-1], flush=True)
         del model, fn

@@ -18,9 +18,11 @@ References in the same run:
     floor        the same computation with every collective skipped (parallel.comm.skipped_collectives):
                  the limit that dropping syncs approaches. Its outputs are wrong; only its time counts.
     torch_tp     PyTorch's own TP (torch.distributed.tensor.parallel: ColwiseParallel q/k/v and c_fc,
-                 RowwiseParallel c_proj) on a plain baseline GPT of the same shape (prefill and
-                 training; it has no KV cache here).
-Collectives per row are counted by parallel.comm (forward all-reduces, backward all-reduces).
+                 RowwiseParallel c_proj) on a plain baseline GPT of the same shape, every workload
+                 (its KV cache holds the local heads, as ours does).
+Collectives per row are counted by parallel.comm (forward all-reduces, backward all-reduces); for
+torch_tp, by a dispatch mode over DTensor's c10d functional ops. Each run also records the host
+time to launch one small kernel (eager rows are launch-bound) and the source commit.
 Results: bench/results/tp_latency_tp<N>.{md,json}; --merge writes tp_latency.{md,png}.
 """
 import argparse
@@ -28,6 +30,7 @@ import glob
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from contextlib import nullcontext
@@ -36,6 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from model.gpt import GPT, GPTConfig, KVCache  # noqa: E402
@@ -92,6 +96,35 @@ def as_graph(fn):
     return graph.replay
 
 
+def host_launch_us(device, cuda, launches=2000):
+    """Host microseconds to launch one tiny kernel (median of 5 loops): the unit cost of eager
+    mode. A launch-bound eager row costs about (kernels per call) x this, whatever the GPU does."""
+    x = torch.zeros(1, device=device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    samples = []
+    for _ in range(5):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(launches):
+            x.add_(1)
+        samples.append((time.perf_counter() - t0) / launches * 1e6)
+    sync()
+    return statistics.median(samples)
+
+
+def source_commit():
+    """The commit the benchmark ran from: $BENCH_COMMIT (the device machines get a copy of the
+    working tree without .git), else `git rev-parse`, else 'unknown'."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=os.path.dirname(os.path.abspath(__file__)))
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 # ----------------------------------------------------------------------------- workloads
 def make_workload(model, name, seq, vocab, device, cuda):
     """A no-argument callable running one instance of the workload on `model`. On CUDA an inference
@@ -141,42 +174,73 @@ def count_collectives(fn):
 class PlainBlock(nn.Module):
     def __init__(self, n_embd, n_head):
         super().__init__()
-        self.n_head = n_head
+        self.head_size = n_embd // n_head
         self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
         self.q, self.k, self.v = (nn.Linear(n_embd, n_embd) for _ in range(3))
         self.c_proj = nn.Linear(n_embd, n_embd)
         self.c_fc, self.mlp_proj = nn.Linear(n_embd, 4 * n_embd), nn.Linear(4 * n_embd, n_embd)
 
-    def forward(self, x):
+    def forward(self, x, kv_cache=None, layer=0, max_len=0):
         B, T, _ = x.shape
         h = self.ln_1(x)
-        # after ColwiseParallel each rank holds n_head / tp heads: infer the local count from the width
-        q, k, v = (lin(h) for lin in (self.q, self.k, self.v))
-        hs = x.shape[-1] // self.n_head
-        q, k, v = (t.view(B, T, -1, hs).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1)
+        # after ColwiseParallel each rank holds n_head / tp heads: -1 infers the local count
+        q, k, v = (lin(h).view(B, T, -1, self.head_size).transpose(1, 2) for lin in (self.q, self.k, self.v))
+        if kv_cache is not None:
+            k, v = kv_cache.update(layer, k, v, max_len)
+        if T != k.shape[2] and T != 1:
+            raise ValueError(f"PlainGPT attends a chunk of {T} tokens only from an empty cache, or 1 token")
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1).transpose(1, 2).reshape(B, T, -1)
         x = x + self.c_proj(y)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
 
 
 class PlainGPT(nn.Module):
-    """nanoGPT's baseline GPT with separate q/k/v projections, so ColwiseParallel splits whole heads."""
+    """nanoGPT's baseline GPT with separate q/k/v projections, so ColwiseParallel splits whole heads,
+    and the same forward(idx, targets, kv_cache) as model.gpt.GPT."""
 
     def __init__(self, n_layer, n_head, n_embd, vocab, block_size):
         super().__init__()
+        self.config = GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab,
+                                block_size=block_size)
         self.wte, self.wpe = nn.Embedding(vocab, n_embd), nn.Embedding(block_size, n_embd)
         self.h = nn.ModuleList(PlainBlock(n_embd, n_head) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(n_embd)
 
-    def forward(self, idx, targets=None):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
-        for block in self.h:
-            x = block(x)
+    def forward(self, idx, targets=None, kv_cache=None):
+        pos0 = kv_cache.pos if kv_cache is not None else 0
+        x = self.wte(idx) + self.wpe(torch.arange(pos0, pos0 + idx.shape[1], device=idx.device))
+        for layer, block in enumerate(self.h):
+            x = block(x, kv_cache, layer, self.config.block_size)
+        if kv_cache is not None:
+            kv_cache.pos += idx.shape[1]
         x = self.ln_f(x)
         if targets is None:
             return F.linear(x[:, -1:], self.wte.weight), None
         logits = F.linear(x, self.wte.weight)
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+class CountedFunctionalCollectives(TorchDispatchMode):
+    """Counts the collectives DTensor issues (c10d functional ops), split into forward and backward:
+    PyTorch's TP does not go through parallel.comm, so this is its counterpart for torch_tp rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.fwd = self.bwd = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "_c10d_functional" and not func.__name__.startswith(("wait", "_")):  # not wait/wrap
+            if torch._C._current_graph_task_id() == -1:
+                self.fwd += 1
+            else:
+                self.bwd += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_torch_collectives(fn):
+    with CountedFunctionalCollectives() as counter:
+        fn()
+    return counter.fwd, counter.bwd
 
 
 def torch_tp_model(size, vocab, seq, device, tp):
@@ -217,9 +281,18 @@ def run(args):
                   f"collectives fwd {row['fwd']} bwd {row['bwd']}", flush=True)
 
     name = torch.cuda.get_device_name() if cuda else "CPU"
+    launch_us = host_launch_us(device, cuda)
+    if world > 1:
+        per_rank = [None] * world
+        dist.all_gather_object(per_rank, launch_us)
+        launch_us = max(per_rank)
     meta = dict(device=name, tp=world, torch=torch.__version__, seq_len=seq, repeats=args.repeats,
+                commit=source_commit(), host_launch_us=round(launch_us, 2),
                 command=("torchrun --nproc_per_node=%d " % world if "LOCAL_RANK" in os.environ else "python ")
                 + " ".join(sys.argv))
+    if rank == 0:
+        print(f"{name}, tp={world}, commit {meta['commit']}: host time to launch one small kernel "
+              f"{launch_us:.2f} us (slowest rank)", flush=True)
 
     def save():  # after every model, so a run cut short still leaves its rows
         if rank == 0:
@@ -256,10 +329,11 @@ def run(args):
             save()
         if not args.no_torch_tp:
             model = torch_tp_model(size, vocab, seq, device, world)
-            for workload in ("train_b8", "prefill_b1", "prefill_b8"):
+            for workload in sorted(WORKLOADS, key=lambda w: not w.startswith("train")):  # fp32 first
                 fn = make_workload(model, workload, seq, vocab, device, cuda)
+                fwd, bwd = count_torch_collectives(fn)
                 common = dict(size=size, n_tracks="-", variant="torch_tp (baseline)", policy="torch_tp",
-                              floor=False, workload=workload, fwd="n/a", bwd="n/a", syncs=2 * SIZES[size]["n_layer"])
+                              floor=False, workload=workload, fwd=fwd, bwd=bwd, syncs=2 * SIZES[size]["n_layer"])
                 record(**common, mode="eager", ms=time_calls(fn, args.warmup, args.repeats, cuda))
                 if graphs and not workload.startswith("train"):
                     record(**common, mode="graph", ms=time_graph(fn, args, cuda))
@@ -271,14 +345,20 @@ def run(args):
         dist.destroy_process_group()
 
 
-def markdown(runs):
-    """One table per (size, workload, mode): a row per (n_tracks, policy); per tp the ms, ms / floor
-    and ms / baseline (same n_tracks; for torch_tp, its ms / our baseline's)."""
+def markdown_runs(runs):
     out = []
     for run_ in runs:
         m = run_["meta"]
-        out.append(f"- tp={m['tp']}: {m['device']}, torch {m['torch']}, median of {m['repeats']} calls, "
-                   f"command `{m['command']}`")
+        launch = f", host launch {m['host_launch_us']} us/kernel" if "host_launch_us" in m else ""
+        out.append(f"- tp={m['tp']}: {m['device']}, torch {m['torch']}, commit {m.get('commit', 'not recorded')}, "
+                   f"median of {m['repeats']} calls{launch}, command `{m['command']}`")
+    return "\n".join(out) + "\n"
+
+
+def markdown(runs, with_runs=True):
+    """One table per (size, workload, mode): a row per (n_tracks, policy); per tp the ms, ms / floor
+    and ms / baseline (same n_tracks; for torch_tp, its ms / our baseline's)."""
+    out = [markdown_runs(runs)] if with_runs else []
     rows = [dict(r, tp=run_["meta"]["tp"], n_tracks=r.get("n_tracks", 4)) for run_ in runs for r in run_["rows"]]
     tps = sorted({r["tp"] for r in rows})
     keys = sorted({(r["size"], r["workload"], r["mode"]) for r in rows},
@@ -307,6 +387,55 @@ def markdown(runs):
     return "\n".join(out) + "\n"
 
 
+def summary(runs):
+    """The ratios the benchmark is for, read from the same rows as the full tables (each ratio's two
+    numbers come from one run): grouped:3 vs baseline in decode, each policy over its no-sync
+    floor, and PyTorch's TP over our baseline."""
+    rows = [dict(r, tp=run_["meta"]["tp"], n_tracks=r.get("n_tracks", 4)) for run_ in runs for r in run_["rows"]]
+    ms = {(r["size"], r["n_tracks"], r["policy"], r["floor"], r["workload"], r["mode"], r["tp"]): r["ms"]
+          for r in rows if isinstance(r["ms"], float)}
+    tps = sorted({r["tp"] for r in rows})
+    sizes = list(dict.fromkeys(r["size"] for r in rows))
+    tracks = sorted({r["n_tracks"] for r in rows if r["policy"] != "torch_tp"}, reverse=True)
+    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
+    out = ["\n## Key ratios\n", "**grouped:3 ÷ baseline, decode with CUDA graphs** (ms; < 1: grouped:3 is faster)\n",
+           "| size | n_tracks | tp | batch 1 baseline | grouped:3 | ratio | batch 8 baseline | grouped:3 | ratio |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        for n in tracks:
+            for t in tps:
+                cells = []
+                for w in ("decode_b1", "decode_b8"):
+                    base, g3 = (ms.get((size, n, p, False, w, "graph", t)) for p in ("baseline", "grouped:3"))
+                    cells += [f"{base:.3f}" if base else "-", f"{g3:.3f}" if g3 else "-", ratio(g3, base)]
+                if any(c != "-" for c in cells):
+                    out.append(f"| {size} | {n} | {t} | " + " | ".join(cells) + " |")
+    out += ["\n**Each policy ÷ its no-sync floor, decode batch 1 with CUDA graphs** (1.00: communication "
+            "costs nothing)\n", "| size | n_tracks | policy | " + " | ".join(f"tp={t}" for t in tps) + " |",
+            "|---|---:|---|" + "---:|" * len(tps)]
+    for size in sizes:
+        for n in tracks:
+            for policy in dict.fromkeys(r["policy"] for r in rows if r["size"] == size and r["n_tracks"] == n
+                                        and r["policy"] != "torch_tp"):
+                cells = [ratio(ms.get((size, n, policy, False, "decode_b1", "graph", t)),
+                               ms.get((size, n, policy, True, "decode_b1", "graph", t))) for t in tps]
+                out.append(f"| {size} | {n} | {policy} | " + " | ".join(cells) + " |")
+    out += ["\n**PyTorch TP ÷ our baseline** (same shape and workload; our baseline with n_tracks = tp where "
+            "measured, else n_tracks 4; > 1: ours is faster)\n",
+            "| size | workload | mode | " + " | ".join(f"tp={t}" for t in tps) + " |", "|---|---|---|" + "---:|" * len(tps)]
+    for size in sizes:
+        for w in WORKLOADS:
+            for mode in ("eager", "graph"):
+                cells = []
+                for t in tps:
+                    base = ms.get((size, t, "baseline", False, w, mode, t)) or ms.get((size, 4, "baseline", False, w,
+                                                                                       mode, t))
+                    cells.append(ratio(ms.get((size, "-", "torch_tp", False, w, mode, t)), base))
+                if any(c != "-" for c in cells):
+                    out.append(f"| {size} | {w} | {mode} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def merge(out_dir):
     runs = []
     for path in sorted(glob.glob(os.path.join(out_dir, "tp_latency_tp*.json"))):
@@ -318,7 +447,8 @@ def merge(out_dir):
         f.write("# Sync-policy latency under tensor parallelism\n\nMade by `bash bench/gpu_suite.sh tp1|tp2|tp4 OUT`, "
                 "then `python bench/tp_latency.py --merge`. Inference runs bf16 weights, training bf16 autocast; "
                 "ms are CUDA-event medians. ÷ floor: the same policy with every collective skipped. "
-                "n_tracks = tp means one track per GPU.\n\n" + markdown(runs))
+                "n_tracks = tp means one track per GPU.\n\n" + markdown_runs(runs) + summary(runs)
+                + "\n## All rows\n" + markdown(runs, with_runs=False))
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

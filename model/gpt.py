@@ -33,7 +33,8 @@ keyed by track and do not depend on tp.
 
 Collectives (all in parallel/comm.py). A sublayer whose input is the shared stream and whose
 point syncs is plain Megatron TP: h = f(LN(x)), x <- x + Dropout(g(sum_t o_t) + b): one forward
-all-reduce (g) and one backward all-reduce (f). A region of several sublayers between two syncs
+all-reduce (g) and one backward all-reduce (f); where b's gradient needs no TP sum (no autograd,
+or one rank), rank 0 adds b inside its partial sum instead, which g then counts once. A region of several sublayers between two syncs
 enters through one f(x) and leaves through one g. Inside such a region the replicated parameters
 it uses (its LayerNorms and row-parallel biases) only see this rank's tracks, so their gradient
 is partial: they enter through one f applied to their concatenation, whose backward sums them
@@ -112,15 +113,15 @@ def column_parallel_qkv(h, weight, bias, k):
     return column_parallel(h, weight, bias, k)
 
 
-def row_parallel(z, weight, k, per_track):
-    """Partial output of a row-parallel weight [C, k*F] without its bias.
+def row_parallel(z, weight, k, per_track, bias=None):
+    """Partial output of a row-parallel weight [C, k*F], plus `bias` if given (only summed outputs).
 
     z is [B,T,k*F] (tracks concatenated) or [k,B,T,F]. per_track=True returns each track's
     output [k,B,T,C]; otherwise their sum over this rank's tracks [B,T,C] in one matmul.
     """
     C = weight.shape[0]
     if k == 1:  # one track: a plain matmul; only the track dim is added or dropped
-        out = F.linear(z, weight)
+        out = F.linear(z, weight, None if per_track else bias)
         if per_track:
             return out if z.dim() == 4 else out.unsqueeze(0)
         return out.squeeze(0) if z.dim() == 4 else out
@@ -131,7 +132,7 @@ def row_parallel(z, weight, k, per_track):
         return torch.bmm(zk, w).view(k, *lead, C)
     if z.dim() == 4:
         z = z.permute(1, 2, 0, 3).reshape(z.shape[1], z.shape[2], -1)
-    return F.linear(z, weight)
+    return F.linear(z, weight, bias)
 
 
 class KVCache:
@@ -304,10 +305,12 @@ class GPT(nn.Module):
             block = self.transformer.h[layer]
             ln, name = (block.ln_1, "ln_1") if sub == 0 else (block.ln_2, "ln_2")
             h = comm.copy_to_tp_region(self._layer_norm(ln, x, {}, f"transformer.h.{layer}.{name}"), group)
+            bias = (block.attn if sub == 0 else block.mlp).c_proj.bias
+            gemm_bias, bias = self._bias_into_partial(bias)
             if sub == 0:
-                out, bias = self._attention(block.attn, h, False, kv_cache, layer), block.attn.c_proj.bias
+                out = self._attention(block.attn, h, False, kv_cache, layer, gemm_bias)
             else:
-                out, bias = self._mlp(block.mlp, h, False), block.mlp.c_proj.bias
+                out = self._mlp(block.mlp, h, False, gemm_bias)
             launched = comm.reduce_from_tp_region_async(out, group) + (bias,)
             if pending is not None:
                 x = self._add_reduced(x, *pending)
@@ -334,15 +337,16 @@ class GPT(nn.Module):
             ln_name = prefix + ("ln_1" if sub == 0 else "ln_2")
             proj_bias = getattr(block, proj_name).c_proj.bias
 
-            def run(h, per_track):
+            def run(h, per_track, gemm_bias=None):
                 if sub == 0:
-                    return self._attention(block.attn, h, per_track, kv_cache, layer)
-                return self._mlp(block.mlp, h, per_track)
+                    return self._attention(block.attn, h, per_track, kv_cache, layer, gemm_bias)
+                return self._mlp(block.mlp, h, per_track, gemm_bias)
 
             if self.megatron[j]:
                 h = comm.copy_to_tp_region(self._layer_norm(ln, x, {}, ln_name), group)
-                y = comm.reduce_from_tp_region(run(h, per_track=False), group)
-                x = x + self.resid_dropout(y if proj_bias is None else y + proj_bias)
+                gemm_bias, bias = self._bias_into_partial(proj_bias)
+                y = comm.reduce_from_tp_region(run(h, False, gemm_bias), group)
+                x = x + self.resid_dropout(y if bias is None else y + bias)
                 continue
 
             if region is None:
@@ -374,7 +378,16 @@ class GPT(nn.Module):
         assert region is None, "the last sync point is always synced"
         return x
 
-    def _attention(self, attn, h, per_track, kv_cache, layer):
+    def _bias_into_partial(self, bias):
+        """(bias for this rank's GEMM, bias to add after the all-reduce) of a Megatron sync point.
+        Megatron adds the replicated bias after the all-reduce, one broadcast add per sublayer.
+        Where its gradient needs no TP sum (one rank, or no autograd) rank 0 adds it in the GEMM
+        instead and the all-reduce sums it once: the same function, one kernel fewer."""
+        if bias is None or (self.tp > 1 and torch.is_grad_enabled()):
+            return None, bias
+        return (bias if self.tp_rank == 0 else None), None
+
+    def _attention(self, attn, h, per_track, kv_cache, layer, gemm_bias=None):
         """Shared input: heads [B, Hl, T, hs]. Diverged input: the tracks go into the batch,
         [k*B, Hl/k, T, hs], so q, k, v stay views of the projection (no copies)."""
         k, hs = self.k, attn.head_size
@@ -387,7 +400,7 @@ class GPT(nn.Module):
             kk, v = kv_cache.update(layer, kk, v, self.config.block_size)
         y = self._sdpa(q, kk, v, attn.dropout if self.training else 0.0, diverged)
         y = y.transpose(1, 2).reshape(*h.shape[:-1], -1)  # [B,T,Hl*hs] tracks concatenated, or [k,B,T,Hl/k*hs]
-        return row_parallel(y, attn.c_proj.weight, k, per_track)
+        return row_parallel(y, attn.c_proj.weight, k, per_track, gemm_bias)
 
     def _sdpa(self, q, k, v, dropout_p, tracks_in_batch):
         Tq, Tk = q.shape[2], k.shape[2]
@@ -410,9 +423,9 @@ class GPT(nn.Module):
             att = att * keep / (1.0 - dropout_p)
         return att @ v
 
-    def _mlp(self, mlp, h, per_track):
+    def _mlp(self, mlp, h, per_track, gemm_bias=None):
         z = F.gelu(column_parallel(h, mlp.c_fc.weight, mlp.c_fc.bias, self.k))
-        return row_parallel(z, mlp.c_proj.weight, self.k, per_track)
+        return row_parallel(z, mlp.c_proj.weight, self.k, per_track, gemm_bias)
 
     # ---------------------------------------------------------------- full <-> local tensors
     def _track_slice(self):

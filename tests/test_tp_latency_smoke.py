@@ -1,12 +1,18 @@
 """Smoke test of bench/tp_latency.py and bench/profile_policy.py on CPU at a tiny shape: every
 workload gets a positive time for the policy and its no-sync floor, the collectives counted per row
-match the policy, and --merge writes the table and the PNG."""
+match the policy, and --merge writes the table and the PNG. The PyTorch-TP reference is checked
+to compute the same function at tp=2 as at tp=1, with a KV cache equal to a full forward."""
 import json
 import os
 import subprocess
 import sys
 
+import torch
+
+from parallel.launch import run_on_gloo
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
 TINY = ["--sizes", "tiny", "--seq_len", "16", "--warmup", "1", "--repeats", "1", "--n_tracks", "4,2"]
 
 
@@ -23,7 +29,10 @@ def test_tiny_latency_rows_and_merge(tmp_path):
     # tp=1 issues no real collective, but comm counts the model's sync points all the same
     assert {r["fwd"] for r in ours if r["policy"] == "baseline"} == {4}  # tiny: 2 layers
     assert {r["fwd"] for r in ours if r["policy"] == "grouped:2"} == {1}
-    assert {r["workload"] for r in rows if r["policy"] == "torch_tp"} == {"train_b8", "prefill_b1", "prefill_b8"}
+    assert {r["workload"] for r in rows if r["policy"] == "torch_tp"} == {"train_b8", "prefill_b1", "prefill_b8",
+                                                                          "decode_b1", "decode_b8"}
+    meta = json.load(open(tmp_path / "tp_latency_tp1.json"))["meta"]
+    assert meta["host_launch_us"] > 0 and meta["commit"]
     run("bench/tp_latency.py", "--merge", "--out_dir", str(tmp_path))
     table = (tmp_path / "tp_latency.md").read_text()
     assert "### tiny decode_b1 eager" in table and "| 2 | grouped:2 | 1 |" in table
@@ -35,3 +44,29 @@ def test_tiny_profile_reports_each_policy(tmp_path):
         "--policies", "baseline;spd", "--out_dir", str(tmp_path))
     text = (tmp_path / "profile_tiny_n4_decode_b1_eager_tp1.txt").read_text()
     assert "## baseline" in text and "## spd" in text and text.count("wall ") == 2
+
+
+def _torch_tp_worker(rank, world):
+    import tp_latency
+    from model.gpt import KVCache
+    sharded = tp_latency.torch_tp_model("tiny", 64, 16, "cpu", world)
+    single = tp_latency.torch_tp_model("tiny", 64, 16, "cpu", 1)  # same seed: the full weights
+    idx = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full, _ = sharded(idx)
+        reference, _ = single(idx)
+        cache = KVCache(sharded.config.n_layer)
+        sharded(idx[:, :-1], kv_cache=cache)
+        decoded, _ = sharded(idx[:, -1:], kv_cache=cache)
+        fwd, bwd = tp_latency.count_torch_collectives(lambda: sharded(idx))
+    train_fwd, train_bwd = tp_latency.count_torch_collectives(lambda: sharded(idx, idx)[1].backward())
+    return dict(vs_single=(full - reference).abs().max().item(), decode=(decoded - full).abs().max().item(),
+                fwd=fwd, bwd=bwd, train_fwd=train_fwd, train_bwd=train_bwd)
+
+
+def test_torch_tp_reference_is_tensor_parallel_and_exact():
+    for r in run_on_gloo(_torch_tp_worker, 2):
+        assert r["vs_single"] < 1e-5 and r["decode"] < 1e-5
+        # tiny has 2 layers: Megatron's 2 all-reduces per layer forward, none in a no-grad call;
+        # backward at least 2 per layer (DTensor's separate q/k/v each all-reduce their input grad)
+        assert (r["fwd"], r["bwd"], r["train_fwd"]) == (4, 0, 4) and r["train_bwd"] >= 4
