@@ -10,7 +10,9 @@ For each model size (GPT-2 124M and GPT-2 medium, both n_tracks=4) and each poli
     train_b8                  forward + backward over 8 x 1024 tokens
 each in eager mode and, for the inference workloads on CUDA, replayed as a CUDA graph
 (torch.cuda.graph; NCCL all-reduces are captured into the graph). Times are CUDA-event medians
-over --repeats calls after --warmup calls (wall clock on CPU). Precision on CUDA: training runs
+over --repeats calls after --warmup calls (wall clock on CPU). All variants of a model size (every
+policy, its floor, torch_tp; eager and graph) are built at once and timed in --rounds interleaved
+rounds, so a ratio between two rows compares calls made side by side. Precision on CUDA: training runs
 bf16 autocast over fp32 weights (as train_reduced_sync.py); inference runs the model cast to bf16,
 as it would be deployed (autocast would re-cast every weight on every call).
 
@@ -26,6 +28,7 @@ time to launch one small kernel (eager rows are launch-bound) and the source com
 Results: bench/results/tp_latency_tp<N>.{md,json}; --merge writes tp_latency.{md,png}.
 """
 import argparse
+import functools
 import glob
 import json
 import os
@@ -53,33 +56,44 @@ WORKLOADS = ["prefill_b1", "prefill_b8", "decode_b1", "decode_b8", "train_b8"]
 
 
 # ----------------------------------------------------------------------------- timing
-def time_calls(fn, warmup, repeats, cuda):
-    """Median ms of fn() over `repeats` calls, each bracketed by CUDA events (wall clock on CPU)."""
-    for _ in range(warmup):
-        fn()
+def call_times(fn, calls, cuda):
+    """ms of each of `calls` back-to-back calls of fn, bracketed by CUDA events (wall clock on CPU)."""
     if not cuda:
         times = []
-        for _ in range(repeats):
+        for _ in range(calls):
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+        return times
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
     torch.cuda.synchronize()
     for start, end in events:
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
+    return [s.elapsed_time(e) for s, e in events]
 
 
-def time_graph(fn, args, cuda):
-    """Median ms of fn replayed as a CUDA graph, or why it could not be captured."""
-    try:
-        return time_calls(as_graph(fn), args.warmup, args.repeats, cuda)
-    except Exception as e:  # report, keep measuring the rest
-        return f"capture failed: {type(e).__name__}: {str(e)[:60]}"
+def time_interleaved(fns, warmup, repeats, rounds, cuda):
+    """Median ms per key of fns (key -> callable) over `repeats` calls each, taken in `rounds` rounds
+    that visit every key in turn. Eager calls are launch-bound, so their time follows the host's
+    speed, which drifts over seconds; interleaving makes the drift hit every variant alike, so the
+    ratios between variants (policy / floor, policy / baseline) hold even when it does."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    per_round = -(-repeats // rounds)
+    samples = {key: [] for key in fns}
+    for _ in range(rounds):
+        for key, fn in fns.items():
+            samples[key] += call_times(fn, per_round, cuda)
+    return {key: statistics.median(v) for key, v in samples.items()}
+
+
+def ctx_call(ctx, fn):
+    with ctx():
+        fn()
 
 
 def as_graph(fn):
@@ -286,7 +300,7 @@ def run(args):
         per_rank = [None] * world
         dist.all_gather_object(per_rank, launch_us)
         launch_us = max(per_rank)
-    meta = dict(device=name, tp=world, torch=torch.__version__, seq_len=seq, repeats=args.repeats,
+    meta = dict(device=name, tp=world, torch=torch.__version__, seq_len=seq, repeats=args.repeats, rounds=args.rounds,
                 commit=source_commit(), host_launch_us=round(launch_us, 2),
                 command=("torchrun --nproc_per_node=%d " % world if "LOCAL_RANK" in os.environ else "python ")
                 + " ".join(sys.argv))
@@ -294,7 +308,7 @@ def run(args):
         print(f"{name}, tp={world}, commit {meta['commit']}: host time to launch one small kernel "
               f"{launch_us:.2f} us (slowest rank)", flush=True)
 
-    def save():  # after every model, so a run cut short still leaves its rows
+    def save():  # after every workload, so a run cut short still leaves its rows
         if rank == 0:
             os.makedirs(args.out_dir, exist_ok=True)
             with open(os.path.join(args.out_dir, f"tp_latency_tp{world}.json"), "w") as f:
@@ -303,42 +317,47 @@ def run(args):
                 f.write(markdown([dict(meta=meta, rows=rows)]))
 
     n_tracks_list = [int(n) for n in args.n_tracks.split(",")]
+    for n in n_tracks_list:
+        if n % world != 0 and rank == 0:
+            print(f"skipping n_tracks={n}: not divisible by tp={world}")
     for size in args.sizes.split(","):
-        for n_tracks, policy in ((n, pol) for n in n_tracks_list for pol in args.policies.split(";")):
-            if n_tracks % world != 0:
-                if rank == 0:
-                    print(f"skipping n_tracks={n_tracks}: not divisible by tp={world}")
-                continue
+        # every variant of a size lives at once, so each workload times them all side by side
+        models = {}
+        for n, policy in ((n, pol) for n in n_tracks_list if n % world == 0 for pol in args.policies.split(";")):
             torch.manual_seed(0)
-            model = GPT(GPTConfig(**SIZES[size], block_size=seq, vocab_size=vocab, n_tracks=n_tracks, bias=True,
-                                  dropout=0.0, sync_policy=policy), tp_group=group).to(device)
-            for workload in sorted(WORKLOADS, key=lambda w: not w.startswith("train")):  # fp32 first
-                for floor in (False, True):
-                    variant = policy + (" [floor]" if floor else "")
-                    ctx = comm.skipped_collectives if floor else nullcontext
-                    common = dict(size=size, n_tracks=n_tracks, variant=variant, policy=policy, floor=floor,
-                                  workload=workload, syncs=model.syncs_per_forward)
-                    with ctx():
-                        fn = make_workload(model, workload, seq, vocab, device, cuda)
-                        fwd, bwd = count_collectives(fn)
-                        ms = time_calls(fn, args.warmup, args.repeats, cuda)
-                        record(**common, mode="eager", ms=ms, fwd=fwd, bwd=bwd)
-                        if graphs and not workload.startswith("train"):
-                            record(**common, mode="graph", ms=time_graph(fn, args, cuda), fwd=fwd, bwd=bwd)
-            del model
-            save()
+            models[(n, policy)] = GPT(GPTConfig(**SIZES[size], block_size=seq, vocab_size=vocab, n_tracks=n,
+                                                bias=True, dropout=0.0, sync_policy=policy), tp_group=group).to(device)
         if not args.no_torch_tp:
-            model = torch_tp_model(size, vocab, seq, device, world)
-            for workload in sorted(WORKLOADS, key=lambda w: not w.startswith("train")):  # fp32 first
-                fn = make_workload(model, workload, seq, vocab, device, cuda)
-                fwd, bwd = count_torch_collectives(fn)
-                common = dict(size=size, n_tracks="-", variant="torch_tp (baseline)", policy="torch_tp",
-                              floor=False, workload=workload, fwd=fwd, bwd=bwd, syncs=2 * SIZES[size]["n_layer"])
-                record(**common, mode="eager", ms=time_calls(fn, args.warmup, args.repeats, cuda))
-                if graphs and not workload.startswith("train"):
-                    record(**common, mode="graph", ms=time_graph(fn, args, cuda))
-            del model
+            models[("-", "torch_tp")] = torch_tp_model(size, vocab, seq, device, world)
+        for workload in sorted(WORKLOADS, key=lambda w: not w.startswith("train")):  # fp32 first
+            fns, failed, row_meta = {}, {}, {}  # keyed by (n_tracks, policy, floor, mode)
+            for (n, policy), model in models.items():
+                syncs = 2 * SIZES[size]["n_layer"] if policy == "torch_tp" else model.syncs_per_forward
+                for floor in ((False, True) if policy != "torch_tp" else (False,)):
+                    ctx = comm.skipped_collectives if floor else nullcontext
+                    keys = [(n, policy, floor, "eager")]
+                    with ctx():  # a graph captures (or skips) the collectives once, at capture
+                        fn = make_workload(model, workload, seq, vocab, device, cuda)
+                        fwd, bwd = (count_torch_collectives if policy == "torch_tp" else count_collectives)(fn)
+                        fns[keys[0]] = functools.partial(ctx_call, ctx, fn)
+                        if graphs and not workload.startswith("train"):
+                            keys.append((n, policy, floor, "graph"))
+                            try:
+                                fns[keys[1]] = as_graph(fn)
+                            except Exception as e:  # report, keep measuring the rest
+                                failed[keys[1]] = f"capture failed: {type(e).__name__}: {str(e)[:60]}"
+                    for key in keys:
+                        row_meta[key] = dict(syncs=syncs, fwd=fwd, bwd=bwd)
+            ms = {**time_interleaved(fns, args.warmup, args.repeats, args.rounds, cuda), **failed}
+            for (n, policy, floor, mode), meta_ in row_meta.items():
+                variant = ("torch_tp (baseline)" if policy == "torch_tp" else policy) + (" [floor]" if floor else "")
+                record(size=size, n_tracks=n, variant=variant, policy=policy, floor=floor, workload=workload,
+                       mode=mode, ms=ms[(n, policy, floor, mode)], **meta_)
+            del fns
             save()
+        del models
+        if cuda:
+            torch.cuda.empty_cache()
     if rank == 0:
         print(f"wrote {args.out_dir}/tp_latency_tp{world}.md and .json")
     if world > 1:
@@ -483,7 +502,9 @@ def main():
     parser.add_argument("--n_tracks", default="4", help="comma-separated; values not divisible by tp are skipped")
     parser.add_argument("--seq_len", type=int, default=1024)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=30, help="timed calls per variant")
+    parser.add_argument("--rounds", type=int, default=10, help="the repeats are split into this many "
+                        "rounds over all variants of a workload")
     parser.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     parser.add_argument("--no_graphs", action="store_true")
     parser.add_argument("--no_torch_tp", action="store_true")
