@@ -23,9 +23,11 @@ What is measured (all under torch.no_grad, one fixed input per model, warm-up fi
      gpt_block  the project's GPT (model/gpt.py) with n_layer=1, n_head=8, n_embd=W,
                 block_size=--seq_len (128), vocab_size=W (small, so the block dominates the
                 embedding and the last-position head), forward on idx [--gpt_batch, --seq_len]
-2. .item() cost: x.sum().item() timed right after launching K (--pending) matmuls of the 512
-   model (the .item() has to wait for all of them), vs after a synchronize (nothing pending).
-   Also the cost of a sync on an idle device.
+2. .item() cost: x.sum().item() timed right after launching K (--pending) small matmuls and
+   K' (--pending_big) big ones: it waits for whatever is still queued, which for the big ones is
+   about K' x their device time (printed beside it) and for the small ones little, since the
+   device runs a 512^2 matmul faster than the host launches the next. Also .item() after a
+   synchronize (nothing pending) and the cost of a sync on an idle device.
 3. Small vs big matmul (--small_size, --big_size; 512 and 8192 on GPU), per-op time when only the
    end of the loop syncs ("async") vs a forced sync after each op.
 
@@ -161,30 +163,37 @@ def measure_sync_every(op, args, sync):
 
 
 def measure_item(args, device, dtype, sync):
-    """.item() right after K pending matmuls vs with nothing pending; and an idle sync."""
-    S = args.small_size
-    a = torch.randn(S, S, device=device, dtype=dtype)
-    b = torch.randn(S, S, device=device, dtype=dtype) / S ** 0.5
-    pending, idle, idle_sync = [], [], []
-    for trial in range(args.warmup + args.item_trials):
-        for _ in range(args.pending):
-            y = a @ b
-        t0 = time.perf_counter()
-        y.sum().item()  # waits for the K matmuls still queued
-        t1 = time.perf_counter()
-        sync()
-        t2 = time.perf_counter()
-        y.sum().item()  # nothing pending
-        t3 = time.perf_counter()
-        sync()  # idle device
-        t4 = time.perf_counter()
-        if trial >= args.warmup:
-            pending.append(t1 - t0)
-            idle.append(t3 - t2)
-            idle_sync.append(t4 - t3)
-    us = lambda v: statistics.median(v) * 1e6  # noqa: E731
-    return {"size": S, "pending_matmuls": args.pending, "item_with_pending_us": us(pending),
-            "item_nothing_pending_us": us(idle), "sync_idle_us": us(idle_sync)}
+    """.item() right after launching K matmuls, for the small size (a GPU finishes each faster than
+    the host launches the next, so little is left queued) and the big size (the queue holds about
+    K x the big matmul's time, and .item() waits for all of it); .item() with nothing pending; an
+    idle sync."""
+    out = {"pending": {}}
+    idle, idle_sync = [], []
+    for label, S, K in (("small", args.small_size, args.pending), ("big", args.big_size, args.pending_big)):
+        a = torch.randn(S, S, device=device, dtype=dtype)
+        b = torch.randn(S, S, device=device, dtype=dtype) / S ** 0.5
+        waits = []
+        for trial in range(min(args.warmup, 3) + args.item_trials):
+            sync()
+            for _ in range(K):
+                y = a @ b
+            t0 = time.perf_counter()
+            y.sum().item()  # waits for whatever of the K matmuls is still queued
+            t1 = time.perf_counter()
+            sync()
+            t2 = time.perf_counter()
+            y.sum().item()  # nothing pending
+            t3 = time.perf_counter()
+            sync()  # idle device
+            t4 = time.perf_counter()
+            if trial >= min(args.warmup, 3):
+                waits.append(t1 - t0)
+                idle.append(t3 - t2)
+                idle_sync.append(t4 - t3)
+        out["pending"][label] = {"size": S, "matmuls": K, "item_us": statistics.median(waits) * 1e6}
+    out["item_nothing_pending_us"] = statistics.median(idle) * 1e6
+    out["sync_idle_us"] = statistics.median(idle_sync) * 1e6
+    return out
 
 
 def measure_matmul_sizes(args, device, dtype, sync):
@@ -244,11 +253,15 @@ def render(res):
             L.append(f"| {n} | {rate:,.0f} | {rate / base:.2f}x | {note} |")
         L.append("")
     it = res["item"]
-    L += [f"## .item() cost ({it['size']}^2 matmuls)", "",
-          "| case | median time |", "|---|---:|",
-          f"| x.sum().item() after launching {it['pending_matmuls']} matmuls | {fmt_us(it['item_with_pending_us'])} |",
-          f"| x.sum().item() after a synchronize (nothing pending) | {fmt_us(it['item_nothing_pending_us'])} |",
-          f"| sync on an idle device | {fmt_us(it['sync_idle_us'])} |", "",
+    L += ["## .item() cost", "",
+          "| case | median time of the .item() | device time of the launched matmuls (K x async per-op) |",
+          "|---|---:|---:|"]
+    for label in ("small", "big"):
+        pend, per_op = it["pending"][label], res["matmul_sizes"][label]["async_us"]
+        L.append(f"| x.sum().item() right after launching {pend['matmuls']} {pend['size']}^2 matmuls | "
+                 f"{fmt_us(pend['item_us'])} | {fmt_us(pend['matmuls'] * per_op)} |")
+    L += [f"| x.sum().item() after a synchronize (nothing pending) | {fmt_us(it['item_nothing_pending_us'])} | |",
+          f"| sync on an idle device | {fmt_us(it['sync_idle_us'])} | |", "",
           f"Published (RTX 5070, not ours): sync overhead ~{PUBLISHED_RTX_5070['sync_overhead_us']} us.", "",
           "## Small vs big matmul: per-op time, async vs forced sync after each", "",
           "| matmul | ops/timing | async | sync after each | overhead | published RTX 5070 (not ours) |",
@@ -281,7 +294,9 @@ def parse_args(argv):
     p.add_argument("--seq_len", type=int, default=128, help="GPT idx length (= block_size)")
     p.add_argument("--small_size", type=int, default=512)
     p.add_argument("--big_size", type=int, default=None, help="default 8192 (cpu: 2048, cpu quick: 1024)")
-    p.add_argument("--pending", type=int, default=64, help="matmuls launched before the timed .item()")
+    p.add_argument("--pending", type=int, default=64, help="small matmuls launched before the timed .item()")
+    p.add_argument("--pending_big", type=int, default=None, help="big matmuls launched before the timed "
+                   ".item() (default 4; cpu: 1)")
     p.add_argument("--item_trials", type=int, default=20)
     p.add_argument("--seconds_per_timing", type=float, default=0.5,
                    help="target length of one small/big matmul timing (sets its op count)")
@@ -291,14 +306,15 @@ def parse_args(argv):
     cpu_quick = args.quick and args.device == "cpu"
     defaults = dict(repeats=3 if args.quick else 5, ops=16 if args.quick else 1024,
                     rows=128 if cpu_quick else 512, gpt_batch=1 if cpu_quick else 4,
-                    big_size=1024 if cpu_quick else 2048 if args.device == "cpu" else 8192)
+                    big_size=1024 if cpu_quick else 2048 if args.device == "cpu" else 8192,
+                    pending_big=1 if args.device == "cpu" else 4)
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     if args.quick:
         args.seconds_per_timing = min(args.seconds_per_timing, 0.1)
     for k in ("repeats", "ops", "width", "rows", "gpt_batch", "seq_len", "small_size", "big_size",
-              "pending", "item_trials"):
+              "pending", "pending_big", "item_trials"):
         if getattr(args, k) < 1:
             p.error(f"--{k} must be >= 1, got {getattr(args, k)}")
     if args.warmup < 0:

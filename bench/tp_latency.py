@@ -370,7 +370,8 @@ def markdown_runs(runs):
         m = run_["meta"]
         launch = f", host launch {m['host_launch_us']} us/kernel" if "host_launch_us" in m else ""
         out.append(f"- tp={m['tp']}: {m['device']}, torch {m['torch']}, commit {m.get('commit', 'not recorded')}, "
-                   f"median of {m['repeats']} calls{launch}, command `{m['command']}`")
+                   f"median of {m['repeats']} calls{launch}, command `{m['command']}`"
+                   + (f". Note: {m['note']}" if m.get("note") else ""))
     return "\n".join(out) + "\n"
 
 
@@ -480,7 +481,7 @@ def merge(out_dir):
             for n in dict.fromkeys(r.get("n_tracks", 4) for r in rows):
                 pts = [r for r in rows if r["mode"] == mode and r.get("n_tracks", 4) == n]
                 ax.plot([r["syncs"] for r in pts], [r["ms"] for r in pts], "o", alpha=0.8,
-                        label=f"tp={run_['meta']['tp']}, n_tracks={n} ({mode})")
+                        label=f"tp={run_['meta']['tp']}, n_tracks={n} ({mode}, {run_['meta'].get('commit', 'older run')})")
                 for r in pts:
                     ax.annotate(r["policy"].split(":m")[0], (r["syncs"], r["ms"]), fontsize=7,
                                 textcoords="offset points", xytext=(3, 3))
@@ -488,7 +489,7 @@ def merge(out_dir):
         ax.set_ylabel("ms")
         ax.set_title(f"GPT-2 124M {workload}")
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=7)
     fig.suptitle(runs[0]["meta"]["device"])
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "tp_latency.png"), dpi=120)

@@ -13,7 +13,7 @@ spec.loader.exec_module(sync_frequency)
 
 TINY = ["--device", "cpu", "--width", "16", "--rows", "4", "--gpt_batch", "1", "--seq_len", "8",
         "--ops", "1", "--repeats", "1", "--warmup", "1", "--small_size", "16", "--big_size", "32",
-        "--pending", "2", "--item_trials", "2", "--seconds_per_timing", "0.01"]
+        "--pending", "2", "--pending_big", "1", "--item_trials", "2", "--seconds_per_timing", "0.01"]
 
 
 def test_tiny_run_has_every_model_and_interval(tmp_path):
@@ -25,7 +25,9 @@ def test_tiny_run_has_every_model_and_interval(tmp_path):
         assert list(rates) == [str(n) for n in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
         assert all(r > 0 for r in rates.values())
         assert res["sync_every"][name]["speedup_vs_1"]["1"] == pytest.approx(1.0)
-    assert res["item"]["item_with_pending_us"] > 0 and res["item"]["sync_idle_us"] >= 0
+    pending = res["item"]["pending"]
+    assert (pending["small"]["matmuls"], pending["big"]["matmuls"], pending["big"]["size"]) == (2, 1, 32)
+    assert pending["small"]["item_us"] > 0 and pending["big"]["item_us"] > 0 and res["item"]["sync_idle_us"] >= 0
     assert res["matmul_sizes"]["big"]["size"] == 32 and res["matmul_sizes"]["small"]["async_us"] > 0
 
     md = (tmp_path / "sync_frequency_cpu.md").read_text()
@@ -35,6 +37,7 @@ def test_tiny_run_has_every_model_and_interval(tmp_path):
     assert len(table_rows) == len(sync_frequency.MODELS)
     assert "not ours" in md and "4,346" in md and "CPU control" in md
     assert "--width 16" in md  # the exact command line
+    assert "right after launching 1 32^2 matmuls" in md
     saved = json.loads((tmp_path / "sync_frequency_cpu.json").read_text())
     assert saved["sync_every"]["mlp3"]["ops_per_s"]["256"] == res["sync_every"]["mlp3"]["ops_per_s"]["256"]
 
