@@ -125,6 +125,10 @@ def main():
             fn = as_graph(fn)
         for _ in range(3):
             fn()
+        if cuda:
+            torch.cuda.synchronize()
+        if world > 1:  # start together: else a rank's NCCL kernels time the other's late start
+            dist.barrier()
         kernels, wall = profile_calls(fn, args.calls, cuda)
         sections.append(report(policy, kernels, wall, args.calls, cuda, args.top))
         if rank == 0:
