@@ -254,7 +254,7 @@ def render(res):
         L.append("")
     it = res["item"]
     L += ["## .item() cost", "",
-          "| case | median time of the .item() | device time of the launched matmuls (K x async per-op) |",
+          "| case | median time of the .item() | K x the async per-op time of that matmul (section below) |",
           "|---|---:|---:|"]
     for label in ("small", "big"):
         pend, per_op = it["pending"][label], res["matmul_sizes"][label]["async_us"]
