@@ -402,8 +402,11 @@ def markdown(runs, with_runs=True):
                     base = ms_of.get((n, "baseline", False, t))
                 ratio = lambda a, b: f"{a / b:.2f}" if isinstance(a, float) and isinstance(b, float) else "-"
                 cells += [f"{ms:.3f}" if isinstance(ms, float) else str(ms or "-"), ratio(ms, floor), ratio(ms, base)]
-            r = next(r for r in sel if (r["n_tracks"], r["policy"]) == (n, policy) and not r["floor"])
-            out.append(f"| {n} | {policy} | {r['syncs']} | {r['fwd']}/{r['bwd']} | " + " | ".join(cells) + " |")
+            mine = [r for r in sel if (r["n_tracks"], r["policy"]) == (n, policy) and not r["floor"]]
+            counts = {r["tp"]: f"{r['fwd']}/{r['bwd']}" for r in mine}  # ours: the same at every tp
+            counted = (next(iter(counts.values())) if len(set(counts.values())) == 1
+                       else ", ".join(f"tp={t}: {c}" for t, c in sorted(counts.items())))
+            out.append(f"| {n} | {policy} | {mine[0]['syncs']} | {counted} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
