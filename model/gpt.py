@@ -34,8 +34,8 @@ keyed by track and do not depend on tp.
 Collectives (all in parallel/comm.py). A sublayer whose input is the shared stream and whose
 point syncs is plain Megatron TP: h = f(LN(x)), x <- x + Dropout(g(sum_t o_t) + b): one forward
 all-reduce (g) and one backward all-reduce (f); where b's gradient needs no TP sum (no autograd,
-or one rank), rank 0 adds b inside its partial sum instead, which g then counts once. A region of several sublayers between two syncs
-enters through one f(x) and leaves through one g. Inside such a region the replicated parameters
+or one rank), rank 0 adds b inside its partial sum instead, which g then counts once. A region of
+several sublayers between two syncs enters through one f(x) and leaves through one g. Inside such a region the replicated parameters
 it uses (its LayerNorms and row-parallel biases) only see this rank's tracks, so their gradient
 is partial: they enter through one f applied to their concatenation, whose backward sums them
 over the TP group once per backward. The region's biases are added into the all-reduce by TP
