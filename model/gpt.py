@@ -35,10 +35,10 @@ Collectives (all in parallel/comm.py). A sublayer whose input is the shared stre
 point syncs is plain Megatron TP: h = f(LN(x)), x <- x + Dropout(g(sum_t o_t) + b): one forward
 all-reduce (g) and one backward all-reduce (f); where b's gradient needs no TP sum (no autograd,
 or one rank), rank 0 adds b inside its partial sum instead, which g then counts once. A region of
-several sublayers between two syncs enters through one f(x) and leaves through one g. Inside such a region the replicated parameters
-it uses (its LayerNorms and row-parallel biases) only see this rank's tracks, so their gradient
-is partial: they enter through one f applied to their concatenation, whose backward sums them
-over the TP group once per backward. The region's biases are added into the all-reduce by TP
+several sublayers between two syncs enters through one f(x) and leaves through one g. Inside such
+a region the replicated parameters it uses (its LayerNorms and row-parallel biases) only see this
+rank's tracks, so their gradient is partial: they enter through one f applied to their
+concatenation, whose backward sums them over the TP group once per backward. The region's biases are added into the all-reduce by TP
 rank 0 only, so the sum holds them once. The embeddings, ln_f and the tied lm_head are
 replicated on every TP rank and computed redundantly (fine at GPT-2 scale; a vocab-parallel head
 would save memory at larger vocabularies).
