@@ -364,6 +364,16 @@ def run(args):
         dist.destroy_process_group()
 
 
+def all_rows(runs):
+    """Every row of every run, tagged with its run's tp (rows of older runs lack n_tracks: it was 4)."""
+    return [dict(r, tp=run_["meta"]["tp"], n_tracks=r.get("n_tracks", 4)) for run_ in runs for r in run_["rows"]]
+
+
+def ratio(a, b):
+    """a / b to 2 decimals, or '-' where either is missing or a failed measurement (a string)."""
+    return f"{a / b:.2f}" if isinstance(a, float) and isinstance(b, float) else "-"
+
+
 def markdown_runs(runs):
     out = []
     for run_ in runs:
@@ -379,7 +389,7 @@ def markdown(runs, with_runs=True):
     """One table per (size, workload, mode): a row per (n_tracks, policy); per tp the ms, ms / floor
     and ms / baseline (same n_tracks; for torch_tp, its ms / our baseline's)."""
     out = [markdown_runs(runs)] if with_runs else []
-    rows = [dict(r, tp=run_["meta"]["tp"], n_tracks=r.get("n_tracks", 4)) for run_ in runs for r in run_["rows"]]
+    rows = all_rows(runs)
     tps = sorted({r["tp"] for r in rows})
     keys = sorted({(r["size"], r["workload"], r["mode"]) for r in rows},
                   key=lambda k: (k[0], WORKLOADS.index(k[1]), k[2]))
@@ -400,7 +410,6 @@ def markdown(runs, with_runs=True):
                     base = bases.get(t, next(iter(bases.values()), None))  # prefer n_tracks = tp
                 else:
                     base = ms_of.get((n, "baseline", False, t))
-                ratio = lambda a, b: f"{a / b:.2f}" if isinstance(a, float) and isinstance(b, float) else "-"
                 cells += [f"{ms:.3f}" if isinstance(ms, float) else str(ms or "-"), ratio(ms, floor), ratio(ms, base)]
             mine = [r for r in sel if (r["n_tracks"], r["policy"]) == (n, policy) and not r["floor"]]
             counts = {r["tp"]: f"{r['fwd']}/{r['bwd']}" for r in mine}  # ours: the same at every tp
@@ -414,13 +423,12 @@ def summary(runs):
     """The ratios the benchmark is for, read from the same rows as the full tables (each ratio's two
     numbers come from one run): grouped:3 vs baseline in decode, each policy over its no-sync
     floor, and PyTorch's TP over our baseline."""
-    rows = [dict(r, tp=run_["meta"]["tp"], n_tracks=r.get("n_tracks", 4)) for run_ in runs for r in run_["rows"]]
+    rows = all_rows(runs)
     ms = {(r["size"], r["n_tracks"], r["policy"], r["floor"], r["workload"], r["mode"], r["tp"]): r["ms"]
           for r in rows if isinstance(r["ms"], float)}
     tps = sorted({r["tp"] for r in rows})
     sizes = list(dict.fromkeys(r["size"] for r in rows))
     tracks = sorted({r["n_tracks"] for r in rows if r["policy"] != "torch_tp"}, reverse=True)
-    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
     out = ["\n## Key ratios\n", "**grouped:3 ÷ baseline, decode with CUDA graphs** (ms; < 1: grouped:3 is faster)\n",
            "| size | n_tracks | tp | batch 1 baseline | grouped:3 | ratio | batch 8 baseline | grouped:3 | ratio |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
