@@ -8,8 +8,8 @@ For each model size (GPT-2 124M and GPT-2 medium, both n_tracks=4) and each poli
     prefill_b1 / prefill_b8   forward over a 1 x 1024 / 8 x 1024 prompt (no grad)
     decode_b1 / decode_b8     one token with a KV cache holding 1023 tokens (no grad)
     train_b8                  forward + backward over 8 x 1024 tokens
-each in eager mode and, for the inference workloads on CUDA, replayed as a CUDA graph
-(torch.cuda.graph; NCCL all-reduces are captured into the graph). Times are CUDA-event medians
+each in eager mode and, on CUDA, replayed as a CUDA graph (torch.cuda.graph; NCCL all-reduces,
+the training step's backward included, are captured into the graph). Times are CUDA-event medians
 over --repeats calls after --warmup calls (wall clock on CPU). All variants of a model size (every
 policy, its floor, torch_tp; eager and graph) are built at once and timed in --rounds interleaved
 rounds, so a ratio between two rows compares calls made side by side. Precision on CUDA: training runs
@@ -96,8 +96,9 @@ def ctx_call(ctx, fn):
         fn()
 
 
-def as_graph(fn):
-    """Capture fn() into a CUDA graph (after a warm-up on a side stream); returns its replay."""
+def as_graph(fn, pool=None):
+    """Capture fn() into a CUDA graph (after a warm-up on a side stream); returns its replay.
+    Graphs given one `pool` share their memory: only for graphs never replayed at the same time."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -105,7 +106,7 @@ def as_graph(fn):
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, pool=pool):
         fn()
     return graph.replay
 
@@ -140,15 +141,16 @@ def source_commit():
 
 
 # ----------------------------------------------------------------------------- workloads
-def make_workload(model, name, seq, vocab, device, cuda):
+def make_workload(model, name, seq, vocab, device, cuda, for_graph=False):
     """A no-argument callable running one instance of the workload on `model`. On CUDA an inference
-    workload casts the model to bf16 for good, so build the training workload first."""
+    workload casts the model to bf16 for good, so build the training workload first. A training
+    step to be captured runs autocast without its weight cache, whose casts would outlive capture."""
     batch = 8 if name.endswith("b8") else 1
     idx = torch.randint(0, vocab, (batch, seq), device=device)
     if name.startswith("train"):
         if next(model.parameters()).dtype != torch.float32:
             raise ValueError(f"train workload needs fp32 weights, the model holds {next(model.parameters()).dtype}")
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not for_graph) if cuda else nullcontext()
         targets = torch.randint(0, vocab, (batch, seq), device=device)
 
         def fn():
@@ -285,6 +287,7 @@ def run(args):
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
     seq, vocab = args.seq_len, 50304
     graphs = cuda and not args.no_graphs
+    modes = [m for m in args.modes.split(",") if m == "eager" or graphs]
     rows = []
 
     def record(**row):
@@ -329,23 +332,28 @@ def run(args):
                                                 bias=True, dropout=0.0, sync_policy=policy), tp_group=group).to(device)
         if not args.no_torch_tp:
             models[("-", "torch_tp")] = torch_tp_model(size, vocab, seq, device, world)
-        for workload in sorted(WORKLOADS, key=lambda w: not w.startswith("train")):  # fp32 first
+        for workload in sorted(args.workloads.split(","), key=lambda w: not w.startswith("train")):  # fp32 first
             fns, failed, row_meta = {}, {}, {}  # keyed by (n_tracks, policy, floor, mode)
+            # training graphs hold a whole step's activations: one shared pool keeps them to one step's
+            pool = torch.cuda.graph_pool_handle() if graphs and workload.startswith("train") else None
             for (n, policy), model in models.items():
                 syncs = 2 * SIZES[size]["n_layer"] if policy == "torch_tp" else model.syncs_per_forward
                 for floor in ((False, True) if policy != "torch_tp" else (False,)):
                     ctx = comm.skipped_collectives if floor else nullcontext
-                    keys = [(n, policy, floor, "eager")]
+                    keys = [(n, policy, floor, mode) for mode in modes]
                     with ctx():  # a graph captures (or skips) the collectives once, at capture
                         fn = make_workload(model, workload, seq, vocab, device, cuda)
                         fwd, bwd = (count_torch_collectives if policy == "torch_tp" else count_collectives)(fn)
-                        fns[keys[0]] = functools.partial(ctx_call, ctx, fn)
-                        if graphs and not workload.startswith("train"):
-                            keys.append((n, policy, floor, "graph"))
+                        if "eager" in modes:
+                            fns[(n, policy, floor, "eager")] = functools.partial(ctx_call, ctx, fn)
+                        if "graph" in modes:
+                            key = (n, policy, floor, "graph")
+                            if workload.startswith("train"):
+                                fn = make_workload(model, workload, seq, vocab, device, cuda, for_graph=True)
                             try:
-                                fns[keys[1]] = as_graph(fn)
+                                fns[key] = as_graph(fn, pool)
                             except Exception as e:  # report, keep measuring the rest
-                                failed[keys[1]] = f"capture failed: {type(e).__name__}: {str(e)[:60]}"
+                                failed[key] = f"capture failed: {type(e).__name__}: {str(e)[:60]}"
                     for key in keys:
                         row_meta[key] = dict(syncs=syncs, fwd=fwd, bwd=bwd)
             ms = {**time_interleaved(fns, args.warmup, args.repeats, args.rounds, cuda), **failed}
@@ -519,6 +527,8 @@ def main():
                         "rounds over all variants of a workload")
     parser.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     parser.add_argument("--no_graphs", action="store_true")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {WORKLOADS}")
+    parser.add_argument("--modes", default="eager,graph", help="comma-separated, of eager, graph (CUDA only)")
     parser.add_argument("--no_torch_tp", action="store_true")
     parser.add_argument("--out_dir", default="bench/results")
     parser.add_argument("--merge", action="store_true", help="merge tp_latency_tp*.json in out_dir")
@@ -526,6 +536,10 @@ def main():
     unknown = [s for s in args.sizes.split(",") if s not in SIZES]
     if unknown:
         parser.error(f"unknown size(s) {unknown}; allowed: {list(SIZES)}")
+    for name, given, allowed in (("workload", args.workloads, WORKLOADS), ("mode", args.modes, ["eager", "graph"])):
+        bad = [v for v in given.split(",") if v not in allowed]
+        if bad:
+            parser.error(f"unknown {name}(s) {bad}; allowed: {allowed}")
     if args.merge:
         merge(args.out_dir)
     else:
