@@ -39,9 +39,19 @@ several sublayers between two syncs enters through one f(x) and leaves through o
 a region the replicated parameters it uses (its LayerNorms and row-parallel biases) only see this
 rank's tracks, so their gradient is partial: they enter through one f applied to their
 concatenation, whose backward sums them over the TP group once per backward. The region's biases are added into the all-reduce by TP
-rank 0 only, so the sum holds them once. The embeddings, ln_f and the tied lm_head are
-replicated on every TP rank and computed redundantly (fine at GPT-2 scale; a vocab-parallel head
-would save memory at larger vocabularies).
+rank 0 only, so the sum holds them once.
+
+Vocabulary parallelism (Megatron's VocabParallelEmbedding and vocab-parallel cross-entropy). The
+tied embedding / LM head wte [V, C] is split by rows: TP rank r holds ids [r*V/tp, (r+1)*V/tp)
+(integer division; shards differ by at most one row). The embedding is g(rows of the ids this rank
+holds, zeros elsewhere). The head reads f(LN_f(x)) and each rank computes its logits slice; the
+loss is log(sum_r sum_v exp(l_v - m)) + m - l_target with m the all-reduced max, so no rank holds
+the whole [B, T, V] logits. These collectives are counted as `vocab`, apart from the sync points.
+At tp=1 they are plain F.embedding and F.cross_entropy. wpe and ln_f stay replicated.
+
+torch.compile. forward() reads the policy only through self._plan (built once per policy: per sync
+point a few booleans and indices) and the collectives are traceable (parallel/comm.py), so the
+model compiles with fullgraph=True; counts come from eager passes and from the plan.
 
 Shapes. While all tracks of a rank read the same input (right after a sync) each projection is
 one matmul over the rank's concatenated shards (plain Megatron TP). Diverged tracks carry a
@@ -50,7 +60,7 @@ names as nanoGPT); state_dict() / load_state_dict() use full, unsharded nanoGPT 
 """
 import dataclasses
 import math
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 from dataclasses import dataclass
 
 import torch
@@ -85,10 +95,38 @@ SHARD_KINDS = (("attn.c_attn.weight", "qkv"), ("attn.c_attn.bias", "qkv"),
 
 
 def shard_kind(name):
+    if name == "transformer.wte.weight":
+        return "vocab"  # rows split by vocabulary id over the TP ranks (not by track)
     for suffix, kind in SHARD_KINDS:
         if name.endswith(suffix):
             return kind
     return None
+
+
+# The plan of one sync point; ln_weight/ln_bias/proj_bias index the partial-grad parameter list.
+Sublayer = namedtuple("Sublayer", "megatron per_track_out sync ln_weight ln_bias proj_bias")
+
+
+def vocab_parallel_cross_entropy(logits, targets, vocab_start, group):
+    """Mean cross-entropy over targets != -1 from this rank's logits slice [B,T,V_r] (ids
+    [vocab_start, vocab_start + V_r)); no rank holds the whole [B,T,V] (Megatron's vocab-parallel CE):
+
+        m = max over ranks of the row max (detached: log-sum-exp does not depend on it)
+        loss = log(sum_r sum_v exp(l_v - m)) - (l_target - m)
+
+    The row's sum of exp and its target logit (which only the owning rank contributes) are summed in
+    one all-reduce through g, whose identity backward gives each rank softmax - one-hot on its slice."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)).reshape(-1, logits.shape[-1])
+    targets = targets.reshape(-1)
+    row_max = comm.all_reduce_max(logits.detach().amax(-1), group, "vocab")
+    shifted = logits - row_max.unsqueeze(1)
+    local = targets - vocab_start
+    inside = (local >= 0) & (local < logits.shape[-1])
+    target_logit = shifted.gather(1, local.clamp(0, logits.shape[-1] - 1).unsqueeze(1)).squeeze(1)
+    sums = torch.stack([shifted.exp().sum(-1), target_logit.masked_fill(~inside, 0.0)])
+    sum_exp, target_logit = comm.reduce_from_tp_region(sums, group, "vocab").unbind(0)
+    valid = targets != -1
+    return ((sum_exp.log() - target_logit) * valid).sum() / valid.sum()
 
 
 def column_parallel(h, weight, bias, k):
@@ -217,11 +255,16 @@ class GPT(nn.Module):
             divisors = [d for d in range(1, c.n_tracks + 1) if c.n_tracks % d == 0]
             raise ValueError(f"n_tracks={c.n_tracks} is not divisible by tp={self.tp}; "
                              f"tp must be one of {divisors}")
+        if c.vocab_size < self.tp:
+            raise ValueError(f"vocab_size={c.vocab_size} is smaller than tp={self.tp}: every TP rank needs "
+                             f"at least one vocabulary row")
         self.config = dataclasses.replace(config)  # set_sync_policy updates our copy only
         self.k = c.n_tracks // self.tp  # tracks on this rank
+        v0, v1 = self._vocab_range()
 
         self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(c.vocab_size, c.n_embd),
+            # this rank's vocabulary rows; _weight: no init draw, whose size would depend on tp
+            wte=nn.Embedding(v1 - v0, c.n_embd, _weight=torch.empty(v1 - v0, c.n_embd)),
             wpe=nn.Embedding(c.block_size, c.n_embd),
             drop=nn.Dropout(c.dropout),
             h=nn.ModuleList([Block(c, self.k) for _ in range(c.n_layer)]),
@@ -242,58 +285,90 @@ class GPT(nn.Module):
         self._plan_sublayers()
 
     def _plan_sublayers(self):
-        """For each sublayer j (2l attention, 2l+1 MLP): is it plain Megatron (shared input and its
-        own sync), must its output stay per track, and which replicated params see partial grads."""
+        """One Sublayer per sync point j (2l attention, 2l+1 MLP): is it plain Megatron (shared input
+        and its own sync), must its output stay per track, and, for a track-local sublayer, where its
+        LayerNorm weight/bias and c_proj bias sit in the list of partial-grad parameters. The forward
+        reads only this plan (constants under torch.compile), never names."""
         sync, parallel = self.policy.sync, self.policy.parallel
-        self.megatron, self.per_track_out, partial = [], [], []
+        self._plan, partial = [], []
+
+        def slot(p):
+            if p is None:
+                return None
+            partial.append(p)
+            return len(partial) - 1
+
         for j in range(len(sync)):
-            shared_input = j == 0 or sync[j - 1]
-            self.megatron.append(shared_input and sync[j])
+            layer, sub = divmod(j, 2)
+            block = self.transformer.h[layer]
+            ln, proj = (block.ln_1, block.attn) if sub == 0 else (block.ln_2, block.mlp)
+            megatron = (j == 0 or sync[j - 1]) and sync[j]
             # parallel: the MLP reads the block input, so the attention output only feeds the sum
-            self.per_track_out.append(not sync[j] and not (parallel and j % 2 == 0))
-            if not self.megatron[-1]:
-                layer, sub = divmod(j, 2)
-                ln, proj = ("ln_1", "attn") if sub == 0 else ("ln_2", "mlp")
-                partial += [f"transformer.h.{layer}.{ln}.weight", f"transformer.h.{layer}.{ln}.bias",
-                            f"transformer.h.{layer}.{proj}.c_proj.bias"]
-        params = dict(self.named_parameters())
-        self._partial_names = [n for n in partial if n in params]
-        self._partial_tensors = [params[n] for n in self._partial_names]  # Parameters persist across .to()
+            per_track_out = not sync[j] and not (parallel and sub == 0)
+            slots = (None, None, None) if megatron else (slot(ln.weight), slot(ln.bias), slot(proj.c_proj.bias))
+            self._plan.append(Sublayer(megatron, per_track_out, sync[j], *slots))
+        self._partial_tensors = partial  # Parameters persist across .to()
 
     def _partial_params(self):
-        """Replicated params used inside track-local regions, through one f: their grads get summed."""
-        if not self._partial_names or not torch.is_grad_enabled():
-            return {}
+        """Replicated params used inside track-local regions, through one f: their grads get summed.
+        Returns a list aligned with the plan's slots."""
         tensors = self._partial_tensors
+        if not tensors or not torch.is_grad_enabled():
+            return tensors
         flat = comm.copy_to_tp_region(torch.cat([t.reshape(-1) for t in tensors]), self.tp_group, "tp_grad")
-        views = flat.split([t.numel() for t in tensors])
-        return {n: v.view_as(t) for n, v, t in zip(self._partial_names, views, tensors)}
+        return [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
 
     # ---------------------------------------------------------------- forward
     def forward(self, idx, targets=None, kv_cache=None):
+        """(logits, loss). With targets: the loss, and the logits [B,T,V] at tp=1 only (at tp>1 each
+        rank holds a vocabulary slice of them and no rank the whole: logits is None). Without
+        targets: full logits of the last position [B,1,V] on every rank, and loss None."""
         B, T = idx.shape
         pos0 = kv_cache.pos if kv_cache is not None else 0
         if pos0 + T > self.config.block_size:
             raise ValueError(f"sequence of length {pos0 + T} exceeds block_size={self.config.block_size}")
         pos = torch.arange(pos0, pos0 + T, dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        x = self.transformer.drop(self._embed(idx) + self.transformer.wpe(pos))
         x = self._blocks(x, kv_cache)
         if kv_cache is not None:
             kv_cache.pos += T
-        x = self._layer_norm(self.transformer.ln_f, x, {}, "transformer.ln_f")
-        if targets is not None:
-            logits = F.linear(x, self.transformer.wte.weight)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        else:
-            logits = F.linear(x[:, -1:, :], self.transformer.wte.weight)  # a slice: capturable in CUDA graphs
-            loss = None
-        return logits, loss
+        ln_f = self.transformer.ln_f
+        x = F.layer_norm(x, (x.shape[-1],), ln_f.weight, ln_f.bias, 1e-5)
+        wte = self.transformer.wte.weight
+        if targets is None:
+            logits = F.linear(x[:, -1:, :], wte)  # a slice: capturable in CUDA graphs
+            return (logits if self.tp == 1 else self._gather_vocab(logits)), None
+        if self.tp == 1:
+            logits = F.linear(x, wte)
+            return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        logits = F.linear(comm.copy_to_tp_region(x, self.tp_group, "vocab"), wte)
+        return None, vocab_parallel_cross_entropy(logits, targets, self._vocab_range()[0], self.tp_group)
 
-    def _layer_norm(self, ln, x, partial, name):
-        w = partial.get(name + ".weight", ln.weight)
-        b = partial.get(name + ".bias", ln.bias)
-        return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+    # ---------------------------------------------------------------- vocabulary parallelism
+    def _vocab_range(self, rank=None):
+        """Rows [v0, v1) of the (tied) embedding that TP rank `rank` holds; shards differ by at most one row."""
+        r, V = self.tp_rank if rank is None else rank, self.config.vocab_size
+        return r * V // self.tp, (r + 1) * V // self.tp
 
+    def _embed(self, idx):
+        """Token embedding. Vocabulary-parallel: each rank looks up the ids it holds (zeros for the
+        rest) and one all-reduce sums the rows; its backward is the identity (g)."""
+        wte = self.transformer.wte.weight
+        if self.tp == 1:
+            return F.embedding(idx, wte)
+        v0, v1 = self._vocab_range()
+        outside = (idx < v0) | (idx >= v1)
+        rows = F.embedding((idx - v0).masked_fill(outside, 0), wte).masked_fill(outside.unsqueeze(-1), 0.0)
+        return comm.reduce_from_tp_region(rows, self.tp_group, "vocab")
+
+    def _gather_vocab(self, local, kind="vocab"):
+        """Full [..., V] from every rank's slice [..., V_r] of the vocabulary (shards may differ by one)."""
+        widest = -(-self.config.vocab_size // self.tp)
+        padded = F.pad(local, (0, widest - local.shape[-1]))
+        shards = comm.all_gather(padded, self.tp_group, kind)
+        return torch.cat([s[..., :b - a] for s, (a, b) in zip(shards, map(self._vocab_range, range(self.tp)))], -1)
+
+    # ---------------------------------------------------------------- the blocks
     def _ladder_blocks(self, x, kv_cache):
         """Ladder Residual: every point syncs (Megatron sublayers), but sublayer j reads the stream
         without sublayer j-1's output, whose all-reduce is still travelling while j computes:
@@ -303,14 +378,10 @@ class GPT(nn.Module):
         for j in range(2 * self.config.n_layer):
             layer, sub = divmod(j, 2)
             block = self.transformer.h[layer]
-            ln, name = (block.ln_1, "ln_1") if sub == 0 else (block.ln_2, "ln_2")
-            h = comm.copy_to_tp_region(self._layer_norm(ln, x, {}, f"transformer.h.{layer}.{name}"), group)
-            bias = (block.attn if sub == 0 else block.mlp).c_proj.bias
-            gemm_bias, bias = self._bias_into_partial(bias)
-            if sub == 0:
-                out = self._attention(block.attn, h, False, kv_cache, layer, gemm_bias)
-            else:
-                out = self._mlp(block.mlp, h, False, gemm_bias)
+            ln, proj = (block.ln_1, block.attn) if sub == 0 else (block.ln_2, block.mlp)
+            h = comm.copy_to_tp_region(F.layer_norm(x, (x.shape[-1],), ln.weight, ln.bias, 1e-5), group)
+            gemm_bias, bias = self._bias_into_partial(proj.c_proj.bias)
+            out = self._sublayer(block, sub, h, False, kv_cache, layer, gemm_bias)
             launched = comm.reduce_from_tp_region_async(out, group) + (bias,)
             if pending is not None:
                 x = self._add_reduced(x, *pending)
@@ -321,61 +392,61 @@ class GPT(nn.Module):
         y = comm.wait_reduce(partial_sum, handle)
         return x + self.resid_dropout(y if bias is None else y + bias)
 
+    def _sublayer(self, block, sub, h, per_track, kv_cache, layer, gemm_bias=None):
+        if sub == 0:
+            return self._attention(block.attn, h, per_track, kv_cache, layer, gemm_bias)
+        return self._mlp(block.mlp, h, per_track, gemm_bias)
+
     def _blocks(self, x, kv_cache):
         """Apply the sync rule of the module docstring over all 2*n_layer sublayers."""
         if self.policy.ladder:
             return self._ladder_blocks(x, kv_cache)
-        group = self.tp_group
+        group, parallel = self.tp_group, self.policy.parallel
         partial = self._partial_params()
-        region = None  # between two syncs: dict(x=f(x), beta=..., d=[k,B,T,C], d_summed=[B,T,C])
-        block_input = None
-        for j in range(2 * self.config.n_layer):
+        # a region runs between two syncs: its input f(x), the biases beta and per-track changes d
+        # [k,B,T,C] so far, and d_summed [B,T,C], changes already summed over this rank's tracks
+        region_x = beta = d = d_summed = block_beta = block_d = None
+        for j, step in enumerate(self._plan):
             layer, sub = divmod(j, 2)
             block = self.transformer.h[layer]
-            prefix = f"transformer.h.{layer}."
-            ln, proj_name = (block.ln_1, "attn") if sub == 0 else (block.ln_2, "mlp")
-            ln_name = prefix + ("ln_1" if sub == 0 else "ln_2")
-            proj_bias = getattr(block, proj_name).c_proj.bias
+            ln, proj = (block.ln_1, block.attn) if sub == 0 else (block.ln_2, block.mlp)
 
-            def run(h, per_track, gemm_bias=None):
-                if sub == 0:
-                    return self._attention(block.attn, h, per_track, kv_cache, layer, gemm_bias)
-                return self._mlp(block.mlp, h, per_track, gemm_bias)
-
-            if self.megatron[j]:
-                h = comm.copy_to_tp_region(self._layer_norm(ln, x, {}, ln_name), group)
-                gemm_bias, bias = self._bias_into_partial(proj_bias)
-                y = comm.reduce_from_tp_region(run(h, False, gemm_bias), group)
+            if step.megatron:
+                h = comm.copy_to_tp_region(F.layer_norm(x, (x.shape[-1],), ln.weight, ln.bias, 1e-5), group)
+                gemm_bias, bias = self._bias_into_partial(proj.c_proj.bias)
+                y = comm.reduce_from_tp_region(self._sublayer(block, sub, h, False, kv_cache, layer, gemm_bias), group)
                 x = x + self.resid_dropout(y if bias is None else y + bias)
                 continue
 
-            if region is None:
-                region = dict(x=comm.copy_to_tp_region(x, group), beta=None, d=None, d_summed=None)
+            if region_x is None:
+                region_x = comm.copy_to_tp_region(x, group)
             if sub == 0:
-                block_input = (region["beta"], region["d"])
-            beta, d = block_input if (self.policy.parallel and sub == 1) else (region["beta"], region["d"])
-            stream = region["x"]
-            if d is not None:
-                stream = stream + d if beta is None else stream + beta + d
-            out = run(self._layer_norm(ln, stream, partial, ln_name), per_track=self.per_track_out[j])
-            bias = partial.get(prefix + proj_name + ".c_proj.bias", proj_bias)
-            if bias is not None:
-                region["beta"] = bias if region["beta"] is None else region["beta"] + bias
-            if self.per_track_out[j]:
-                region["d"] = out if region["d"] is None else region["d"] + out
+                block_beta, block_d = beta, d
+            in_beta, in_d = (block_beta, block_d) if (parallel and sub == 1) else (beta, d)
+            stream = region_x
+            if in_d is not None:
+                stream = stream + in_d if in_beta is None else stream + in_beta + in_d
+            ln_w, ln_b = partial[step.ln_weight], None if step.ln_bias is None else partial[step.ln_bias]
+            h = F.layer_norm(stream, (stream.shape[-1],), ln_w, ln_b, 1e-5)
+            out = self._sublayer(block, sub, h, step.per_track_out, kv_cache, layer)
+            if step.proj_bias is not None:
+                bias = partial[step.proj_bias]
+                beta = bias if beta is None else beta + bias
+            if step.per_track_out:
+                d = out if d is None else d + out
                 continue
-            if region["d_summed"] is not None:
-                out = out + region["d_summed"]
-            if not self.policy.sync[j]:
-                region["d_summed"] = out
+            if d_summed is not None:
+                out = out + d_summed
+            if not step.sync:
+                d_summed = out
                 continue
-            if region["d"] is not None:  # one track per rank: the sum over tracks is a view, not a reduce kernel
-                out = out + (region["d"][0] if self.k == 1 else region["d"].sum(0))
-            if self.tp_rank == 0 and region["beta"] is not None:
-                out = out + region["beta"].to(out.dtype)
+            if d is not None:  # one track per rank: the sum over tracks is a view, not a reduce kernel
+                out = out + (d[0] if self.k == 1 else d.sum(0))
+            if self.tp_rank == 0 and beta is not None:
+                out = out + beta.to(out.dtype)
             x = x + self.resid_dropout(comm.reduce_from_tp_region(out, group))
-            region = None
-        assert region is None, "the last sync point is always synced"
+            region_x = beta = d = d_summed = None
+        assert region_x is None, "the last sync point is always synced"
         return x
 
     def _bias_into_partial(self, bias):
@@ -431,11 +502,25 @@ class GPT(nn.Module):
     def _track_slice(self):
         return self.tp_rank * self.k, (self.tp_rank + 1) * self.k
 
+    def full_shape(self, name, local_shape):
+        """Shape of the full (unsharded) tensor whose shard on this rank has `local_shape`."""
+        kind = shard_kind(name)
+        if kind == "vocab":
+            return (self.config.vocab_size, *local_shape[1:])
+        if kind == "cols":
+            return (local_shape[0], local_shape[1] * self.tp)
+        if kind in ("qkv", "rows"):
+            return (local_shape[0] * self.tp, *local_shape[1:])
+        return tuple(local_shape)
+
     def local_tensor(self, name, full):
         """This rank's slice of a full tensor shaped like parameter `name` (weights, optimizer state)."""
         kind, n, (t0, t1) = shard_kind(name), self.config.n_tracks, self._track_slice()
         if kind is None:
             return full
+        if kind == "vocab":
+            v0, v1 = self._vocab_range()
+            return full[v0:v1].contiguous()
         if kind == "qkv":
             return full.view(3, n, -1, *full.shape[1:])[:, t0:t1].reshape(-1, *full.shape[1:]).contiguous()
         if kind == "rows":
@@ -447,6 +532,8 @@ class GPT(nn.Module):
         kind = shard_kind(name)
         if kind is None:
             return local
+        if kind == "vocab":
+            return self._gather_vocab(local.transpose(0, -1), "checkpoint").transpose(0, -1).contiguous()
         shards = comm.all_gather(local, self.tp_group, "checkpoint")
         tail = local.shape[1:]
         if kind == "qkv":
@@ -474,11 +561,11 @@ class GPT(nn.Module):
             raise KeyError(f"state_dict mismatch: missing {missing}, unexpected {unexpected}")
         for name, p in params.items():
             if name in sd:
-                local = self.local_tensor(name, sd[name].to(p.dtype))
-                if local.shape != p.shape:
-                    raise ValueError(f"{name}: full shape {tuple(sd[name].shape)} gives a shard of "
-                                     f"{tuple(local.shape)}, this model holds {tuple(p.shape)}")
-                p.copy_(local)
+                want = self.full_shape(name, p.shape)
+                if tuple(sd[name].shape) != want:
+                    raise ValueError(f"{name}: the state_dict holds shape {tuple(sd[name].shape)}, "
+                                     f"this model needs the full shape {want}")
+                p.copy_(self.local_tensor(name, sd[name].to(p.dtype)))
         return missing, unexpected
 
     def _init_full_weights(self):
@@ -502,7 +589,7 @@ class GPT(nn.Module):
     # ---------------------------------------------------------------- utilities
     def get_num_params(self, non_embedding=True):
         """Parameters of the full model (shards counted once across the TP group), as nanoGPT."""
-        n = sum(p.numel() * (self.tp if p.tensor_parallel else 1) for p in self.parameters())
+        n = sum(math.prod(self.full_shape(name, p.shape)) for name, p in self.named_parameters())
         if non_embedding:
             n -= self.transformer.wpe.weight.numel()
         return n

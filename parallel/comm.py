@@ -10,26 +10,35 @@ computes a partial result from it, so its gradient is partial and must be summed
 g marks where the region's partial results are summed back into a replicated tensor.
 
 Counting: `stats` holds one counter per kind of collective. The model's f/g are counted as
-`tp_fwd` (g forward) and `tp_bwd` (f backward); data-parallel gradient buckets as
-`dp_grad`; the TP sum of partial gradients of replicated parameters as `tp_grad`.
-Calls on a group of one rank are still counted (the op is then the identity), so the counts
-describe the model and not how many GPUs run it.
+`tp_fwd` (g forward) and `tp_bwd` (f backward); the TP sum of partial gradients of replicated
+parameters as `tp_grad`; the vocabulary-parallel embedding, head and cross-entropy as `vocab`;
+data-parallel gradient buckets as `dp_grad`. Calls on a group of one rank are still counted (the
+op is then the identity), so the counts describe the model and not how many GPUs run it.
+
+torch.compile. Inside a traced function (torch.compiler.is_compiling()) the collectives are
+functional (torch.distributed._functional_collectives: they return a new tensor and compile into
+the graph, whose scheduler may overlap them with independent compute) and nothing is counted: a
+Python counter mutated there is a side effect that breaks the graph. Counts are therefore a
+measurement of an uncompiled (eager) pass; the model declares its own counts from its plan.
 """
 from collections import Counter
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 
 
 class CommStats:
-    """Counts collectives by kind. `reset()` at the start of a step, `snapshot()` to read."""
+    """Counts collectives by kind (eager calls only). `reset()` at the start of a step, `snapshot()` to read."""
 
     def __init__(self):
         self.counts = Counter()
         self.bytes = Counter()
 
     def add(self, kind, tensor=None):
+        if torch.compiler.is_compiling():
+            return
         self.counts[kind] += 1
         if tensor is not None:
             self.bytes[kind] += tensor.numel() * tensor.element_size()
@@ -48,8 +57,9 @@ _skip_collectives = False
 
 @contextmanager
 def skipped_collectives():
-    """Inside: collectives are counted but not run (each rank keeps its own partial values).
-    Only for benchmarks: it gives the no-communication floor of a computation's latency."""
+    """Inside: every collective of this module is counted but not run (each rank keeps its own
+    values; an all-gather returns copies of the local tensor). Only for benchmarks: it gives the
+    no-communication floor of a computation's latency."""
     global _skip_collectives
     _skip_collectives = True
     try:
@@ -59,6 +69,7 @@ def skipped_collectives():
 
 
 def group_size(group):
+    """Ranks in `group`; None means a single process (the model's tp_group=None)."""
     if group is None or not dist.is_available() or not dist.is_initialized():
         return 1
     return dist.get_world_size(group)
@@ -70,18 +81,43 @@ def group_rank(group):
     return dist.get_rank(group)
 
 
+def _runs(group):
+    """Whether a collective over `group` really communicates (more than one rank, not skipped)."""
+    return group_size(group) > 1 and not _skip_collectives
+
+
+_FUNCOL_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MAX: "max"}
+
+
+def _all_reduce_value(x, group, op=dist.ReduceOp.SUM):
+    """The reduced tensor: a new one when traced (functional), else x reduced in place."""
+    if not _runs(group):
+        return x
+    if torch.compiler.is_compiling():
+        return funcol.all_reduce(x, _FUNCOL_OPS[op], group)
+    dist.all_reduce(x, op=op, group=group)
+    return x
+
+
 def all_reduce(tensor, group, kind, async_op=False):
-    """In-place SUM all-reduce (never ReduceOp.AVG: gloo mishandles it). Returns a Work if async."""
+    """In-place SUM all-reduce (never ReduceOp.AVG: gloo mishandles it). Returns a Work if async.
+    Eager only (in place): inside a traced model use the f/g operators below."""
     stats.add(kind, tensor)
-    if group_size(group) == 1 or _skip_collectives:
+    if not _runs(group):
         return None
     return dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group, async_op=async_op)
+
+
+def all_reduce_max(x, group, kind):
+    """Element-wise max over the group, of a tensor outside autograd (e.g. softmax row maxima)."""
+    stats.add(kind, x)
+    return _all_reduce_value(x, group, dist.ReduceOp.MAX)
 
 
 def broadcast(tensor, src_group_rank, group, kind="broadcast"):
     """Broadcast from the rank whose index *inside* `group` is src_group_rank."""
     stats.add(kind, tensor)
-    if group_size(group) == 1:
+    if not _runs(group):
         return
     dist.broadcast(tensor, src=dist.get_global_rank(group, src_group_rank), group=group)
 
@@ -89,15 +125,25 @@ def broadcast(tensor, src_group_rank, group, kind="broadcast"):
 def all_gather(tensor, group, kind="all_gather"):
     """Returns the list of every rank's `tensor` (same shape on all ranks), in group-rank order."""
     stats.add(kind, tensor)
-    if group_size(group) == 1:
+    n = group_size(group)
+    if n == 1:
         return [tensor]
-    out = [torch.empty_like(tensor) for _ in range(group_size(group))]
+    if _skip_collectives:
+        return [tensor.clone() for _ in range(n)]
+    if torch.compiler.is_compiling():
+        return list(funcol.all_gather_tensor(tensor.contiguous(), 0, group).chunk(n))
+    out = [torch.empty_like(tensor) for _ in range(n)]
     dist.all_gather(out, tensor.contiguous(), group=group)
     return out
 
 
 def barrier(group=None):
-    if group_size(group) > 1:
+    """Wait for every rank of `group`; None means the whole world (as torch.distributed's default)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if group is None:
+        group = dist.group.WORLD
+    if dist.get_world_size(group) > 1:
         dist.barrier(group=group)
 
 
@@ -109,27 +155,26 @@ class _CopyToTPRegion(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        stats.add(ctx.kind, grad)
         # autograd may hand the same grad tensor to other branches: reduce a copy.
-        grad = grad.contiguous().clone()
-        all_reduce(grad, ctx.group, ctx.kind)
-        return grad, None, None
+        return _all_reduce_value(grad if torch.compiler.is_compiling() else grad.clone(), ctx.group), None, None
 
 
 class _ReduceFromTPRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group):
-        # x is a fresh partial sum made by the caller, so it is reduced in place.
-        ctx.mark_dirty(x)
-        all_reduce(x, group, "tp_fwd")
-        return x
+    def forward(ctx, x, group, kind):
+        stats.add(kind, x)
+        if not torch.compiler.is_compiling():
+            ctx.mark_dirty(x)  # eager: x is a fresh partial sum made by the caller, reduced in place
+        return _all_reduce_value(x, group)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad, None
+        return grad, None, None
 
 
 class _ReduceFromTPRegionAsync(torch.autograd.Function):
-    """g launched asynchronously: the result may only be read after wait_reduce(handle)."""
+    """g launched asynchronously (eager): the result may only be read after wait_reduce(handle)."""
 
     @staticmethod
     def forward(ctx, x, group, handle):
@@ -156,12 +201,17 @@ class _WaitReduce(torch.autograd.Function):
 
 def reduce_from_tp_region_async(x, group):
     """g, launched without waiting: returns (x, handle); read x only through wait_reduce(x, handle).
-    Lets compute that does not need the sum run while it travels (Ladder Residual)."""
+    Lets compute that does not need the sum run while it travels (Ladder Residual). Traced, a
+    functional all-reduce is already asynchronous: the graph waits for it where it is first read."""
+    if torch.compiler.is_compiling():
+        return reduce_from_tp_region(x, group), None
     handle = {}
     return _ReduceFromTPRegionAsync.apply(x, group, handle), handle
 
 
 def wait_reduce(x, handle):
+    if handle is None:
+        return x
     return _WaitReduce.apply(x, handle)
 
 
@@ -172,9 +222,10 @@ def copy_to_tp_region(x, group, kind="tp_bwd"):
     return _CopyToTPRegion.apply(x, group, kind)
 
 
-def reduce_from_tp_region(x, group):
-    """g: all-reduce forward, identity backward. `x` must be a fresh contiguous tensor: it is reduced in place."""
+def reduce_from_tp_region(x, group, kind="tp_fwd"):
+    """g: all-reduce forward, identity backward. Eager, `x` must be a fresh contiguous tensor: it is
+    reduced in place. Use the returned tensor."""
     if not torch.is_grad_enabled() or not x.requires_grad:
-        all_reduce(x, group, "tp_fwd")
-        return x
-    return _ReduceFromTPRegion.apply(x, group)
+        stats.add(kind, x)
+        return _all_reduce_value(x, group)
+    return _ReduceFromTPRegion.apply(x, group, kind)

@@ -216,10 +216,11 @@ def _tp2_worker(rank, world_size):
     comm.stats.reset()
     model(idx, targets)[1].backward()
     out["counts"] = comm.stats.snapshot()
-    # 3. inference (no autograd: rank 0 adds Megatron points' biases inside its partial sum)
+    # 3. inference (no autograd: rank 0 adds Megatron points' biases inside its partial sum);
+    # the last position's logits are gathered over the vocabulary shards
     with torch.no_grad():
-        out["nograd_logits"] = {p: make(p, n_tracks=4, tp_group=group)(idx, targets)[0]
-                                for p in ("baseline", "ladder", "grouped:2")}
+        models = {p: make(p, n_tracks=4, tp_group=group) for p in ("baseline", "ladder", "grouped:2")}
+        out["nograd_logits"] = {p: (m(idx)[0], m(idx, targets)[1]) for p, m in models.items()}
     # 4. generation: every TP rank draws the same tokens
     torch.manual_seed(5)
     out["tokens"] = make("spd", n_tracks=4, tp_group=group).eval().generate(idx[:, :4], 8)
@@ -245,9 +246,12 @@ def test_tp2_training_matches_tp1_and_replicated_params_stay_identical():
         assert max((ref_sd[k] - v).abs().max().item() for k, v in r0[policy]["sd"].items()) < 1e-10
     assert r0["counts"]["tp_fwd"] == 2 and r0["counts"]["tp_bwd"] == 2 and r0["counts"]["tp_grad"] == 1
     assert torch.equal(r0["tokens"], r1["tokens"])
-    for policy, logits in r0["nograd_logits"].items():  # vs tp=1 with autograd (bias after the sum)
-        assert (logits - make(policy, n_tracks=4)(idx, targets)[0]).abs().max().item() < 1e-12, policy
-        assert torch.equal(logits, r1["nograd_logits"][policy]), policy
+    for policy, (logits, loss) in r0["nograd_logits"].items():  # vs tp=1 with autograd (bias after the sum)
+        ref = make(policy, n_tracks=4)
+        assert logits.shape == (3, 1, SMALL["vocab_size"])
+        assert (logits - ref(idx)[0]).abs().max().item() < 1e-12, policy
+        assert abs(loss.item() - ref(idx, targets)[1].item()) < 1e-12, policy
+        assert torch.equal(logits, r1["nograd_logits"][policy][0]), policy
     torch.manual_seed(5)
     assert torch.equal(r0["tokens"], make("spd", n_tracks=4).eval().generate(idx[:, :4], 8))
 
