@@ -68,7 +68,8 @@ class TrainConfig:
     # system
     device: str = "auto"  # 'auto' (cuda if available), 'cpu' or 'cuda'
     dtype: str = "auto"  # 'auto' = bfloat16 autocast on CUDA, float32 on CPU
-    compile: bool = False
+    compile: bool = False  # torch.compile(model, fullgraph=True): a graph break is an error, not a silent fallback
+    compile_backend: str = "inductor"  # 'aot_eager' traces without code generation (fast on CPU, for checks)
     seed: int = 1337
 
     def to_dict(self):
@@ -80,6 +81,7 @@ CHOICES = {
     "init_from": ("scratch", "resume"),
     "device": ("auto", "cpu", "cuda"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
+    "compile_backend": ("inductor", "aot_eager", "eager"),
 }
 # Integer keys that must be >= 1 and keys that must be >= 0.
 AT_LEAST_ONE = ("eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps",

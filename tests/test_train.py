@@ -78,6 +78,18 @@ def test_layout_matches_single_process(reference_run, layout_runs, name):
     assert got_eval[20]["val_loss"] == pytest.approx(ref_eval[20]["val_loss"], rel=1e-4)
 
 
+def test_compiled_tp2_run_matches_single_process(workdir, reference_run):
+    """--compile=True (fullgraph; aot_eager traces forward and backward without code generation)
+    at tp=2 trains like the eager single process, and log.txt's syncs/fwd stays a measurement."""
+    out = os.path.join(workdir, "out-compiled-tp2")
+    run_train(tiny(out, "--tp=2", "--max_iters=10", "--compile=True", "--compile_backend=aot_eager"), workdir, nproc=2)
+    ref, got = train_losses(reference_run), train_losses(out)
+    assert sorted(got) == list(range(10))
+    for it in got:
+        assert got[it] == pytest.approx(ref[it], rel=1e-4, abs=1e-5), f"iter {it}"
+    assert all(e["syncs_per_fwd"] == 4 for e in eval_records(out).values())
+
+
 def test_tp2_checkpoint_resumes_at_tp1(workdir, reference_run, layout_runs):
     out = os.path.join(workdir, "out-tp2-at10")
     ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=False)
