@@ -83,6 +83,28 @@ class GPTConfig:
     n_tracks: int = 1
     sync_policy: str = "baseline"
 
+    def __post_init__(self):
+        """Check types and ranges: a bad value raises ValueError with one line naming it."""
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "n_tracks"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):  # bool is an int: True is not 1 here
+                raise ValueError(f"GPTConfig {name}={value!r} ({type(value).__name__}): must be an int >= 1")
+            if value < 1:
+                raise ValueError(f"GPTConfig {name}={value!r}: must be an int >= 1")
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"GPTConfig n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.n_head % self.n_tracks != 0:
+            divisors = [d for d in range(1, self.n_head + 1) if self.n_head % d == 0]
+            raise ValueError(f"GPTConfig n_tracks={self.n_tracks} does not divide n_head={self.n_head}; "
+                             f"n_tracks must be one of {divisors}")
+        dropout = self.dropout
+        if (not isinstance(dropout, (int, float)) or isinstance(dropout, bool)
+                or not 0.0 <= dropout < 1.0):  # also rejects nan
+            raise ValueError(f"GPTConfig dropout={dropout!r}: must be a number in [0, 1)")
+        if not isinstance(self.bias, bool):
+            raise ValueError(f"GPTConfig bias={self.bias!r} ({type(self.bias).__name__}): must be True or False")
+        parse_sync_policy(self.sync_policy, self.n_layer)  # ValueError naming the spec and what is allowed
+
 
 # How each sharded parameter is split across tracks, by name suffix.
 #   qkv:  c_attn rows are [q | k | v], each split by heads; a rank keeps [q | k | v] of its own
@@ -171,6 +193,14 @@ def row_parallel(z, weight, k, per_track, bias=None):
     if z.dim() == 4:
         z = z.permute(1, 2, 0, 3).reshape(z.shape[1], z.shape[2], -1)
     return F.linear(z, weight, bias)
+
+
+def autocast_input(h):
+    """h in the dtype autocast gives it in the next matmul. A replicated activation is cast before it
+    enters f, so f's backward all-reduces a bf16 gradient, not the fp32 one of LayerNorm's output."""
+    if torch.is_autocast_enabled(h.device.type):
+        return h.to(torch.get_autocast_dtype(h.device.type))
+    return h
 
 
 class KVCache:
@@ -341,7 +371,7 @@ class GPT(nn.Module):
         if self.tp == 1:
             logits = F.linear(x, wte)
             return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        logits = F.linear(comm.copy_to_tp_region(x, self.tp_group, "vocab"), wte)
+        logits = F.linear(comm.copy_to_tp_region(autocast_input(x), self.tp_group, "vocab"), wte)
         return None, vocab_parallel_cross_entropy(logits, targets, self._vocab_range()[0], self.tp_group)
 
     # ---------------------------------------------------------------- vocabulary parallelism
@@ -379,7 +409,7 @@ class GPT(nn.Module):
             layer, sub = divmod(j, 2)
             block = self.transformer.h[layer]
             ln, proj = (block.ln_1, block.attn) if sub == 0 else (block.ln_2, block.mlp)
-            h = comm.copy_to_tp_region(F.layer_norm(x, (x.shape[-1],), ln.weight, ln.bias, 1e-5), group)
+            h = comm.copy_to_tp_region(autocast_input(F.layer_norm(x, (x.shape[-1],), ln.weight, ln.bias, 1e-5)), group)
             gemm_bias, bias = self._bias_into_partial(proj.c_proj.bias)
             out = self._sublayer(block, sub, h, False, kv_cache, layer, gemm_bias)
             launched = comm.reduce_from_tp_region_async(out, group) + (bias,)
@@ -412,7 +442,8 @@ class GPT(nn.Module):
             ln, proj = (block.ln_1, block.attn) if sub == 0 else (block.ln_2, block.mlp)
 
             if step.megatron:
-                h = comm.copy_to_tp_region(F.layer_norm(x, (x.shape[-1],), ln.weight, ln.bias, 1e-5), group)
+                h = F.layer_norm(x, (x.shape[-1],), ln.weight, ln.bias, 1e-5)
+                h = comm.copy_to_tp_region(autocast_input(h), group)
                 gemm_bias, bias = self._bias_into_partial(proj.c_proj.bias)
                 y = comm.reduce_from_tp_region(self._sublayer(block, sub, h, False, kv_cache, layer, gemm_bias), group)
                 x = x + self.resid_dropout(y if bias is None else y + bias)

@@ -86,16 +86,14 @@ def _runs(group):
     return group_size(group) > 1 and not _skip_collectives
 
 
-_FUNCOL_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MAX: "max"}
-
-
-def _all_reduce_value(x, group, op=dist.ReduceOp.SUM):
-    """The reduced tensor: a new one when traced (functional), else x reduced in place."""
+def _all_reduce_value(x, group, op="sum"):
+    """The reduced tensor ('sum' or 'max'): a new one when traced (functional), else x reduced in
+    place. The op is a string because Dynamo cannot hash ReduceOp values (torch 2.11)."""
     if not _runs(group):
         return x
     if torch.compiler.is_compiling():
-        return funcol.all_reduce(x, _FUNCOL_OPS[op], group)
-    dist.all_reduce(x, op=op, group=group)
+        return funcol.all_reduce(x, op, group)
+    dist.all_reduce(x, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX, group=group)
     return x
 
 
@@ -111,7 +109,7 @@ def all_reduce(tensor, group, kind, async_op=False):
 def all_reduce_max(x, group, kind):
     """Element-wise max over the group, of a tensor outside autograd (e.g. softmax row maxima)."""
     stats.add(kind, x)
-    return _all_reduce_value(x, group, dist.ReduceOp.MAX)
+    return _all_reduce_value(x, group, "max")
 
 
 def broadcast(tensor, src_group_rank, group, kind="broadcast"):

@@ -1,0 +1,676 @@
+"""Training throughput: the training loop of train_reduced_sync.py, timed per layout and sync policy.
+
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1      # on the lent H200 machines
+    torchrun --standalone --nproc_per_node=2 bench/train_throughput.py          # 2 GPUs: every group
+    python bench/train_throughput.py                                          # 1 GPU: plain and tp1 only
+
+One invocation times, on the same GPUs, these variants (groups, selected with --variants):
+
+    plain   a plain single-GPU nanoGPT written below (PlainGPT: wte/wpe, pre-LN blocks with one
+            c_attn [3C, C], F.scaled_dot_product_attention(is_causal=True), c_proj, MLP 4C with GELU,
+            ln_f, tied lm_head, cross-entropy; nanoGPT's init), independent of model/gpt.py
+    tp1     ours (model/gpt.py) at tp=1, tp_group=None: --tp1_policies (baseline, grouped:4) with
+            --tp1_n_tracks tracks (2)
+    tp2     ours at tp=2 over both ranks: every policy of --policies, n_tracks of --tp2_n_tracks
+            (2: one track per GPU; 4: two per GPU)
+    dp2     data parallelism over both ranks, GPT at tp=1, n_tracks=1, baseline: ours (parallel/ddp.py
+            BucketedDDP, process group = world) against torch.nn.parallel.DistributedDataParallel
+            over the same model class and config, both driven by the same loop
+
+Modes. tp2 rows run each mode of --modes (default compiled). plain, tp1 and dp2 rows always run
+eager, and compiled too when --modes names it (so --modes eager gives a compile-free run). Compiled
+means torch.compile(model, fullgraph=True) (--no_fullgraph: graph breaks allowed), wrapped in
+BucketedDDP afterwards, as train_reduced_sync.py does (the plain model is compiled the same way);
+torch DDP is wrapped first and the DDP module compiled (PyTorch's advice; its DDPOptimizer splits
+the graph at bucket boundaries, so fullgraph does not apply there). Two more compiled modes test
+the issue's overlap ideas: compiled-overlap turns on inductor's compute/communication reordering
+(OVERLAP_PASSES: collectives raised to where their input is ready, waits sunk to the first use,
+compute reordered into the gap), compiled-graphs is mode="reduce-overhead" (CUDA graphs).
+
+The loop. Every variant calls train_reduced_sync.train_step (bf16 autocast on CUDA, fp32 on CPU;
+fused AdamW from configure_optimizer; gradient clipping at --grad_clip through parallel/grad.py;
+--micro_steps micro-batches of --batch_size x --seq_len per iteration, default 1). Every model but
+torch DDP's is wrapped in BucketedDDP as in the trainer: over a group of one rank for plain, tp1
+and tp2 (whose data-parallel group has one replica; nothing is reduced), over the world for dp2.
+Inputs are random token ids made once per variant on the device (no host data loading). Each
+iteration is bracketed by CUDA events (wall clock and torch.cuda.synchronize off CUDA); nothing
+else waits for the device inside the timed iterations. --warmup iterations (compilation included)
+precede --iters timed ones.
+
+Reported per variant: the median ms per iteration (the slowest rank's median; every rank's is in
+the JSON), tokens/s and MFU. plain and tp1 variants run on every rank at once, each rank an
+independent copy on its own GPU (no collective inside), so their rows describe ONE GPU: tokens
+per iteration micro_steps x batch_size x seq_len, MFU over one GPU's peak. tp2 rows process the
+same tokens per iteration on 2 GPUs; dp2 rows twice as many on 2 GPUs. MFU is nanoGPT's estimate:
+(6N + 12 L H Q T) flops per token, N the non-embedding parameters (model.get_num_params()), over
+the peak bf16 FLOP/s of the GPUs the variant uses (989e12 each for H100/H200; 'n/a' on CPU).
+syncs/fwd: the model's declared sync points per forward (model.syncs_per_forward); for tp=1
+rows they are identities (one rank), listed so the rows can be matched with their tp=2 twins.
+
+Key ratios (all as throughput ratios, > 1: the first is faster):
+    ours tp1 / plain                 plain ms / ours ms, same mode (mainly compiled)
+    tp2 baseline / tp1 baseline      tokens/s, same n_tracks and mode (2.00 would be perfect scaling)
+    tp2 policy / tp2 baseline        tokens/s, same n_tracks and mode
+    ours dp2 / torch DDP dp2         tokens/s, same mode
+
+A variant that raises (e.g. a compile failure) becomes a row holding the error, on every rank (the
+ranks exchange a failure flag; a failure is assumed to hit all ranks alike, so none is left inside
+a collective), and the run goes on. Results are written after every variant, so a run cut off
+keeps its rows: <out_dir>/train_throughput.{md,json}. --profile SUBSTRING also writes, for every
+variant whose name holds SUBSTRING, a torch.profiler key_averages table over 3 more iterations
+(top 40 by device time) to <out_dir>/train_profile_<variant>.txt.
+
+Sizes: 124m (GPT-2: 12 layers, 12 heads, 768, vocab 50304, seq 1024) and tiny (4 layers, 4 heads,
+64, vocab 512, seq 64: 4 layers so that grouped:2 and grouped:4 are valid) for CPU smoke runs.
+
+CPU smoke run (gloo, tiny model, never into bench/results):
+
+    torchrun --standalone --nproc_per_node=2 bench/train_throughput.py --size tiny --device cpu \\
+        --warmup 1 --iters 2 --modes eager --policies baseline,grouped:2 --out_dir /tmp/tt
+"""
+import argparse
+import gc
+import json
+import math
+import os
+import re
+import shlex
+import statistics
+import sys
+import time
+from contextlib import nullcontext
+from types import SimpleNamespace
+
+for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")):
+    os.environ.setdefault(_k, _v)  # before any NCCL communicator exists
+
+import torch  # noqa: E402
+import torch._inductor.config  # noqa: E402  (compiled-overlap sets its scheduling passes)
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from model.sync_policy import parse_sync_policy  # noqa: E402
+from parallel import comm  # noqa: E402
+
+# (n_layer, n_head, n_embd, vocab_size, default seq_len). tiny has 4 layers so that grouped:4 and
+# grouped:2 are valid policies of it.
+SIZES = {"124m": (12, 12, 768, 50304, 1024), "tiny": (4, 4, 64, 512, 64)}
+POLICIES = ["baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:3", "grouped:4", "grouped:6",
+            "selective:m0-3,m5,m7,m9-11"]
+GROUPS = ["plain", "tp1", "tp2", "dp2"]
+# compiled-overlap: inductor reorders the graph so collectives start early and are waited for late
+# (comm/compute overlap, e.g. f's input-gradient all-reduce beside the weight-gradient GEMMs);
+# compiled-graphs: torch.compile's reduce-overhead mode (forward and backward replayed as CUDA graphs)
+MODES = ["eager", "compiled", "compiled-overlap", "compiled-graphs"]
+OVERLAP_PASSES = ["sink_waits", "raise_comms", "reorder_compute_for_overlap"]
+PROFILE_ITERS = 3
+
+
+class ArgError(Exception):
+    """A bad request: one line on stderr, exit code 2, no traceback."""
+
+
+# ----------------------------------------------------------------------------- the plain reference
+class PlainBlock(nn.Module):
+    def __init__(self, n_embd, n_head, dropout, bias):
+        super().__init__()
+        self.n_head, self.dropout = n_head, dropout
+        self.ln_1 = nn.LayerNorm(n_embd, bias=bias)
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.attn_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.ln_2 = nn.LayerNorm(n_embd, bias=bias)
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd, bias=bias)
+        self.mlp_proj = nn.Linear(4 * n_embd, n_embd, bias=bias)
+        self.mlp_dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                           is_causal=True)
+        x = x + self.attn_dropout(self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+        return x + self.mlp_dropout(self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)))))
+
+
+class PlainGPT(nn.Module):
+    """nanoGPT's GPT (model.py) for training: same shapes, init and loss as model/gpt.py at n_tracks=1,
+    none of its code. The lm_head is tied to wte (one Parameter)."""
+
+    def __init__(self, n_layer, n_head, n_embd, vocab_size, block_size, dropout=0.0, bias=True):
+        super().__init__()
+        self.block_size = block_size
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd),
+            wpe=nn.Embedding(block_size, n_embd),
+            drop=nn.Dropout(dropout),
+            h=nn.ModuleList([PlainBlock(n_embd, n_head, dropout, bias) for _ in range(n_layer)]),
+            ln_f=nn.LayerNorm(n_embd, bias=bias),
+        ))
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def get_num_params(self, non_embedding=True):
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.transformer.wpe.weight.numel() if non_embedding else n
+
+    def forward(self, idx, targets=None):
+        pos = torch.arange(0, idx.shape[1], dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        if targets is None:
+            return self.lm_head(x[:, [-1], :]), None
+        logits = self.lm_head(x)
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+class TorchDDPAdapter(nn.Module):
+    """torch DDP behind BucketedDDP's interface: its own no_sync(); its gradients are already
+    averaged when backward returns, so finish_gradient_synchronization() has nothing left to do."""
+
+    def __init__(self, ddp, compiled):
+        super().__init__()
+        self.ddp = ddp
+        self.call = torch.compile(ddp, fullgraph=False) if compiled else ddp
+
+    def forward(self, *args, **kwargs):
+        return self.call(*args, **kwargs)
+
+    def no_sync(self):
+        return self.ddp.no_sync()
+
+    def finish_gradient_synchronization(self):
+        pass
+
+
+# ----------------------------------------------------------------------------- arguments
+def split_policies(text):
+    """Policies separated by ';', or by ',' where a comma inside a selective: spec is kept with it
+    ('baseline,selective:m0-3,m5,grouped:2' -> baseline, selective:m0-3,m5, grouped:2)."""
+    if ";" in text:
+        return [p.strip() for p in text.split(";") if p.strip()]
+    out = []
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        if out and out[-1].startswith("selective:") and re.fullmatch(r"[am]?\d+(-\d+)?", token):
+            out[-1] += "," + token
+        else:
+            out.append(token)
+    return out
+
+
+def int_list(name, text):
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ArgError(f"--{name}={text!r}: expected comma-separated integers")
+    if not values or any(v < 1 for v in values):
+        raise ArgError(f"--{name}={text!r}: expected positive integers")
+    return values
+
+
+def choice_list(name, text, allowed):
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise ArgError(f"--{name}={text!r}: unknown value(s) {bad}; allowed: {', '.join(allowed)}")
+    return values
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors raise ArgError (one line) instead of printing usage and exiting."""
+
+    def error(self, message):
+        raise ArgError(message)
+
+
+def build_parser():
+    p = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", default="124m", help=f"model size, one of {list(SIZES)}")
+    p.add_argument("--variants", default=",".join(GROUPS), help=f"comma-separated groups of {GROUPS}")
+    p.add_argument("--policies", default=",".join(POLICIES), help="tp2 sync policies (',' or ';' separated)")
+    p.add_argument("--tp1_policies", default="baseline,grouped:4", help="tp1 sync policies")
+    p.add_argument("--tp1_n_tracks", default="2", help="comma-separated n_tracks of the tp1 rows")
+    p.add_argument("--tp2_n_tracks", default="2,4", help="comma-separated n_tracks of the tp2 rows (even)")
+    p.add_argument("--modes", default="compiled", help="comma-separated of " + ", ".join(MODES) + " (see Modes)")
+    p.add_argument("--no_fullgraph", action="store_true",
+                   help="compile without fullgraph=True (graph breaks fall back to eager instead of failing)")
+    p.add_argument("--batch_size", type=int, default=12)
+    p.add_argument("--seq_len", type=int, default=None, help="default: 1024 (124m), 64 (tiny)")
+    p.add_argument("--micro_steps", type=int, default=1, help="micro-batches per iteration (gradient accumulation)")
+    p.add_argument("--warmup", type=int, default=20, help="untimed iterations first (compilation included)")
+    p.add_argument("--iters", type=int, default=40, help="timed iterations")
+    p.add_argument("--grad_clip", type=float, default=1.0)
+    p.add_argument("--bucket_cap_mb", type=float, default=25, help="for BucketedDDP and torch DDP")
+    p.add_argument("--device", default="auto", help="auto, cuda or cpu")
+    p.add_argument("--profile", default=None, metavar="VARIANT_SUBSTRING",
+                   help="profile 3 iterations of every variant whose name holds this")
+    p.add_argument("--out_dir", default="bench/results")
+    return p
+
+
+def parse_args(argv):
+    """argparse, with every error (its own included) raised as an ArgError (one line)."""
+    args = build_parser().parse_args(argv)
+    if args.size not in SIZES:
+        raise ArgError(f"--size={args.size!r}: allowed: {', '.join(SIZES)}")
+    n_layer, n_head, _, _, default_seq = SIZES[args.size]
+    if args.seq_len is None:
+        args.seq_len = default_seq
+    if args.device not in ("auto", "cuda", "cpu"):
+        raise ArgError(f"--device={args.device!r}: allowed: auto, cuda, cpu")
+    for name in ("batch_size", "seq_len", "micro_steps", "iters"):
+        if getattr(args, name) < 1:
+            raise ArgError(f"--{name}={getattr(args, name)}: must be at least 1")
+    if args.warmup < 0:
+        raise ArgError(f"--warmup={args.warmup}: must be at least 0")
+    args.groups = choice_list("variants", args.variants, GROUPS)
+    args.mode_list = choice_list("modes", args.modes, MODES)
+    args.policy_list = split_policies(args.policies)
+    args.tp1_policy_list = split_policies(args.tp1_policies)
+    for flag, policies, group in (("policies", args.policy_list, "tp2"), ("tp1_policies", args.tp1_policy_list, "tp1")):
+        if group not in args.groups:  # checked only where used: the defaults are 12-layer policies
+            continue
+        if not policies:
+            raise ArgError(f"--{flag} is empty")
+        for spec in policies:
+            try:
+                parse_sync_policy(spec, n_layer)
+            except ValueError as e:
+                raise ArgError(f"--{flag}: {e} (size {args.size} has {n_layer} layers)")
+    args.tp1_tracks = int_list("tp1_n_tracks", args.tp1_n_tracks)
+    args.tp2_tracks = int_list("tp2_n_tracks", args.tp2_n_tracks)
+    for flag, tracks, tp in (("tp1_n_tracks", args.tp1_tracks, 1), ("tp2_n_tracks", args.tp2_tracks, 2)):
+        for n in tracks:
+            if n_head % n or n % tp:
+                raise ArgError(f"--{flag}: n_tracks={n} must divide n_head={n_head}"
+                               + (f" and be divisible by tp={tp}" if tp > 1 else ""))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ArgError("--device=cuda but CUDA is not available; use --device=cpu or auto")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 2:
+        raise ArgError(f"world size {world}: run with 1 or 2 processes (tp2 and dp2 use exactly 2)")
+    return args
+
+
+# ----------------------------------------------------------------------------- variants
+def variant_plan(args, world):
+    """Every variant, in the order all ranks run them: dicts with group, impl, tp, dp, n_tracks,
+    policy, mode and name. Groups needing 2 ranks are left out when world == 1."""
+    extra = [m for m in args.mode_list if m != "eager"]
+    base_modes = ["eager"] + extra  # plain, tp1, dp2: eager always, compiled when asked
+    plan = []
+
+    def add(group, impl, tp, dp, n_tracks, policy, mode, name):
+        plan.append(dict(group=group, impl=impl, tp=tp, dp=dp, n_tracks=n_tracks, policy=policy, mode=mode,
+                         name=name, gpus=tp * dp))
+
+    for group in args.groups:
+        if group == "plain":
+            for mode in base_modes:
+                add("plain", "plain", 1, 1, "-", "-", mode, f"plain {mode}")
+        elif group == "tp1":
+            for mode in base_modes:
+                for n in args.tp1_tracks:
+                    for policy in args.tp1_policy_list:
+                        add("tp1", "ours", 1, 1, n, policy, mode, f"ours tp1 n{n} {policy} {mode}")
+        elif world < 2:
+            continue
+        elif group == "tp2":
+            for mode in args.mode_list:
+                for n in args.tp2_tracks:
+                    for policy in args.policy_list:
+                        add("tp2", "ours", 2, 1, n, policy, mode, f"ours tp2 n{n} {policy} {mode}")
+        elif group == "dp2":
+            for mode in base_modes:
+                add("dp2", "ours", 1, 2, 1, "baseline", mode, f"ours dp2 {mode}")
+                add("dp2", "torch_ddp", 1, 2, 1, "baseline", mode, f"torch_ddp dp2 {mode}")
+    return plan
+
+
+def build_variant(v, args, env):
+    """(model as train_step drives it, raw model, syncs per forward or None, tp_group)."""
+    from model.gpt import GPT, GPTConfig  # imported late: a broken model file fails rows, not the run
+    from parallel.ddp import BucketedDDP
+    n_layer, n_head, n_embd, vocab, _ = SIZES[args.size]
+    shape = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab, block_size=args.seq_len,
+                 dropout=0.0, bias=True)
+    compiled = v["mode"].startswith("compiled")
+    torch._inductor.config.reorder_for_compute_comm_overlap = v["mode"] == "compiled-overlap"
+    torch._inductor.config.reorder_for_compute_comm_overlap_passes = (
+        OVERLAP_PASSES if v["mode"] == "compiled-overlap" else [])
+    compile_mode = "reduce-overhead" if v["mode"] == "compiled-graphs" else None
+    torch.manual_seed(0)  # the same full weights on every rank (GPT draws them from the global RNG)
+    if v["impl"] == "plain":
+        raw = PlainGPT(**shape).to(env.device)
+        inner = torch.compile(raw, fullgraph=not args.no_fullgraph, mode=compile_mode) if compiled else raw
+        return BucketedDDP(inner, process_group=env.solo_group, bucket_cap_mb=args.bucket_cap_mb), raw, None, None
+    tp_group = env.tp_group if v["tp"] == 2 else None
+    raw = GPT(GPTConfig(**shape, n_tracks=v["n_tracks"], sync_policy=v["policy"]), tp_group=tp_group).to(env.device)
+    if v["impl"] == "torch_ddp":
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            raw, device_ids=[env.device_index] if env.cuda else None, bucket_cap_mb=args.bucket_cap_mb)
+        return TorchDDPAdapter(ddp, compiled), raw, raw.syncs_per_forward, None
+    inner = torch.compile(raw, fullgraph=not args.no_fullgraph, mode=compile_mode) if compiled else raw
+    group = dist.group.WORLD if v["dp"] == 2 else env.solo_group
+    return (BucketedDDP(inner, process_group=group, bucket_cap_mb=args.bucket_cap_mb), raw,
+            raw.syncs_per_forward, tp_group)
+
+
+def iteration_times(step, n, cuda):
+    """ms of each of n iterations: CUDA events around each (no other sync until all are queued)."""
+    if not cuda:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return times
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    torch.cuda.synchronize()
+    for start, end in events:
+        start.record()
+        step()
+        end.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in events]
+
+
+def profile_table(step, cuda):
+    """key_averages of PROFILE_ITERS iterations, top 40 by device time (CPU time off CUDA)."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(PROFILE_ITERS):
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+    averages = prof.key_averages()
+    for key in (("device_time_total", "cuda_time_total") if cuda else ("cpu_time_total",)):
+        try:
+            return key, averages.table(sort_by=key, row_limit=40)
+        except (AttributeError, KeyError, ValueError):
+            continue
+    return "cpu_time_total", averages.table(sort_by="cpu_time_total", row_limit=40)
+
+
+def run_variant(v, args, env):
+    """Build, warm up and time one variant on this rank: (per-iteration ms, syncs/fwd, n_params,
+    profile or None). Raises whatever the variant raises."""
+    from train_reduced_sync import configure_optimizer, train_step
+    env.t_build = time.perf_counter()
+    model, raw, syncs, tp_group = build_variant(v, args, env)
+    opt_cfg = SimpleNamespace(learning_rate=6e-4, weight_decay=0.1, beta1=0.9, beta2=0.95)  # nanoGPT's
+    optimizer = configure_optimizer(raw, opt_cfg, env.device)
+    scaler = torch.amp.GradScaler("cuda", enabled=False)  # bf16 / fp32: no loss scaling
+    autocast_ctx = torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16) if env.cuda else nullcontext()
+    vocab = SIZES[args.size][3]
+    # one batch per variant, made on the device: the same on the TP ranks of a replica, its own per dp rank
+    gen_seed = 1234 + (env.rank if v["dp"] > 1 else 0)
+    gen = torch.Generator(device=env.device).manual_seed(gen_seed)
+    shape = (args.micro_steps, args.batch_size, args.seq_len)
+    x = torch.randint(0, vocab, shape, device=env.device, generator=gen)
+    y = torch.randint(0, vocab, shape, device=env.device, generator=gen)
+    seeds = list(range(args.micro_steps))
+    n_params = raw.get_num_params()
+
+    def step():
+        train_step(model, raw, optimizer, scaler, x, y, seeds, args.grad_clip, tp_group, autocast_ctx, env.device)
+
+    try:
+        for _ in range(args.warmup):
+            step()
+        if env.cuda:
+            torch.cuda.synchronize()
+        env.warmup_s = time.perf_counter() - env.t_build  # build + warmup (compilation included)
+        times = iteration_times(step, args.iters, env.cuda)
+        prof = profile_table(step, env.cuda) if args.profile and args.profile in v["name"] else None
+    finally:
+        if hasattr(model, "remove_hooks"):
+            model.remove_hooks()
+        del model, raw, optimizer, x, y
+    return times, syncs, n_params, prof
+
+
+def free_memory(env, compiled):
+    gc.collect()
+    if compiled:
+        torch._dynamo.reset()
+    if env.cuda:
+        torch.cuda.empty_cache()
+
+
+def flops_per_token(args, n_params):
+    n_layer, n_head, n_embd, _, _ = SIZES[args.size]
+    return 6 * n_params + 12 * n_layer * n_head * (n_embd // n_head) * args.seq_len
+
+
+# ----------------------------------------------------------------------------- ratios and output
+def _ok(row):
+    return row is not None and isinstance(row.get("ms"), float) and row["ms"] > 0
+
+
+def key_ratios(rows):
+    """[{section, label, value or None}], each value a throughput ratio (> 1: the first is faster)."""
+    out = []
+    by = {(r["group"], r["impl"], r["n_tracks"], r["policy"], r["mode"]): r for r in rows}
+
+    def add(section, label, a, b):
+        value = a["tok_s"] / b["tok_s"] if _ok(a) and _ok(b) else None
+        out.append(dict(section=section, label=label, value=value,
+                        a=a["name"] if a else None, b=b["name"] if b else None))
+
+    plains = [r for r in rows if r["group"] == "plain"]
+    for r in (r for r in rows if r["group"] == "tp1"):
+        plain = next((p for p in plains if p["mode"] == r["mode"]), None)
+        if plain is not None:
+            add("ours tp1 / plain (speedup = plain ms / ours ms)", f"{r['name']} vs {plain['name']}", r, plain)
+    for r in (r for r in rows if r["group"] == "tp2" and r["policy"] == "baseline"):
+        base1 = by.get(("tp1", "ours", r["n_tracks"], "baseline", r["mode"]))
+        if base1 is not None:
+            add("tp2 baseline / tp1 baseline (tokens/s, same n_tracks and mode; 2.00 = perfect scaling)",
+                f"n_tracks {r['n_tracks']} {r['mode']}", r, base1)
+    for r in (r for r in rows if r["group"] == "tp2" and r["policy"] != "baseline"):
+        base = by.get(("tp2", "ours", r["n_tracks"], "baseline", r["mode"]))
+        if base is not None:
+            add("tp2 policy / tp2 baseline (tokens/s, same n_tracks and mode)",
+                f"{r['policy']} n_tracks {r['n_tracks']} {r['mode']}", r, base)
+    for r in (r for r in rows if r["group"] == "dp2" and r["impl"] == "ours"):
+        torch_row = by.get(("dp2", "torch_ddp", 1, "baseline", r["mode"]))
+        if torch_row is not None:
+            add("ours dp2 / torch DDP dp2 (tokens/s, same mode)", r["mode"], r, torch_row)
+    return out
+
+
+COLUMNS = ["variant", "tp", "dp", "GPUs", "n_tracks", "policy", "mode", "syncs/fwd", "ms/iter (median)", "tok/s",
+           "MFU"]
+
+
+def row_cells(r):
+    if r.get("error"):
+        timing = ["error: " + r["error"].replace("|", "/"), "-", "-"]
+    else:
+        timing = [f"{r['ms']:.3f}", f"{r['tok_s']:,.0f}", "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.2f}%"]
+    syncs = "-" if r["syncs_per_forward"] is None else str(r["syncs_per_forward"])
+    return [r["name"], str(r["tp"]), str(r["dp"]), str(r["gpus"]), str(r["n_tracks"]), r["policy"], r["mode"],
+            syncs] + timing
+
+
+def markdown(meta, rows, ratios):
+    out = ["# Training throughput (bench/train_throughput.py)\n",
+           f"- device: {meta['device']}" + (f" x {meta['n_gpus']}" if meta["n_gpus"] else "")
+           + f" ({meta['world_size']} process(es))",
+           f"- torch {meta['torch']}, commit {meta['commit']}",
+           f"- command: `{meta['command']}`",
+           f"- model {meta['size']} (n_layer {meta['n_layer']}, n_head {meta['n_head']}, n_embd {meta['n_embd']}, "
+           f"vocab {meta['vocab_size']}), batch {meta['batch_size']} x seq {meta['seq_len']} x "
+           f"{meta['micro_steps']} micro-step(s) per replica, {meta['dtype']}, warmup {meta['warmup']}, "
+           f"median of {meta['iters']} iterations (slowest rank)",
+           "- plain and tp1 rows: one GPU (every rank runs its own copy at once); tp2: one replica on 2 GPUs; "
+           "dp2: 2 replicas on 2 GPUs. MFU over the GPUs the row uses.",
+           ""]
+    if meta.get("note"):
+        out += [f"Note: {meta['note']}", ""]
+    out += ["| " + " | ".join(COLUMNS) + " |", "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|"]
+    out += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
+    out += ["", "## Key ratios", "", "Throughput ratios: > 1 means the first named is faster."]
+    section = None
+    for q in ratios:
+        if q["section"] != section:
+            section = q["section"]
+            out += ["", f"**{section}**", ""]
+        out.append(f"- {q['label']}: " + ("-" if q["value"] is None else f"{q['value']:.3f}"))
+    if not ratios:
+        out += ["", "(none: their rows were not run)"]
+    return "\n".join(out) + "\n"
+
+
+def save(args, meta, rows):
+    ratios = key_ratios(rows)
+    os.makedirs(args.out_dir, exist_ok=True)
+    for name, text in (("train_throughput.json", json.dumps(dict(meta=meta, rows=rows, ratios=ratios), indent=1)),
+                       ("train_throughput.md", markdown(meta, rows, ratios))):
+        path = os.path.join(args.out_dir, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+    return ratios
+
+
+def print_row(r):
+    c = row_cells(r)
+    print(f"{c[0]:<44} tp {c[1]} dp {c[2]} gpus {c[3]}  syncs/fwd {c[7]:>3}  "
+          + (c[8] if r.get("error") else f"{c[8]:>10} ms  {c[9]:>12} tok/s  MFU {c[10]:>6}  "
+                                         f"(build + warmup {r['warmup_s']} s)"), flush=True)
+
+
+# ----------------------------------------------------------------------------- main
+def setup(args):
+    """Process group and groups. Returns an env namespace (rank, world, device, cuda, groups)."""
+    from parallel.mesh import init_mesh
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    cuda_fits = torch.cuda.is_available() and torch.cuda.device_count() >= local_procs
+    if args.device == "cuda" and not cuda_fits:
+        raise ArgError(f"--device=cuda but {torch.cuda.device_count()} GPU(s) for {local_procs} local processes")
+    cuda = args.device == "cuda" or (args.device == "auto" and cuda_fits)
+    # world 2: tp_group holds both ranks, dp_group only this rank (one replica per TP pair)
+    mesh = init_mesh(world, "cuda" if cuda else "cpu")
+    env = SimpleNamespace(rank=mesh.rank, world=world, cuda=cuda, device=mesh.device,
+                          device_index=torch.cuda.current_device() if cuda else None,
+                          tp_group=mesh.tp_group if world == 2 else None,
+                          solo_group=mesh.dp_group if world == 2 else None,
+                          world_group=dist.group.WORLD if world > 1 else None)
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return env
+
+
+def exchange(env, ms, failed):
+    """Every rank's (median ms, failed flag) through one all_gather over the world."""
+    t = torch.tensor([ms, float(failed)], dtype=torch.float64, device=env.device)
+    return [tuple(v.tolist()) for v in comm.all_gather(t, env.world_group, kind="bench")]
+
+
+def run(args, argv):
+    from tp_latency import source_commit  # bench/ is on sys.path
+    import train_reduced_sync as trs
+    env = setup(args)
+    n_layer, n_head, n_embd, vocab, _ = SIZES[args.size]
+    plan = variant_plan(args, env.world)
+    command = (f"torchrun --standalone --nproc_per_node={env.world} " if "LOCAL_RANK" in os.environ
+               else "python ") + shlex.join([os.path.relpath(sys.argv[0], ROOT)] + argv)
+    meta = dict(device=torch.cuda.get_device_name() if env.cuda else "CPU", n_gpus=env.world if env.cuda else 0,
+                world_size=env.world, torch=torch.__version__, commit=source_commit(), command=command,
+                size=args.size, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab,
+                batch_size=args.batch_size, seq_len=args.seq_len, micro_steps=args.micro_steps,
+                warmup=args.warmup, iters=args.iters, grad_clip=args.grad_clip,
+                dtype="bf16 autocast" if env.cuda else "float32", fullgraph=not args.no_fullgraph)
+    if env.world < 2 and any(g in args.groups for g in ("tp2", "dp2")):
+        meta["note"] = "one process: the tp2 and dp2 rows need 2 (torchrun --nproc_per_node=2) and were skipped"
+    rows = []
+    if env.rank == 0:
+        gpus = f" x {env.world}" if env.cuda else ""
+        print(f"{meta['device']}{gpus}, {env.world} process(es), torch {meta['torch']}, commit {meta['commit']}, "
+              f"{len(plan)} variants", flush=True)
+        if meta.get("note"):
+            print(f"note: {meta['note']}", flush=True)
+        save(args, meta, rows)
+    for v in plan:
+        ms, failed, error, syncs, n_params, prof = -1.0, False, None, None, None, None
+        env.warmup_s = None
+        try:
+            times, syncs, n_params, prof = run_variant(v, args, env)
+            ms = statistics.median(times)
+        except Exception as e:  # noqa: BLE001 - recorded in the row, the run goes on
+            first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            failed, error = True, f"{type(e).__name__}: {first_line}"[:300]
+        free_memory(env, v["mode"].startswith("compiled"))
+        per_rank = exchange(env, ms, failed)
+        if any(f for _, f in per_rank) and error is None:
+            error = "failed on rank(s) " + ",".join(str(i) for i, (_, f) in enumerate(per_rank) if f)
+        tokens = args.micro_steps * args.batch_size * args.seq_len * v["dp"]
+        row = dict(v, syncs_per_forward=syncs, tokens_per_iter=tokens, ms_per_rank=[m for m, _ in per_rank],
+                   ms=None, tok_s=None, mfu=None, n_params=n_params, error=error,
+                   warmup_s=None if env.warmup_s is None else round(env.warmup_s, 1))
+        if error is None:
+            row["ms"] = max(m for m, _ in per_rank)
+            row["tok_s"] = tokens / (row["ms"] / 1e3)
+            peak = trs.peak_flops_total(env.device, "bfloat16", v["gpus"]) if env.cuda else None
+            row["mfu"] = (flops_per_token(args, n_params) * row["tok_s"] / peak) if peak else None
+        rows.append(row)
+        if env.rank == 0:
+            print_row(row)
+            if prof is not None:
+                key, table = prof
+                fname = "train_profile_" + re.sub(r"[^A-Za-z0-9._-]+", "_", v["name"]).strip("_") + ".txt"
+                with open(os.path.join(args.out_dir, fname), "w") as f:
+                    f.write(f"# {v['name']}: torch.profiler key_averages over {PROFILE_ITERS} iterations, rank 0, "
+                            f"sorted by {key}\n# {command}\n\n{table}\n")
+                print(f"  profile: {os.path.join(args.out_dir, fname)}", flush=True)
+            save(args, meta, rows)
+    if env.rank == 0:
+        ratios = save(args, meta, rows)
+        print("\n" + markdown(meta, rows, ratios), flush=True)
+        print(f"wrote {args.out_dir}/train_throughput.md and .json", flush=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_args(argv)
+        run(args, argv)
+    except ArgError as e:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {e}", file=sys.stderr, flush=True)
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

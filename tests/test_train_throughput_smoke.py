@@ -1,0 +1,72 @@
+"""Smoke test of bench/train_throughput.py: a 2-process CPU (gloo) run at the tiny size, eager only,
+gives a timed row for every variant group (plain, ours tp1, ours tp2 at n_tracks 2 and 4, ours and
+torch DDP at dp2), the key ratios, and a profile table; bad arguments stop it with one line."""
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO, run_env
+
+SCRIPT = os.path.join(REPO, "bench", "train_throughput.py")
+
+
+def torchrun(args, nproc=2, timeout=120):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", SCRIPT, *args]
+    return subprocess.run(cmd, cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def test_tiny_cpu_run_has_every_variant_and_ratios(tmp_path):
+    proc = torchrun(["--size", "tiny", "--device", "cpu", "--warmup", "1", "--iters", "2", "--modes", "eager",
+                     "--policies", "baseline,grouped:2", "--profile", "tp2 n2 grouped:2", "--out_dir", str(tmp_path)])
+    assert proc.returncode == 0, f"rc {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-3000:]}"
+    md = (tmp_path / "train_throughput.md").read_text()
+    data = json.loads((tmp_path / "train_throughput.json").read_text())
+    rows = {r["name"]: r for r in data["rows"]}
+    expected = ["plain eager", "ours tp1 n2 baseline eager", "ours tp1 n2 grouped:4 eager",
+                "ours tp2 n2 baseline eager", "ours tp2 n2 grouped:2 eager",
+                "ours tp2 n4 baseline eager", "ours tp2 n4 grouped:2 eager",
+                "ours dp2 eager", "torch_ddp dp2 eager"]
+    assert sorted(rows) == sorted(expected)
+    for name in expected:
+        r = rows[name]
+        assert r["error"] is None and isinstance(r["ms"], float) and r["ms"] > 0, (name, r)
+        assert r["tok_s"] > 0 and r["mfu"] is None  # no peak FLOP/s on CPU
+        assert len(r["ms_per_rank"]) == 2
+    # world tokens per iteration: dp2 twice tp2's, whose GPUs share one replica's batch
+    assert rows["ours dp2 eager"]["tokens_per_iter"] == 2 * rows["ours tp2 n2 baseline eager"]["tokens_per_iter"]
+    # declared syncs per forward (tiny: 4 layers)
+    assert rows["ours tp2 n4 baseline eager"]["syncs_per_forward"] == 8
+    assert rows["ours tp2 n2 grouped:2 eager"]["syncs_per_forward"] == 2
+    assert rows["ours tp1 n2 grouped:4 eager"]["syncs_per_forward"] == 1
+    assert rows["plain eager"]["syncs_per_forward"] is None
+    # key ratios: every kind present, with values
+    sections = {q["section"].split(" (")[0] for q in data["ratios"] if q["value"] is not None}
+    assert sections == {"ours tp1 / plain", "tp2 baseline / tp1 baseline", "tp2 policy / tp2 baseline",
+                        "ours dp2 / torch DDP dp2"}
+    assert "## Key ratios" in md and "| ours tp2 n4 grouped:2 eager | 2 | 1 | 2 | 4 | grouped:2 | eager | 2 |" in md
+    assert data["meta"]["commit"] and data["meta"]["command"].startswith("torchrun")
+    profile = (tmp_path / "train_profile_ours_tp2_n2_grouped_2_eager.txt").read_text()
+    assert "Name" in profile and "aten::" in profile
+
+
+def test_one_process_skips_two_rank_groups(tmp_path):
+    proc = subprocess.run([sys.executable, SCRIPT, "--size", "tiny", "--device", "cpu", "--warmup", "0", "--iters",
+                           "1", "--modes", "eager", "--variants", "tp1,dp2", "--tp1_policies", "baseline",
+                           "--out_dir", str(tmp_path)], cwd=REPO, env=run_env(), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((tmp_path / "train_throughput.json").read_text())
+    assert [r["name"] for r in data["rows"]] == ["ours tp1 n2 baseline eager"]
+    assert "need 2" in data["meta"]["note"] and "note:" in proc.stdout
+
+
+def test_bad_arguments_exit_with_one_line():
+    for bad in (["--policies", "grouped:5"], ["--size", "huge"], ["--modes", "graph"], ["--tp2_n_tracks", "3"],
+                ["--no_such_flag"]):
+        proc = subprocess.run([sys.executable, SCRIPT, *bad, "--out_dir", "/nonexistent/never-written"], cwd=REPO,
+                              env=run_env(), capture_output=True, text=True, timeout=60)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2, (bad, proc.stderr)
+        assert len(lines) == 1 and lines[0].startswith("error: "), (bad, proc.stderr)
+        assert "Traceback" not in proc.stderr + proc.stdout
