@@ -3,6 +3,8 @@
 #   bash bench/gpu_suite.sh tp2 OUT_DIR [PARTS]   # 2 GPUs: tp=2 (124M and medium with n_tracks 4 and 2)
 #   bash bench/gpu_suite.sh tp4 OUT_DIR [PARTS]   # 4 GPUs: tp=4 (n_tracks 4: one track per GPU)
 #   bash bench/gpu_suite.sh tp1 OUT_DIR [PARTS]   # 1 GPU: tp=1
+#   bash bench/gpu_suite.sh train2 OUT_DIR        # 2 GPUs: bench/train_throughput.py (all groups; then the
+#                                                 # compiled-overlap and compiled-graphs modes in OUT_DIR/overlap)
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python bench/tp_latency.py --merge`.
@@ -13,8 +15,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 mode=${1:?tp1, tp2 or tp4}
 out=${2:?output directory}
 parts=${3:-latency124m,latencymedium,profiles,syncfreq}
-mkdir -p "$out/medium"
-nvidia-smi -L > "$out/nvidia_smi.txt"
+mkdir -p "$out"
+nvidia-smi -L | tee -a "$out/suite.log"
 small="baseline;ladder;spd;parallel;selective:m0-3,m5,m7,m9-11;grouped:2;grouped:3;grouped:4;grouped:6"
 medium="baseline;ladder;spd;parallel;grouped:3;grouped:6"
 step() {  # step SECONDS NAME CMD...: run CMD with a time limit, log to $out/NAME.log
@@ -29,13 +31,23 @@ case $mode in
   tp1) launch=(python); tracks="4" ;;
   tp2) launch=(torchrun --standalone --nproc_per_node=2); tracks="4,2" ;;
   tp4) launch=(torchrun --standalone --nproc_per_node=4); tracks="4" ;;
-  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4" >&2; exit 2 ;;
+  train2) launch=(torchrun --standalone --nproc_per_node=2); parts=train ;;
+  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2" >&2; exit 2 ;;
 esac
+if has train; then
+  step 380 train_throughput "${launch[@]}" bench/train_throughput.py --warmup 10 --iters 30 \
+    --policies "baseline;spd;parallel;ladder;grouped:2;grouped:4;grouped:6" --tp2_n_tracks 2,4 \
+    --profile "tp2 n2 baseline compiled" --out_dir "$out"
+  step 190 train_overlap "${launch[@]}" bench/train_throughput.py --warmup 10 --iters 30 --variants tp1,tp2 \
+    --modes compiled,compiled-overlap,compiled-graphs --policies "baseline;grouped:4" --tp2_n_tracks 2 \
+    --tp1_policies baseline --out_dir "$out/overlap"
+fi
 if has latency124m; then
   step 330 latency_124m "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks $tracks \
     --policies "$small" --warmup 5 --repeats 30 --out_dir "$out"
 fi
 if has latencymedium; then
+  mkdir -p "$out/medium"
   step 270 latency_medium "${launch[@]}" bench/tp_latency.py --sizes medium --n_tracks $tracks \
     --policies "$medium" --warmup 5 --repeats 30 --out_dir "$out/medium"
 fi
