@@ -501,7 +501,11 @@ def main(argv):
     start_iter = iter_num
 
     # fullgraph: a graph break would silently run eager; the model is built to trace whole (tests/test_compile.py)
-    model = torch.compile(raw_model, fullgraph=True, backend=cfg.compile_backend) if cfg.compile else raw_model
+    if cfg.compile:
+        model = torch.compile(raw_model, fullgraph=True, backend=cfg.compile_backend,
+                              mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
+    else:
+        model = raw_model
     model = BucketedDDP(  # a dp group of one replica is fine too: then no communication
         model, process_group=mesh.dp_group, bucket_cap_mb=cfg.bucket_cap_mb)
 

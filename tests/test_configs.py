@@ -23,7 +23,8 @@ TRAIN_CONFIG_KEYS = {
     "init_from", "wandb_log", "wandb_project", "wandb_run_name", "dataset", "gradient_accumulation_steps",
     "batch_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "n_tracks", "sync_policy",
     "tp", "learning_rate", "max_iters", "weight_decay", "beta1", "beta2", "grad_clip", "decay_lr",
-    "warmup_iters", "lr_decay_iters", "min_lr", "device", "dtype", "compile", "compile_backend", "seed",
+    "warmup_iters", "lr_decay_iters", "min_lr", "device", "dtype", "compile", "compile_backend", "compile_mode",
+    "seed",
     "bucket_cap_mb",
 }
 VARYING = {"sync_policy", "out_dir"}
