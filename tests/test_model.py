@@ -269,3 +269,39 @@ def _tracks_error_worker(rank, world_size):
     except ValueError as e:
         return str(e)
     return "no error"
+
+
+def _uneven_vocab_worker(rank, world_size):
+    import torch.distributed as dist
+    group = dist.new_group([0, 1])
+    model = make("grouped:2", n_tracks=4, tp_group=group, vocab_size=65)
+    idx, targets = batch(V=65)
+    targets[0, :5] = -1  # ignored positions
+    comm.stats.reset()
+    _, loss = model(idx, targets)
+    loss.backward()
+    counts = comm.stats.snapshot()
+    with torch.no_grad():
+        last_logits = model(idx)[0]
+    return dict(rows=model.transformer.wte.weight.shape[0], loss=loss.item(), grads=full_grads(model),
+                logits=last_logits, sd=model.state_dict(), vocab_calls=counts["vocab"])
+
+
+def test_vocab_parallel_head_with_uneven_shards_equals_tp1():
+    """vocab 65 over 2 ranks: shards of 32 and 33 rows; loss (with ignored targets), every gradient,
+    the gathered last-position logits and the full checkpoint equal the tp=1 model's."""
+    r0, r1 = run_on_gloo(_uneven_vocab_worker, 2)
+    assert (r0["rows"], r1["rows"]) == (32, 33)
+    ref = make("grouped:2", n_tracks=4, vocab_size=65)
+    idx, targets = batch(V=65)
+    targets[0, :5] = -1
+    _, loss = ref(idx, targets)
+    loss.backward()
+    assert abs(loss.item() - r0["loss"]) < 1e-12 and r0["loss"] == r1["loss"]
+    assert_close_dicts(r0["grads"], full_grads(ref), atol=1e-12)
+    with torch.no_grad():
+        torch.testing.assert_close(r0["logits"], ref(idx)[0], atol=1e-12, rtol=0)
+    assert torch.equal(r0["logits"], r1["logits"])
+    assert torch.equal(r0["sd"]["lm_head.weight"], ref.state_dict()["lm_head.weight"])
+    # forward: embedding sum, row max, (sum exp, target logit); backward: the head's input gradient
+    assert r0["vocab_calls"] == 4
