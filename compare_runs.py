@@ -16,14 +16,20 @@ trade-off curve, one labelled point per run); right, the val-loss curves of all 
 """
 import argparse
 import glob
+import io
 import json
 import os
 import re
 import statistics
 import sys
 
-EVAL_LINE = re.compile(r"^step (\d+): train loss ([\d.eE+-]+|nan|inf), val loss ([\d.eE+-]+|nan|inf), syncs/fwd (\S+)")
-TRAIN_LINE = re.compile(r"^iter (\d+): loss ([\d.eE+-]+|nan|inf), time ([\d.]+)ms, tok/s ([\d,]+)")
+from configurator import OneLineArgumentParser, atomic_write
+
+# [0-9], not \d: digits are ASCII only (\d would also match e.g. Arabic-Indic digits)
+EVAL_LINE = re.compile(r"^step ([0-9]+): train loss ([0-9.eE+-]+|nan|inf), val loss ([0-9.eE+-]+|nan|inf), "
+                       r"syncs/fwd (\S+)")
+TRAIN_LINE = re.compile(r"^iter ([0-9]+): loss ([0-9.eE+-]+|nan|inf), time ([0-9.]+)ms, tok/s ([0-9,]+)")
+PLOT_FORMATS = ("png", "pdf", "svg")
 
 
 class RunError(Exception):
@@ -52,16 +58,54 @@ def expand(patterns):
 def records_from_log(path):
     """metrics.jsonl-like records parsed from a log.txt (for runs without metrics.jsonl)."""
     records = []
-    with open(path) as f:
-        for line in f:
+    for line in read_lines(path):
+        try:
             if m := EVAL_LINE.match(line):
-                syncs = int(m[4]) if m[4].isdigit() else None
+                syncs = int(m[4]) if re.fullmatch(r"[0-9]+", m[4]) else None
                 records.append({"type": "eval", "iter": int(m[1]), "train_loss": float(m[2]),
                                 "val_loss": float(m[3]), "syncs_per_fwd": syncs})
             elif m := TRAIN_LINE.match(line):
                 records.append({"type": "train", "iter": int(m[1]), "loss": float(m[2]),
                                 "time_ms": float(m[3]), "tok_per_s": float(m[4].replace(",", ""))})
+        except ValueError:
+            continue  # a line that only looks like one of ours (e.g. '1.2.3'): not a record
     return records
+
+
+def read_lines(path):
+    """The lines of a text file, or RunError naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except OSError as e:
+        raise RunError(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise RunError(f"{path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_record(record, path, lineno):
+    """RunError unless a metrics.jsonl record has what load_run reads from it."""
+    def bad(why):
+        return RunError(f"{path}, line {lineno}: {why} (is it a metrics.jsonl of train_reduced_sync.py?)")
+    if not isinstance(record, dict) or not isinstance(record.get("type"), str):
+        raise bad("not a JSON object with a 'type'")
+    if record["type"] not in ("eval", "train"):
+        return
+    it = record.get("iter")
+    if not isinstance(it, int) or isinstance(it, bool) or it < 0:
+        raise bad(f"'iter' is {it!r}, not an int >= 0")
+    if record["type"] == "eval":
+        if not _number(record.get("val_loss")):
+            raise bad(f"'val_loss' is {record.get('val_loss')!r}, not a number")
+        syncs = record.get("syncs_per_fwd")
+        if syncs is not None and (not isinstance(syncs, int) or isinstance(syncs, bool)):
+            raise bad(f"'syncs_per_fwd' is {syncs!r}, not an int")
+    elif record.get("tok_per_s") is not None and not _number(record["tok_per_s"]):
+        raise bad(f"'tok_per_s' is {record['tok_per_s']!r}, not a number")
 
 
 def load_run(run_dir):
@@ -72,16 +116,21 @@ def load_run(run_dir):
     metrics_path, log_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "log.txt")
     if not os.path.exists(config_path):
         raise RunError(f"{run_dir}: no config.json (is it an out_dir of train_reduced_sync.py?)")
-    with open(config_path) as f:
-        config = json.load(f)
+    try:
+        config = json.loads("\n".join(read_lines(config_path)))
+    except json.JSONDecodeError as e:
+        raise RunError(f"{config_path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(config, dict):
+        raise RunError(f"{config_path} holds a JSON {type(config).__name__}, not an object")
     if os.path.exists(metrics_path):
         records = []
-        with open(metrics_path) as f:
-            for line in f:
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass  # blank, or cut short by a killed run
+        for lineno, line in enumerate(read_lines(metrics_path), 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # blank, or cut short by a killed run
+            check_record(record, metrics_path, lineno)
+            records.append(record)
     elif os.path.exists(log_path):
         records = records_from_log(log_path)
     else:
@@ -96,7 +145,7 @@ def load_run(run_dir):
     return {
         "name": os.path.basename(os.path.normpath(run_dir)),
         "dir": run_dir,
-        "policy": config.get("sync_policy", "?"),
+        "policy": str(config.get("sync_policy", "?")),
         "seed": config.get("seed"),
         "syncs": syncs[-1] if syncs else None,
         "final_iter": iters[-1],
@@ -180,19 +229,36 @@ def plot(runs, path):
     right.grid(alpha=0.3)
     right.legend(fontsize=7)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=120, format=os.path.splitext(path)[1][1:].lower())
     plt.close(fig)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(path, lambda f: f.write(buffer.getvalue()))  # no half-written PNG if interrupted
+
+
+def check_out(path):
+    """RunError unless `path` can take the plot: a known format, not a directory, under no file."""
+    ext = os.path.splitext(path)[1][1:].lower()
+    if ext not in PLOT_FORMATS:
+        raise RunError(f"--out={path!r}: the file name must end in {', '.join('.' + e for e in PLOT_FORMATS)}")
+    if os.path.isdir(path):
+        raise RunError(f"--out={path!r} is a directory; give a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise RunError(f"--out={path!r}: {parent} is a file, not a directory")
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run directories (out_dir of train_reduced_sync.py) or globs")
     parser.add_argument("--out", default="compare_runs.png", help="path of the PNG (default: compare_runs.png)")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     args = parser.parse_args(argv)
     try:
+        check_out(args.out)
         runs = [load_run(d) for d in expand(args.runs)]
     except RunError as e:
         print(f"error: {e}", file=sys.stderr)

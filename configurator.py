@@ -9,14 +9,19 @@ the key's default and against the allowed values; any problem raises ConfigError
 that names the key, the value and what is allowed. Nothing here touches the filesystem except
 reading the config files.
 """
+import argparse
 import ast
 import dataclasses
 import difflib
 import json
+import math
 import os
+import re
 import tempfile
 import types
 from dataclasses import dataclass, fields
+
+from model.sync_policy import parse_sync_policy
 
 
 class ConfigError(ValueError):
@@ -101,7 +106,7 @@ VALID_KEYS = tuple(FIELD_TYPES)
 def _unknown_key_error(key, where):
     close = difflib.get_close_matches(key, VALID_KEYS, n=3)
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
-    return ConfigError(f"unknown config key '{key}' ({where}).{hint}\n"
+    return ConfigError(f"unknown config key '{key}' ({where}).{hint} "
                        f"Valid keys: {', '.join(VALID_KEYS)}")
 
 
@@ -120,6 +125,10 @@ def coerce(key, value):
     if not ok:
         raise ConfigError(f"config key '{key}' expects {want}, got {value!r} "
                           f"({type(value).__name__})")
+    if want == "float" and not math.isfinite(value):
+        raise ConfigError(f"config key '{key}' expects a finite float, got {value!r}")
+    if want == "str" and "\0" in value:
+        raise ConfigError(f"config key '{key}' must not contain a NUL character, got {value!r}")
     return float(value) if want == "float" else value
 
 
@@ -140,12 +149,27 @@ def validate(cfg):
             raise ConfigError(f"invalid {key}={getattr(cfg, key)!r}; must be >= 0")
     if not 0.0 <= cfg.dropout < 1.0:
         raise ConfigError(f"invalid dropout={cfg.dropout!r}; must be in [0, 1)")
+    for key in ("beta1", "beta2"):
+        if not 0.0 <= getattr(cfg, key) < 1.0:
+            raise ConfigError(f"invalid {key}={getattr(cfg, key)!r}; must be in [0, 1)")
+    if cfg.seed >= 2 ** 63:
+        raise ConfigError(f"invalid seed={cfg.seed!r}; must be in [0, 2**63)")
+    if not cfg.dataset:
+        raise ConfigError("dataset must not be empty (it names data/<dataset>/)")
     if cfg.bucket_cap_mb <= 0:
         raise ConfigError(f"invalid bucket_cap_mb={cfg.bucket_cap_mb!r}; must be > 0")
     if not cfg.out_dir:
         raise ConfigError("out_dir must not be empty")
     if cfg.n_embd % cfg.n_head != 0:
         raise ConfigError(f"n_embd={cfg.n_embd} must be divisible by n_head={cfg.n_head}")
+    if cfg.init_from == "scratch":  # else the checkpoint's architecture applies (checked when it is built)
+        if cfg.n_head % cfg.n_tracks != 0:
+            raise ConfigError(f"n_tracks={cfg.n_tracks} must divide n_head={cfg.n_head}; one of "
+                              f"{[d for d in range(1, cfg.n_head + 1) if cfg.n_head % d == 0]}")
+        try:
+            parse_sync_policy(cfg.sync_policy, cfg.n_layer)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     if cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16"):
         # CPU autocast in half precision is slow and not what a user comparing runs expects.
         raise ConfigError(f"dtype={cfg.dtype!r} is only supported on CUDA; use float32 or auto on CPU")
@@ -153,15 +177,24 @@ def validate(cfg):
 
 def read_config_file(path):
     """Exec a config file and return the {key: value} it assigns. Only known keys may be assigned."""
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
-    with open(path) as f:
-        source = f.read()
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path} is not a file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
     namespace = {}
     try:
         exec(compile(source, path, "exec"), namespace)
     except Exception as e:  # a config file is user code: report its error without our traceback
-        raise ConfigError(f"error in config file {path}: {type(e).__name__}: {e}") from None
+        where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ConfigError(f"error in config file {path}{where}: {type(e).__name__}: {first}") from None
     assigned = {}
     for name, value in namespace.items():
         # Config files may import modules (e.g. `import time`) and use private helpers.
@@ -199,7 +232,10 @@ def parse(argv):
             values[key] = coerce(key, value)
         else:
             for key, value in read_config_file(arg).items():
-                values[key] = coerce(key, value)
+                try:
+                    values[key] = coerce(key, value)
+                except ConfigError as e:
+                    raise ConfigError(f"{e} (assigned in {arg})") from None
     cfg = TrainConfig(**values)
     validate(cfg)
     return cfg
@@ -240,6 +276,33 @@ def atomic_write(path, write):
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+# ----------------------------------------------------------------------------- command-line helpers
+# argparse's type=int and type=float accept any Unicode digit ('\u0663' is 3) and float also 'nan'
+# and 'inf'; the scripts use these instead, so numbers are ASCII digits and finite.
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def ascii_int(text):
+    if not _INT.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer (ASCII digits 0-9)")
+    return int(text)
+
+
+def ascii_float(text):
+    if not _FLOAT.fullmatch(text) or not math.isfinite(float(text)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number (ASCII digits 0-9)")
+    return float(text)
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, 'error: ...' (exit code 2), without the usage."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message.splitlines()[0] if message else 'bad arguments'} "
+                     f"(see {self.prog} --help)\n")
 
 
 def save_config(cfg, path, extra=None):

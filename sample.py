@@ -10,30 +10,30 @@ over --tp ranks (default: all processes). Text is encoded with the dataset's met
 character-level datasets, else with the offline GPT-2 BPE (data/gpt2_tokenizer.py). Every TP
 rank draws the same tokens (same seed; logits are replicated); rank 0 prints.
 """
-import argparse
 import os
-import pickle
 import sys
 from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
 
+from checkpoint import MODEL_KEYS, load_weights, read_checkpoint, read_plain_pickle
+from configurator import OneLineArgumentParser, ascii_float, ascii_int
 from parallel.mesh import init_mesh
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out_dir", default="out", help="run directory holding ckpt.pt")
     p.add_argument("--ckpt", default="ckpt.pt", help="checkpoint file name in out_dir (e.g. ckpt_best.pt)")
     p.add_argument("--start", "--prompt", dest="start", default="\n",
                    help='prompt text, or "FILE:path" to read it from a file')
-    p.add_argument("--num_samples", type=int, default=10)
-    p.add_argument("--max_new_tokens", type=int, default=500)
-    p.add_argument("--temperature", type=float, default=0.8, help="< 1 sharpens, > 1 flattens the distribution")
-    p.add_argument("--top_k", type=int, default=200, help="keep the top_k most likely tokens (0: all)")
-    p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel degree (default: the world size)")
+    p.add_argument("--num_samples", type=ascii_int, default=10)
+    p.add_argument("--max_new_tokens", type=ascii_int, default=500)
+    p.add_argument("--temperature", type=ascii_float, default=0.8, help="< 1 sharpens, > 1 flattens the distribution")
+    p.add_argument("--top_k", type=ascii_int, default=200, help="keep the top_k most likely tokens (0: all)")
+    p.add_argument("--seed", type=ascii_int, default=1337)
+    p.add_argument("--tp", type=ascii_int, default=None, help="tensor-parallel degree (default: the world size)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
     args = p.parse_args(argv)
@@ -42,6 +42,15 @@ def parse_args(argv):
             p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.temperature <= 0:
         p.error(f"--temperature must be > 0, got {args.temperature}")
+    if args.top_k < 0:
+        p.error(f"--top_k must be >= 0 (0: all tokens), got {args.top_k}")
+    if not 0 <= args.seed < 2 ** 63:
+        p.error(f"--seed must be in [0, 2**63), got {args.seed}")
+    if args.tp is not None and args.tp < 1:
+        p.error(f"--tp must be >= 1, got {args.tp}")
+    for name in ("out_dir", "ckpt"):
+        if not getattr(args, name) or "\0" in getattr(args, name):
+            p.error(f"--{name} must be a non-empty path, got {getattr(args, name)!r}")
     return args
 
 
@@ -49,9 +58,8 @@ def load_codec(dataset):
     """(encode, decode) for the checkpoint's dataset: meta.pkl's characters, else GPT-2 BPE."""
     meta_path = os.path.join("data", dataset, "meta.pkl") if dataset else None
     if meta_path and os.path.exists(meta_path):
-        with open(meta_path, "rb") as f:
-            meta = pickle.load(f)
-        if "stoi" not in meta or "itos" not in meta:
+        meta = read_plain_pickle(meta_path)  # plain data only: unpickling it runs no code
+        if not isinstance(meta, dict) or "stoi" not in meta or "itos" not in meta:
             raise ValueError(f"{meta_path} has no 'stoi'/'itos' vocabulary to encode the prompt with")
         stoi, itos = meta["stoi"], meta["itos"]
 
@@ -88,15 +96,14 @@ def main(argv):
     ckpt_path = os.path.join(args.out_dir, args.ckpt)
     if not os.path.exists(ckpt_path):
         fail(f"{ckpt_path} not found (train first: python train_reduced_sync.py ... --out_dir={args.out_dir})", mesh.rank)
-    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-
     from model.gpt import GPT, GPTConfig
     try:
+        checkpoint = read_checkpoint(ckpt_path, MODEL_KEYS)  # weights_only=True: runs no code
         torch.manual_seed(args.seed)
         model = GPT(GPTConfig(**checkpoint["model_args"]), tp_group=mesh.tp_group)
-    except ValueError as e:
+        load_weights(model, checkpoint, ckpt_path)
+    except ValueError as e:  # CheckpointError is a ValueError
         fail(str(e), mesh.rank)
-    model.load_state_dict(checkpoint["model"])
     model.eval().to(mesh.device)
 
     dtype = args.dtype
@@ -107,10 +114,16 @@ def main(argv):
 
     start = args.start
     if start.startswith("FILE:"):
-        with open(start[5:], encoding="utf-8") as f:
-            start = f.read()
+        try:
+            with open(start[5:], encoding="utf-8") as f:
+                start = f.read()
+        except (OSError, ValueError) as e:  # ValueError: UnicodeDecodeError, or a NUL in the path
+            fail(f"--start={args.start!r}: cannot read the prompt file: {getattr(e, 'strerror', None) or e}",
+                 mesh.rank)
+    config = checkpoint.get("config")
+    dataset = config.get("dataset") if isinstance(config, dict) else None
     try:
-        encode, decode = load_codec(checkpoint.get("config", {}).get("dataset"))
+        encode, decode = load_codec(dataset if isinstance(dataset, str) else None)
         ids = encode(start)
     except (ValueError, RuntimeError) as e:  # RuntimeError: the offline GPT-2 BPE files are missing
         fail(str(e), mesh.rank)

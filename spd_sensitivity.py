@@ -18,11 +18,14 @@ the a<l> rows of the table.
 import argparse
 import json
 import os
+import sys
 
 import torch
 
+from checkpoint import CheckpointError, load_weights, read_checkpoint
+from configurator import OneLineArgumentParser, ascii_int, atomic_write
 from model.gpt import GPT, GPTConfig
-from train_reduced_sync import eval_offsets, load_tokens, open_split
+from train_reduced_sync import RunError, check_data, eval_offsets, load_tokens, open_split
 
 
 def point_name(p):
@@ -45,33 +48,71 @@ def val_loss(model, data_dir, eval_iters, batch_size, device, autocast):
     return (total / eval_iters).item()
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("ckpt", help="checkpoint of a baseline run (out_dir/ckpt.pt or ckpt_best.pt)")
-    parser.add_argument("--syncs", type=int, default=9, help="sync points of the printed selective policy")
-    parser.add_argument("--eval_iters", type=int, default=None, help="val batches (default: the run's)")
-    parser.add_argument("--batch_size", type=int, default=None, help="default: the run's")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default=None, help="write the table and policy as JSON here")
-    args = parser.parse_args()
+def fail(message):
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(1)
 
-    ckpt = torch.load(args.ckpt, map_location="cpu", weights_only=False)
+
+def check_request(args):
+    """Everything about the request that can be wrong, checked before the (long) measurement.
+    Returns (checkpoint, its run config, model_args, data_dir, eval_iters, batch_size)."""
+    for name in ("syncs", "eval_iters", "batch_size"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            fail(f"--{name}={value} must be >= 1")
+    try:
+        device = torch.device(args.device)
+    except (RuntimeError, ValueError):
+        fail(f"--device={args.device!r} is not a device; use cpu, cuda or cuda:N")
+    if device.type not in ("cpu", "cuda") or (device.type == "cuda" and not torch.cuda.is_available()):
+        fail(f"--device={args.device!r} is not available here; use cpu" + (", cuda or cuda:N" if torch.cuda.is_available() else ""))
+    if args.out is not None:
+        parent = os.path.dirname(os.path.abspath(args.out))
+        if not args.out or os.path.isdir(args.out) or not os.path.isdir(parent):
+            fail(f"--out={args.out!r}: must be a file path in an existing directory")
+    try:
+        ckpt = read_checkpoint(args.ckpt, ("model", "model_args", "config", "iter_num"))  # weights_only=True
+    except CheckpointError as e:
+        fail(str(e))
     cfg, model_args = ckpt["config"], dict(ckpt["model_args"])
+    for key, kind in (("dataset", str), ("eval_iters", int), ("batch_size", int)):
+        if not isinstance(cfg.get(key), kind):
+            fail(f"{args.ckpt}: its config has no valid {key!r} (got {cfg.get(key)!r})")
     n_points = 2 * model_args["n_layer"]
     if not 1 <= args.syncs <= n_points:
-        raise SystemExit(f"error: --syncs={args.syncs} must be between 1 and {n_points}")
+        fail(f"--syncs={args.syncs} must be between 1 and {n_points} (the model's sync points)")
+    try:
+        data_dir, _ = check_data(cfg["dataset"], model_args["block_size"])
+    except RunError as e:
+        fail(f"{args.ckpt} was trained on dataset {cfg['dataset']!r}: {e}")
+    return ckpt, cfg, model_args, data_dir, args.eval_iters or cfg["eval_iters"], args.batch_size or cfg["batch_size"]
+
+
+def main(argv=None):
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("ckpt", help="checkpoint of a baseline run (out_dir/ckpt.pt or ckpt_best.pt)")
+    parser.add_argument("--syncs", type=ascii_int, default=9, help="sync points of the printed selective policy")
+    parser.add_argument("--eval_iters", type=ascii_int, default=None, help="val batches (default: the run's)")
+    parser.add_argument("--batch_size", type=ascii_int, default=None, help="default: the run's")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default=None, help="write the table and policy as JSON here")
+    args = parser.parse_args(argv)
+
+    ckpt, cfg, model_args, data_dir, eval_iters, batch_size = check_request(args)
+    n_points = 2 * model_args["n_layer"]
     if model_args["sync_policy"] != "baseline":
         print(f"note: the checkpoint was trained with sync_policy={model_args['sync_policy']!r}, "
               f"not baseline; sensitivities are relative to all points synced")
     model_args.update(sync_policy="baseline", dropout=0.0)
     model = GPT(GPTConfig(**model_args))
-    model.load_state_dict(ckpt["model"])
+    try:
+        load_weights(model, ckpt, args.ckpt)
+    except CheckpointError as e:
+        fail(str(e))
     model.to(args.device).eval()
     autocast = (torch.amp.autocast("cuda", dtype=torch.bfloat16) if args.device.startswith("cuda")
                 else torch.autocast("cpu", enabled=False))
-    data_dir = os.path.join("data", cfg["dataset"])
-    measure = lambda: val_loss(model, data_dir, args.eval_iters or cfg["eval_iters"],
-                               args.batch_size or cfg["batch_size"], args.device, autocast)
+    measure = lambda: val_loss(model, data_dir, eval_iters, batch_size, args.device, autocast)
 
     base = measure()
     print(f"{args.ckpt}: iter {ckpt['iter_num']}, baseline val loss {base:.4f} ({n_points} syncs)")
@@ -97,12 +138,13 @@ def main():
     print(f"\nmost sensitive first: {', '.join(point_name(p) for p in ranked)}")
     print(f"policy with {args.syncs} syncs (most sensitive kept): {policy}")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"ckpt": args.ckpt, "baseline_val_loss": base,
-                       "sensitivity": {point_name(p): sensitivity[p] for p in droppable},
-                       "ranking": [point_name(p) for p in ranked], "cumulative": cumulative,
-                       "syncs": args.syncs, "policy": policy}, f, indent=1)
+        result = {"ckpt": args.ckpt, "baseline_val_loss": base,
+                  "sensitivity": {point_name(p): sensitivity[p] for p in droppable},
+                  "ranking": [point_name(p) for p in ranked], "cumulative": cumulative,
+                  "syncs": args.syncs, "policy": policy}
+        atomic_write(args.out, lambda f: f.write(json.dumps(result, indent=1).encode()))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

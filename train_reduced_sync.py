@@ -20,18 +20,22 @@ Data order (deterministic, resumable, independent of the dp x tp layout).
     masks do not depend on the layout either. Eval batches are a fixed set per split, seeded
     independently of `seed`, so every run and every eval measures the same tokens.
 
-Checkpoint (out_dir/ckpt.pt, written at eval time by rank 0, atomically; ckpt_best.pt = best val):
+Checkpoint (out_dir/ckpt.pt, written at eval time by rank 0, atomically; ckpt_best.pt = best val).
+The format (tensors, plain containers and primitives only) and its safe loading (weights_only=True)
+live in checkpoint.py:
     model        full unsharded state_dict (nanoGPT names), loadable at any tp
     optimizer    {'state': {param_name: {'step', 'exp_avg', 'exp_avg_sq' (full shapes)}},
                   'param_groups': [{'param_names': [...], hyperparameters...}]}
     model_args   GPTConfig fields;  config: the TrainConfig;  layout: tp/dp/world of the writer
     iter_num     iterations done (the checkpoint sits at an iteration boundary);  best_val_loss
     data         the sampler's description (scheme, seed, sizes) and its position (= iter_num)
-    rng          rank 0's torch/cuda/numpy/python RNG states (restored on resume; exact resume
-                 does not depend on them since dropout is reseeded per micro-batch)
+    rng          rank 0's torch/cuda/numpy/python RNG states, as tensors (restored on resume; exact
+                 resume does not depend on them since dropout is reseeded per micro-batch)
     scaler       GradScaler state (float16 only)
 Resuming at another tp/dp loads the full weights and slices the optimizer state with
 model.local_tensor. On CPU a resumed run prints exactly the losses of an uninterrupted one.
+If ckpt.pt is unusable (truncated, corrupt), resume falls back to a valid ckpt_best.pt, says so,
+and keeps the bad file as ckpt.pt.invalid.
 
 No host-device sync inside a training step: losses and grad norms stay on the device and are
 read only every log_interval (and at evals), which is also where non-finite values are caught.
@@ -40,8 +44,6 @@ import importlib.util
 import json
 import math
 import os
-import pickle
-import random
 import sys
 import time
 from contextlib import nullcontext
@@ -50,7 +52,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from configurator import ConfigError, atomic_write, format_config, micro_steps_per_replica, parse, save_config
+from checkpoint import (MODEL_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
+                        read_plain_pickle, remove_stale_temp_files, restore_rng_states, rng_states, set_aside,
+                        write_checkpoint)
+from configurator import ConfigError, format_config, micro_steps_per_replica, parse, save_config
 from model.gpt import GPT, GPTConfig
 from parallel import comm
 from parallel.ddp import BucketedDDP
@@ -78,19 +83,63 @@ def data_dir_for(dataset):
 def check_data(dataset, block_size):
     """Return (data_dir, vocab_size) or raise RunError naming the prepare script."""
     data_dir = data_dir_for(dataset)
+    prepare = f"`python data/{dataset}/prepare.py`"
+    vocab_size = 50304  # GPT-2 BPE's 50257 padded up to a multiple of 64 (nanoGPT)
+    meta_path = os.path.join(data_dir, "meta.pkl")
+    if os.path.exists(meta_path):  # char-level datasets store their vocabulary size
+        try:
+            meta = read_plain_pickle(meta_path)  # plain data only: unpickling it runs no code
+        except ValueError as e:
+            raise RunError(f"{e}; rerun {prepare}") from None
+        vocab_size = meta.get("vocab_size") if isinstance(meta, dict) else None
+        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 1:
+            raise RunError(f"{meta_path} has no valid 'vocab_size' (got {vocab_size!r}); rerun {prepare}")
     for split in ("train", "val"):
         path = os.path.join(data_dir, f"{split}.bin")
         if not os.path.exists(path):
-            raise RunError(f"{path} not found: prepare the dataset first with "
-                           f"`python data/{dataset}/prepare.py`")
-        n_tokens = os.path.getsize(path) // 2  # uint16 tokens
+            raise RunError(f"{path} not found: prepare the dataset first with {prepare}")
+        if not os.path.isfile(path):
+            raise RunError(f"{path} is not a file; rerun {prepare}")
+        size = os.path.getsize(path)
+        if size % 2:
+            raise RunError(f"{path} has an odd size ({size} bytes), so it is not uint16 tokens: the file is "
+                           f"corrupt or truncated; rerun {prepare}")
+        n_tokens = size // 2  # uint16 tokens
         if n_tokens <= block_size + 1:
             raise RunError(f"{path} holds {n_tokens} tokens, too few for block_size={block_size}")
-    meta_path = os.path.join(data_dir, "meta.pkl")
-    if os.path.exists(meta_path):  # char-level datasets store their vocabulary size
-        with open(meta_path, "rb") as f:
-            return data_dir, pickle.load(f)["vocab_size"]
-    return data_dir, 50304  # GPT-2 BPE's 50257 padded up to a multiple of 64 (nanoGPT)
+        check_token_ids(path, vocab_size, prepare)
+    return data_dir, vocab_size
+
+
+def check_token_ids(path, vocab_size, prepare, chunk=1 << 20, whole_up_to=1 << 27):
+    """RunError if a token id of the file is >= vocab_size (a corrupt file, or another tokenizer's).
+    Files of up to whole_up_to tokens are read whole; larger ones at 64 evenly spaced chunks."""
+    try:
+        data = np.memmap(path, dtype=np.uint16, mode="r")
+    except (OSError, ValueError) as e:
+        raise RunError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    n = len(data)
+    starts = range(0, n, chunk) if n <= whole_up_to else np.linspace(0, n - chunk, 64).astype(np.int64)
+    for start in starts:
+        top = int(data[start:start + chunk].max())
+        if top >= vocab_size:
+            raise RunError(f"{path} holds token id {top} (near offset {int(start)}), outside the vocabulary of "
+                           f"{vocab_size} ids: the file is corrupt or from another tokenizer; rerun {prepare}")
+
+
+def check_out_dir(out_dir):
+    """RunError unless out_dir is, or can be created as, a writable directory (checked before any
+    file is written): it, or one of its parents, must not be an existing file."""
+    path = os.path.abspath(out_dir)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+    if not os.path.isdir(path):
+        raise RunError(f"out_dir={out_dir!r}: {path} exists and is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise RunError(f"out_dir={out_dir!r}: {path} is not writable")
 
 
 def open_split(data_dir, split):
@@ -301,23 +350,8 @@ def load_full_optimizer_state(optimizer, raw_model, saved):
     optimizer.load_state_dict(local)  # casts to each parameter's device and dtype
 
 
-def rng_states(device):
-    states = {"torch_cpu": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if device.startswith("cuda"):
-        states["torch_cuda"] = torch.cuda.get_rng_state(device)
-    return states
-
-
-def restore_rng_states(states, device):
-    torch.set_rng_state(states["torch_cpu"])
-    np.random.set_state(states["numpy"])
-    random.setstate(states["python"])
-    if device.startswith("cuda") and "torch_cuda" in states:
-        torch.cuda.set_rng_state(states["torch_cuda"], device)
-
-
 def save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss):
-    """Write the checkpoint, atomically, to every path in `paths`.
+    """Write the checkpoint (checkpoint.py's format), atomically, to every path in `paths`.
     Only data-parallel replica 0 gathers (its TP ranks all must call this); rank 0 writes."""
     if mesh.dp_rank != 0:
         return
@@ -339,8 +373,7 @@ def save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, 
         "rng": rng_states(mesh.device),
         "scaler": scaler.state_dict(),
     }
-    for path in paths:
-        atomic_write(path, lambda f: torch.save(checkpoint, f))
+    write_checkpoint(paths, checkpoint)
 
 
 # ----------------------------------------------------------------------------- logging
@@ -406,6 +439,7 @@ def main(argv):
     try:
         micro_steps = micro_steps_per_replica(cfg, mesh.dp)
         data_dir, vocab_size = check_data(cfg.dataset, cfg.block_size)
+        check_out_dir(cfg.out_dir)
     except (ConfigError, RunError) as e:
         fail(str(e), mesh)
     dtype = cfg.dtype
@@ -417,10 +451,14 @@ def main(argv):
         fail("wandb_log=True but wandb is not installed: pip install wandb (or --wandb_log=False)", mesh)
 
     checkpoint, ckpt_path = None, os.path.join(cfg.out_dir, "ckpt.pt")
+    resumed_from = fallback_note = None  # the file resumed from (ckpt_best.pt if ckpt.pt is unusable)
     if cfg.init_from == "resume":
-        if not os.path.exists(ckpt_path):
-            fail(f"init_from='resume' but {ckpt_path} does not exist", mesh)
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        try:  # checkpoint.py: weights_only=True, and a one-line error for any bad file
+            checkpoint, resumed_from, fallback_note = read_for_resume(cfg.out_dir)
+        except CheckpointError as e:
+            fail(f"init_from='resume': {e}", mesh)
+        if fallback_note and mesh.is_master:
+            print(f"note: {fallback_note}", flush=True)
         # The architecture comes from the checkpoint (as nanoGPT); say so if the request differed.
         for key, value in checkpoint["model_args"].items():
             if hasattr(cfg, key) and getattr(cfg, key) != value and key != "dropout":
@@ -437,9 +475,10 @@ def main(argv):
     if cfg.init_from not in ("scratch", "resume"):
         # Fine-tune: the weights (and so the architecture) of a checkpoint; the sync policy,
         # dropout, optimizer and schedule come from this config, from iteration 0.
-        if not os.path.exists(cfg.init_from):
-            fail(f"init_from={cfg.init_from!r}: no such checkpoint file", mesh)
-        source = torch.load(cfg.init_from, map_location="cpu", weights_only=False)
+        try:
+            source = read_checkpoint(cfg.init_from, MODEL_KEYS)
+        except CheckpointError as e:
+            fail(f"init_from: {e}", mesh)
         for key in ("n_layer", "n_head", "n_embd", "block_size", "bias", "n_tracks"):
             setattr(cfg, key, source["model_args"][key])
         init_weights = source["model"]
@@ -456,11 +495,14 @@ def main(argv):
         raw_model = GPT(GPTConfig(**model_args), tp_group=mesh.tp_group)
     except ValueError as e:
         fail(str(e), mesh)
-    if checkpoint is not None:
-        raw_model.load_state_dict(checkpoint["model"])
-    elif init_weights is not None:
-        raw_model.load_state_dict(init_weights)
-        init_weights = None
+    try:
+        if checkpoint is not None:
+            load_weights(raw_model, checkpoint, resumed_from)
+        elif init_weights is not None:
+            load_weights(raw_model, {"model": init_weights}, cfg.init_from)
+            init_weights = None
+    except CheckpointError as e:
+        fail(str(e), mesh)
     raw_model.to(device)
 
     # ---- output directory, config and log: the request is valid from here on.
@@ -494,7 +536,13 @@ def main(argv):
             scaler.load_state_dict(checkpoint["scaler"])
         restore_rng_states(checkpoint["rng"], device)
         iter_num, best_val_loss = checkpoint["iter_num"], checkpoint["best_val_loss"]
-        log.write(f"resumed from {ckpt_path} at iter {iter_num} (saved at tp={checkpoint['layout']['tp']} "
+        if fallback_note:  # keep the unusable ckpt.pt: the next checkpoint would overwrite it
+            kept = set_aside(ckpt_path) if mesh.is_master else None
+            log.write(f"note: {fallback_note}" + (f"; the unusable file is kept as {kept}" if kept else ""),
+                      {"type": "resume_fallback", "iter": iter_num, "from": resumed_from, "kept": kept})
+        if mesh.is_master:
+            remove_stale_temp_files(cfg.out_dir)  # of checkpoint writes a killed run left half done
+        log.write(f"resumed from {resumed_from} at iter {iter_num} (saved at tp={checkpoint['layout']['tp']} "
                   f"dp={checkpoint['layout']['dp']}; now tp={mesh.tp} dp={mesh.dp})",
                   {"type": "resume", "iter": iter_num, "tp": mesh.tp, "dp": mesh.dp})
         checkpoint = None  # free the memory

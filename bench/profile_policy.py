@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tp_latency import SIZES, as_graph, make_workload, torch_tp_model  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
+from parallel import comm  # noqa: E402
 
 CATEGORIES = [("nccl", ("nccl",)), ("attention", ("flash", "fmha", "attention", "sdpa")),
               ("gemm", ("gemm", "cublas", "cutlass", "sm90_xmma", "nvjet", "matmul", "splitk")),
@@ -130,7 +131,7 @@ def main():
         if cuda:
             torch.cuda.synchronize()
         if world > 1:  # start together: else a rank's NCCL kernels time the other's late start
-            dist.barrier()
+            comm.barrier()
         kernels, wall = profile_calls(fn, args.calls, cuda)
         sections.append(report(policy, kernels, wall, args.calls, cuda, args.top))
         if rank == 0:

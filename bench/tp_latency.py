@@ -299,10 +299,9 @@ def run(args):
 
     name = torch.cuda.get_device_name() if cuda else "CPU"
     launch_us = host_launch_us(device, cuda)
-    if world > 1:
-        per_rank = [None] * world
-        dist.all_gather_object(per_rank, launch_us)
-        launch_us = max(per_rank)
+    if world > 1:  # the slowest rank's; through parallel.comm, as every collective of the project
+        mine = torch.tensor([launch_us], dtype=torch.float64, device=device)
+        launch_us = max(t.item() for t in comm.all_gather(mine, group, "bench_setup"))
     meta = dict(device=name, tp=world, torch=torch.__version__, seq_len=seq, repeats=args.repeats, rounds=args.rounds,
                 commit=source_commit(), host_launch_us=round(launch_us, 2),
                 command=("torchrun --nproc_per_node=%d " % world if "LOCAL_RANK" in os.environ else "python ")

@@ -213,7 +213,7 @@ def split_policies(text):
     for token in (t.strip() for t in text.split(",")):
         if not token:
             continue
-        if out and out[-1].startswith("selective:") and re.fullmatch(r"[am]?\d+(-\d+)?", token):
+        if out and out[-1].startswith("selective:") and re.fullmatch(r"[am]?[0-9]+(-[0-9]+)?", token):
             out[-1] += "," + token
         else:
             out.append(token)

@@ -38,8 +38,10 @@ or one rank), rank 0 adds b inside its partial sum instead, which g then counts 
 several sublayers between two syncs enters through one f(x) and leaves through one g. Inside such
 a region the replicated parameters it uses (its LayerNorms and row-parallel biases) only see this
 rank's tracks, so their gradient is partial: they enter through one f applied to their
-concatenation, whose backward sums them over the TP group once per backward. The region's biases are added into the all-reduce by TP
-rank 0 only, so the sum holds them once.
+concatenation, whose backward sums them over the TP group once per backward. The region's biases
+are added into the all-reduce by TP rank 0 only, so the sum holds them once. Under autocast a
+replicated activation is cast to the compute dtype before it enters f, so f's backward all-reduces
+a bf16 gradient (the cast happens in the next matmul anyway).
 
 Vocabulary parallelism (Megatron's VocabParallelEmbedding and vocab-parallel cross-entropy). The
 tied embedding / LM head wte [V, C] is split by rows: TP rank r holds ids [r*V/tp, (r+1)*V/tp)
@@ -95,7 +97,7 @@ class GPTConfig:
             raise ValueError(f"GPTConfig n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         if self.n_head % self.n_tracks != 0:
             divisors = [d for d in range(1, self.n_head + 1) if self.n_head % d == 0]
-            raise ValueError(f"GPTConfig n_tracks={self.n_tracks} does not divide n_head={self.n_head}; "
+            raise ValueError(f"GPTConfig n_head={self.n_head} is not divisible by n_tracks={self.n_tracks}; "
                              f"n_tracks must be one of {divisors}")
         dropout = self.dropout
         if (not isinstance(dropout, (int, float)) or isinstance(dropout, bool)

@@ -49,14 +49,19 @@ def _error(spec, why):
 
 def _parse_selective(spec, body, n_layer):
     points = set()
-    for token in filter(None, (t.strip() for t in body.split(","))):
-        m = re.fullmatch(r"([am]?)(\d+)(?:-(\d+))?", token)
+    for token in (t.strip() for t in body.split(",")):
+        if not token:
+            raise _error(spec, "empty token (a trailing, leading or doubled comma)")
+        # [0-9], not \d: only ASCII digits (int() would also read Arabic-Indic or full-width digits)
+        m = re.fullmatch(r"([am]?)([0-9]+)(?:-([0-9]+))?", token)
         if not m:
-            raise _error(spec, f"token {token!r} is not a<i>, m<i>, <i> or a range like m0-3")
+            raise _error(spec, f"token {token!r} is not a<i>, m<i>, <i> or a range like m0-3 (ASCII digits)")
         kind, lo = m.group(1), int(m.group(2))
         hi = int(m.group(3)) if m.group(3) is not None else lo
-        if hi < lo or hi >= n_layer:
-            raise _error(spec, f"token {token!r} names layers outside 0..{n_layer - 1}")
+        if hi < lo:
+            raise _error(spec, f"token {token!r} is a reversed range; write {kind}{hi}-{lo}")
+        if hi >= n_layer:
+            raise _error(spec, f"token {token!r} names layer {hi}, outside 0..{n_layer - 1}")
         for layer in range(lo, hi + 1):
             if kind in ("", "a"):
                 points.add(2 * layer)
@@ -66,28 +71,35 @@ def _parse_selective(spec, body, n_layer):
 
 
 def parse_sync_policy(spec, n_layer):
-    """Parse a spec string (see module docstring) into a SyncPolicy for n_layer layers."""
+    """Parse a spec string (see module docstring) into a SyncPolicy for n_layer layers.
+    Any bad spec or n_layer raises ValueError with a one-line message."""
     if not isinstance(spec, str):
-        raise _error(spec, "expected a string")
+        raise _error(spec, f"expected a string, got {type(spec).__name__}")
+    if not isinstance(n_layer, int) or isinstance(n_layer, bool) or n_layer < 1:
+        raise ValueError(f"bad n_layer={n_layer!r} for sync_policy {spec!r}: must be an int >= 1")
     n_points = 2 * n_layer
-    name, _, arg = spec.partition(":")
+    name, colon, arg = spec.partition(":")
     parallel = ladder = False
-    if name in ("baseline", "ladder") and not arg:
+    if name in ("baseline", "spd", "parallel", "ladder") and colon:
+        raise _error(spec, f"{name!r} takes no ':' argument; write {name!r}")
+    if name in ("baseline", "ladder"):
         sync = (True,) * n_points
         ladder = name == "ladder"
-    elif name in ("spd", "parallel") and not arg:
+    elif name in ("spd", "parallel"):
         sync = tuple(p % 2 == 1 for p in range(n_points))
         parallel = name == "parallel"
     elif name == "grouped":
-        if not arg.isdigit() or int(arg) < 1 or n_layer % int(arg) != 0:
-            divisors = [g for g in range(1, n_layer + 1) if n_layer % g == 0]
-            raise _error(spec, f"grouped:G needs G dividing n_layer={n_layer}, one of {divisors}")
+        divisors = [g for g in range(1, n_layer + 1) if n_layer % g == 0]
+        if not re.fullmatch(r"[0-9]+", arg) or int(arg) < 1 or n_layer % int(arg) != 0:
+            raise _error(spec, f"grouped:G needs G dividing n_layer={n_layer} (ASCII digits), one of {divisors}")
         group = int(arg)
         sync = tuple(p % 2 == 1 and (p // 2 + 1) % group == 0 for p in range(n_points))
-    elif name == "selective" and arg:
+    elif name == "selective":
+        if not arg.strip():
+            raise _error(spec, "selective:SPEC needs a non-empty SPEC, e.g. selective:m0-3,m5")
         sync = _parse_selective(spec, arg, n_layer)
     else:
-        raise _error(spec, "unknown policy name")
+        raise _error(spec, f"unknown policy name {name!r}")
     if not sync[-1]:
         raise _error(spec, f"the final sync before ln_f (m{n_layer - 1}) is required")
     return SyncPolicy(spec=spec, sync=sync, parallel=parallel, ladder=ladder)

@@ -38,7 +38,7 @@ def run_on_gloo(fn, world_size, *args):
     with tempfile.TemporaryDirectory() as result_dir:
         mp.start_processes(_worker, args=(world_size, free_port(), result_dir, fn, args),
                            nprocs=world_size, start_method="spawn")
-        results = [torch.load(os.path.join(result_dir, f"{r}.pt"), weights_only=False) for r in range(world_size)]
+        results = [torch.load(os.path.join(result_dir, f"{r}.pt"), weights_only=True) for r in range(world_size)]
     errors = [f"rank {r}:\n{value}" for r, (status, value) in enumerate(results) if status == "error"]
     if errors:
         raise RuntimeError("\n".join(errors))

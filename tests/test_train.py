@@ -92,7 +92,7 @@ def test_compiled_tp2_run_matches_single_process(workdir, reference_run):
 
 def test_tp2_checkpoint_resumes_at_tp1(workdir, reference_run, layout_runs):
     out = os.path.join(workdir, "out-tp2-at10")
-    ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=False)
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=True)
     assert ckpt["iter_num"] == 10 and ckpt["layout"]["tp"] == 2
     # Full shapes and parameter names, whatever tp wrote it.
     assert ckpt["model"]["transformer.h.0.attn.c_attn.weight"].shape == (96, 32)
@@ -140,7 +140,7 @@ def test_resume_after_sigkill_is_exact(workdir, reference_run):
     proc.wait()
     proc.stdout.close()
     proc.stderr.close()
-    resume_iter = torch.load(ckpt, map_location="cpu", weights_only=False)["iter_num"]
+    resume_iter = torch.load(ckpt, map_location="cpu", weights_only=True)["iter_num"]
     assert resume_iter < ITERS, "the killed run got too far for the comparison"
     run_train(tiny(out, "--init_from=resume"), workdir)
 
@@ -171,7 +171,7 @@ def test_nonfinite_loss_stops_and_keeps_checkpoint(workdir, reference_run):
     assert file_digest(os.path.join(out, "ckpt.pt")) == before
     errors = [r for r in read_metrics(out) if r["type"] == "error"]
     assert len(errors) == 1 and errors[0]["iter"] >= ITERS
-    ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=False)
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=True)
     assert ckpt["iter_num"] == ITERS and all(torch.isfinite(t).all() for t in ckpt["model"].values())
 
 
