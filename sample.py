@@ -8,7 +8,8 @@
 Loads out_dir/ckpt.pt (full, unsharded weights, whatever tp trained it) into the model sharded
 over --tp ranks (default: all processes). Text is encoded with the dataset's meta.pkl for
 character-level datasets, else with the offline GPT-2 BPE (data/gpt2_tokenizer.py). Every TP
-rank draws the same tokens (same seed; logits are replicated); rank 0 prints.
+rank draws the same tokens (same seed; logits are replicated); rank 0 prints. --decode=compiled
+decodes with a static KV cache and one compiled step for every position (GPT.generate).
 """
 import os
 import sys
@@ -36,6 +37,8 @@ def parse_args(argv):
     p.add_argument("--tp", type=ascii_int, default=None, help="tensor-parallel degree (default: the world size)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
+    p.add_argument("--decode", choices=("eager", "compiled"), default="eager",
+                   help="compiled: a static KV cache and one torch.compile(fullgraph=True) decode step")
     args = p.parse_args(argv)
     for name in ("num_samples", "max_new_tokens"):
         if getattr(args, name) < 1:
@@ -134,7 +137,8 @@ def main(argv):
     torch.manual_seed(args.seed)  # the same stream on every rank: TP ranks must draw the same tokens
     with torch.no_grad(), autocast:
         for _ in range(args.num_samples):
-            y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None)
+            y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None,
+                               decode=args.decode)
             if mesh.is_master:
                 print(decode(y[0].tolist()))
                 print("---------------", flush=True)

@@ -207,11 +207,17 @@ def autocast_input(h):
 
 class KVCache:
     """Keys and values of this rank's heads for every layer: [B, H_local, max_len, hs], or
-    [k*B, H_local/k, max_len, hs] for a layer whose attention reads diverged tracks."""
+    [k*B, H_local/k, max_len, hs] for a layer whose attention reads diverged tracks. The position is
+    a Python int and attention reads the filled prefix: shapes change every step (eager decode)."""
 
     def __init__(self, n_layer):
         self.k, self.v = [None] * n_layer, [None] * n_layer
         self.pos = 0
+
+    def positions(self, T, block_size, device):
+        if self.pos + T > block_size:
+            raise ValueError(f"sequence of length {self.pos + T} exceeds block_size={block_size}")
+        return torch.arange(self.pos, self.pos + T, dtype=torch.long, device=device)
 
     def update(self, layer, k, v, max_len):
         if self.k[layer] is None:
@@ -222,6 +228,61 @@ class KVCache:
         self.k[layer][:, :, self.pos:self.pos + T] = k
         self.v[layer][:, :, self.pos:self.pos + T] = v
         return self.k[layer][:, :, :self.pos + T], self.v[layer][:, :, :self.pos + T]
+
+    def attention_mask(self, Tq):
+        return None  # the keys returned are exactly the filled prefix
+
+    def advance(self, T):
+        self.pos += T
+
+
+class StaticKVCache:
+    """A KV cache whose decode step has fixed shapes, so it compiles once (fullgraph) for every
+    position and can be replayed as a CUDA graph: buffers of max_len positions, the position a
+    device tensor, and one token's attention reads the whole buffer under the mask
+    (index <= pos). Prefill (T > 1) always starts at position 0 (after reset()) and runs eagerly."""
+
+    def __init__(self, n_layer, max_len):
+        self.k, self.v = [None] * n_layer, [None] * n_layer
+        self.max_len = max_len
+        self.pos = None  # [1] long tensor on the device, set by the prefill
+
+    def reset(self):
+        """Refill from position 0 (the buffers are kept: a captured CUDA graph keeps reading them)."""
+        self.pos = None
+
+    def positions(self, T, block_size, device):
+        if T == 1 and self.pos is not None:
+            return self.pos
+        if self.pos is not None or T > self.max_len:
+            raise ValueError(f"StaticKVCache: a prefill of {T} tokens needs an empty cache of at least "
+                             f"{T} positions (reset() it; it holds {self.max_len})")
+        return torch.arange(T, dtype=torch.long, device=device)
+
+    def update(self, layer, k, v, max_len):
+        T = k.shape[2]
+        if self.pos is None:  # prefill: the keys of the prompt are all it attends to
+            if self.k[layer] is None or self.k[layer].shape[:2] != k.shape[:2]:
+                B, H, _, hs = k.shape
+                self.k[layer] = k.new_zeros(B, H, self.max_len, hs)
+                self.v[layer] = v.new_zeros(B, H, self.max_len, hs)
+            self.k[layer][:, :, :T] = k
+            self.v[layer][:, :, :T] = v
+            return k, v
+        self.k[layer].index_copy_(2, self.pos, k)
+        self.v[layer].index_copy_(2, self.pos, v)
+        return self.k[layer], self.v[layer]
+
+    def attention_mask(self, Tq):
+        if self.pos is None:
+            return None  # prefill: causal over the prompt
+        return (torch.arange(self.max_len, device=self.pos.device) <= self.pos).view(1, -1)  # [Tq=1, Tk]
+
+    def advance(self, T):
+        if self.pos is None:
+            self.pos = torch.full((1,), T, dtype=torch.long, device=self.k[0].device)
+        else:
+            self.pos.add_(T)
 
 
 class LayerNorm(nn.Module):
@@ -356,14 +417,16 @@ class GPT(nn.Module):
         rank holds a vocabulary slice of them and no rank the whole: logits is None). Without
         targets: full logits of the last position [B,1,V] on every rank, and loss None."""
         B, T = idx.shape
-        pos0 = kv_cache.pos if kv_cache is not None else 0
-        if pos0 + T > self.config.block_size:
-            raise ValueError(f"sequence of length {pos0 + T} exceeds block_size={self.config.block_size}")
-        pos = torch.arange(pos0, pos0 + T, dtype=torch.long, device=idx.device)
+        if kv_cache is not None:
+            pos = kv_cache.positions(T, self.config.block_size, idx.device)
+        elif T > self.config.block_size:
+            raise ValueError(f"sequence of length {T} exceeds block_size={self.config.block_size}")
+        else:
+            pos = torch.arange(T, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self._embed(idx) + self.transformer.wpe(pos))
         x = self._blocks(x, kv_cache)
         if kv_cache is not None:
-            kv_cache.pos += T
+            kv_cache.advance(T)
         ln_f = self.transformer.ln_f
         x = F.layer_norm(x, (x.shape[-1],), ln_f.weight, ln_f.bias, 1e-5)
         wte = self.transformer.wte.weight
@@ -500,14 +563,19 @@ class GPT(nn.Module):
         T = qkv.shape[-2]
         qkv = qkv.reshape(-1, T, 3, qkv.shape[-1] // (3 * hs), hs)  # [B or k*B, T, 3, heads, hs]
         q, kk, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+        mask = None
         if kv_cache is not None:
             kk, v = kv_cache.update(layer, kk, v, self.config.block_size)
-        y = self._sdpa(q, kk, v, attn.dropout if self.training else 0.0, diverged)
+            mask = kv_cache.attention_mask(T)
+        y = self._sdpa(q, kk, v, attn.dropout if self.training else 0.0, diverged, mask)
         y = y.transpose(1, 2).reshape(*h.shape[:-1], -1)  # [B,T,Hl*hs] tracks concatenated, or [k,B,T,Hl/k*hs]
         return row_parallel(y, attn.c_proj.weight, k, per_track, gemm_bias)
 
-    def _sdpa(self, q, k, v, dropout_p, tracks_in_batch):
+    def _sdpa(self, q, k, v, dropout_p, tracks_in_batch, key_mask=None):
+        """key_mask [1, Tk] (bool): the keys one query token may read (a static KV cache's filled part)."""
         Tq, Tk = q.shape[2], k.shape[2]
+        if key_mask is not None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
         if dropout_p == 0.0:
             if Tq == Tk:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -628,16 +696,32 @@ class GPT(nn.Module):
         return n
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, decode="eager", compile_backend="inductor"):
         """nanoGPT's sampling loop with a KV cache. Every TP rank draws the same tokens: logits are
-        replicated after the final sync and all ranks share one RNG state."""
-        cache, window = None, self.config.block_size
+        replicated after the final sync and all ranks share one RNG state.
+
+        decode="eager": a KVCache whose attention reads the filled prefix (shapes change per token).
+        decode="compiled": a StaticKVCache and one torch.compile(fullgraph=True) decode step for
+        every position (the prompt's prefill stays eager). The same tokens up to float rounding."""
+        if decode not in ("eager", "compiled"):
+            raise ValueError(f"decode={decode!r}; allowed: 'eager', 'compiled'")
+        window = self.config.block_size
+        if decode == "compiled":
+            cache = StaticKVCache(self.config.n_layer, window)
+            step = torch.compile(self.forward, fullgraph=True, backend=compile_backend)
+        else:
+            cache, step = KVCache(self.config.n_layer), self.forward
+        filled = None  # positions in the cache (host-side count: reading cache.pos would sync)
         for _ in range(max_new_tokens):
-            if cache is not None and cache.pos < window:
-                logits, _ = self(idx[:, -1:], kv_cache=cache)
+            if filled is not None and filled < window:
+                logits, _ = step(idx_next, kv_cache=cache)  # not a view of idx, whose strides grow
+                filled += 1
             else:  # first step, or the context outgrew block_size: recompute on the cropped window
-                cache = KVCache(self.config.n_layer)
+                cache = KVCache(self.config.n_layer) if decode == "eager" else cache
+                if decode == "compiled":
+                    cache.reset()
                 logits, _ = self(idx[:, -window:], kv_cache=cache)
+                filled = min(idx.shape[1], window)
             logits = logits[:, -1, :] / temperature
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))

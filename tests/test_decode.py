@@ -1,0 +1,79 @@
+"""Compiled decode (issue 14, CPU part): a StaticKVCache makes one decode step of fixed shapes, so
+torch.compile(fullgraph=True) traces it once for every position; the tokens it samples equal the
+eager KVCache path's for the same seed, for every policy, at tp=1 and tp=2 (gloo)."""
+import pytest
+import torch
+import torch._dynamo
+
+from model.gpt import StaticKVCache
+from parallel.launch import run_on_gloo
+from tests.test_model import POLICIES, SMALL, batch, make
+
+
+def sample(model, decode, prompt, n_new, seed=7):
+    torch.manual_seed(seed)
+    return model.generate(prompt, n_new, top_k=10, decode=decode, compile_backend="aot_eager")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_compiled_decode_samples_the_eager_tokens_without_recompiles(policy):
+    model = make(policy).eval()
+    prompt, _ = batch(B=2, T=5)
+    eager = sample(model, "eager", prompt, 8)
+    torch._dynamo.reset()
+    # the first decode step compiles; any later step (another position) must reuse it
+    torch._dynamo.config.error_on_recompile = False
+    first = sample(model, "compiled", prompt, 2)
+    torch._dynamo.config.error_on_recompile = True
+    try:
+        compiled = sample(model, "compiled", prompt, 8)
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+    assert torch.equal(first, eager[:, :7])
+    assert torch.equal(compiled, eager)
+
+
+def test_compiled_decode_past_block_size_refills_the_cache():
+    model = make("grouped:2").eval()
+    prompt, _ = batch(B=2, T=4)
+    n_new = 2 * SMALL["block_size"]  # the context outgrows block_size twice: the cache is refilled
+    torch._dynamo.reset()
+    assert torch.equal(sample(model, "compiled", prompt, n_new), sample(model, "eager", prompt, n_new))
+
+
+def test_static_cache_decode_logits_equal_full_forward():
+    model = make("parallel").eval()
+    idx, _ = batch(T=12)
+    cache = StaticKVCache(SMALL["n_layer"], SMALL["block_size"])
+    with torch.no_grad():
+        model(idx[:, :6], kv_cache=cache)
+        for t in range(6, 12):
+            step, _ = model(idx[:, t:t + 1], kv_cache=cache)
+            torch.testing.assert_close(step, model(idx[:, :t + 1])[0], atol=1e-12, rtol=0)
+        with pytest.raises(ValueError, match="needs an empty cache"):
+            model(idx[:, :3], kv_cache=cache)
+
+
+def test_bad_decode_mode_is_rejected():
+    with pytest.raises(ValueError, match="decode='graph'"):
+        make("baseline").generate(batch(T=2)[0], 1, decode="graph")
+
+
+def _tp2_worker(rank, world_size):
+    import torch.distributed as dist
+    group = dist.new_group([0, 1])
+    prompt, _ = batch(B=2, T=5)
+    out = {}
+    for policy in ("baseline", "grouped:2", "ladder"):
+        model = make(policy, tp_group=group).eval()
+        torch._dynamo.reset()
+        out[policy] = sample(model, "compiled", prompt, 6)
+    return out
+
+
+def test_compiled_decode_at_tp2_samples_the_tp1_eager_tokens():
+    r0, r1 = run_on_gloo(_tp2_worker, 2)
+    prompt, _ = batch(B=2, T=5)
+    for policy, tokens in r0.items():
+        assert torch.equal(tokens, r1[policy])
+        assert torch.equal(tokens, sample(make(policy).eval(), "eager", prompt, 6)), policy
