@@ -95,6 +95,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from model.sync_policy import parse_sync_policy  # noqa: E402
 from parallel import comm  # noqa: E402
+from tp_latency import call_times, source_commit  # noqa: E402  (bench/ is on sys.path)
 
 # (n_layer, n_head, n_embd, vocab_size, default seq_len). tiny has 4 layers so that grouped:4 and
 # grouped:2 are valid policies of it.
@@ -378,25 +379,6 @@ def build_variant(v, args, env):
             raw.syncs_per_forward, tp_group)
 
 
-def iteration_times(step, n, cuda):
-    """ms of each of n iterations: CUDA events around each (no other sync until all are queued)."""
-    if not cuda:
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return times
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-    torch.cuda.synchronize()
-    for start, end in events:
-        start.record()
-        step()
-        end.record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in events]
-
-
 def profile_table(step, cuda):
     """key_averages of PROFILE_ITERS iterations, top 40 by device time (CPU time off CUDA)."""
     from torch.profiler import ProfilerActivity, profile
@@ -444,7 +426,7 @@ def run_variant(v, args, env):
         if env.cuda:
             torch.cuda.synchronize()
         env.warmup_s = time.perf_counter() - env.t_build  # build + warmup (compilation included)
-        times = iteration_times(step, args.iters, env.cuda)
+        times = call_times(step, args.iters, env.cuda)  # CUDA events around each iteration
         prof = profile_table(step, env.cuda) if args.profile and args.profile in v["name"] else None
     finally:
         if hasattr(model, "remove_hooks"):
@@ -595,7 +577,6 @@ def exchange(env, ms, failed):
 
 
 def run(args, argv):
-    from tp_latency import source_commit  # bench/ is on sys.path
     import train_reduced_sync as trs
     env = setup(args)
     n_layer, n_head, n_embd, vocab, _ = SIZES[args.size]
