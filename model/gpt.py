@@ -197,6 +197,10 @@ def row_parallel(z, weight, k, per_track, bias=None):
     return F.linear(z, weight, bias)
 
 
+def layer_norm(x, weight, bias):
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, 1e-5)
+
+
 def autocast_input(h):
     """h in the dtype autocast gives it in the next matmul. A replicated activation is cast before it
     enters f, so f's backward all-reduces a bf16 gradient, not the fp32 one of LayerNorm's output."""
@@ -229,7 +233,7 @@ class KVCache:
         self.v[layer][:, :, self.pos:self.pos + T] = v
         return self.k[layer][:, :, :self.pos + T], self.v[layer][:, :, :self.pos + T]
 
-    def attention_mask(self, Tq):
+    def attention_mask(self):
         return None  # the keys returned are exactly the filled prefix
 
     def advance(self, T):
@@ -273,7 +277,7 @@ class StaticKVCache:
         self.v[layer].index_copy_(2, self.pos, v)
         return self.k[layer], self.v[layer]
 
-    def attention_mask(self, Tq):
+    def attention_mask(self):
         if self.pos is None:
             return None  # prefill: causal over the prompt
         return (torch.arange(self.max_len, device=self.pos.device) <= self.pos).view(1, -1)  # [Tq=1, Tk]
@@ -428,7 +432,7 @@ class GPT(nn.Module):
         if kv_cache is not None:
             kv_cache.advance(T)
         ln_f = self.transformer.ln_f
-        x = F.layer_norm(x, (x.shape[-1],), ln_f.weight, ln_f.bias, 1e-5)
+        x = layer_norm(x, ln_f.weight, ln_f.bias)
         wte = self.transformer.wte.weight
         if targets is None:
             logits = F.linear(x[:, -1:, :], wte)  # a slice: capturable in CUDA graphs
@@ -474,7 +478,7 @@ class GPT(nn.Module):
             layer, sub = divmod(j, 2)
             block = self.transformer.h[layer]
             ln, proj = (block.ln_1, block.attn) if sub == 0 else (block.ln_2, block.mlp)
-            h = comm.copy_to_tp_region(autocast_input(F.layer_norm(x, (x.shape[-1],), ln.weight, ln.bias, 1e-5)), group)
+            h = comm.copy_to_tp_region(autocast_input(layer_norm(x, ln.weight, ln.bias)), group)
             gemm_bias, bias = self._bias_into_partial(proj.c_proj.bias)
             out = self._sublayer(block, sub, h, False, kv_cache, layer, gemm_bias)
             launched = comm.reduce_from_tp_region_async(out, group) + (bias,)
@@ -507,8 +511,7 @@ class GPT(nn.Module):
             ln, proj = (block.ln_1, block.attn) if sub == 0 else (block.ln_2, block.mlp)
 
             if step.megatron:
-                h = F.layer_norm(x, (x.shape[-1],), ln.weight, ln.bias, 1e-5)
-                h = comm.copy_to_tp_region(autocast_input(h), group)
+                h = comm.copy_to_tp_region(autocast_input(layer_norm(x, ln.weight, ln.bias)), group)
                 gemm_bias, bias = self._bias_into_partial(proj.c_proj.bias)
                 y = comm.reduce_from_tp_region(self._sublayer(block, sub, h, False, kv_cache, layer, gemm_bias), group)
                 x = x + self.resid_dropout(y if bias is None else y + bias)
@@ -523,7 +526,7 @@ class GPT(nn.Module):
             if in_d is not None:
                 stream = stream + in_d if in_beta is None else stream + in_beta + in_d
             ln_w, ln_b = partial[step.ln_weight], None if step.ln_bias is None else partial[step.ln_bias]
-            h = F.layer_norm(stream, (stream.shape[-1],), ln_w, ln_b, 1e-5)
+            h = layer_norm(stream, ln_w, ln_b)
             out = self._sublayer(block, sub, h, step.per_track_out, kv_cache, layer)
             if step.proj_bias is not None:
                 bias = partial[step.proj_bias]
@@ -566,7 +569,7 @@ class GPT(nn.Module):
         mask = None
         if kv_cache is not None:
             kk, v = kv_cache.update(layer, kk, v, self.config.block_size)
-            mask = kv_cache.attention_mask(T)
+            mask = kv_cache.attention_mask()
         y = self._sdpa(q, kk, v, attn.dropout if self.training else 0.0, diverged, mask)
         y = y.transpose(1, 2).reshape(*h.shape[:-1], -1)  # [B,T,Hl*hs] tracks concatenated, or [k,B,T,Hl/k*hs]
         return row_parallel(y, attn.c_proj.weight, k, per_track, gemm_bias)
