@@ -9,7 +9,10 @@ For each model size (GPT-2 124M and GPT-2 medium, both n_tracks=4) and each poli
     decode_b1 / decode_b8     one token with a KV cache holding 1023 tokens (no grad)
     train_b8                  forward + backward over 8 x 1024 tokens
 each in eager mode and, on CUDA, replayed as a CUDA graph (torch.cuda.graph; NCCL all-reduces,
-the training step's backward included, are captured into the graph). Times are CUDA-event medians
+the training step's backward included, are captured into the graph). --modes compiled and
+compiled+graph run torch.compile(model) (fullgraph for ours; our decode then uses a StaticKVCache,
+the fixed-shape step of GPT.generate(decode='compiled')), alone and captured as a CUDA graph. Each
+(model, floor, workload) compiles once: restrict --policies and --workloads to keep the run short. Times are CUDA-event medians
 over --repeats calls after --warmup calls (wall clock on CPU). All variants of a model size (every
 policy, its floor, torch_tp; eager and graph) are built at once and timed in --rounds interleaved
 rounds, so a ratio between two rows compares calls made side by side. Precision on CUDA: training runs
@@ -45,7 +48,7 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from model.gpt import GPT, GPTConfig, KVCache  # noqa: E402
+from model.gpt import GPT, GPTConfig, KVCache, StaticKVCache  # noqa: E402
 from parallel import comm  # noqa: E402
 
 SIZES = {"124m": dict(n_layer=12, n_head=12, n_embd=768), "medium": dict(n_layer=24, n_head=16, n_embd=1024),
@@ -53,6 +56,7 @@ SIZES = {"124m": dict(n_layer=12, n_head=12, n_embd=768), "medium": dict(n_layer
 POLICIES = ["baseline", "ladder", "spd", "parallel", "selective:m0-3,m5,m7,m9-11", "grouped:2", "grouped:3",
             "grouped:4", "grouped:6"]
 WORKLOADS = ["prefill_b1", "prefill_b8", "decode_b1", "decode_b8", "train_b8"]
+MODES = ["eager", "graph", "compiled", "compiled+graph"]
 
 
 # ----------------------------------------------------------------------------- timing
@@ -141,12 +145,18 @@ def source_commit():
 
 
 # ----------------------------------------------------------------------------- workloads
-def make_workload(model, name, seq, vocab, device, cuda, for_graph=False):
+def make_workload(model, name, seq, vocab, device, cuda, for_graph=False, compile_backend=None):
     """A no-argument callable running one instance of the workload on `model`. On CUDA an inference
     workload casts the model to bf16 for good, so build the training workload first. A training
-    step to be captured runs autocast without its weight cache, whose casts would outlive capture."""
+    step to be captured runs autocast without its weight cache, whose casts would outlive capture.
+    compile_backend: run torch.compile(model) (fullgraph for ours); our decode then uses a
+    StaticKVCache, the fixed-shape step GPT.generate(decode='compiled') runs."""
     batch = 8 if name.endswith("b8") else 1
     idx = torch.randint(0, vocab, (batch, seq), device=device)
+    static = compile_backend is not None and isinstance(model, GPT) and name.startswith("decode")
+    cache = StaticKVCache(model.config.n_layer, seq) if static else KVCache(model.config.n_layer)
+    if compile_backend is not None:
+        model = torch.compile(model, fullgraph=isinstance(model, GPT), backend=compile_backend)
     if name.startswith("train"):
         if next(model.parameters()).dtype != torch.float32:
             raise ValueError(f"train workload needs fp32 weights, the model holds {next(model.parameters()).dtype}")
@@ -167,15 +177,14 @@ def make_workload(model, name, seq, vocab, device, cuda, for_graph=False):
             with torch.no_grad():
                 model(idx)
         return fn
-    cache = KVCache(model.config.n_layer)
     with torch.no_grad():
-        model(idx[:, :seq - 1], kv_cache=cache)
-    token = idx[:, -1:]
+        (model._orig_mod if compile_backend is not None else model)(idx[:, :seq - 1], kv_cache=cache)  # eager prefill
+    token = idx[:, -1:].contiguous()
 
     def fn():
         with torch.no_grad():
             model(token, kv_cache=cache)
-        cache.pos -= 1  # every call decodes the same position
+        cache.pos -= 1  # every call decodes the same position (in place for a StaticKVCache's tensor)
     return fn
 
 
@@ -287,7 +296,9 @@ def run(args):
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
     seq, vocab = args.seq_len, 50304
     graphs = cuda and not args.no_graphs
-    modes = [m for m in args.modes.split(",") if m == "eager" or graphs]
+    modes = [m for m in args.modes.split(",") if "graph" not in m or graphs]
+    if any(m.startswith("compiled") for m in modes):  # every (model, floor, workload) is its own graph
+        torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 10_000
     rows = []
 
     def record(**row):
@@ -345,6 +356,18 @@ def run(args):
                         fwd, bwd = (count_torch_collectives if policy == "torch_tp" else count_collectives)(fn)
                         if "eager" in modes:
                             fns[(n, policy, floor, "eager")] = functools.partial(ctx_call, ctx, fn)
+                        if "compiled" in modes or "compiled+graph" in modes:
+                            try:
+                                cfn = make_workload(model, workload, seq, vocab, device, cuda,
+                                                    for_graph=True, compile_backend=args.compile_backend)
+                                cfn()  # compile now, inside ctx: the floor's graph skips its collectives
+                                if "compiled" in modes:
+                                    fns[(n, policy, floor, "compiled")] = functools.partial(ctx_call, ctx, cfn)
+                                if "compiled+graph" in modes:
+                                    fns[(n, policy, floor, "compiled+graph")] = as_graph(cfn, pool)
+                            except Exception as e:  # report, keep measuring the rest
+                                for mode in ("compiled", "compiled+graph"):
+                                    failed[(n, policy, floor, mode)] = f"compile failed: {type(e).__name__}: {str(e)[:60]}"
                         if "graph" in modes:
                             key = (n, policy, floor, "graph")
                             if workload.startswith("train"):
@@ -527,7 +550,9 @@ def main():
     parser.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     parser.add_argument("--no_graphs", action="store_true")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {WORKLOADS}")
-    parser.add_argument("--modes", default="eager,graph", help="comma-separated, of eager, graph (CUDA only)")
+    parser.add_argument("--modes", default="eager,graph",
+                        help="comma-separated, of eager, graph, compiled, compiled+graph (graphs: CUDA only)")
+    parser.add_argument("--compile_backend", default="inductor", help="for the compiled modes (aot_eager: CPU checks)")
     parser.add_argument("--no_torch_tp", action="store_true")
     parser.add_argument("--out_dir", default="bench/results")
     parser.add_argument("--merge", action="store_true", help="merge tp_latency_tp*.json in out_dir")
@@ -535,7 +560,7 @@ def main():
     unknown = [s for s in args.sizes.split(",") if s not in SIZES]
     if unknown:
         parser.error(f"unknown size(s) {unknown}; allowed: {list(SIZES)}")
-    for name, given, allowed in (("workload", args.workloads, WORKLOADS), ("mode", args.modes, ["eager", "graph"])):
+    for name, given, allowed in (("workload", args.workloads, WORKLOADS), ("mode", args.modes, MODES)):
         bad = [v for v in given.split(",") if v not in allowed]
         if bad:
             parser.error(f"unknown {name}(s) {bad}; allowed: {allowed}")
