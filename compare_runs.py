@@ -13,11 +13,28 @@ A resumed run logs some iterations twice: the later line wins.
 
 The PNG (matplotlib, no display needed): left, best val loss against syncs per forward (the
 trade-off curve, one labelled point per run); right, the val-loss curves of all runs.
+
+Statistics over seeds (--stats, --trend PNG, --stats-json FILE). Runs are grouped into settings
+(dataset, n_layer, n_embd, n_tracks, max_iters, from config.json) and, within a setting, cells of one
+sync_policy; only finished runs count (final eval at max_iters). Per cell: mean ± std over seeds of the
+final val loss (the last eval) and of the best val loss (the lowest eval). Per non-baseline cell: the
+paired difference to the baseline of the same setting, seed by seed (a seed gives both the same init
+and data order), as a relative gap 100 * (policy / baseline - 1) %, with its mean and 95% Student-t
+interval over the seeds; 'worse' / 'better' when the interval excludes 0, else 'tie'. The trend PNG
+plots these gaps against the measured syncs per forward, one curve per setting (width x n_tracks),
+with the 95% intervals as error bars. The verdict sentence is computed from the same numbers: for the
+grouped family (spd = a sync every layer, grouped:G = every G layers), the per-seed least-squares
+slope of the gap against the layers between syncs, averaged over seeds with a 95% interval, and,
+where a setting exists at two widths, the gap at the largest common interval compared across widths
+(Welch interval). The verdict uses the final val loss unless --metric best: the final loss compares
+every policy after the same schedule, while the best loss is the minimum over all evals, which picks
+each run's luckiest eval (biased low, more so for noisier runs) and hides a policy that overfits sooner.
 """
 import argparse
 import glob
 import io
 import json
+import math
 import os
 import re
 import statistics
@@ -30,6 +47,9 @@ EVAL_LINE = re.compile(r"^step ([0-9]+): train loss ([0-9.eE+-]+|nan|inf), val l
                        r"syncs/fwd (\S+)")
 TRAIN_LINE = re.compile(r"^iter ([0-9]+): loss ([0-9.eE+-]+|nan|inf), time ([0-9.]+)ms, tok/s ([0-9,]+)")
 PLOT_FORMATS = ("png", "pdf", "svg")
+# config.json keys that make a setting; runs of one setting that differ in sync_policy are compared
+SETTING_KEYS = ("dataset", "n_layer", "n_embd", "n_tracks", "max_iters")
+MAX_LABELLED = 20  # the trade-off PNG labels each run up to this many runs
 
 
 class RunError(Exception):
@@ -142,11 +162,15 @@ def load_run(run_dir):
     iters = sorted(evals)
     syncs = [evals[i].get("syncs_per_fwd") for i in iters if evals[i].get("syncs_per_fwd") is not None]
     tok_per_s = [r["tok_per_s"] for r in train.values() if r.get("tok_per_s")]
+    max_iters = config.get("max_iters")
     return {
         "name": os.path.basename(os.path.normpath(run_dir)),
         "dir": run_dir,
         "policy": str(config.get("sync_policy", "?")),
         "seed": config.get("seed"),
+        "setting": tuple(config.get(k) for k in SETTING_KEYS),
+        "complete": not isinstance(max_iters, int) or iters[-1] >= max_iters,
+        "diverged": any(r["type"] == "error" for r in records),
         "syncs": syncs[-1] if syncs else None,
         "final_iter": iters[-1],
         "final_val": evals[iters[-1]]["val_loss"],
@@ -201,9 +225,12 @@ def plot(runs, path):
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     points = [r for r in runs if r["syncs"] is not None]
+    crowded = len(runs) > MAX_LABELLED  # a whole grid: no per-run labels, which would overlap
     for r in points:
         left.scatter(r["syncs"], r["best_val"], color="tab:red" if r["policy"] == "baseline" else "tab:blue")
-        left.annotate(r["name"], (r["syncs"], r["best_val"]), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        if not crowded:
+            left.annotate(r["name"], (r["syncs"], r["best_val"]), textcoords="offset points", xytext=(4, 4),
+                          fontsize=7)
     # The trade-off curve: the best loss reached at each sync count.
     best = {}
     for r in points:
@@ -227,13 +254,360 @@ def plot(runs, path):
     right.set_ylabel("val loss")
     right.set_title("validation loss")
     right.grid(alpha=0.3)
-    right.legend(fontsize=7)
+    if not crowded:
+        right.legend(fontsize=7)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, dpi=120, format=os.path.splitext(path)[1][1:].lower())
     plt.close(fig)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     atomic_write(path, lambda f: f.write(buffer.getvalue()))  # no half-written PNG if interrupted
+
+
+# ----------------------------------------------------------------------------- statistics over seeds
+def _betacf(a, b, x):
+    """Continued fraction of the regularized incomplete beta function (Numerical Recipes, betacf)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a, b, x):
+    """Regularized incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t, df):
+    """P(T <= t) for Student's t with df degrees of freedom (df > 0, not necessarily an integer)."""
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p, df):
+    """The p-quantile of Student's t with df degrees of freedom (bisection on t_cdf; 1e-10 precise)."""
+    if not 0.0 < p < 1.0 or df <= 0:
+        raise ValueError(f"t_quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
+        if hi - lo < 1e-10:
+            break
+    return 0.5 * (lo + hi)
+
+
+def mean_ci(values, level=0.95):
+    """(mean, half-width of the Student-t interval at `level`, sample std): None for what n = 1 cannot give."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return mean, None, None
+    std = statistics.stdev(values)
+    return mean, t_quantile(0.5 + level / 2, n - 1) * std / math.sqrt(n), std
+
+
+def welch_ci(a, b, level=0.95):
+    """(mean(b) - mean(a), half-width of Welch's t interval) for two independent samples; half None if
+    either has one value or both have zero spread."""
+    diff = statistics.fmean(b) - statistics.fmean(a)
+    if len(a) < 2 or len(b) < 2:
+        return diff, None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:
+        return diff, None
+    df = (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
+    return diff, t_quantile(0.5 + level / 2, df) * math.sqrt(va + vb)
+
+
+def sync_interval(policy):
+    """Layers between syncs for the grouped family (spd: a sync after every MLP = 1, grouped:G = G),
+    None for any other policy."""
+    if policy == "spd":
+        return 1
+    m = re.fullmatch(r"grouped:([0-9]+)", policy)
+    return int(m[1]) if m else None
+
+
+def setting_labels(settings):
+    """A short label per setting, naming only the keys that vary between them (always width and tracks)."""
+    varying = [i for i, k in enumerate(SETTING_KEYS) if len({s[i] for s in settings}) > 1]
+    short = {"dataset": "{}", "n_layer": "L{}", "n_embd": "w{}", "n_tracks": "n{}", "max_iters": "{} it"}
+    labels = {}
+    for s in settings:
+        keys = [i for i, k in enumerate(SETTING_KEYS) if i in varying or k in ("n_embd", "n_tracks")]
+        labels[s] = " ".join(short[SETTING_KEYS[i]].format("?" if s[i] is None else s[i]) for i in keys)
+    return labels
+
+
+def seed_statistics(runs, level=0.95):
+    """Statistics over seeds (see the module docstring). Returns a dict: 'cells' (one per setting and
+    policy: values per seed, mean/std, paired gaps to the baseline), 'excluded' (unfinished runs) and
+    'notes' (duplicate seeds)."""
+    excluded = [r["name"] + (" (diverged)" if r["diverged"] else "") for r in runs if not r["complete"]]
+    notes = []
+    cells = {}
+    for r in runs:
+        if not r["complete"]:
+            continue
+        cell = cells.setdefault((r["setting"], r["policy"]), {"setting": r["setting"], "policy": r["policy"],
+                                                             "runs": {}, "syncs": set()})
+        if r["seed"] in cell["runs"]:
+            notes.append(f"{r['name']}: seed {r['seed']} repeats {cell['runs'][r['seed']]['name']} in its "
+                         f"setting and policy; only the first is used")
+            continue
+        cell["runs"][r["seed"]] = r
+        if r["syncs"] is not None:
+            cell["syncs"].add(r["syncs"])
+    labels = setting_labels(sorted({c["setting"] for c in cells.values()}, key=lambda s: [str(x) for x in s]))
+    out = []
+    for (setting, policy), cell in cells.items():
+        seeds = sorted(cell["runs"], key=lambda x: (x is None, str(x)))
+        row = {"setting": list(setting), "label": labels[setting], "policy": policy,
+               "syncs": max(cell["syncs"]) if cell["syncs"] else None, "interval": sync_interval(policy),
+               "seeds": seeds, "runs": [cell["runs"][x]["name"] for x in seeds]}
+        if len(cell["syncs"]) > 1:
+            notes.append(f"{labels[setting]} {policy}: the runs logged different syncs/fwd {sorted(cell['syncs'])}")
+        base = cells.get((setting, "baseline"))
+        for metric in ("final_val", "best_val"):
+            values = [cell["runs"][x][metric] for x in seeds]
+            mean, _, std = mean_ci(values, level)
+            row[metric] = {"values": values, "mean": mean, "std": std}
+            if policy == "baseline" or base is None:
+                continue
+            paired = [x for x in seeds if x in base["runs"]]
+            gaps = [100.0 * (cell["runs"][x][metric] / base["runs"][x][metric] - 1.0) for x in paired]
+            diffs = [cell["runs"][x][metric] - base["runs"][x][metric] for x in paired]
+            if not paired:
+                continue
+            gap, gap_half, gap_std = mean_ci(gaps, level)
+            diff, diff_half, _ = mean_ci(diffs, level)
+            verdict = (None if gap_half is None else "worse" if gap - gap_half > 0 else
+                       "better" if gap + gap_half < 0 else "tie")
+            row[metric].update(paired_seeds=paired, gaps=gaps, gap=gap, gap_ci=gap_half, gap_std=gap_std,
+                               diffs=diffs, diff=diff, diff_ci=diff_half, verdict=verdict)
+        out.append(row)
+    out.sort(key=lambda c: ([str(x) for x in c["setting"]], c["policy"] != "baseline", -(c["syncs"] or 0), c["policy"]))
+    return {"level": level, "cells": out, "excluded": excluded, "notes": notes}
+
+
+def _slope(xs, ys):
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+
+
+def trend_analysis(stats, metric="final_val"):
+    """The numbers behind the verdict: per setting, the per-seed slope of the gap (%) against the sync
+    interval over the grouped family, its mean and interval; per (setting without width), the gap at the
+    largest interval common to the narrowest and the widest width, compared with Welch's interval."""
+    level = stats["level"]
+    by_setting = {}
+    for c in stats["cells"]:
+        if c["interval"] is not None and "gaps" in c[metric]:
+            by_setting.setdefault(tuple(c["setting"]), []).append(c)
+    settings = []
+    for setting, cells in sorted(by_setting.items(), key=lambda kv: [str(x) for x in kv[0]]):
+        per_seed = {}
+        for c in cells:
+            for seed, gap in zip(c[metric]["paired_seeds"], c[metric]["gaps"]):
+                per_seed.setdefault(seed, []).append((c["interval"], gap))
+        slopes = [_slope(*zip(*pts)) for pts in per_seed.values() if len({d for d, _ in pts}) >= 2]
+        entry = {"setting": list(setting), "label": cells[0]["label"],
+                 "gaps": {c["interval"]: (c[metric]["gap"], c[metric]["gap_ci"], c[metric]["gaps"]) for c in cells}}
+        if slopes:
+            mean, half, _ = mean_ci(slopes, level)
+            entry.update(slopes=slopes, slope=mean, slope_ci=half,
+                         trend=None if half is None else "grows" if mean - half > 0 else
+                         "shrinks" if mean + half < 0 else "flat")
+        settings.append(entry)
+    width_i = SETTING_KEYS.index("n_embd")
+    groups = {}
+    for e in settings:
+        rest = tuple(x for i, x in enumerate(e["setting"]) if i != width_i)
+        groups.setdefault(rest, []).append(e)
+    widths = []
+    for rest, entries in groups.items():
+        entries = [e for e in entries if e["setting"][width_i] is not None]
+        if len(entries) < 2:
+            continue
+        entries.sort(key=lambda e: e["setting"][width_i])
+        narrow, wide = entries[0], entries[-1]
+        common = set(narrow["gaps"]) & set(wide["gaps"])
+        if not common:
+            continue
+        d = max(common)
+        diff, half = welch_ci(narrow["gaps"][d][2], wide["gaps"][d][2], level)
+        widths.append({"narrow": narrow["label"], "wide": wide["label"], "w_narrow": narrow["setting"][width_i],
+                       "w_wide": wide["setting"][width_i], "interval": d, "gap_narrow": narrow["gaps"][d][0],
+                       "gap_wide": wide["gaps"][d][0], "diff": diff, "diff_ci": half,
+                       "significant": half is not None and abs(diff) > half})
+    return {"metric": metric, "settings": settings, "widths": widths}
+
+
+def verdict_sentence(analysis, n_seeds_text):
+    """One sentence from trend_analysis's numbers."""
+    metric = analysis["metric"].replace("_val", " val")
+    with_slope = [e for e in analysis["settings"] if "slope" in e]
+    if not with_slope:
+        return (f"Verdict ({metric}): too few grouped-family policies (spd, grouped:G) with seeds paired with a "
+                f"baseline to tell whether the gap grows with the sync interval.")
+    n = len(with_slope)
+    grows = sum(e.get("trend") == "grows" for e in with_slope)
+    shrinks = sum(e.get("trend") == "shrinks" for e in with_slope)
+    tested = sum(e.get("trend") is not None for e in with_slope)
+    slope = statistics.fmean(e["slope"] for e in with_slope)
+    lo_d = min(min(e["gaps"]) for e in with_slope)
+    hi_d = max(max(e["gaps"]) for e in with_slope)
+    at = lambda d: [e["gaps"][d][0] for e in with_slope if d in e["gaps"]]
+    text = (f"Verdict ({metric} loss, {n_seeds_text}): the gap to the baseline grows with the sync interval in "
+            f"{grows} of {n} settings and shrinks in {shrinks} (95% interval of the per-seed slope above or below 0"
+            + ("" if tested == n else f"; {n - tested} with one seed, untested") +
+            f"), by {slope:+.3f} percentage points per layer between syncs on average "
+            f"({statistics.fmean(at(lo_d)):+.2f}% at a sync every {'layer' if lo_d == 1 else f'{lo_d} layers'} vs "
+            f"{statistics.fmean(at(hi_d)):+.2f}% every {hi_d} layers, mean over settings)")
+    widths = analysis["widths"]
+    if not widths:
+        text += "; with one width per setting, the data say nothing about width"
+    else:
+        smaller = sum(w["diff"] < 0 for w in widths)
+        sig = sum(w["significant"] for w in widths)
+        w = widths[0]
+        text += (f"; at the largest common interval the gap is smaller at the wider model in {smaller} of "
+                 f"{len(widths)} comparisons (width {w['w_narrow']} vs {w['w_wide']}"
+                 + (f" and others" if len({(x['w_narrow'], x['w_wide']) for x in widths}) > 1 else "") +
+                 f"; wide minus narrow {statistics.fmean(x['diff'] for x in widths):+.2f} points on average, "
+                 f"95% Welch interval excluding 0 in {sig} of {len(widths)})")
+    return text + "."
+
+
+def _fmt_ci(mean, half, unit=""):
+    return f"{mean:+.2f}{unit}" + ("" if half is None else f" ± {half:.2f}")
+
+
+def stats_table(stats):
+    header = ["setting", "policy", "syncs/fwd", "seeds", "final val (mean ± std)", "best val (mean ± std)",
+              "Δ final % (95% CI)", "final", "Δ best % (95% CI)", "best"]
+    rows = []
+    for c in stats["cells"]:
+        row = [c["label"], c["policy"], "?" if c["syncs"] is None else str(c["syncs"]), str(len(c["seeds"]))]
+        for metric in ("final_val", "best_val"):
+            m = c[metric]
+            row.append(f"{m['mean']:.4f}" + ("" if m["std"] is None else f" ± {m['std']:.4f}"))
+        for metric in ("final_val", "best_val"):
+            m = c[metric]
+            if c["policy"] == "baseline":
+                row += ["0 (reference)", ""]
+            elif "gap" not in m:
+                row += ["no paired baseline", ""]
+            else:
+                n = len(m["paired_seeds"])
+                row += [_fmt_ci(m["gap"], m["gap_ci"]) + ("" if n == len(c["seeds"]) else f" ({n} paired)"),
+                        m["verdict"] or "1 seed"]
+        rows.append(row)
+    return header, rows
+
+
+def plot_trend(stats, path):
+    """Gap to baseline (%) vs measured syncs per forward: one curve per setting, 95% intervals as error
+    bars; left final val, right best val. Lines join the baseline and the grouped family (spd,
+    grouped:G); other policies are unjoined markers."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = sorted({tuple(c["setting"]) for c in stats["cells"]}, key=lambda s: [str(x) for x in s])
+    width_i, tracks_i = SETTING_KEYS.index("n_embd"), SETTING_KEYS.index("n_tracks")
+    widths = sorted({s[width_i] for s in settings}, key=str)
+    tracks = sorted({s[tracks_i] for s in settings}, key=str)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ["-", "--", ":", "-."]
+    markers = {"parallel": "s", "ladder": "^", "baseline": "o"}
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=False)
+    for ax, metric in zip(axes, ("final_val", "best_val")):
+        seen_markers = set()
+        for k, setting in enumerate(settings):
+            cells = [c for c in stats["cells"] if tuple(c["setting"]) == setting and c["syncs"] is not None
+                     and (c["policy"] == "baseline" or "gap" in c[metric])]
+            if not cells:
+                continue
+            color = colors[widths.index(setting[width_i]) % len(colors)]
+            style = styles[tracks.index(setting[tracks_i]) % len(styles)]
+            jitter = 2 ** (0.04 * (k - (len(settings) - 1) / 2))  # keeps error bars apart
+            point = lambda c: (c["syncs"] * jitter, 0.0 if c["policy"] == "baseline" else c[metric]["gap"],
+                               (c[metric].get("gap_ci") or 0.0) if c["policy"] != "baseline" else 0.0)
+            line = sorted((c for c in cells if c["policy"] == "baseline" or c["interval"] is not None),
+                          key=lambda c: c["syncs"])
+            if line:
+                xs, ys, es = zip(*(point(c) for c in line))
+                ax.errorbar(xs, ys, yerr=es, color=color, linestyle=style, marker="o", capsize=3,
+                            label=cells[0]["label"])
+            for c in cells:
+                if c["policy"] == "baseline" or c["interval"] is not None:
+                    continue
+                x, y, e = point(c)
+                marker = markers.get(c["policy"].split(":")[0], "x")
+                ax.errorbar([x], [y], yerr=[e], color=color, marker=marker, linestyle="none", capsize=3,
+                            label=c["policy"].split(":")[0] if marker not in seen_markers else None)
+                seen_markers.add(marker)
+        ax.axhline(0.0, color="gray", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ticks = sorted({c["syncs"] for c in stats["cells"] if c["syncs"]})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(t) for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("all-reduces per forward pass (measured); lines: baseline, spd, grouped:G")
+        ax.set_ylabel(f"{metric.replace('_', ' ')}: gap to baseline, % (paired over seeds)")
+        ax.set_title(f"{metric.replace('_', ' ')} gap vs syncs (error bars: {stats['level']:.0%} t-interval)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=120, format=os.path.splitext(path)[1][1:].lower())
+    plt.close(fig)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(path, lambda f: f.write(buffer.getvalue()))
+
+
+def stats_report(runs, metric, markdown):
+    """(text, stats dict, analysis dict): the seed-statistics table, exclusions, notes and the verdict."""
+    stats = seed_statistics(runs)
+    analysis = trend_analysis(stats, metric)
+    seeds = sorted({len(c["seeds"]) for c in stats["cells"]})
+    n_seeds_text = (f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} per cell" if len(seeds) == 1 else
+                    f"{seeds[0]}-{seeds[-1]} seeds per cell") if seeds else "no seeds"
+    lines = ["", f"statistics over seeds (Δ: paired relative gap to the baseline of the same setting, mean ± "
+                 f"half-width of the {stats['level']:.0%} t-interval; verdict 'worse'/'better' when it excludes 0)"]
+    header, rows = stats_table(stats)
+    lines.append(format_table(header, rows, markdown))
+    if stats["excluded"]:
+        lines.append(f"not finished (no eval at max_iters), left out of the statistics: {', '.join(stats['excluded'])}")
+    lines += [f"note: {n}" for n in stats["notes"]]
+    verdict = verdict_sentence(analysis, n_seeds_text)
+    lines += ["", verdict]
+    return "\n".join(lines), stats, analysis, verdict
 
 
 def check_out(path):
@@ -256,9 +630,19 @@ def main(argv=None):
     parser.add_argument("runs", nargs="+", help="run directories (out_dir of train_reduced_sync.py) or globs")
     parser.add_argument("--out", default="compare_runs.png", help="path of the PNG (default: compare_runs.png)")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    parser.add_argument("--stats", action="store_true",
+                        help="also print statistics over seeds per (setting, policy) and the verdict sentence")
+    parser.add_argument("--trend", default=None, metavar="PNG",
+                        help="write the trend plot (gap to baseline vs syncs per forward) here; implies --stats")
+    parser.add_argument("--stats-json", default=None, metavar="FILE",
+                        help="write the statistics and the verdict's numbers as JSON; implies --stats")
+    parser.add_argument("--metric", choices=("final", "best"), default="final",
+                        help="the val loss the verdict sentence uses (default final; see the module docstring)")
     args = parser.parse_args(argv)
     try:
         check_out(args.out)
+        if args.trend:
+            check_out(args.trend)
         runs = [load_run(d) for d in expand(args.runs)]
     except RunError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -272,8 +656,22 @@ def main(argv=None):
         print("vs noise: 'tie' when |best val - baseline mean| <= 2 x the baseline seeds' std")
     if len({r["final_iter"] for r in runs}) > 1:
         print("note: the runs end at different iterations; compare final losses with care")
+    base_settings = {r["setting"] for r in runs if r["policy"] == "baseline"}
+    if len(base_settings) > 1 and not (args.stats or args.trend or args.stats_json):
+        print(f"note: baseline runs of {len(base_settings)} settings ({', '.join(SETTING_KEYS)}) are averaged "
+              f"into one reference above; --stats compares each run with the baseline of its own setting")
     plot(runs, args.out)
     print(f"wrote {args.out}")
+    if args.stats or args.trend or args.stats_json:
+        text, stats, analysis, verdict = stats_report(runs, f"{args.metric}_val", args.markdown)
+        print(text)
+        if args.trend:
+            plot_trend(stats, args.trend)
+            print(f"wrote {args.trend}")
+        if args.stats_json:
+            payload = json.dumps({"stats": stats, "trend": analysis, "verdict": verdict}, indent=1)
+            atomic_write(args.stats_json, lambda f: f.write(payload.encode()))
+            print(f"wrote {args.stats_json}")
     return 0
 
 

@@ -5,6 +5,10 @@ Checks of the config/ files, fast and dependency-free (no torch):
     only in sync_policy and out_dir;
   - the sync count in each file's name matches its sync_policy, and out_dir
     matches the name;
+  - the character-level family (config/shakespeare_char_<width>.py, one base file per
+    width; experiments/char_sweep.py sets n_tracks, sync_policy and seed on the command
+    line) is nanoGPT's shakespeare_char recipe, its widths differ only in n_embd, n_head
+    and out_dir, and every (n_tracks, policy) of the sweep is valid for it;
   - where the project's own parsers are importable (configurator.TrainConfig,
     model.sync_policy.parse_sync_policy), they agree with these checks.
 """
@@ -37,7 +41,7 @@ NAME_RE = re.compile(r"^(?P<prefix>[a-z]+)_(?P<policy>[a-z]+)_(?P<n>\d+)sync\.py
 def count_syncs(spec, n_layer):
     """Number of all-reduces per forward pass of a sync_policy spec (syntax: see README.md)."""
     name, _, arg = spec.partition(":")
-    if name == "baseline" and not arg:
+    if name in ("baseline", "ladder") and not arg:
         return 2 * n_layer
     if name in ("spd", "parallel") and not arg:
         return n_layer
@@ -72,12 +76,13 @@ def load_config(path):
 
 
 def family_files(family):
+    """config/<prefix>_<policy>_<N>sync.py (config/shakespeare_char_*.py is another family, below)."""
     prefix = FAMILIES[family][0]
-    return sorted(glob.glob(os.path.join(CONFIG_DIR, f"{prefix}_*.py")))
+    return sorted(glob.glob(os.path.join(CONFIG_DIR, f"{prefix}_*sync.py")))
 
 
 def test_count_syncs_examples():
-    assert count_syncs("baseline", 12) == 24
+    assert count_syncs("baseline", 12) == count_syncs("ladder", 12) == 24
     assert count_syncs("spd", 12) == count_syncs("parallel", 12) == 12
     assert [count_syncs(f"grouped:{g}", 12) for g in (2, 3, 4, 6)] == [6, 4, 3, 2]
     assert count_syncs("selective:m0-3,m5,m7,m9-11", 12) == 9
@@ -119,6 +124,63 @@ def test_family(family):
         assert not diff, f"{fname} differs from {ref_name} in {diff} (only {sorted(VARYING)} may differ)"
 
 
+# nanoGPT's config/train_shakespeare_char.py, with the train.py defaults it relies on (bias, weight_decay,
+# beta1, grad_clip, decay_lr); log_interval (10 there) only changes how often the log is written.
+NANOGPT_SHAKESPEARE_CHAR = {
+    "eval_interval": 250, "eval_iters": 200, "always_save_checkpoint": False, "dataset": "shakespeare_char",
+    "gradient_accumulation_steps": 1, "batch_size": 64, "block_size": 256, "n_layer": 6, "n_head": 6,
+    "n_embd": 384, "dropout": 0.2, "learning_rate": 1e-3, "max_iters": 5000, "lr_decay_iters": 5000,
+    "min_lr": 1e-4, "beta2": 0.99, "warmup_iters": 100, "bias": False, "weight_decay": 1e-1, "beta1": 0.9,
+    "grad_clip": 1.0, "decay_lr": True,
+}
+CHAR_WIDTHS = {384: 6, 768: 12}  # n_embd -> n_head (head dim 64 in both)
+CHAR_TRACKS = (2, 6)
+# the sweep's policies and their syncs per forward at 6 layers (grouped:6 = one sync, before ln_f)
+CHAR_POLICY_SYNCS = {"baseline": 12, "spd": 6, "parallel": 6, "ladder": 12, "grouped:2": 3, "grouped:3": 2,
+                     "grouped:6": 1}
+
+
+def test_every_config_file_belongs_to_a_family():
+    """Nothing in config/ escapes the checks: each file is in a family above or the char family."""
+    checked = {p for family in FAMILIES for p in family_files(family)}
+    checked |= set(glob.glob(os.path.join(CONFIG_DIR, "shakespeare_char_*.py")))
+    stray = sorted(os.path.basename(p) for p in set(glob.glob(os.path.join(CONFIG_DIR, "*.py"))) - checked)
+    assert not stray, f"config files in no checked family: {stray}"
+
+
+def test_char_family():
+    paths = sorted(glob.glob(os.path.join(CONFIG_DIR, "shakespeare_char_*.py")))
+    assert [os.path.basename(p) for p in paths] == [f"shakespeare_char_{w}.py" for w in sorted(CHAR_WIDTHS)]
+    configs = {w: load_config(os.path.join(CONFIG_DIR, f"shakespeare_char_{w}.py")) for w in CHAR_WIDTHS}
+    for width, cfg in configs.items():
+        unknown = set(cfg) - TRAIN_CONFIG_KEYS
+        assert not unknown, f"shakespeare_char_{width}.py assigns unknown keys {sorted(unknown)}"
+        assert cfg["n_embd"] == width and cfg["n_head"] == CHAR_WIDTHS[width]
+        assert cfg["out_dir"] == f"out-shakespeare-char-{width}" and cfg["tp"] == 1
+        for tracks in CHAR_TRACKS:  # every track holds whole heads
+            assert cfg["n_head"] % tracks == 0 and cfg["n_embd"] % cfg["n_head"] == 0
+        for policy, syncs in CHAR_POLICY_SYNCS.items():
+            assert count_syncs(policy, cfg["n_layer"]) == syncs, policy
+    recipe = {k: configs[384][k] for k in NANOGPT_SHAKESPEARE_CHAR}
+    assert recipe == NANOGPT_SHAKESPEARE_CHAR
+    narrow, wide = configs[384], configs[768]
+    diff = sorted(k for k in set(narrow) | set(wide) if narrow.get(k, "<unset>") != wide.get(k, "<unset>"))
+    assert diff == ["n_embd", "n_head", "out_dir"]
+
+
+def test_char_policies_match_model_parser():
+    try:
+        import sys
+        sys.path.insert(0, ROOT)
+        from model.sync_policy import parse_sync_policy
+    except Exception as e:
+        pytest.skip(f"model.sync_policy not available: {e!r}")
+    for policy, syncs in CHAR_POLICY_SYNCS.items():
+        assert parse_sync_policy(policy, 6).n_syncs == syncs, policy
+    # spd is the grouped family's first member: the same sync points as grouped:1
+    assert parse_sync_policy("spd", 6).sync == parse_sync_policy("grouped:1", 6).sync
+
+
 def test_owt_tokens_per_iter():
     cfg = load_config(os.path.join(CONFIG_DIR, "train_grouped_6sync.py"))
     assert cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"] == 491_520
@@ -135,10 +197,10 @@ def test_keys_match_trainconfig():
         fields = {f.name for f in dataclasses.fields(TrainConfig)}
     except Exception as e:  # not written yet, or not a dataclass
         pytest.skip(f"configurator.TrainConfig not available: {e!r}")
-    for family in FAMILIES:
-        for path in family_files(family):
-            unknown = set(load_config(path)) - fields
-            assert not unknown, f"{os.path.basename(path)} assigns keys TrainConfig lacks: {sorted(unknown)}"
+    char = sorted(glob.glob(os.path.join(CONFIG_DIR, "shakespeare_char_*.py")))
+    for path in [p for family in FAMILIES for p in family_files(family)] + char:
+        unknown = set(load_config(path)) - fields
+        assert not unknown, f"{os.path.basename(path)} assigns keys TrainConfig lacks: {sorted(unknown)}"
 
 
 def test_sync_counts_match_model_parser():

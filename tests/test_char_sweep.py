@@ -1,0 +1,185 @@
+"""experiments/char_sweep.py: the grid, the BPE extra seeds' configs, paired initialization, and a CPU smoke
+run of the machinery (tiny model, synthetic data): logs copied, checkpoints gone, finished runs skipped,
+a stopped run resumed from its scratch checkpoint to the losses of an uninterrupted one, the pack."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from tests.conftest import REPO, run_env
+
+sys.path.insert(0, os.path.join(REPO, "experiments"))
+import char_sweep  # noqa: E402
+
+SCRIPT = os.path.join(REPO, "experiments", "char_sweep.py")
+SMOKE_RUNS = ["w384-n6-baseline-s1337", "w384-n6-grouped6-s1337"]
+SMOKE_ARGS = ["w384-n6-s1337", "--smoke", "--policies", "baseline,grouped6", "--set", "dataset=syn", "--poll", "0.2"]
+
+
+def sweep(workdir, *args, check=True):
+    proc = subprocess.run([sys.executable, SCRIPT, *args, "--workdir", workdir], env=run_env(),
+                          capture_output=True, text=True, timeout=180)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"char_sweep.py failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                             f"{proc.stderr[-3000:]}")
+    return proc
+
+
+def evals(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return {r["iter"]: r["val_loss"] for r in records if r["type"] == "eval"}
+
+
+# ---------------------------------------------------------------- the grid
+def test_grid():
+    runs = char_sweep.runs_of("char")
+    names = [r.name for r in runs]
+    assert len(names) == len(set(names)) == 2 * 2 * 7 * 3
+    assert names[:7] == [f"w384-n2-{p}-s1337" for p in
+                         ("baseline", "spd", "parallel", "ladder", "grouped2", "grouped3", "grouped6")]
+    # the sub-parts of each width x n_tracks part cover it exactly, seed by seed
+    for part in ("w384-n2", "w384-n6", "w768-n2", "w768-n6"):
+        whole = [r.name for r in char_sweep.runs_of(part)]
+        assert whole == [n for s in (1337, 1338, 1339) for n in (r.name for r in char_sweep.runs_of(f"{part}-s{s}"))]
+    syncs = {"baseline": 12, "spd": 6, "parallel": 6, "ladder": 12, "grouped:2": 3, "grouped:3": 2, "grouped:6": 1}
+    from model.sync_policy import parse_sync_policy
+    for r in runs:
+        cfg = char_sweep.planned_config(r, "scratch")
+        width, tracks = int(r.name.split("-")[0][1:]), int(r.name.split("-")[1][1:])
+        assert (cfg["n_embd"], cfg["n_tracks"], cfg["seed"], cfg["sync_policy"]) == (width, tracks, r.seed, r.policy)
+        assert cfg["n_head"] % cfg["n_tracks"] == 0 and cfg["tp"] == 1 and cfg["max_iters"] == 5000
+        assert parse_sync_policy(cfg["sync_policy"], cfg["n_layer"]).n_syncs == syncs[r.policy]
+        assert cfg["out_dir"] == os.path.join("scratch", "experiments_char-sweep", r.name)  # never experiments/
+    assert [r.name for r in char_sweep.runs_of("w768-n6", policies={"grouped6"}, seeds={1338})] == \
+        ["w768-n6-grouped6-s1338"]
+
+
+@pytest.mark.parametrize("part", ["bpe1", "bpe2", "bpe3"])
+def test_bpe_extra_seeds_repeat_the_stored_runs(part):
+    """Each new seed of the BPE sweep has the stored seed-1337 run's config but for seed and out_dir."""
+    runs = char_sweep.runs_of(part)
+    assert len(runs) == 6 and {r.seed for r in runs} == {1338, 1339}
+    for r in runs:
+        base, seed = r.name.split("_seed")
+        with open(os.path.join(REPO, "experiments", "shakespeare-sweep", base, "config.json")) as f:
+            stored = json.load(f)
+        planned = char_sweep.planned_config(r, "scratch")
+        assert stored["seed"] == 1337 and planned["seed"] == int(seed)
+        diff = sorted(k for k in stored if k not in ("seed", "out_dir", "derived") and planned.get(k) != stored[k])
+        assert not diff, f"{r.name} differs from the stored {base} in {diff}"
+        # keys the trainer gained after the stored runs: torch.compile settings, unused by these eager runs
+        assert set(planned) - set(stored) <= {"compile_backend", "compile_mode"} and planned["compile"] is False
+    assert sorted(r.name.split("_seed")[0] for p in ("bpe1", "bpe2", "bpe3") for r in char_sweep.runs_of(p)) == \
+        sorted(2 * ["grouped_2sync", "grouped_3sync", "grouped_4sync", "grouped_6sync", "spd_12sync", "parallel_12sync",
+                    "selective_9sync", "datadriven_9sync", "datadriven_6sync"])
+
+
+def test_a_seed_gives_every_policy_and_n_tracks_the_same_init():
+    """The trainer's init: torch.manual_seed(seed), then GPT(...) draws the full weights. The parameters do not
+    depend on the policy (nor on n_tracks), so a seed pairs every run of a width; another seed differs."""
+    import torch
+    from model.gpt import GPT, GPTConfig
+
+    def init(policy, tracks, seed):
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(block_size=32, vocab_size=76, n_layer=6, n_head=6, n_embd=48, dropout=0.2,
+                              bias=False, n_tracks=tracks, sync_policy=policy))
+        return model.state_dict()
+
+    ref = init("baseline", 2, 1337)
+    for policy in char_sweep.CHAR_POLICIES:
+        for tracks in char_sweep.CHAR_TRACKS:
+            sd = init(policy, tracks, 1337)
+            assert sd.keys() == ref.keys()
+            assert all(torch.equal(sd[k], ref[k]) for k in ref), (policy, tracks)
+    other = init("baseline", 2, 1338)
+    assert not torch.equal(other["transformer.h.0.attn.c_attn.weight"], ref["transformer.h.0.attn.c_attn.weight"])
+
+
+# ---------------------------------------------------------------- the machinery, on CPU
+@pytest.fixture(scope="module")
+def smoke(workdir):
+    """Two smoke runs of one part, with a pack; the sweep dirs land under workdir/out-sweep-smoke."""
+    pack_dir = os.path.join(workdir, "pack")
+    proc = sweep(workdir, *SMOKE_ARGS, "--pack", pack_dir)
+    return workdir, pack_dir, proc.stdout
+
+
+def test_smoke_runs_keep_logs_only(smoke):
+    workdir, pack_dir, out = smoke
+    root = os.path.join(workdir, "out-sweep-smoke")
+    for name in SMOKE_RUNS:
+        run = os.path.join(root, "experiments", "char-sweep", name)
+        assert sorted(os.listdir(run)) == ["config.json", "log.txt", "metrics.jsonl"]
+        assert sorted(evals(run)) == [0, 2, 4]  # the eval at max_iters: finished
+        with open(os.path.join(run, "config.json")) as f:
+            cfg = json.load(f)
+        assert (cfg["seed"], cfg["n_tracks"], cfg["dataset"]) == (1337, 6, "syn")
+    scratch = os.path.join(root, "scratch", "experiments_char-sweep")
+    assert sorted(os.listdir(scratch)) == [f"{n}.out" for n in SMOKE_RUNS]  # run dirs, checkpoints included, gone
+    assert not [f for _, _, files in os.walk(workdir) for f in files if f.endswith(".pt")]
+    with tarfile.open(os.path.join(pack_dir, char_sweep.PACK_NAME)) as tar:
+        assert sorted(tar.getnames()) == sorted(f"experiments/char-sweep/{n}/{f}" for n in SMOKE_RUNS
+                                                for f in ("config.json", "log.txt", "metrics.jsonl"))
+    assert "2 runs: 0 done, 2 to run" in out
+
+
+def test_finished_runs_are_skipped_and_a_changed_plan_is_refused(smoke):
+    workdir, _, _ = smoke
+    run = os.path.join(workdir, "out-sweep-smoke", "experiments", "char-sweep", SMOKE_RUNS[0], "metrics.jsonl")
+    mtime = os.path.getmtime(run)
+    out = sweep(workdir, *SMOKE_ARGS).stdout
+    assert "2 runs: 2 done, 0 to run" in out and os.path.getmtime(run) == mtime
+    proc = sweep(workdir, *SMOKE_ARGS, "--set", "eval_iters=3", check=False)
+    assert proc.returncode == 1 and "differs from the plan in ['eval_iters']" in proc.stderr
+
+
+def test_stopped_run_resumes_from_scratch_checkpoint(smoke):
+    """A run stopped after its iteration-2 checkpoint (made here by the trainer with max_iters=2, then its
+    config.json given the planned max_iters, as a killed run leaves it) is resumed by the sweep and ends
+    with the losses of the uninterrupted smoke run."""
+    workdir, _, _ = smoke
+    root = os.path.join(workdir, "resumed")
+    (run,) = char_sweep.runs_of("w384-n6-s1337", sets=["--dataset=syn"], smoke=True, policies={"grouped6"})
+    scratch = os.path.join(root, "scratch")
+    partial = subprocess.run([sys.executable, char_sweep.TRAIN_SCRIPT, *run.argv(scratch, ["--max_iters=2"])],
+                             cwd=workdir, env=run_env(), capture_output=True, text=True, timeout=120)
+    assert partial.returncode == 0, partial.stderr[-2000:]
+    tmp = run.scratch_dir(scratch)
+    with open(os.path.join(tmp, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["max_iters"] = 4
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    assert char_sweep.run_state(run, root, scratch) == "resume"
+    out = sweep(workdir, *SMOKE_ARGS, "--policies", "grouped6", "--jobs", "1", "--root", root,
+                "--scratch", scratch).stdout
+    assert "1 resume from scratch checkpoints" in out
+    final = run.final_dir(root)
+    with open(os.path.join(final, "log.txt")) as f:
+        assert "resumed from" in f.read()
+    reference = evals(os.path.join(workdir, "out-sweep-smoke", "experiments", "char-sweep", SMOKE_RUNS[1]))
+    assert evals(final) == pytest.approx(reference, abs=1e-5)
+    assert not os.path.exists(tmp)
+
+
+def test_collect_finished_scratch_run_and_deadline(smoke):
+    workdir, _, _ = smoke
+    root, scratch = os.path.join(workdir, "collect"), os.path.join(workdir, "collect-scratch")
+    (run,) = char_sweep.runs_of("w384-n6-s1337", sets=["--dataset=syn"], smoke=True, policies={"baseline"})
+    # a run that finished in scratch but whose logs were not copied yet (the sweep was killed in between)
+    shutil.copytree(os.path.join(workdir, "out-sweep-smoke", "experiments", "char-sweep", SMOKE_RUNS[0]),
+                    run.scratch_dir(scratch))
+    assert char_sweep.run_state(run, root, scratch) == "collect"
+    out = sweep(workdir, *SMOKE_ARGS, "--policies", "baseline", "--root", root, "--scratch", scratch).stdout
+    assert "1 runs: 1 done, 0 to run" in out and os.path.exists(os.path.join(run.final_dir(root), "log.txt"))
+    # a deadline before any run can finish: the run is stopped, the exit code says 'incomplete'
+    proc = sweep(workdir, *SMOKE_ARGS, "--policies", "grouped6", "--root", root, "--scratch", scratch,
+                 "--deadline", "0.3", check=False)
+    assert proc.returncode == 3 and ("stopped at deadline" in proc.stdout or "not started" in proc.stdout)
+    assert not os.path.exists(os.path.join(root, "experiments", "char-sweep", SMOKE_RUNS[1]))
