@@ -5,6 +5,8 @@
 #   bash bench/gpu_suite.sh tp1 OUT_DIR [PARTS]   # 1 GPU: tp=1
 #   bash bench/gpu_suite.sh train2 OUT_DIR        # 2 GPUs: bench/train_throughput.py (all groups; then the
 #                                                 # compiled-overlap and compiled-graphs modes in OUT_DIR/overlap)
+#   bash bench/gpu_suite.sh decode2 OUT_DIR       # 2 GPUs: tp_latency decode/prefill, eager, graph, compiled,
+#                                                 # compiled+graph (issue 14; not run yet)
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python bench/tp_latency.py --merge`.
@@ -32,7 +34,8 @@ case $mode in
   tp2) launch=(torchrun --standalone --nproc_per_node=2); tracks="4,2" ;;
   tp4) launch=(torchrun --standalone --nproc_per_node=4); tracks="4" ;;
   train2) launch=(torchrun --standalone --nproc_per_node=2); parts=train ;;
-  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2" >&2; exit 2 ;;
+  decode2) launch=(torchrun --standalone --nproc_per_node=2); parts=decode ;;
+  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2" >&2; exit 2 ;;
 esac
 if has train; then
   step 380 train_throughput "${launch[@]}" bench/train_throughput.py --warmup 10 --iters 30 \
@@ -41,6 +44,14 @@ if has train; then
   step 190 train_overlap "${launch[@]}" bench/train_throughput.py --warmup 10 --iters 30 --variants tp1,tp2 \
     --modes compiled,compiled-overlap,compiled-graphs --policies "baseline;grouped:4" --tp2_n_tracks 2 \
     --tp1_policies baseline --out_dir "$out/overlap"
+fi
+if has decode; then  # every (policy, floor, workload) compiles once: two steps keep each under its limit
+  for w in decode_b1,decode_b8 prefill_b8; do
+    mkdir -p "$out/$w"
+    step 280 "decode_$w" "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+      --policies "baseline;grouped:3;ladder;parallel" --workloads "$w" --modes eager,graph,compiled,compiled+graph \
+      --warmup 5 --repeats 30 --out_dir "$out/$w"
+  done
 fi
 if has latency124m; then
   step 330 latency_124m "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks $tracks \
