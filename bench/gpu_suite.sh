@@ -46,11 +46,12 @@ if has train; then
     --tp1_policies baseline --out_dir "$out/overlap"
 fi
 if has decode; then  # every (policy, floor, workload) compiles once: two steps keep each under its limit
-  for w in decode_b1,decode_b8 prefill_b8; do
-    mkdir -p "$out/$w"
-    step 280 "decode_$w" "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
-      --policies "baseline;grouped:3;ladder;parallel" --workloads "$w" --modes eager,graph,compiled,compiled+graph \
-      --warmup 5 --repeats 30 --out_dir "$out/$w"
+  for spec in decode:decode_b1,decode_b8 prefill:prefill_b8; do  # name:workloads (names: no commas in $OUT)
+    name=${spec%%:*}
+    mkdir -p "$out/$name"
+    step 280 "latency_$name" "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+      --policies "baseline;grouped:3;ladder;parallel" --workloads "${spec#*:}" \
+      --modes eager,graph,compiled,compiled+graph --warmup 5 --repeats 30 --out_dir "$out/$name"
   done
 fi
 if has latency124m; then
