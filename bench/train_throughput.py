@@ -99,7 +99,10 @@ from tp_latency import call_times, source_commit  # noqa: E402  (bench/ is on sy
 
 # (n_layer, n_head, n_embd, vocab_size, default seq_len). tiny has 4 layers so that grouped:4 and
 # grouped:2 are valid policies of it.
-SIZES = {"124m": (12, 12, 768, 50304, 1024), "tiny": (4, 4, 64, 512, 64)}
+# char384 / char768: the shapes of config/shakespeare_char_{384,768}.py (vocabulary 76, block 256), so
+# the study's loss can be set against measured time (issue 15: run with --batch_size 64).
+SIZES = {"124m": (12, 12, 768, 50304, 1024), "tiny": (4, 4, 64, 512, 64),
+         "char384": (6, 6, 384, 76, 256), "char768": (6, 12, 768, 76, 256)}
 POLICIES = ["baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:3", "grouped:4", "grouped:6",
             "selective:m0-3,m5,m7,m9-11"]
 GROUPS = ["plain", "tp1", "tp2", "dp2"]
@@ -258,7 +261,7 @@ def build_parser():
     p.add_argument("--no_fullgraph", action="store_true",
                    help="compile without fullgraph=True (graph breaks fall back to eager instead of failing)")
     p.add_argument("--batch_size", type=int, default=12)
-    p.add_argument("--seq_len", type=int, default=None, help="default: 1024 (124m), 64 (tiny)")
+    p.add_argument("--seq_len", type=int, default=None, help="default: the size's block (124m 1024, tiny 64, char 256)")
     p.add_argument("--micro_steps", type=int, default=1, help="micro-batches per iteration (gradient accumulation)")
     p.add_argument("--warmup", type=int, default=20, help="untimed iterations first (compilation included)")
     p.add_argument("--iters", type=int, default=40, help="timed iterations")
