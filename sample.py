@@ -8,11 +8,17 @@
 Loads out_dir/ckpt.pt (full, unsharded weights, whatever tp trained it) into the model sharded
 over --tp ranks (default: all processes). Text is encoded with the dataset's meta.pkl for
 character-level datasets, else with the offline GPT-2 BPE (data/gpt2_tokenizer.py). Every TP
-rank draws the same tokens (same seed; logits are replicated); rank 0 prints. --decode=compiled
-decodes with a static KV cache and one compiled step for every position (GPT.generate).
+rank draws the same tokens (same seed; logits are replicated); rank 0 prints the samples, and to
+stderr each sample's decode time and tokens/s (the first sample's includes compiling and capturing).
+
+--decode (GPT.generate): auto (default) is graph on CUDA and eager on CPU; graph = a static KV
+cache, one torch.compile(fullgraph=True) decode step for every position, captured once as a CUDA
+graph and replayed per token; compiled = the same without the graph; eager = nanoGPT's loop.
 """
 import os
+import statistics
 import sys
+import time
 from contextlib import nullcontext
 
 import torch
@@ -37,8 +43,9 @@ def parse_args(argv):
     p.add_argument("--tp", type=ascii_int, default=None, help="tensor-parallel degree (default: the world size)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
-    p.add_argument("--decode", choices=("eager", "compiled"), default="eager",
-                   help="compiled: a static KV cache and one torch.compile(fullgraph=True) decode step")
+    p.add_argument("--decode", choices=("auto", "eager", "compiled", "graph"), default="auto",
+                   help="auto: graph on CUDA, eager on CPU; compiled: a static KV cache and one "
+                        "torch.compile(fullgraph=True) decode step; graph: that step as a CUDA graph")
     args = p.parse_args(argv)
     for name in ("num_samples", "max_new_tokens"):
         if getattr(args, name) < 1:
@@ -91,6 +98,11 @@ def main(argv):
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device=cuda but CUDA is not available")
     device_type = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    if args.decode == "auto":
+        args.decode = "graph" if device_type == "cuda" else "eager"
+    if args.decode == "graph" and device_type != "cuda":
+        fail(f"--decode=graph captures a CUDA graph; the device here is {device_type} "
+             f"(use --decode=auto, eager or compiled)")
     tp = args.tp if args.tp is not None else int(os.environ.get("WORLD_SIZE", "1"))
     try:
         mesh = init_mesh(tp, device_type)
@@ -135,13 +147,25 @@ def main(argv):
     x = torch.tensor(ids, dtype=torch.long, device=mesh.device)[None, ...]
 
     torch.manual_seed(args.seed)  # the same stream on every rank: TP ranks must draw the same tokens
+    rates = []
     with torch.no_grad(), autocast:
-        for _ in range(args.num_samples):
+        for i in range(args.num_samples):
+            t0 = time.perf_counter()
             y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None,
                                decode=args.decode)
+            tokens = y[0].tolist()  # waits for the device: the time below is the whole sample's
+            seconds = time.perf_counter() - t0
+            rates.append(args.max_new_tokens / seconds)
             if mesh.is_master:
-                print(decode(y[0].tolist()))
+                print(decode(tokens))
                 print("---------------", flush=True)
+                print(f"sample {i + 1}/{args.num_samples}: {args.max_new_tokens} tokens in {seconds:.3f} s, "
+                      f"{rates[-1]:.1f} tokens/s (decode={args.decode}, {device_type}, tp={mesh.tp})",
+                      file=sys.stderr, flush=True)
+    if mesh.is_master and len(rates) > 1:
+        first = "sample 1" + (", with compile and capture" if args.decode != "eager" else "")
+        print(f"decode: median {statistics.median(rates[1:]):.1f} tokens/s over samples 2-{len(rates)} "
+              f"({first}: {rates[0]:.1f})", file=sys.stderr, flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0

@@ -57,9 +57,24 @@ def profile_calls(fn, calls, cuda):
         sync()
         wall = (time.perf_counter() - t0) * 1e3 / calls
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    # host ops the Python code called directly (their children's time included): where the host time goes
+    host = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU and e.cpu_parent is None]
     if not cuda:  # CPU: count the aten ops instead of kernels
-        kernels = [e for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None]
-    return kernels, wall
+        kernels = [e for e in host if e.name.startswith("aten::")]
+    return kernels, wall, host
+
+
+def host_report(host, calls, top):
+    """Top-level host ops by their total CPU time per call (an op's time includes its children)."""
+    by_name = defaultdict(lambda: [0.0, 0])
+    for e in host:
+        by_name[e.name][0] += e.cpu_time_total / 1e3 / calls
+        by_name[e.name][1] += 1
+    total = sum(ms for ms, _ in by_name.values())
+    lines = [f"host: top-level ops take {total:.3f} ms/call; top {top} (ms/call, calls/call, µs each):"]
+    for name, (ms, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"  {ms:8.3f} {n / calls:6.0f} {1e3 * ms / (n / calls):8.1f}  {name[:100]}")
+    return "\n".join(lines) + "\n"
 
 
 def report(label, kernels, wall, calls, cuda, top):
@@ -132,8 +147,10 @@ def main():
             torch.cuda.synchronize()
         if world > 1:  # start together: else a rank's NCCL kernels time the other's late start
             comm.barrier()
-        kernels, wall = profile_calls(fn, args.calls, cuda)
+        kernels, wall, host = profile_calls(fn, args.calls, cuda)
         sections.append(report(policy, kernels, wall, args.calls, cuda, args.top))
+        if not graph:  # a graph replay is one host call: nothing to break down
+            sections[-1] += host_report(host, args.calls, args.top)
         if rank == 0:
             print(sections[-1], flush=True)
         del model, fn

@@ -244,28 +244,31 @@ class StaticKVCache:
     """A KV cache whose decode step has fixed shapes, so it compiles once (fullgraph) for every
     position and can be replayed as a CUDA graph: buffers of max_len positions, the position a
     device tensor, and one token's attention reads the whole buffer under the mask
-    (index <= pos). Prefill (T > 1) always starts at position 0 (after reset()) and runs eagerly."""
+    (index <= pos). Prefill (T > 1) always starts at position 0 (after reset()) and runs eagerly.
+    Once allocated, the buffers and `pos` are only ever written in place: a captured graph keeps
+    reading the same memory across reset() and refill."""
 
     def __init__(self, n_layer, max_len):
         self.k, self.v = [None] * n_layer, [None] * n_layer
         self.max_len = max_len
-        self.pos = None  # [1] long tensor on the device, set by the prefill
+        self.pos = None  # [1] long tensor on the device, allocated by the first prefill
+        self.filled = False  # False: the next forward is a prefill from position 0
 
     def reset(self):
         """Refill from position 0 (the buffers are kept: a captured CUDA graph keeps reading them)."""
-        self.pos = None
+        self.filled = False
 
     def positions(self, T, block_size, device):
-        if T == 1 and self.pos is not None:
+        if T == 1 and self.filled:
             return self.pos
-        if self.pos is not None or T > self.max_len:
+        if self.filled or T > self.max_len:
             raise ValueError(f"StaticKVCache: a prefill of {T} tokens needs an empty cache of at least "
                              f"{T} positions (reset() it; it holds {self.max_len})")
         return torch.arange(T, dtype=torch.long, device=device)
 
     def update(self, layer, k, v, max_len):
         T = k.shape[2]
-        if self.pos is None:  # prefill: the keys of the prompt are all it attends to
+        if not self.filled:  # prefill: the keys of the prompt are all it attends to
             if self.k[layer] is None or self.k[layer].shape[:2] != k.shape[:2]:
                 B, H, _, hs = k.shape
                 self.k[layer] = k.new_zeros(B, H, self.max_len, hs)
@@ -278,15 +281,18 @@ class StaticKVCache:
         return self.k[layer], self.v[layer]
 
     def attention_mask(self):
-        if self.pos is None:
+        if not self.filled:
             return None  # prefill: causal over the prompt
         return (torch.arange(self.max_len, device=self.pos.device) <= self.pos).view(1, -1)  # [Tq=1, Tk]
 
     def advance(self, T):
-        if self.pos is None:
+        if self.filled:
+            self.pos.add_(T)
+        elif self.pos is None:
             self.pos = torch.full((1,), T, dtype=torch.long, device=self.k[0].device)
         else:
-            self.pos.add_(T)
+            self.pos.fill_(T)
+        self.filled = True
 
 
 class LayerNorm(nn.Module):
@@ -699,30 +705,44 @@ class GPT(nn.Module):
         return n
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, decode="eager", compile_backend="inductor"):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, decode="auto", compile_backend="inductor"):
         """nanoGPT's sampling loop with a KV cache. Every TP rank draws the same tokens: logits are
         replicated after the final sync and all ranks share one RNG state.
 
         decode="eager": a KVCache whose attention reads the filled prefix (shapes change per token).
         decode="compiled": a StaticKVCache and one torch.compile(fullgraph=True) decode step for
-        every position (the prompt's prefill stays eager). The same tokens up to float rounding."""
-        if decode not in ("eager", "compiled"):
-            raise ValueError(f"decode={decode!r}; allowed: 'eager', 'compiled'")
+        every position (the prompt's prefill stays eager). The same tokens up to float rounding.
+        decode="graph" (CUDA only): the compiled step captured once as a CUDA graph, its TP
+        all-reduces included, and replayed for every token: one launch per token.
+        decode="auto": "graph" on CUDA, "eager" elsewhere."""
+        if decode == "auto":
+            decode = "graph" if idx.is_cuda else "eager"
+        if decode not in DECODE_MODES:
+            raise ValueError(f"decode={decode!r}; allowed: {', '.join(map(repr, ('auto', *DECODE_MODES)))}")
+        if decode == "graph" and not idx.is_cuda:
+            raise ValueError(f"decode='graph' captures a CUDA graph; idx is on {idx.device} "
+                             f"(use decode='compiled' or 'eager' there, or 'auto')")
         window = self.config.block_size
-        if decode == "compiled":
+        if decode == "eager":
+            cache, step = KVCache(self.config.n_layer), self.forward
+        else:
             cache = StaticKVCache(self.config.n_layer, window)
             step = torch.compile(self.forward, fullgraph=True, backend=compile_backend)
-        else:
-            cache, step = KVCache(self.config.n_layer), self.forward
+        replay = None  # decode="graph": the captured step, made at the first decode position
         filled = None  # positions in the cache (host-side count: reading cache.pos would sync)
         for _ in range(max_new_tokens):
             if filled is not None and filled < window:
-                logits, _ = step(idx_next, kv_cache=cache)  # not a view of idx, whose strides grow
+                if decode == "graph":
+                    replay = replay or capture_decode_step(step, cache, idx_next)
+                    logits = replay(idx_next)
+                else:
+                    logits, _ = step(idx_next, kv_cache=cache)  # not a view of idx, whose strides grow
                 filled += 1
             else:  # first step, or the context outgrew block_size: recompute on the cropped window
-                cache = KVCache(self.config.n_layer) if decode == "eager" else cache
-                if decode == "compiled":
-                    cache.reset()
+                if decode == "eager":
+                    cache = KVCache(self.config.n_layer)
+                else:
+                    cache.reset()  # refilled in place: a captured graph stays valid
                 logits, _ = self(idx[:, -window:], kv_cache=cache)
                 filled = min(idx.shape[1], window)
             logits = logits[:, -1, :] / temperature
@@ -732,3 +752,33 @@ class GPT(nn.Module):
             idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
+
+
+DECODE_MODES = ("eager", "compiled", "graph")
+
+
+def capture_decode_step(step, cache, token, warmup=2):
+    """Capture one decode step, step(token, kv_cache=cache) on a filled StaticKVCache, as a CUDA
+    graph; returns replay(token) -> logits (a buffer the next replay overwrites).
+
+    The warm-up calls (which compile the step) decode `token` at the cache's current position and
+    then rewind it: the real step writes the same keys and values there again. The capture itself
+    runs nothing. On a TP group every rank captures, so every rank must call this at the same step."""
+    static_token = token.clone()
+    pos0 = cache.pos.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step(static_token, kv_cache=cache)
+            cache.pos.copy_(pos0)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_logits, _ = step(static_token, kv_cache=cache)
+
+    def replay(token):
+        static_token.copy_(token)
+        graph.replay()
+        return static_logits
+    return replay

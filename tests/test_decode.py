@@ -55,8 +55,35 @@ def test_static_cache_decode_logits_equal_full_forward():
 
 
 def test_bad_decode_mode_is_rejected():
-    with pytest.raises(ValueError, match="decode='graph'"):
-        make("baseline").generate(batch(T=2)[0], 1, decode="graph")
+    model = make("baseline")
+    with pytest.raises(ValueError, match="decode='graph' captures a CUDA graph; idx is on cpu"):
+        model.generate(batch(T=2)[0], 1, decode="graph")
+    with pytest.raises(ValueError, match="decode='fast'; allowed: 'auto', 'eager', 'compiled', 'graph'"):
+        model.generate(batch(T=2)[0], 1, decode="fast")
+
+
+def test_auto_decode_on_cpu_is_the_eager_path():
+    model = make("spd").eval()
+    prompt, _ = batch(B=2, T=5)
+    assert torch.equal(sample(model, "auto", prompt, 6), sample(model, "eager", prompt, 6))
+
+
+def test_static_cache_refill_writes_the_same_memory():
+    """A captured graph reads the cache's buffers and position by address: reset() and a new
+    prefill must reuse them, and the position must restart at the new prompt's length."""
+    model = make("grouped:2").eval()
+    idx, _ = batch(T=12)
+    cache = StaticKVCache(SMALL["n_layer"], SMALL["block_size"])
+    with torch.no_grad():
+        model(idx[:, :6], kv_cache=cache)
+        model(idx[:, 6:7], kv_cache=cache)
+        pos, k0 = cache.pos, cache.k[0].data_ptr()
+        assert cache.pos.tolist() == [7]
+        cache.reset()
+        model(idx[:, :4], kv_cache=cache)
+        assert cache.pos is pos and cache.pos.tolist() == [4] and cache.k[0].data_ptr() == k0
+        step, _ = model(idx[:, 4:5], kv_cache=cache)
+    torch.testing.assert_close(step, model(idx[:, :5])[0], atol=1e-12, rtol=0)
 
 
 def _tp2_worker(rank, world_size):

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -198,11 +199,15 @@ def test_sample_is_the_same_at_tp1_and_tp2(workdir, reference_run):
     """sample.py loads the full checkpoint at any tp; TP ranks draw the same tokens as one process."""
     sample = os.path.join(REPO, "sample.py")
     args = [f"--out_dir={reference_run}", "--prompt=the ", "--num_samples=2", "--max_new_tokens=30"]
-    one = run_train(args, workdir, script=sample).stdout
+    proc = run_train(args, workdir, script=sample)
+    one = proc.stdout
     two = run_train(args + ["--tp=2"], workdir, nproc=2, script=sample).stdout
     texts = one.split("---------------\n")[:-1]
     assert len(texts) == 2 and all(t.startswith("the ") and len(t) == len("the ") + 30 + 1 for t in texts)
     assert two == one
+    # on CPU --decode=auto is eager; each sample's decode rate goes to stderr, then the median of samples 2..n
+    assert re.search(r"sample 2/2: 30 tokens in [0-9.]+ s, [0-9.]+ tokens/s \(decode=eager, cpu, tp=1\)", proc.stderr)
+    assert re.search(r"decode: median [0-9.]+ tokens/s over samples 2-2", proc.stderr)
 
 
 def test_wandb_offline_or_clear_error(workdir, monkeypatch):

@@ -1,0 +1,119 @@
+"""Decode speed of sample.py itself: tokens/s per --decode mode, at each TP degree, side by side.
+
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1      # on the lent H200 machines
+    python bench/sample_decode.py --nprocs 1,2 --modes eager,compiled,graph --out_dir bench/results
+    python bench/sample_decode.py --shape tiny --nprocs 1,2 --modes eager,compiled --device cpu   # CPU smoke
+
+For each policy of --policies it writes a checkpoint of --shape (124m: GPT-2 small, 12 x 768,
+vocabulary 50257, block 1024; random init: decode time does not depend on the weights) with
+n_tracks --n_tracks, then runs the real sample.py on it once per (TP degree, decode mode), as a user
+would (torchrun for TP > 1): --num_samples samples of --max_new_tokens tokens each, from one prompt.
+sample.py reports each sample's tokens/s; the table holds the median over samples 2..n (sample 1
+includes compilation and graph capture) and each mode's speed-up over eager at the same TP degree.
+
+Same tokens. With --check_tokens N, each (policy, TP degree) is also sampled in float32 for N tokens
+in every mode, and the table says whether each mode's text equals eager's. (In bf16 a compiled
+kernel may round differently from eager, and one flipped draw changes every later token, so the
+check runs in float32; the timed runs use --dtype.)
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from bench.tp_latency import source_commit  # noqa: E402
+
+SHAPES = {  # model_args of the checkpoint sample.py loads
+    "124m": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257),
+    "tiny": dict(n_layer=2, n_head=4, n_embd=32, block_size=64, vocab_size=50257),
+}
+PROMPT = "ROMEO: Is the day so young?"
+RATE = re.compile(r"^decode: median ([0-9.]+) tokens/s", re.M)
+
+
+def write_random_checkpoint(out_dir, shape, policy, n_tracks):
+    import torch
+    from checkpoint import write_checkpoint
+    from model.gpt import GPT, GPTConfig
+    args = dict(SHAPES[shape], bias=False, dropout=0.0, n_tracks=n_tracks, sync_policy=policy)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**args))
+    os.makedirs(out_dir, exist_ok=True)
+    write_checkpoint([os.path.join(out_dir, "ckpt.pt")],
+                     {"model": model.state_dict(), "model_args": args, "config": {"dataset": "openwebtext"}})
+
+
+def run_sample(ckpt_dir, nproc, mode, tokens, samples, dtype, device):
+    launch = [sys.executable] if nproc == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    argv = [*launch, os.path.join(REPO, "sample.py"), f"--out_dir={ckpt_dir}", f"--prompt={PROMPT}",
+            f"--num_samples={samples}", f"--max_new_tokens={tokens}", f"--decode={mode}", f"--dtype={dtype}",
+            f"--device={device}", "--seed=1337"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[-9:])} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    match = RATE.search(proc.stderr)
+    return (float(match.group(1)) if match else None), proc.stdout
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="124m")
+    p.add_argument("--policies", default="baseline", help="comma-separated sync policies (one checkpoint each)")
+    p.add_argument("--n_tracks", type=int, default=2)
+    p.add_argument("--nprocs", default="1,2", help="comma-separated TP degrees (processes of sample.py)")
+    p.add_argument("--modes", default="eager,compiled,graph")
+    p.add_argument("--max_new_tokens", type=int, default=200)
+    p.add_argument("--num_samples", type=int, default=3)
+    p.add_argument("--check_tokens", type=int, default=0, help="float32 token check length (0: none)")
+    p.add_argument("--dtype", default="auto", help="sample.py --dtype of the timed runs")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--out_dir", default=None, help="write sample_decode.md there")
+    args = p.parse_args(argv)
+    modes, nprocs = args.modes.split(","), [int(n) for n in args.nprocs.split(",")]
+    if args.num_samples < 2:
+        p.error(f"--num_samples must be >= 2 (sample 1 includes compilation), got {args.num_samples}")
+    import torch
+    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    where = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    lines = [f"# sample.py decode speed ({args.shape}, n_tracks {args.n_tracks}, {args.max_new_tokens} tokens "
+             f"x {args.num_samples} samples, dtype {args.dtype}; {where}, torch {torch.__version__}, "
+             f"commit {source_commit()})\n",
+             "| policy | tp | decode | tokens/s (median, samples 2..n) | ms/token | × eager |"
+             + (f" same {args.check_tokens} tokens as eager (fp32) |" if args.check_tokens else ""),
+             "|---|---:|---|---:|---:|---:|" + ("---|" if args.check_tokens else "")]
+    with tempfile.TemporaryDirectory() as tmp:
+        for policy in args.policies.split(","):
+            ckpt_dir = os.path.join(tmp, policy.replace(":", ""))
+            write_random_checkpoint(ckpt_dir, args.shape, policy, args.n_tracks)
+            for nproc in nprocs:
+                rates, texts = {}, {}
+                for mode in modes:
+                    rates[mode], _ = run_sample(ckpt_dir, nproc, mode, args.max_new_tokens, args.num_samples,
+                                                args.dtype, device)
+                    if args.check_tokens:
+                        _, texts[mode] = run_sample(ckpt_dir, nproc, mode, args.check_tokens, 1, "float32", device)
+                    rate, eager = rates[mode], rates.get("eager")
+                    row = (f"| {policy} | {nproc} | {mode} | {rate:.1f} | {1e3 / rate:.3f} | "
+                           f"{rate / eager:.2f} |" if eager else f"| {policy} | {nproc} | {mode} | {rate:.1f} | "
+                           f"{1e3 / rate:.3f} | |")
+                    if args.check_tokens:
+                        row += f" {'yes' if texts[mode] == texts.get('eager', texts[mode]) else 'NO'} |"
+                    lines.append(row)
+                    print(row, flush=True)
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if args.out_dir:
+        os.makedirs(args.out_dir, exist_ok=True)
+        with open(os.path.join(args.out_dir, "sample_decode.md"), "w") as f:
+            f.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
