@@ -5,8 +5,9 @@
 #   bash bench/gpu_suite.sh tp1 OUT_DIR [PARTS]   # 1 GPU: tp=1
 #   bash bench/gpu_suite.sh train2 OUT_DIR        # 2 GPUs: bench/train_throughput.py (all groups; then the
 #                                                 # compiled-overlap and compiled-graphs modes in OUT_DIR/overlap)
-#   bash bench/gpu_suite.sh decode2 OUT_DIR       # 2 GPUs: tp_latency decode/prefill, eager, graph, compiled,
-#                                                 # compiled+graph (issue 14; not run yet)
+#   bash bench/gpu_suite.sh decode2 OUT_DIR       # 2 GPUs (issue 14): tp_latency decode_b1 in every mode,
+#                                                 # an eager decode profile, sample.py tokens/s at tp 1 and 2
+#                                                 # (bench/sample_decode.py), then batch-8 decode and prefill
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python bench/tp_latency.py --merge`.
@@ -45,14 +46,18 @@ if has train; then
     --modes compiled,compiled-overlap,compiled-graphs --policies "baseline;grouped:4" --tp2_n_tracks 2 \
     --tp1_policies baseline --out_dir "$out/overlap"
 fi
-if has decode; then  # every (policy, floor, workload) compiles once: two steps keep each under its limit
-  for spec in decode:decode_b1,decode_b8 prefill:prefill_b8; do  # name:workloads (names: no commas in $OUT)
-    name=${spec%%:*}
-    mkdir -p "$out/$name"
-    step 280 "latency_$name" "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
-      --policies "baseline;grouped:3;ladder;parallel" --workloads "${spec#*:}" \
-      --modes eager,graph,compiled,compiled+graph --warmup 5 --repeats 30 --out_dir "$out/$name"
-  done
+if has decode; then  # every (policy, floor, workload) compiles once: the steps' limits keep the call under 10 min
+  mkdir -p "$out/decode" "$out/batch8" "$out/sample"
+  step 210 latency_decode "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+    --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 \
+    --modes eager,graph,compiled,compiled+graph --warmup 5 --repeats 30 --out_dir "$out/decode"
+  step 50 profile_decode_eager "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
+    --mode eager --policies "baseline;grouped:3" --torch_tp --calls 20 --out_dir "$out/decode"
+  step 190 sample_decode python bench/sample_decode.py --nprocs 1,2 --modes eager,graph --policies baseline \
+    --n_tracks 2 --max_new_tokens 200 --num_samples 3 --check_tokens 48 --out_dir "$out/sample"
+  step 100 latency_batch8 "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+    --policies "baseline;grouped:3" --workloads decode_b8,prefill_b8 --modes graph,compiled+graph \
+    --warmup 5 --repeats 30 --out_dir "$out/batch8"
 fi
 if has latency124m; then
   step 330 latency_124m "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks $tracks \
