@@ -748,7 +748,8 @@ class GPT(nn.Module):
             logits = logits[:, -1, :] / temperature
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("Inf")
+                # masked_fill, not logits[mask] = -inf: boolean indexing waits for the device every token
+                logits = logits.masked_fill(logits < v[:, [-1]], -float("Inf"))
             idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
