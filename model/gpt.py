@@ -416,7 +416,10 @@ class GPT(nn.Module):
         """Replicated params used inside track-local regions, through one f: their grads get summed.
         Returns a list aligned with the plan's slots."""
         tensors = self._partial_tensors
-        if not tensors or not torch.is_grad_enabled():
+        if not tensors or not torch.is_grad_enabled() or comm.group_size(self.tp_group) == 1:
+            # One rank: nothing to sum. Also sidesteps a miscompile: compiled by inductor on CUDA
+            # (torch 2.11, tp=1), the grads of these params came out equal to the params themselves
+            # (grad norm 67.9 = ||12 LayerNorm weights of ones|| at init, grouped:2, 6 x 384).
             return tensors
         flat = comm.copy_to_tp_region(torch.cat([t.reshape(-1) for t in tensors]), self.tp_group, "tp_grad")
         return [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
