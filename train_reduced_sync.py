@@ -637,6 +637,10 @@ def main(argv):
     if wandb is not None:
         wandb.finish()
     if dist.is_initialized():
+        # every rank done with every collective before any tears its group down: a gloo rank that
+        # exited while a peer still talked to it aborted once ("terminate called without an active
+        # exception", dp2 x tp2 on a loaded CPU)
+        comm.barrier()
         dist.destroy_process_group()
     return 0
 

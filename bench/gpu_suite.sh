@@ -8,6 +8,8 @@
 #   bash bench/gpu_suite.sh decode2 OUT_DIR       # 2 GPUs (issue 14): tp_latency decode_b1 in every mode,
 #                                                 # an eager decode profile, sample.py tokens/s at tp 1 and 2
 #                                                 # (bench/sample_decode.py), then batch-8 decode and prefill
+#   bash bench/gpu_suite.sh check2 OUT_DIR        # 2 GPUs: bench/compile_check.py, compiled vs eager gradients
+#                                                 # with inductor on CUDA, every policy, tp=1 then tp=2
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python bench/tp_latency.py --merge`.
@@ -36,7 +38,8 @@ case $mode in
   tp4) launch=(torchrun --standalone --nproc_per_node=4); tracks="4" ;;
   train2) launch=(torchrun --standalone --nproc_per_node=2); parts=train ;;
   decode2) launch=(torchrun --standalone --nproc_per_node=2); parts=decode ;;
-  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2" >&2; exit 2 ;;
+  check2) launch=(torchrun --standalone --nproc_per_node=2); parts=check ;;
+  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2, check2" >&2; exit 2 ;;
 esac
 if has train; then
   step 380 train_throughput "${launch[@]}" bench/train_throughput.py --warmup 10 --iters 30 \
@@ -45,6 +48,10 @@ if has train; then
   step 190 train_overlap "${launch[@]}" bench/train_throughput.py --warmup 10 --iters 30 --variants tp1,tp2 \
     --modes compiled,compiled-overlap,compiled-graphs --policies "baseline;grouped:4" --tp2_n_tracks 2 \
     --tp1_policies baseline --out_dir "$out/overlap"
+fi
+if has check; then
+  CUDA_VISIBLE_DEVICES=0 step 150 compile_check_tp1 python bench/compile_check.py --out_dir "$out"
+  step 200 compile_check_tp2 "${launch[@]}" bench/compile_check.py --out_dir "$out"
 fi
 if has decode; then  # every (policy, floor, workload) compiles once: the steps' limits keep the call under 10 min
   mkdir -p "$out/decode" "$out/batch8" "$out/sample"

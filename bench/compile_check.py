@@ -1,0 +1,115 @@
+"""Compiled against eager on the real device: the loss and every gradient, per sync policy, over a few
+training steps, at the TP degree of the launch.
+
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1      # on the lent H200 machines
+    python bench/compile_check.py                                     # 1 GPU: tp=1
+    torchrun --standalone --nproc_per_node=2 bench/compile_check.py   # 2 GPUs: tp=2
+    python bench/compile_check.py --device cpu --steps 1 --policies baseline,grouped:2   # CPU smoke
+
+Why: the CPU tests compare compiled and eager with the aot_eager backend, and inductor on the CPU
+agrees too, yet inductor on CUDA (torch 2.11) once returned the gradients of a region's replicated
+parameters equal to the parameters themselves (EXPERIMENT_SUMMARY.md section 1c). This runs the
+real backend on the real device. Two copies of one GPT (same init; dropout 0, since compiled
+dropout draws other masks; fp32 with TF32 off) take --steps plain SGD steps on the same random
+batches, the eager copy with its own gradients, the compiled copy with its own. At every step the
+losses and each parameter's gradient are compared: max |g_compiled - g_eager| / max |g_eager|
+per parameter. A row fails above --tol; the exit code is 1 if any row fails. Rank 0 prints the table
+and writes <out_dir>/compile_check_tp<N>.md.
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from model.gpt import GPT, GPTConfig  # noqa: E402
+from parallel.mesh import init_mesh  # noqa: E402
+
+SHAPE = dict(n_layer=6, n_head=6, n_embd=384, vocab_size=76, bias=False, dropout=0.0)  # the char-384 study shape
+POLICIES = "baseline,spd,parallel,ladder,grouped:2,grouped:3,grouped:6"
+
+
+def loss_and_grads(run, model, idx, targets):
+    """run: model itself or its compiled wrapper (whose parameter names carry a prefix)."""
+    for p in model.parameters():
+        p.grad = None
+    _, loss = run(idx, targets)
+    loss.backward()
+    return loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def check_policy(policy, args, mesh):
+    config = GPTConfig(**SHAPE, block_size=args.block_size, n_tracks=args.n_tracks, sync_policy=policy)
+
+    def build():  # one seed, one init (GPT draws its full weights from the seeded stream)
+        torch.manual_seed(0)
+        return GPT(config, tp_group=mesh.tp_group).to(mesh.device)
+    eager, twin = build(), build()
+    compiled = torch.compile(twin, fullgraph=True, backend=args.backend)
+    worst = (0.0, "", 0)
+    loss_gap = 0.0
+    for step in range(args.steps):
+        gen = torch.Generator().manual_seed(1000 + step)  # the same batch on every rank
+        idx = torch.randint(0, SHAPE["vocab_size"], (args.batch_size, args.block_size), generator=gen).to(mesh.device)
+        targets = torch.randint(0, SHAPE["vocab_size"], (args.batch_size, args.block_size), generator=gen).to(mesh.device)
+        loss_e, grads_e = loss_and_grads(eager, eager, idx, targets)
+        loss_c, grads_c = loss_and_grads(compiled, twin, idx, targets)
+        loss_gap = max(loss_gap, abs(loss_c.item() - loss_e.item()))
+        for name, g in grads_e.items():
+            rel = ((grads_c[name] - g).abs().max() / g.abs().max().clamp_min(1e-30)).item()
+            if rel > worst[0]:
+                worst = (rel, name, step)
+        with torch.no_grad():
+            for model, grads in ((eager, grads_e), (twin, grads_c)):
+                for name, p in model.named_parameters():
+                    p.sub_(args.lr * grads[name])
+    return loss_gap, worst
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--policies", default=POLICIES, help="comma-separated sync policies")
+    p.add_argument("--n_tracks", type=int, default=2)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--block_size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05, help="SGD step between the checks")
+    p.add_argument("--backend", default="inductor")
+    p.add_argument("--tol", type=float, default=1e-3, help="max allowed relative gradient difference")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--out_dir", default=None)
+    args = p.parse_args(argv)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), None if args.device == "auto" else args.device)
+    where = torch.cuda.get_device_name() if mesh.device.startswith("cuda") else "cpu"
+    lines = [f"# compiled ({args.backend}) vs eager gradients: tp={mesh.tp}, n_tracks {args.n_tracks}, "
+             f"{SHAPE['n_layer']} x {SHAPE['n_embd']}, batch {args.batch_size} x {args.block_size}, {args.steps} "
+             f"SGD steps, fp32; {where}, torch {torch.__version__}\n",
+             "| policy | max loss gap | max rel. grad diff | worst parameter (step) | verdict |", "|---|---:|---:|---|---|"]
+    failed = False
+    for policy in args.policies.split(","):
+        loss_gap, (rel, name, step) = check_policy(policy, args, mesh)
+        ok = rel <= args.tol
+        failed |= not ok
+        where = f"{name} (step {step})" if name else "-"
+        lines.append(f"| {policy} | {loss_gap:.2e} | {rel:.2e} | {where} | {'PASS' if ok else 'FAIL'} |")
+        if mesh.is_master:
+            print(lines[-1], flush=True)
+    if mesh.is_master:
+        table = "\n".join(lines) + "\n"
+        print(table)
+        if args.out_dir:
+            os.makedirs(args.out_dir, exist_ok=True)
+            with open(os.path.join(args.out_dir, f"compile_check_tp{mesh.tp}.md"), "w") as f:
+                f.write(table)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
