@@ -60,9 +60,11 @@ if has decode; then  # every (policy, floor, workload) compiles once: the steps'
     --modes eager,graph,compiled,compiled+graph --warmup 5 --repeats 30 --out_dir "$out/decode"
   step 50 profile_decode_eager "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
     --mode eager --policies "baseline;grouped:3" --torch_tp --calls 20 --out_dir "$out/decode"
-  step 190 sample_decode python bench/sample_decode.py --nprocs 1,2 --modes eager,graph --policies baseline \
+  step 90 profile_decode_compiled_graph "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
+    --mode compiled+graph --policies "baseline;grouped:3" --torch_tp --calls 50 --out_dir "$out/decode"
+  step 150 sample_decode python bench/sample_decode.py --nprocs 1,2 --modes eager,graph --policies baseline \
     --n_tracks 2 --max_new_tokens 200 --num_samples 3 --check_tokens 48 --out_dir "$out/sample"
-  step 100 latency_batch8 "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+  step 90 latency_batch8 "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
     --policies "baseline;grouped:3" --workloads decode_b8,prefill_b8 --modes graph,compiled+graph \
     --warmup 5 --repeats 30 --out_dir "$out/batch8"
 fi

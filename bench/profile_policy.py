@@ -103,7 +103,9 @@ def main():
     p.add_argument("--policies", default="baseline;spd;grouped:4;parallel;ladder", help="';'-separated")
     p.add_argument("--workload", default="prefill_b8", choices=["prefill_b1", "prefill_b8", "decode_b1",
                                                                 "decode_b8", "train_b8"])
-    p.add_argument("--mode", default="graph", choices=["eager", "graph"])
+    p.add_argument("--mode", default="graph", choices=["eager", "graph", "compiled", "compiled+graph"],
+                   help="compiled: torch.compile(model) first (fullgraph for ours; decode through a StaticKVCache)")
+    p.add_argument("--compile_backend", default="inductor", help="for the compiled modes (aot_eager: CPU checks)")
     p.add_argument("--torch_tp", action="store_true", help="also profile PyTorch's TP")
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--top", type=int, default=12)
@@ -119,10 +121,13 @@ def main():
         dist.init_process_group("nccl" if cuda else "gloo")
     group, rank = (dist.group.WORLD, dist.get_rank()) if world > 1 else (None, 0)
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
-    graph = cuda and args.mode == "graph" and not args.workload.startswith("train")
+    graph = cuda and args.mode.endswith("graph") and not args.workload.startswith("train")
+    backend = args.compile_backend if args.mode.startswith("compiled") else None
+    mode_tag = {(False, False): "eager", (False, True): "graph", (True, False): "compiled",
+                (True, True): "compiled_graph"}[(backend is not None, graph)]  # no '+' in file names
     vocab = 50304
     header = (f"# profile: {args.size} n_tracks={args.n_tracks} {args.workload} "
-              f"{'graph' if graph else 'eager'} tp={world}, {args.calls} calls, "
+              f"{mode_tag} tp={world}, {args.calls} calls, "
               f"{torch.cuda.get_device_name() if cuda else 'CPU'}, torch {torch.__version__}\n"
               f"command: {'torchrun --nproc_per_node=%d ' % world if world > 1 else 'python '}{' '.join(sys.argv)}\n")
     sections = [header]
@@ -136,7 +141,8 @@ def main():
         else:
             model = GPT(GPTConfig(**SIZES[args.size], block_size=args.seq_len, vocab_size=vocab,
                                   n_tracks=args.n_tracks, sync_policy=policy), tp_group=group).to(device)
-        fn = make_workload(model, args.workload, args.seq_len, vocab, device, cuda)
+        fn = make_workload(model, args.workload, args.seq_len, vocab, device, cuda, for_graph=graph,
+                           compile_backend=backend)
         if graph:
             fn = as_graph(fn)
         for _ in range(3):
@@ -157,7 +163,7 @@ def main():
     if rank == 0:
         os.makedirs(args.out_dir, exist_ok=True)
         path = os.path.join(args.out_dir, f"profile_{args.size}_n{args.n_tracks}_{args.workload}_"
-                                          f"{'graph' if graph else 'eager'}_tp{world}.txt")
+                                          f"{mode_tag}_tp{world}.txt")
         with open(path, "w") as f:
             f.write("\n".join(sections))
         print(f"wrote {path}")
