@@ -124,8 +124,8 @@ def main(argv):
     if dtype == "auto":
         dtype = ("bfloat16" if torch.cuda.is_bf16_supported() else "float16") if device_type == "cuda" else "float32"
     if dtype != "float32":
-        # the weights cast once: autocast would re-cast every weight for every token (in a
-        # compiled, graph-captured step that cast was about 40% of a 124M token's time)
+        # the weights cast once: autocast would re-cast every weight for every token (124M, tp=1,
+        # graph decode on an H200: 1.18 ms/token with autocast, 0.88 with the cast; two runs)
         model.to(getattr(torch, dtype))
 
     start = args.start

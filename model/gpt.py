@@ -418,8 +418,9 @@ class GPT(nn.Module):
         tensors = self._partial_tensors
         if not tensors or not torch.is_grad_enabled() or comm.group_size(self.tp_group) == 1:
             # One rank: nothing to sum. Also sidesteps a miscompile: compiled by inductor on CUDA
-            # (torch 2.11, tp=1), the grads of these params came out equal to the params themselves
-            # (grad norm 67.9 = ||12 LayerNorm weights of ones|| at init, grouped:2, 6 x 384).
+            # (torch 2.11, tp=1), the grads of these params had the params' own norm, 67.9 = the
+            # norm of grouped:2's 12 LayerNorm weights (ones) in a 6 x 384 model: apparently the
+            # params themselves (EXPERIMENT_SUMMARY.md section 1c).
             return tensors
         flat = comm.copy_to_tp_region(torch.cat([t.reshape(-1) for t in tensors]), self.tp_group, "tp_grad")
         return [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
