@@ -10,6 +10,8 @@
 #                                                 # (bench/sample_decode.py), then batch-8 decode and prefill
 #   bash bench/gpu_suite.sh check2 OUT_DIR        # 2 GPUs: bench/compile_check.py, compiled vs eager gradients
 #                                                 # with inductor on CUDA, every policy, tp=1 then tp=2
+#   bash bench/gpu_suite.sh pareto2 OUT_DIR [char384|char768]   # 2 GPUs: issue 15's loss-vs-time timings
+#                                                 # (tp2 rows of the char shapes; then experiments/pareto.py)
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python bench/tp_latency.py --merge`.
@@ -39,7 +41,8 @@ case $mode in
   train2) launch=(torchrun --standalone --nproc_per_node=2); parts=train ;;
   decode2) launch=(torchrun --standalone --nproc_per_node=2); parts=decode ;;
   check2) launch=(torchrun --standalone --nproc_per_node=2); parts=check ;;
-  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2, check2" >&2; exit 2 ;;
+  pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
+  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2, check2, pareto2" >&2; exit 2 ;;
 esac
 if has train; then
   step 380 train_throughput "${launch[@]}" bench/train_throughput.py --warmup 10 --iters 30 \
@@ -48,6 +51,11 @@ if has train; then
   step 190 train_overlap "${launch[@]}" bench/train_throughput.py --warmup 10 --iters 30 --variants tp1,tp2 \
     --modes compiled,compiled-overlap,compiled-graphs --policies "baseline;grouped:4" --tp2_n_tracks 2 \
     --tp1_policies baseline --out_dir "$out/overlap"
+fi
+if has pareto; then  # 14 compiled variants (7 policies x n_tracks 2, 6): about 20-30 s of compile each
+  step 560 "pareto_$charsize" "${launch[@]}" bench/train_throughput.py --size "$charsize" --batch_size 64 \
+    --variants tp2 --tp2_n_tracks 2,6 --modes compiled-graphs --warmup 10 --iters 30 \
+    --policies "baseline;spd;parallel;ladder;grouped:2;grouped:3;grouped:6" --out_dir "$out"
 fi
 if has check; then
   CUDA_VISIBLE_DEVICES=0 step 150 compile_check_tp1 python bench/compile_check.py --out_dir "$out"
