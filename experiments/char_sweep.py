@@ -548,10 +548,7 @@ def main(argv=None):
         if code == 3:
             print("incomplete: run the same command again to go on (finished runs are skipped)")
         return code
-    except SweepError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except ValueError as e:
+    except (SweepError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 
