@@ -752,11 +752,24 @@ class GPT(nn.Module):
             logits = logits[:, -1, :] / temperature
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                # masked_fill, not logits[mask] = -inf: boolean indexing waits for the device every token
-                logits = logits.masked_fill(logits < v[:, [-1]], -float("Inf"))
-            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+                # masked_fill and a slice: logits[mask] = -inf (a nonzero) and v[:, [-1]] (an index
+                # tensor copied from the host) would each wait for the device every token
+                logits = logits.masked_fill(logits < v[:, -1:], -float("Inf"))
+            idx_next = sample_one(F.softmax(logits, dim=-1))
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
+
+
+def sample_one(probs):
+    """torch.multinomial(probs, num_samples=1), without its waits for the device: the same tokens
+    from the same RNG state, and the same RNG state after.
+
+    PyTorch draws one category as the winner of an exponential race, argmax_v p_v / q_v with
+    q ~ Exp(1) (Distributions.cpp), but first checks on the host that probs is a distribution:
+    three .item() calls, so every sampled token waited for the whole step to finish and the host
+    could never queue the next one. A softmax output needs no such check."""
+    q = torch.empty_like(probs).exponential_(1)
+    return torch.argmax(probs / q, dim=-1, keepdim=True)
 
 
 DECODE_MODES = ("eager", "compiled", "graph")

@@ -1,11 +1,14 @@
 """Compiled decode (issue 14, CPU part): a StaticKVCache makes one decode step of fixed shapes, so
 torch.compile(fullgraph=True) traces it once for every position; the tokens it samples equal the
 eager KVCache path's for the same seed, for every policy, at tp=1 and tp=2 (gloo)."""
+from collections import Counter
+
 import pytest
 import torch
 import torch._dynamo
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from model.gpt import StaticKVCache
+from model.gpt import StaticKVCache, sample_one
 from parallel.launch import run_on_gloo
 from tests.test_model import POLICIES, SMALL, batch, make
 
@@ -104,3 +107,74 @@ def test_compiled_decode_at_tp2_samples_the_tp1_eager_tokens():
     for policy, tokens in r0.items():
         assert torch.equal(tokens, r1[policy])
         assert torch.equal(tokens, sample(make(policy).eval(), "eager", prompt, 6)), policy
+
+
+# Ops that make the host wait for a GPU: a scalar read (.item()), torch.multinomial (which reads
+# three), data-dependent shapes (nonzero, boolean masks), and indexing by a tensor the host builds
+# from a list (copied host -> device with a stream sync).
+SYNCING_OPS = ("aten._local_scalar_dense", "aten.multinomial", "aten.nonzero", "aten.masked_select",
+               "aten.index.Tensor", "aten.lift_fresh")
+
+
+class OpRecorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def syncing(ops):
+    return {op: n for op, n in ops.items() if op.startswith(SYNCING_OPS)}
+
+
+@pytest.mark.parametrize("shape", [(1, 65), (3, 50304), (8, 76)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_sample_one_draws_what_torch_multinomial_draws(shape, dtype):
+    for seed in range(20):
+        logits = torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 3
+        if seed % 2:  # top-k: most probabilities exactly zero
+            logits = logits.masked_fill(logits < torch.topk(logits, 10).values[:, -1:], -float("inf"))
+        probs = logits.softmax(-1).to(dtype)
+        torch.manual_seed(100 + seed)
+        expected, expected_after = torch.multinomial(probs, 1), torch.rand(2)
+        torch.manual_seed(100 + seed)
+        got, got_after = sample_one(probs), torch.rand(2)
+        assert torch.equal(got, expected)
+        assert torch.equal(got_after, expected_after)  # the generator advanced by the same amount
+
+
+def test_decode_loop_never_waits_for_the_device():
+    """CPU proxy of torch.cuda.set_sync_debug_mode('error') for generate(): no op of the token loop
+    would synchronize on a GPU (the compiled step is fullgraph, which admits no scalar read)."""
+    model = make("grouped:2").eval()
+    prompt, _ = batch(B=2, T=5)
+    with OpRecorder() as recorder:
+        model.generate(prompt, 6, top_k=10, decode="eager")
+    assert recorder.ops["aten.topk.default"] == 6  # the loop ran under the recorder
+    assert syncing(recorder.ops) == {}
+
+
+def test_sync_detector_catches_the_old_sampling_code():
+    logits = torch.randn(2, 64)
+    with OpRecorder() as recorder:
+        v, _ = torch.topk(logits, 10)
+        torch.multinomial(logits.masked_fill(logits < v[:, [-1]], -float("inf")).softmax(-1), 1)
+    assert set(syncing(recorder.ops)) == {"aten.multinomial.default", "aten.index.Tensor", "aten.lift_fresh.default"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("decode", ["eager", "compiled"])
+def test_cuda_decode_never_synchronizes(decode):
+    model = make("grouped:2").float().cuda().eval()
+    prompt = batch(B=2, T=5)[0].cuda()
+    model.generate(prompt, 4, top_k=10, decode=decode)  # compiles; allocates
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = model.generate(prompt, 8, top_k=10, decode=decode)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert out.shape == (2, 13)
