@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from checkpoint import MODEL_KEYS, load_weights, read_checkpoint, read_plain_pickle
 from configurator import OneLineArgumentParser, ascii_float, ascii_int
+from model.gpt import COMPILE_MODES, GPT, GPTConfig
 from parallel.mesh import init_mesh
 
 
@@ -45,6 +46,8 @@ def parse_args(argv):
     p.add_argument("--decode", choices=("auto", "eager", "compiled", "graph"), default="auto",
                    help="auto: graph on CUDA, eager on CPU; compiled: a static KV cache and one "
                         "torch.compile(fullgraph=True) decode step; graph: that step as a CUDA graph")
+    p.add_argument("--compile_mode", choices=COMPILE_MODES, default="default",
+                   help="torch.compile mode of the compiled/graph decode step")
     args = p.parse_args(argv)
     for name in ("num_samples", "max_new_tokens"):
         if getattr(args, name) < 1:
@@ -110,7 +113,6 @@ def main(argv):
     ckpt_path = os.path.join(args.out_dir, args.ckpt)
     if not os.path.exists(ckpt_path):
         fail(f"{ckpt_path} not found (train first: python train_reduced_sync.py ... --out_dir={args.out_dir})", mesh.rank)
-    from model.gpt import GPT, GPTConfig
     try:
         checkpoint = read_checkpoint(ckpt_path, MODEL_KEYS)  # weights_only=True: runs no code
         torch.manual_seed(args.seed)
@@ -153,7 +155,7 @@ def main(argv):
         for i in range(args.num_samples):
             t0 = time.perf_counter()
             y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None,
-                               decode=args.decode)
+                               decode=args.decode, compile_mode=args.compile_mode)
             tokens = y[0].tolist()  # waits for the device: the time below is the whole sample's
             seconds = time.perf_counter() - t0
             rates.append(args.max_new_tokens / seconds)

@@ -5,9 +5,12 @@
 #   bash bench/gpu_suite.sh tp1 OUT_DIR [PARTS]   # 1 GPU: tp=1
 #   bash bench/gpu_suite.sh train2 OUT_DIR        # 2 GPUs: bench/train_throughput.py (all groups; then the
 #                                                 # compiled-overlap and compiled-graphs modes in OUT_DIR/overlap)
-#   bash bench/gpu_suite.sh decode2 OUT_DIR       # 2 GPUs (issue 14): tp_latency decode_b1 in every mode,
-#                                                 # an eager decode profile, sample.py tokens/s at tp 1 and 2
-#                                                 # (bench/sample_decode.py), then batch-8 decode and prefill
+#   bash bench/gpu_suite.sh decode2 OUT_DIR       # 2 GPUs (issue 14): the compiled+graph decode profile,
+#                                                 # sample.py tokens/s at tp 1 and 2 (bench/sample_decode.py;
+#                                                 # default and max-autotune compile), tp_latency decode_b1 in
+#                                                 # every mode
+#   bash bench/gpu_suite.sh decode2b OUT_DIR      # 2 GPUs (issue 14): decode_b1 compiled with max-autotune
+#                                                 # (latency, profile); batch-8 rows, with and without cuDNN SDPA
 #   bash bench/gpu_suite.sh check2 OUT_DIR        # 2 GPUs: bench/compile_check.py, compiled vs eager gradients
 #                                                 # with inductor on CUDA, every policy, tp=1 then tp=2
 #   bash bench/gpu_suite.sh pareto2 OUT_DIR [char384|char768]   # 2 GPUs: issue 15's loss-vs-time timings
@@ -40,9 +43,11 @@ case $mode in
   tp4) launch=(torchrun --standalone --nproc_per_node=4); tracks="4" ;;
   train2) launch=(torchrun --standalone --nproc_per_node=2); parts=train ;;
   decode2) launch=(torchrun --standalone --nproc_per_node=2); parts=decode ;;
+  decode2b) launch=(torchrun --standalone --nproc_per_node=2); parts=decodeb ;;
   check2) launch=(torchrun --standalone --nproc_per_node=2); parts=check ;;
   pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
-  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2, check2, pareto2" >&2; exit 2 ;;
+  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2, decode2b, check2, pareto2" >&2
+     exit 2 ;;
 esac
 if has train; then
   step 380 train_throughput "${launch[@]}" bench/train_throughput.py --warmup 10 --iters 30 \
@@ -62,19 +67,31 @@ if has check; then
   step 200 compile_check_tp2 "${launch[@]}" bench/compile_check.py --out_dir "$out"
 fi
 if has decode; then  # every (policy, floor, workload) compiles once: the steps' limits keep the call under 10 min
-  mkdir -p "$out/decode" "$out/batch8" "$out/sample"
+  mkdir -p "$out/decode" "$out/sample"
+  step 90 profile_decode_compiled_graph "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
+    --mode compiled+graph --policies "baseline;grouped:3" --torch_tp --calls 50 --out_dir "$out/decode"
+  step 250 sample_decode python bench/sample_decode.py --nprocs 1,2 --modes eager,graph \
+    --compile_modes default,max-autotune-no-cudagraphs --policies baseline --n_tracks 2 --max_new_tokens 500 \
+    --num_samples 3 --check_tokens 48 --out_dir "$out/sample"
   step 210 latency_decode "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
     --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 \
     --modes eager,graph,compiled,compiled+graph --warmup 5 --repeats 30 --out_dir "$out/decode"
-  step 50 profile_decode_eager "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
-    --mode eager --policies "baseline;grouped:3" --torch_tp --calls 20 --out_dir "$out/decode"
-  step 90 profile_decode_compiled_graph "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
-    --mode compiled+graph --policies "baseline;grouped:3" --torch_tp --calls 50 --out_dir "$out/decode"
-  step 150 sample_decode python bench/sample_decode.py --nprocs 1,2 --modes eager,graph --policies baseline \
-    --n_tracks 2 --max_new_tokens 200 --num_samples 3 --check_tokens 48 --out_dir "$out/sample"
+fi
+if has decodeb; then
+  mkdir -p "$out/autotune" "$out/batch8" "$out/batch8_no_cudnn"
+  step 240 latency_decode_autotune "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+    --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 --modes compiled+graph \
+    --compile_mode max-autotune-no-cudagraphs --warmup 5 --repeats 30 --out_dir "$out/autotune"
+  step 100 profile_decode_autotune "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
+    --mode compiled+graph --compile_mode max-autotune-no-cudagraphs --policies "baseline;grouped:3" --calls 50 \
+    --out_dir "$out/autotune"
+  # the batch-8 step died in a graph replay (illegal memory access): once as it was, once off cuDNN attention
   step 90 latency_batch8 "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
     --policies "baseline;grouped:3" --workloads decode_b8,prefill_b8 --modes graph,compiled+graph \
     --warmup 5 --repeats 30 --out_dir "$out/batch8"
+  step 90 latency_batch8_no_cudnn "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+    --policies "baseline;grouped:3" --workloads decode_b8,prefill_b8 --modes graph,compiled+graph --no_cudnn_sdpa \
+    --warmup 5 --repeats 30 --out_dir "$out/batch8_no_cudnn"
 fi
 if has latency124m; then
   step 330 latency_124m "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks $tracks \

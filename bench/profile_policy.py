@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tp_latency import SIZES, as_graph, make_workload, torch_tp_model  # noqa: E402
-from model.gpt import GPT, GPTConfig  # noqa: E402
+from model.gpt import COMPILE_MODES, GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402
 
 CATEGORIES = [("nccl", ("nccl",)), ("attention", ("flash", "fmha", "attention", "sdpa")),
@@ -106,6 +106,7 @@ def main():
     p.add_argument("--mode", default="graph", choices=["eager", "graph", "compiled", "compiled+graph"],
                    help="compiled: torch.compile(model) first (fullgraph for ours; decode through a StaticKVCache)")
     p.add_argument("--compile_backend", default="inductor", help="for the compiled modes (aot_eager: CPU checks)")
+    p.add_argument("--compile_mode", default="default", choices=COMPILE_MODES, help="torch.compile mode of the compiled modes")
     p.add_argument("--torch_tp", action="store_true", help="also profile PyTorch's TP")
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--top", type=int, default=12)
@@ -125,6 +126,8 @@ def main():
     backend = args.compile_backend if args.mode.startswith("compiled") else None
     mode_tag = {(False, False): "eager", (False, True): "graph", (True, False): "compiled",
                 (True, True): "compiled_graph"}[(backend is not None, graph)]  # no '+' in file names
+    if backend is not None and args.compile_mode != "default":
+        mode_tag += "_" + args.compile_mode.replace("-", "_")
     vocab = 50304
     header = (f"# profile: {args.size} n_tracks={args.n_tracks} {args.workload} "
               f"{mode_tag} tp={world}, {args.calls} calls, "
@@ -142,7 +145,7 @@ def main():
             model = GPT(GPTConfig(**SIZES[args.size], block_size=args.seq_len, vocab_size=vocab,
                                   n_tracks=args.n_tracks, sync_policy=policy), tp_group=group).to(device)
         fn = make_workload(model, args.workload, args.seq_len, vocab, device, cuda, for_graph=graph,
-                           compile_backend=backend)
+                           compile_backend=backend, compile_mode=args.compile_mode)
         if graph:
             fn = as_graph(fn)
         for _ in range(3):

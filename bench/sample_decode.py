@@ -10,6 +10,7 @@ n_tracks --n_tracks, then runs the real sample.py on it once per (TP degree, dec
 would (torchrun for TP > 1): --num_samples samples of --max_new_tokens tokens each, from one prompt.
 sample.py reports each sample's tokens/s; the table holds the median over samples 2..n (sample 1
 includes compilation and graph capture) and each mode's speed-up over eager at the same TP degree.
+The compiled and graph modes run once per --compile_modes entry (sample.py --compile_mode).
 
 Same tokens. With --check_tokens N, each (policy, TP degree) is also sampled in float32 for N tokens
 in every mode, and the table says whether each mode's text equals eager's. (In bf16 a compiled
@@ -27,6 +28,7 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from bench.tp_latency import source_commit  # noqa: E402
+from model.gpt import COMPILE_MODES  # noqa: E402
 
 SHAPES = {  # model_args of the checkpoint sample.py loads
     "124m": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257),
@@ -48,15 +50,15 @@ def write_random_checkpoint(out_dir, shape, policy, n_tracks):
                      {"model": model.state_dict(), "model_args": args, "config": {"dataset": "openwebtext"}})
 
 
-def run_sample(ckpt_dir, nproc, mode, tokens, samples, dtype, device):
+def run_sample(ckpt_dir, nproc, mode, tokens, samples, dtype, device, compile_mode="default"):
     launch = [sys.executable] if nproc == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     argv = [*launch, os.path.join(REPO, "sample.py"), f"--out_dir={ckpt_dir}", f"--prompt={PROMPT}",
             f"--num_samples={samples}", f"--max_new_tokens={tokens}", f"--decode={mode}", f"--dtype={dtype}",
-            f"--device={device}", "--seed=1337"]
+            f"--device={device}", "--seed=1337", f"--compile_mode={compile_mode}"]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[-9:])} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(argv[-10:])} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     if samples == 1:  # a token check: sample.py reports a median only over samples 2..n
         return None, proc.stdout
     match = RATE.search(proc.stderr)
@@ -72,6 +74,7 @@ def main(argv=None):
     p.add_argument("--n_tracks", type=int, default=2)
     p.add_argument("--nprocs", default="1,2", help="comma-separated TP degrees (processes of sample.py)")
     p.add_argument("--modes", default="eager,compiled,graph")
+    p.add_argument("--compile_modes", default="default", help=f"comma-separated, of {COMPILE_MODES}")
     p.add_argument("--max_new_tokens", type=int, default=200)
     p.add_argument("--num_samples", type=int, default=3)
     p.add_argument("--check_tokens", type=int, default=0, help="float32 token check length (0: none)")
@@ -79,7 +82,12 @@ def main(argv=None):
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out_dir", default=None, help="write sample_decode.md there")
     args = p.parse_args(argv)
-    modes, nprocs = args.modes.split(","), [int(n) for n in args.nprocs.split(",")]
+    nprocs = [int(n) for n in args.nprocs.split(",")]
+    bad = [m for m in args.compile_modes.split(",") if m not in COMPILE_MODES]
+    if bad:
+        p.error(f"--compile_modes {bad} not allowed; allowed: {list(COMPILE_MODES)}")
+    runs = [(mode, cm) for mode in args.modes.split(",")
+            for cm in (args.compile_modes.split(",") if mode != "eager" else ["default"])]
     if args.num_samples < 2:
         p.error(f"--num_samples must be >= 2 (sample 1 includes compilation), got {args.num_samples}")
     import torch
@@ -88,25 +96,29 @@ def main(argv=None):
     lines = [f"# sample.py decode speed ({args.shape}, n_tracks {args.n_tracks}, {args.max_new_tokens} tokens "
              f"x {args.num_samples} samples, dtype {args.dtype}; {where}, torch {torch.__version__}, "
              f"commit {source_commit()})\n",
-             "| policy | tp | decode | tokens/s (median, samples 2..n) | ms/token | × eager |"
+             "| policy | tp | decode | compile mode | tokens/s (median, samples 2..n) | ms/token | × eager |"
              + (f" same {args.check_tokens} tokens as eager (fp32) |" if args.check_tokens else ""),
-             "|---|---:|---|---:|---:|---:|" + ("---|" if args.check_tokens else "")]
+             "|---|---:|---|---|---:|---:|---:|" + ("---|" if args.check_tokens else "")]
     with tempfile.TemporaryDirectory() as tmp:
         for policy in args.policies.split(","):
             ckpt_dir = os.path.join(tmp, policy.replace(":", ""))
             write_random_checkpoint(ckpt_dir, args.shape, policy, args.n_tracks)
             for nproc in nprocs:
                 rates, texts = {}, {}
-                for mode in modes:
-                    rates[mode], _ = run_sample(ckpt_dir, nproc, mode, args.max_new_tokens, args.num_samples,
-                                                args.dtype, device)
+                for run in runs:
+                    mode, compile_mode = run
+                    rates[run], _ = run_sample(ckpt_dir, nproc, mode, args.max_new_tokens, args.num_samples,
+                                               args.dtype, device, compile_mode)
                     if args.check_tokens:
-                        _, texts[mode] = run_sample(ckpt_dir, nproc, mode, args.check_tokens, 1, "float32", device)
-                    rate, eager = rates[mode], rates.get("eager")
+                        _, texts[run] = run_sample(ckpt_dir, nproc, mode, args.check_tokens, 1, "float32", device,
+                                                   compile_mode)
+                    rate, eager = rates[run], rates.get(("eager", "default"))
                     speedup = f"{rate / eager:.2f}" if eager else ""
-                    row = f"| {policy} | {nproc} | {mode} | {rate:.1f} | {1e3 / rate:.3f} | {speedup} |"
+                    shown_mode = "" if mode == "eager" else compile_mode
+                    row = f"| {policy} | {nproc} | {mode} | {shown_mode} | {rate:.1f} | {1e3 / rate:.3f} | {speedup} |"
                     if args.check_tokens:
-                        row += f" {'yes' if texts[mode] == texts.get('eager', texts[mode]) else 'NO'} |"
+                        same = texts[run] == texts.get(("eager", "default"), texts[run])
+                        row += f" {'yes' if same else 'NO'} |"
                     lines.append(row)
                     print(row, flush=True)
     table = "\n".join(lines) + "\n"

@@ -48,7 +48,7 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from model.gpt import GPT, GPTConfig, KVCache, StaticKVCache  # noqa: E402
+from model.gpt import COMPILE_MODES, GPT, GPTConfig, KVCache, StaticKVCache  # noqa: E402
 from parallel import comm  # noqa: E402
 
 SIZES = {"124m": dict(n_layer=12, n_head=12, n_embd=768), "medium": dict(n_layer=24, n_head=16, n_embd=1024),
@@ -145,18 +145,20 @@ def source_commit():
 
 
 # ----------------------------------------------------------------------------- workloads
-def make_workload(model, name, seq, vocab, device, cuda, for_graph=False, compile_backend=None):
+def make_workload(model, name, seq, vocab, device, cuda, for_graph=False, compile_backend=None,
+                  compile_mode="default"):
     """A no-argument callable running one instance of the workload on `model`. On CUDA an inference
     workload casts the model to bf16 for good, so build the training workload first. A training
     step to be captured runs autocast without its weight cache, whose casts would outlive capture.
     compile_backend: run torch.compile(model) (fullgraph for ours); our decode then uses a
-    StaticKVCache, the fixed-shape step GPT.generate(decode='compiled') runs."""
+    StaticKVCache, the fixed-shape step GPT.generate(decode='compiled') runs; compile_mode is
+    torch.compile's mode (e.g. max-autotune-no-cudagraphs)."""
     batch = 8 if name.endswith("b8") else 1
     idx = torch.randint(0, vocab, (batch, seq), device=device)
     static = compile_backend is not None and isinstance(model, GPT) and name.startswith("decode")
     cache = StaticKVCache(model.config.n_layer, seq) if static else KVCache(model.config.n_layer)
     if compile_backend is not None:
-        model = torch.compile(model, fullgraph=isinstance(model, GPT), backend=compile_backend)
+        model = torch.compile(model, fullgraph=isinstance(model, GPT), backend=compile_backend, mode=compile_mode)
     if name.startswith("train"):
         if next(model.parameters()).dtype != torch.float32:
             raise ValueError(f"train workload needs fp32 weights, the model holds {next(model.parameters()).dtype}")
@@ -295,6 +297,8 @@ def run(args):
     rank = dist.get_rank() if world > 1 else 0
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
     seq, vocab = args.seq_len, 50304
+    if args.no_cudnn_sdpa:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     graphs = cuda and not args.no_graphs
     modes = [m for m in args.modes.split(",") if "graph" not in m or graphs]
     if any(m.startswith("compiled") for m in modes):  # every (model, floor, workload) is its own graph
@@ -314,7 +318,8 @@ def run(args):
         mine = torch.tensor([launch_us], dtype=torch.float64, device=device)
         launch_us = max(t.item() for t in comm.all_gather(mine, group, "bench_setup"))
     meta = dict(device=name, tp=world, torch=torch.__version__, seq_len=seq, repeats=args.repeats, rounds=args.rounds,
-                commit=source_commit(), host_launch_us=round(launch_us, 2),
+                commit=source_commit(), host_launch_us=round(launch_us, 2), compile_mode=args.compile_mode,
+                cudnn_sdpa=not args.no_cudnn_sdpa,
                 command=("torchrun --nproc_per_node=%d " % world if "LOCAL_RANK" in os.environ else "python ")
                 + " ".join(sys.argv))
     if rank == 0:
@@ -359,7 +364,8 @@ def run(args):
                         if "compiled" in modes or "compiled+graph" in modes:
                             try:
                                 cfn = make_workload(model, workload, seq, vocab, device, cuda,
-                                                    for_graph=True, compile_backend=args.compile_backend)
+                                                    for_graph=True, compile_backend=args.compile_backend,
+                                                    compile_mode=args.compile_mode)
                                 cfn()  # compile now, inside ctx: the floor's graph skips its collectives
                                 if "compiled" in modes:
                                     fns[(n, policy, floor, "compiled")] = functools.partial(ctx_call, ctx, cfn)
@@ -553,7 +559,10 @@ def main():
     parser.add_argument("--modes", default="eager,graph",
                         help="comma-separated, of eager, graph, compiled, compiled+graph (graphs: CUDA only)")
     parser.add_argument("--compile_backend", default="inductor", help="for the compiled modes (aot_eager: CPU checks)")
+    parser.add_argument("--compile_mode", default="default", choices=COMPILE_MODES, help="torch.compile mode of the compiled modes")
     parser.add_argument("--no_torch_tp", action="store_true")
+    parser.add_argument("--no_cudnn_sdpa", action="store_true",
+                        help="keep SDPA off cuDNN's attention kernels (which the graph profiles show it picks on H200)")
     parser.add_argument("--out_dir", default="bench/results")
     parser.add_argument("--merge", action="store_true", help="merge tp_latency_tp*.json in out_dir")
     args = parser.parse_args()

@@ -709,7 +709,8 @@ class GPT(nn.Module):
         return n
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, decode="auto", compile_backend="inductor"):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, decode="auto", compile_backend="inductor",
+                 compile_mode="default"):
         """nanoGPT's sampling loop with a KV cache. Every TP rank draws the same tokens: logits are
         replicated after the final sync and all ranks share one RNG state.
 
@@ -718,7 +719,11 @@ class GPT(nn.Module):
         every position (the prompt's prefill stays eager). The same tokens up to float rounding.
         decode="graph" (CUDA only): the compiled step captured once as a CUDA graph, its TP
         all-reduces included, and replayed for every token: one launch per token.
-        decode="auto": "graph" on CUDA, "eager" elsewhere."""
+        decode="auto": "graph" on CUDA, "eager" elsewhere.
+        compile_mode: torch.compile's mode for the decode step, of COMPILE_MODES (the modes that
+        capture CUDA graphs of their own are left out: decode="graph" captures the step itself)."""
+        if compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode={compile_mode!r}; allowed: {', '.join(map(repr, COMPILE_MODES))}")
         if decode == "auto":
             decode = "graph" if idx.is_cuda else "eager"
         if decode not in DECODE_MODES:
@@ -731,7 +736,7 @@ class GPT(nn.Module):
             cache, step = KVCache(self.config.n_layer), self.forward
         else:
             cache = StaticKVCache(self.config.n_layer, window)
-            step = torch.compile(self.forward, fullgraph=True, backend=compile_backend)
+            step = torch.compile(self.forward, fullgraph=True, backend=compile_backend, mode=compile_mode)
         replay = None  # decode="graph": the captured step, made at the first decode position
         filled = None  # positions in the cache (host-side count: reading cache.pos would sync)
         for _ in range(max_new_tokens):
@@ -773,6 +778,11 @@ def sample_one(probs):
 
 
 DECODE_MODES = ("eager", "compiled", "graph")
+# max-autotune-no-cudagraphs: inductor times Triton GEMM templates (other tiles, split-K, fused
+# epilogues) against cuBLAS per GEMM shape. Decode's GEMMs have one row per sequence; the cuBLAS
+# kernels picked for them read the weights at about a tenth of an H200's bandwidth (4.3-4.8 us for
+# 1.8-2.4 MB, bench/results/profiles/profile_124m_n2_decode_b1_graph_tp2.txt)
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
 
 def capture_decode_step(step, cache, token, warmup=2):

@@ -63,6 +63,8 @@ def test_bad_decode_mode_is_rejected():
         model.generate(batch(T=2)[0], 1, decode="graph")
     with pytest.raises(ValueError, match="decode='fast'; allowed: 'auto', 'eager', 'compiled', 'graph'"):
         model.generate(batch(T=2)[0], 1, decode="fast")
+    with pytest.raises(ValueError, match="compile_mode='reduce-overhead'; allowed: 'default', 'max-autotune-no"):
+        model.generate(batch(T=2)[0], 1, decode="compiled", compile_mode="reduce-overhead")
 
 
 def test_auto_decode_on_cpu_is_the_eager_path():

@@ -244,7 +244,7 @@ MAIN_CASES = [
         "--num_samples=0", "--num_samples=-1", f"--num_samples={AR3}", "--num_samples=1.5", "--max_new_tokens=0",
         "--temperature=0", "--temperature=-1", "--temperature=nan", "--temperature=inf", "--temperature=\u0661.5",
         "--top_k=-1", "--seed=-1", "--tp=0", "--tp=2", "--device=gpu", "--dtype=half", "--frobnicate=1",
-        "--decode=graph", "--decode=fast",
+        "--decode=graph", "--decode=fast", "--compile_mode=reduce-overhead",
         "--start=FILE:missing.txt", "--start=FILE:ckpts", "--start=FILE:prompt_latin1.txt", "--start=",
         "--start=\u00c4\u00d6")],
     *[("sample", [*S, "--out_dir=ckpts", f"--ckpt={name}"]) for name in (

@@ -13,4 +13,11 @@ def test_sample_decode_smoke_writes_a_row_per_mode(tmp_path):
     rows = [line for line in table.splitlines() if line.startswith("| baseline |")]
     assert len(rows) == 1
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert cells[:3] == ["baseline", "1", "eager"] and float(cells[3]) > 0 and cells[5] == "1.00" and cells[6] == "yes"
+    assert cells[:4] == ["baseline", "1", "eager", ""] and float(cells[4]) > 0 and cells[6] == "1.00" and cells[7] == "yes"
+
+
+def test_sample_decode_rejects_an_unknown_compile_mode(capsys):
+    import pytest
+    with pytest.raises(SystemExit):
+        sample_decode.main(["--compile_modes", "default,reduce-overhead", "--device", "cpu"])
+    assert "['reduce-overhead'] not allowed" in capsys.readouterr().err
