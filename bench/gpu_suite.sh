@@ -11,6 +11,8 @@
 #                                                 # every mode
 #   bash bench/gpu_suite.sh decode2b OUT_DIR      # 2 GPUs (issue 14): decode_b1 compiled with max-autotune
 #                                                 # (latency, profile); batch-8 rows, with and without cuDNN SDPA
+#   bash bench/gpu_suite.sh gemm1 OUT_DIR         # 1 GPU (issue 14): bench/decode_gemm.py, decode's one-row
+#                                                 # GEMMs: cuBLAS vs inductor, max-autotune, a reduction kernel
 #   bash bench/gpu_suite.sh check2 OUT_DIR        # 2 GPUs: bench/compile_check.py, compiled vs eager gradients
 #                                                 # with inductor on CUDA, every policy, tp=1 then tp=2
 #   bash bench/gpu_suite.sh pareto2 OUT_DIR [char384|char768]   # 2 GPUs: issue 15's loss-vs-time timings
@@ -44,9 +46,10 @@ case $mode in
   train2) launch=(torchrun --standalone --nproc_per_node=2); parts=train ;;
   decode2) launch=(torchrun --standalone --nproc_per_node=2); parts=decode ;;
   decode2b) launch=(torchrun --standalone --nproc_per_node=2); parts=decodeb ;;
+  gemm1) launch=(python); parts=gemm ;;
   check2) launch=(torchrun --standalone --nproc_per_node=2); parts=check ;;
   pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
-  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2, decode2b, check2, pareto2" >&2
+  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2, decode2b, gemm1, check2, pareto2" >&2
      exit 2 ;;
 esac
 if has train; then
@@ -76,6 +79,9 @@ if has decode; then  # every (policy, floor, workload) compiles once: the steps'
   step 210 latency_decode "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
     --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 \
     --modes eager,graph,compiled,compiled+graph --warmup 5 --repeats 30 --out_dir "$out/decode"
+fi
+if has gemm; then  # 10 shapes x 3 compiled variants; max-autotune benchmarks each shape's GEMM templates
+  step 500 decode_gemm python bench/decode_gemm.py --tps 2 --rows 1,8 --out_dir "$out"
 fi
 if has decodeb; then
   mkdir -p "$out/autotune" "$out/batch8" "$out/batch8_no_cudnn"
