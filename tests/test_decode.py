@@ -180,3 +180,24 @@ def test_cuda_decode_never_synchronizes(decode):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert out.shape == (2, 13)
+
+
+def _tp4_worker(rank, world_size):
+    import torch.distributed as dist
+    group = dist.new_group([0, 1, 2, 3])
+    prompt, _ = batch(B=2, T=5)
+    out = {}
+    for policy in ("spd", "parallel", "grouped:4"):
+        model = make(policy, tp_group=group).eval()
+        torch._dynamo.reset()
+        out[policy] = sample(model, "compiled", prompt, 4)
+    return out
+
+
+def test_compiled_decode_at_tp4_samples_the_tp1_eager_tokens():
+    """One track per rank (n_tracks 4): every point's sum is a real all-reduce over 4 ranks."""
+    results = run_on_gloo(_tp4_worker, 4)
+    prompt, _ = batch(B=2, T=5)
+    for policy, tokens in results[0].items():
+        assert all(torch.equal(tokens, r[policy]) for r in results[1:])
+        assert torch.equal(tokens, sample(make(policy).eval(), "eager", prompt, 4)), policy
