@@ -6,11 +6,10 @@
 #   bash bench/gpu_suite.sh train2 OUT_DIR        # 2 GPUs: bench/train_throughput.py (all groups; then the
 #                                                 # compiled-overlap and compiled-graphs modes in OUT_DIR/overlap)
 #   bash bench/gpu_suite.sh decode2 OUT_DIR       # 2 GPUs (issue 14): the compiled+graph decode profile,
-#                                                 # sample.py tokens/s at tp 1 and 2 (bench/sample_decode.py;
-#                                                 # default and max-autotune compile), tp_latency decode_b1 in
-#                                                 # every mode
-#   bash bench/gpu_suite.sh decode2b OUT_DIR      # 2 GPUs (issue 14): decode_b1 compiled with max-autotune
-#                                                 # (latency, profile); batch-8 rows, with and without cuDNN SDPA
+#                                                 # sample.py tokens/s at tp 1 and 2 (bench/sample_decode.py),
+#                                                 # the CUDA-only tests, batch-8 rows with and without cuDNN SDPA
+#   bash bench/gpu_suite.sh decode2b OUT_DIR      # 2 GPUs (issue 14): decode compiled with max-autotune
+#                                                 # (tp_latency decode_b1, its profile, sample.py)
 #   bash bench/gpu_suite.sh gemm1 OUT_DIR         # 1 GPU (issue 14): bench/decode_gemm.py, decode's one-row
 #                                                 # GEMMs: cuBLAS vs inductor, max-autotune, a reduction kernel
 #   bash bench/gpu_suite.sh check2 OUT_DIR        # 2 GPUs: bench/compile_check.py, compiled vs eager gradients
@@ -70,27 +69,13 @@ if has check; then
   step 200 compile_check_tp2 "${launch[@]}" bench/compile_check.py --out_dir "$out"
 fi
 if has decode; then  # every (policy, floor, workload) compiles once: the steps' limits keep the call under 10 min
-  mkdir -p "$out/decode" "$out/sample"
+  mkdir -p "$out/decode" "$out/sample" "$out/batch8" "$out/batch8_no_cudnn"
   step 90 profile_decode_compiled_graph "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
     --mode compiled+graph --policies "baseline;grouped:3" --torch_tp --calls 50 --out_dir "$out/decode"
-  step 250 sample_decode python bench/sample_decode.py --nprocs 1,2 --modes eager,graph \
-    --compile_modes default,max-autotune-no-cudagraphs --policies baseline --n_tracks 2 --max_new_tokens 500 \
-    --num_samples 3 --check_tokens 48 --out_dir "$out/sample"
-  step 210 latency_decode "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
-    --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 \
-    --modes eager,graph,compiled,compiled+graph --warmup 5 --repeats 30 --out_dir "$out/decode"
-fi
-if has gemm; then  # 10 shapes x 3 compiled variants; max-autotune benchmarks each shape's GEMM templates
-  step 500 decode_gemm python bench/decode_gemm.py --tps 2 --rows 1,8 --out_dir "$out"
-fi
-if has decodeb; then
-  mkdir -p "$out/autotune" "$out/batch8" "$out/batch8_no_cudnn"
-  step 240 latency_decode_autotune "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
-    --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 --modes compiled+graph \
-    --compile_mode max-autotune-no-cudagraphs --warmup 5 --repeats 30 --out_dir "$out/autotune"
-  step 100 profile_decode_autotune "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
-    --mode compiled+graph --compile_mode max-autotune-no-cudagraphs --policies "baseline;grouped:3" --calls 50 \
-    --out_dir "$out/autotune"
+  step 200 sample_decode python bench/sample_decode.py --nprocs 1,2 --modes eager,graph --policies baseline \
+    --n_tracks 2 --max_new_tokens 500 --num_samples 3 --check_tokens 48 --out_dir "$out/sample"
+  CUDA_VISIBLE_DEVICES=0 step 60 cuda_tests python -m pytest -q -p no:cacheprovider tests/test_decode.py \
+    tests/test_no_host_sync.py -k cuda
   # the batch-8 step died in a graph replay (illegal memory access): once as it was, once off cuDNN attention
   step 90 latency_batch8 "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
     --policies "baseline;grouped:3" --workloads decode_b8,prefill_b8 --modes graph,compiled+graph \
@@ -98,6 +83,18 @@ if has decodeb; then
   step 90 latency_batch8_no_cudnn "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
     --policies "baseline;grouped:3" --workloads decode_b8,prefill_b8 --modes graph,compiled+graph --no_cudnn_sdpa \
     --warmup 5 --repeats 30 --out_dir "$out/batch8_no_cudnn"
+fi
+if has decodeb; then  # max-autotune: worth its call only if gemm1 shows Triton GEMMs beating cuBLAS
+  mkdir -p "$out/autotune" "$out/sample_autotune"
+  step 240 latency_decode_autotune "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+    --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 --modes compiled+graph \
+    --compile_mode max-autotune-no-cudagraphs --warmup 5 --repeats 30 --out_dir "$out/autotune"
+  step 100 profile_decode_autotune "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
+    --mode compiled+graph --compile_mode max-autotune-no-cudagraphs --policies "baseline;grouped:3" --calls 50 \
+    --out_dir "$out/autotune"
+  step 220 sample_decode_autotune python bench/sample_decode.py --nprocs 1,2 --modes graph \
+    --compile_modes max-autotune-no-cudagraphs --policies baseline --n_tracks 2 --max_new_tokens 500 \
+    --num_samples 3 --out_dir "$out/sample_autotune"
 fi
 if has latency124m; then
   step 330 latency_124m "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks $tracks \
