@@ -13,7 +13,8 @@
 #   bash bench/gpu_suite.sh gemm1 OUT_DIR         # 1 GPU (issue 14): bench/decode_gemm.py, decode's one-row
 #                                                 # GEMMs: cuBLAS vs inductor, max-autotune, a reduction kernel
 #   bash bench/gpu_suite.sh check2 OUT_DIR        # 2 GPUs: bench/compile_check.py, compiled vs eager gradients
-#                                                 # with inductor on CUDA, every policy, tp=1 then tp=2
+#                                                 # with inductor on CUDA, every policy, tp=1 then tp=2; then
+#                                                 # the miscompile's bisection at tp=1
 #   bash bench/gpu_suite.sh pareto2 OUT_DIR [char384|char768]   # 2 GPUs: issue 15's loss-vs-time timings
 #                                                 # (tp2 rows of the char shapes; then experiments/pareto.py)
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
@@ -67,6 +68,9 @@ fi
 if has check; then
   CUDA_VISIBLE_DEVICES=0 step 150 compile_check_tp1 python bench/compile_check.py --out_dir "$out"
   step 200 compile_check_tp2 "${launch[@]}" bench/compile_check.py --out_dir "$out"
+  # which part of the old tp=1 construction inductor miscompiled (section 1c); 4 compiles of the char-384 model
+  CUDA_VISIBLE_DEVICES=0 step 150 bisect_partial_grads python experiments/char-sweep-miscompiled/bisect_partial_grads.py \
+    --variants cat_f,cat_split,cat_clone_fn,per_param_f --policies grouped:2 --out_dir "$out"
 fi
 if has decode; then  # every (policy, floor, workload) compiles once: the steps' limits keep the call under 10 min
   mkdir -p "$out/decode" "$out/sample" "$out/batch8" "$out/batch8_no_cudnn"

@@ -1,0 +1,120 @@
+"""Which part of the partial-gradient construction did inductor on CUDA miscompile? (one GPU, tp=1)
+
+    python experiments/char-sweep-miscompiled/bisect_partial_grads.py --out_dir OUT      # on one GPU
+    python experiments/char-sweep-miscompiled/bisect_partial_grads.py --device cpu --backend aot_eager \\
+        --steps 1 --policies grouped:2                                                     # CPU smoke
+
+Background (EXPERIMENT_SUMMARY.md section 1c): a region's replicated parameters (LayerNorm weights and
+biases, row-parallel biases) used to enter the graph as
+
+    flat = f(cat(params));  views = [v.view_as(p) for v in flat.split(sizes)]
+
+with f = copy_to_tp_region (identity forward; all-reduce backward, the identity at tp=1). Compiled by
+inductor on CUDA (torch 2.11), their gradients came out equal to the parameters. At tp=1 the model
+now skips the construction; at tp >= 2 it still uses it. This script runs bench/compile_check.py's
+comparison (compiled vs eager gradients over SGD steps, fp32) at tp=1 with GPT._partial_params
+replaced by each variant below, to find the smallest one that still fails:
+
+    skip          the parameters themselves (what the model does at tp=1)
+    cat_f         the old construction above
+    cat_split     cat, split, view_as: no autograd Function
+    cat_clone_fn  cat, then an identity Function whose forward returns a copy, not a view
+    per_param_f   f on each parameter, no cat
+
+Exit code 0; the table (and <out_dir>/bisect_partial_grads.md) says PASS or FAIL per variant and policy.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+from bench import compile_check  # noqa: E402
+from model.gpt import GPT  # noqa: E402
+from parallel import comm  # noqa: E402
+from parallel.mesh import init_mesh  # noqa: E402
+
+
+class _CopyIdentity(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _split_like(flat, tensors):
+    return [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+
+
+def _flat(tensors):
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+VARIANTS = {
+    "skip": lambda tensors, group: tensors,
+    "cat_f": lambda tensors, group: _split_like(comm.copy_to_tp_region(_flat(tensors), group, "tp_grad"), tensors),
+    "cat_split": lambda tensors, group: _split_like(_flat(tensors), tensors),
+    "cat_clone_fn": lambda tensors, group: _split_like(_CopyIdentity.apply(_flat(tensors)), tensors),
+    "per_param_f": lambda tensors, group: [comm.copy_to_tp_region(t, group, "tp_grad") for t in tensors],
+}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--policies", default="grouped:2,spd")
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--backend", default="inductor")
+    p.add_argument("--tol", type=float, default=1e-3)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--out_dir", default=None)
+    args = p.parse_args(argv)
+    bad = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if bad:
+        p.error(f"--variants {bad} not allowed; allowed: {list(VARIANTS)}")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    mesh = init_mesh(1, None if args.device == "auto" else args.device)
+    check_args = argparse.Namespace(n_tracks=2, steps=args.steps, batch_size=8, block_size=64, lr=0.05,
+                                    backend=args.backend)
+    where = torch.cuda.get_device_name() if mesh.device.startswith("cuda") else "cpu"
+    lines = [f"# partial-gradient construction variants, compiled ({args.backend}) vs eager at tp=1: "
+             f"{where}, torch {torch.__version__}, {args.steps} SGD steps, fp32\n",
+             "| variant | policy | max loss gap | max rel. grad diff | worst parameter (step) | verdict |",
+             "|---|---|---:|---:|---|---|"]
+    original = GPT._partial_params
+    try:
+        for variant in args.variants.split(","):
+            build = VARIANTS[variant]
+
+            def partial_params(self, build=build):
+                tensors = self._partial_tensors
+                if not tensors or not torch.is_grad_enabled():
+                    return tensors
+                return build(tensors, self.tp_group)
+            GPT._partial_params = partial_params
+            for policy in args.policies.split(","):
+                torch._dynamo.reset()
+                loss_gap, (rel, name, step) = compile_check.check_policy(policy, check_args, mesh)
+                verdict = "PASS" if rel <= args.tol else "FAIL"
+                lines.append(f"| {variant} | {policy} | {loss_gap:.2e} | {rel:.2e} | {name or '-'} (step {step}) "
+                             f"| {verdict} |")
+                print(lines[-1], flush=True)
+    finally:
+        GPT._partial_params = original
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if args.out_dir:
+        os.makedirs(args.out_dir, exist_ok=True)
+        with open(os.path.join(args.out_dir, "bisect_partial_grads.md"), "w") as f:
+            f.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
