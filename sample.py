@@ -46,8 +46,8 @@ def parse_args(argv):
     p.add_argument("--decode", choices=("auto", "eager", "compiled", "graph"), default="auto",
                    help="auto: graph on CUDA, eager on CPU; compiled: a static KV cache and one "
                         "torch.compile(fullgraph=True) decode step; graph: that step as a CUDA graph")
-    p.add_argument("--compile_mode", choices=COMPILE_MODES, default="default",
-                   help="torch.compile mode of the compiled/graph decode step")
+    p.add_argument("--compile_mode", choices=list(COMPILE_MODES), default="default",
+                   help="torch.compile settings of the compiled/graph decode step (model/gpt.py COMPILE_MODES)")
     args = p.parse_args(argv)
     for name in ("num_samples", "max_new_tokens"):
         if getattr(args, name) < 1:

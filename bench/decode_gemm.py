@@ -13,6 +13,9 @@ tp = 1 and 2), M = 1 and 8:
     inductor    the same, torch.compile (default mode): cuBLAS, with the GELU in its own kernel
     autotune    torch.compile(mode="max-autotune-no-cudagraphs"): Triton GEMM templates timed
                 against cuBLAS, epilogue (bias, GELU) fused
+    coordesc    torch.compile with coordinate_descent_tuning of F.linear(x, W) + bias: inductor
+                rewrites a one-row mm (M = 1 only; an addmm is never rewritten) as a multiply and a
+                sum, and tunes that reduction kernel (gpt-fast's setting; COMPILE_MODES in model/gpt.py)
     reduction   torch.compile of (x[:, None, :] * W).sum(-1) in float32, + bias (+ GELU): one
                 Triton reduction kernel over K with N spread over the SMs, epilogue fused
 
@@ -36,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.tp_latency import source_commit  # noqa: E402
 
 SIZES = {"124m": dict(n_embd=768, vocab=50304), "tiny": dict(n_embd=64, vocab=512)}
-VARIANTS = ("cublas", "inductor", "autotune", "reduction")
+VARIANTS = ("cublas", "inductor", "autotune", "coordesc", "reduction")
 L2_FLUSH_BYTES = 256 * 2 ** 20
 
 
@@ -51,6 +54,15 @@ def layer_gemms(n_embd, vocab, tp):
 def linear_fn(gelu):
     def fn(x, w, b):
         y = F.linear(x, w, b)
+        return F.gelu(y) if gelu else y
+    return fn
+
+
+def mm_then_bias_fn(gelu):
+    def fn(x, w, b):
+        y = F.linear(x, w)
+        if b is not None:
+            y = y + b
         return F.gelu(y) if gelu else y
     return fn
 
@@ -72,6 +84,9 @@ def make_variant(name, gelu, backend):
         return torch.compile(linear_fn(gelu), backend=backend, fullgraph=True)
     if name == "autotune":
         return torch.compile(linear_fn(gelu), backend=backend, fullgraph=True, mode="max-autotune-no-cudagraphs")
+    if name == "coordesc":
+        return torch.compile(mm_then_bias_fn(gelu), backend=backend, fullgraph=True,
+                             options={"coordinate_descent_tuning": True})
     return torch.compile(reduction_fn(gelu), backend=backend, fullgraph=True)
 
 

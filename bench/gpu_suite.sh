@@ -8,8 +8,10 @@
 #   bash bench/gpu_suite.sh decode2 OUT_DIR       # 2 GPUs (issue 14): the compiled+graph decode profile,
 #                                                 # sample.py tokens/s at tp 1 and 2 (bench/sample_decode.py),
 #                                                 # the CUDA-only tests, batch-8 rows with and without cuDNN SDPA
-#   bash bench/gpu_suite.sh decode2b OUT_DIR      # 2 GPUs (issue 14): decode compiled with max-autotune
-#                                                 # (tp_latency decode_b1, its profile, sample.py)
+#   bash bench/gpu_suite.sh decode2b OUT_DIR [CMODE]   # 2 GPUs (issue 14): decode compiled with a non-default
+#                                                 # COMPILE_MODES entry (coordinate-descent, the default, or
+#                                                 # max-autotune-no-cudagraphs), side by side with the
+#                                                 # default: tp_latency decode_b1, sample.py at tp=2; profile
 #   bash bench/gpu_suite.sh gemm1 OUT_DIR         # 1 GPU (issue 14): bench/decode_gemm.py, decode's one-row
 #                                                 # GEMMs: cuBLAS vs inductor, max-autotune, a reduction kernel
 #   bash bench/gpu_suite.sh check2 OUT_DIR        # 2 GPUs: bench/compile_check.py, compiled vs eager gradients
@@ -45,7 +47,7 @@ case $mode in
   tp4) launch=(torchrun --standalone --nproc_per_node=4); tracks="4" ;;
   train2) launch=(torchrun --standalone --nproc_per_node=2); parts=train ;;
   decode2) launch=(torchrun --standalone --nproc_per_node=2); parts=decode ;;
-  decode2b) launch=(torchrun --standalone --nproc_per_node=2); parts=decodeb ;;
+  decode2b) launch=(torchrun --standalone --nproc_per_node=2); cmode=${3:-coordinate-descent}; parts=decodeb ;;
   gemm1) launch=(python); parts=gemm ;;
   check2) launch=(torchrun --standalone --nproc_per_node=2); parts=check ;;
   pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
@@ -88,17 +90,16 @@ if has decode; then  # every (policy, floor, workload) compiles once: the steps'
     --policies "baseline;grouped:3" --workloads decode_b8,prefill_b8 --modes graph,compiled+graph --no_cudnn_sdpa \
     --warmup 5 --repeats 30 --out_dir "$out/batch8_no_cudnn"
 fi
-if has decodeb; then  # max-autotune: worth its call only if gemm1 shows Triton GEMMs beating cuBLAS
-  mkdir -p "$out/autotune" "$out/sample_autotune"
-  step 240 latency_decode_autotune "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+if has decodeb; then  # worth its call only if gemm1 shows the mode's GEMMs beating cuBLAS
+  mkdir -p "$out/$cmode"
+  step 300 "latency_decode_$cmode" "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
     --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 --modes compiled+graph \
-    --compile_mode max-autotune-no-cudagraphs --warmup 5 --repeats 30 --out_dir "$out/autotune"
-  step 100 profile_decode_autotune "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
-    --mode compiled+graph --compile_mode max-autotune-no-cudagraphs --policies "baseline;grouped:3" --calls 50 \
-    --out_dir "$out/autotune"
-  step 220 sample_decode_autotune python bench/sample_decode.py --nprocs 1,2 --modes graph \
-    --compile_modes max-autotune-no-cudagraphs --policies baseline --n_tracks 2 --max_new_tokens 500 \
-    --num_samples 3 --out_dir "$out/sample_autotune"
+    --compile_mode "default,$cmode" --warmup 5 --repeats 30 --out_dir "$out/$cmode"
+  step 100 "profile_decode_$cmode" "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
+    --mode compiled+graph --compile_mode "$cmode" --policies "baseline;grouped:3" --calls 50 --out_dir "$out/$cmode"
+  step 160 "sample_decode_$cmode" python bench/sample_decode.py --nprocs 2 --modes graph \
+    --compile_modes "default,$cmode" --policies baseline --n_tracks 2 --max_new_tokens 500 --num_samples 3 \
+    --out_dir "$out/$cmode"
 fi
 if has latency124m; then
   step 330 latency_124m "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks $tracks \

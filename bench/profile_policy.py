@@ -106,7 +106,8 @@ def main():
     p.add_argument("--mode", default="graph", choices=["eager", "graph", "compiled", "compiled+graph"],
                    help="compiled: torch.compile(model) first (fullgraph for ours; decode through a StaticKVCache)")
     p.add_argument("--compile_backend", default="inductor", help="for the compiled modes (aot_eager: CPU checks)")
-    p.add_argument("--compile_mode", default="default", choices=COMPILE_MODES, help="torch.compile mode of the compiled modes")
+    p.add_argument("--compile_mode", default="default", choices=list(COMPILE_MODES),
+                   help="torch.compile settings of the compiled modes (model.gpt.COMPILE_MODES)")
     p.add_argument("--torch_tp", action="store_true", help="also profile PyTorch's TP")
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--top", type=int, default=12)

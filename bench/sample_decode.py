@@ -74,7 +74,7 @@ def main(argv=None):
     p.add_argument("--n_tracks", type=int, default=2)
     p.add_argument("--nprocs", default="1,2", help="comma-separated TP degrees (processes of sample.py)")
     p.add_argument("--modes", default="eager,compiled,graph")
-    p.add_argument("--compile_modes", default="default", help=f"comma-separated, of {COMPILE_MODES}")
+    p.add_argument("--compile_modes", default="default", help=f"comma-separated, of {list(COMPILE_MODES)}")
     p.add_argument("--max_new_tokens", type=int, default=200)
     p.add_argument("--num_samples", type=int, default=3)
     p.add_argument("--check_tokens", type=int, default=0, help="float32 token check length (0: none)")

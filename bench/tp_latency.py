@@ -11,8 +11,10 @@ For each model size (GPT-2 124M and GPT-2 medium, both n_tracks=4) and each poli
 each in eager mode and, on CUDA, replayed as a CUDA graph (torch.cuda.graph; NCCL all-reduces,
 the training step's backward included, are captured into the graph). --modes compiled and
 compiled+graph run torch.compile(model) (fullgraph for ours; our decode then uses a StaticKVCache,
-the fixed-shape step of GPT.generate(decode='compiled')), alone and captured as a CUDA graph. Each
-(model, floor, workload) compiles once: restrict --policies and --workloads to keep the run short. Times are CUDA-event medians
+the fixed-shape step of GPT.generate(decode='compiled')), alone and captured as a CUDA graph, once per
+--compile_mode entry (model.gpt.COMPILE_MODES; a non-default one is tagged in the mode, e.g.
+"compiled+graph/coordinate-descent", so the settings are compared side by side). Each
+(model, floor, workload, compile mode) compiles once: restrict --policies and --workloads to keep the run short. Times are CUDA-event medians
 over --repeats calls after --warmup calls (wall clock on CPU). All variants of a model size (every
 policy, its floor, torch_tp; eager and graph) are built at once and timed in --rounds interleaved
 rounds, so a ratio between two rows compares calls made side by side. Precision on CUDA: training runs
@@ -151,14 +153,15 @@ def make_workload(model, name, seq, vocab, device, cuda, for_graph=False, compil
     workload casts the model to bf16 for good, so build the training workload first. A training
     step to be captured runs autocast without its weight cache, whose casts would outlive capture.
     compile_backend: run torch.compile(model) (fullgraph for ours); our decode then uses a
-    StaticKVCache, the fixed-shape step GPT.generate(decode='compiled') runs; compile_mode is
-    torch.compile's mode (e.g. max-autotune-no-cudagraphs)."""
+    StaticKVCache, the fixed-shape step GPT.generate(decode='compiled') runs; compile_mode names
+    its torch.compile settings (model.gpt.COMPILE_MODES)."""
     batch = 8 if name.endswith("b8") else 1
     idx = torch.randint(0, vocab, (batch, seq), device=device)
     static = compile_backend is not None and isinstance(model, GPT) and name.startswith("decode")
     cache = StaticKVCache(model.config.n_layer, seq) if static else KVCache(model.config.n_layer)
     if compile_backend is not None:
-        model = torch.compile(model, fullgraph=isinstance(model, GPT), backend=compile_backend, mode=compile_mode)
+        model = torch.compile(model, fullgraph=isinstance(model, GPT), backend=compile_backend,
+                              **COMPILE_MODES[compile_mode])
     if name.startswith("train"):
         if next(model.parameters()).dtype != torch.float32:
             raise ValueError(f"train workload needs fp32 weights, the model holds {next(model.parameters()).dtype}")
@@ -301,6 +304,8 @@ def run(args):
         torch.backends.cuda.enable_cudnn_sdp(False)
     graphs = cuda and not args.no_graphs
     modes = [m for m in args.modes.split(",") if "graph" not in m or graphs]
+    compile_modes = args.compile_mode.split(",")
+    compile_tags = ["" if m == "default" else "/" + m for m in compile_modes]
     if any(m.startswith("compiled") for m in modes):  # every (model, floor, workload) is its own graph
         torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 10_000
     rows = []
@@ -355,25 +360,29 @@ def run(args):
                 syncs = 2 * SIZES[size]["n_layer"] if policy == "torch_tp" else model.syncs_per_forward
                 for floor in ((False, True) if policy != "torch_tp" else (False,)):
                     ctx = comm.skipped_collectives if floor else nullcontext
-                    keys = [(n, policy, floor, mode) for mode in modes]
+                    keys = [(n, policy, floor, mode + tag) for mode in modes
+                            for tag in (compile_tags if mode.startswith("compiled") else [""])]
                     with ctx():  # a graph captures (or skips) the collectives once, at capture
                         fn = make_workload(model, workload, seq, vocab, device, cuda)
                         fwd, bwd = (count_torch_collectives if policy == "torch_tp" else count_collectives)(fn)
                         if "eager" in modes:
                             fns[(n, policy, floor, "eager")] = functools.partial(ctx_call, ctx, fn)
-                        if "compiled" in modes or "compiled+graph" in modes:
+                        for compile_mode, tag in zip(compile_modes, compile_tags):
+                            if "compiled" not in modes and "compiled+graph" not in modes:
+                                break
                             try:
                                 cfn = make_workload(model, workload, seq, vocab, device, cuda,
                                                     for_graph=True, compile_backend=args.compile_backend,
-                                                    compile_mode=args.compile_mode)
+                                                    compile_mode=compile_mode)
                                 cfn()  # compile now, inside ctx: the floor's graph skips its collectives
                                 if "compiled" in modes:
-                                    fns[(n, policy, floor, "compiled")] = functools.partial(ctx_call, ctx, cfn)
+                                    fns[(n, policy, floor, "compiled" + tag)] = functools.partial(ctx_call, ctx, cfn)
                                 if "compiled+graph" in modes:
-                                    fns[(n, policy, floor, "compiled+graph")] = as_graph(cfn, pool)
+                                    fns[(n, policy, floor, "compiled+graph" + tag)] = as_graph(cfn, pool)
                             except Exception as e:  # report, keep measuring the rest
                                 for mode in ("compiled", "compiled+graph"):
-                                    failed[(n, policy, floor, mode)] = f"compile failed: {type(e).__name__}: {str(e)[:60]}"
+                                    failed[(n, policy, floor, mode + tag)] = (
+                                        f"compile failed: {type(e).__name__}: {str(e)[:60]}")
                         if "graph" in modes:
                             key = (n, policy, floor, "graph")
                             if workload.startswith("train"):
@@ -559,7 +568,8 @@ def main():
     parser.add_argument("--modes", default="eager,graph",
                         help="comma-separated, of eager, graph, compiled, compiled+graph (graphs: CUDA only)")
     parser.add_argument("--compile_backend", default="inductor", help="for the compiled modes (aot_eager: CPU checks)")
-    parser.add_argument("--compile_mode", default="default", choices=COMPILE_MODES, help="torch.compile mode of the compiled modes")
+    parser.add_argument("--compile_mode", default="default",
+                        help=f"comma-separated torch.compile settings of the compiled modes, of {list(COMPILE_MODES)}")
     parser.add_argument("--no_torch_tp", action="store_true")
     parser.add_argument("--no_cudnn_sdpa", action="store_true",
                         help="keep SDPA off cuDNN's attention kernels (which the graph profiles show it picks on H200)")
@@ -569,7 +579,8 @@ def main():
     unknown = [s for s in args.sizes.split(",") if s not in SIZES]
     if unknown:
         parser.error(f"unknown size(s) {unknown}; allowed: {list(SIZES)}")
-    for name, given, allowed in (("workload", args.workloads, WORKLOADS), ("mode", args.modes, MODES)):
+    for name, given, allowed in (("workload", args.workloads, WORKLOADS), ("mode", args.modes, MODES),
+                                 ("compile mode", args.compile_mode, list(COMPILE_MODES))):
         bad = [v for v in given.split(",") if v not in allowed]
         if bad:
             parser.error(f"unknown {name}(s) {bad}; allowed: {allowed}")

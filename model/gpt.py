@@ -720,7 +720,7 @@ class GPT(nn.Module):
         decode="graph" (CUDA only): the compiled step captured once as a CUDA graph, its TP
         all-reduces included, and replayed for every token: one launch per token.
         decode="auto": "graph" on CUDA, "eager" elsewhere.
-        compile_mode: torch.compile's mode for the decode step, of COMPILE_MODES (the modes that
+        compile_mode: how torch.compile builds the decode step, a key of COMPILE_MODES (the modes that
         capture CUDA graphs of their own are left out: decode="graph" captures the step itself)."""
         if compile_mode not in COMPILE_MODES:
             raise ValueError(f"compile_mode={compile_mode!r}; allowed: {', '.join(map(repr, COMPILE_MODES))}")
@@ -736,7 +736,7 @@ class GPT(nn.Module):
             cache, step = KVCache(self.config.n_layer), self.forward
         else:
             cache = StaticKVCache(self.config.n_layer, window)
-            step = torch.compile(self.forward, fullgraph=True, backend=compile_backend, mode=compile_mode)
+            step = torch.compile(self.forward, fullgraph=True, backend=compile_backend, **COMPILE_MODES[compile_mode])
         replay = None  # decode="graph": the captured step, made at the first decode position
         filled = None  # positions in the cache (host-side count: reading cache.pos would sync)
         for _ in range(max_new_tokens):
@@ -778,11 +778,16 @@ def sample_one(probs):
 
 
 DECODE_MODES = ("eager", "compiled", "graph")
-# max-autotune-no-cudagraphs: inductor times Triton GEMM templates (other tiles, split-K, fused
-# epilogues) against cuBLAS per GEMM shape. Decode's GEMMs have one row per sequence; the cuBLAS
-# kernels picked for them read the weights at about a tenth of an H200's bandwidth (4.3-4.8 us for
-# 1.8-2.4 MB, bench/results/profiles/profile_124m_n2_decode_b1_graph_tp2.txt)
-COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+# torch.compile settings for the decode step, by name. Decode's GEMMs have one row per sequence, and
+# the cuBLAS kernels picked for them read the weights at about a tenth of an H200's bandwidth (4.3-4.8
+# us for 1.8-2.4 MB, bench/results/profiles/profile_124m_n2_decode_b1_graph_tp2.txt).
+#   max-autotune-no-cudagraphs: inductor times Triton GEMM templates (other tiles, split-K, fused
+#     epilogues) against cuBLAS per GEMM shape
+#   coordinate-descent: inductor's coordinate_descent_tuning, under which it rewrites a one-row mm
+#     (not addmm: a GEMM with its bias stays on cuBLAS) as a multiply and a sum, one tuned Triton
+#     reduction kernel (gpt-fast's setting)
+COMPILE_MODES = {"default": {}, "max-autotune-no-cudagraphs": dict(mode="max-autotune-no-cudagraphs"),
+                 "coordinate-descent": dict(options={"coordinate_descent_tuning": True})}
 
 
 def capture_decode_step(step, cache, token, warmup=2):

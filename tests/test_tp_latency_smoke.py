@@ -40,14 +40,17 @@ def test_tiny_latency_rows_and_merge(tmp_path):
 
 
 def test_tiny_compiled_mode_rows(tmp_path):
-    """--modes compiled: ours decodes with a StaticKVCache through torch.compile(fullgraph=True);
-    aot_eager traces without code generation, so CPU runs it in seconds."""
+    """--modes compiled: ours decodes with a StaticKVCache through torch.compile(fullgraph=True), once
+    per --compile_mode entry; aot_eager traces without code generation, so CPU runs it in seconds."""
     run("bench/tp_latency.py", *TINY, "--policies", "baseline;grouped:2", "--workloads", "decode_b1,prefill_b1",
-        "--modes", "eager,compiled", "--compile_backend", "aot_eager", "--no_torch_tp", "--out_dir", str(tmp_path))
+        "--modes", "eager,compiled", "--compile_backend", "aot_eager", "--compile_mode", "default,coordinate-descent",
+        "--no_torch_tp", "--out_dir", str(tmp_path))
     rows = json.load(open(tmp_path / "tp_latency_tp1.json"))["rows"]
-    compiled = [r for r in rows if r["mode"] == "compiled"]
-    assert len(compiled) == 2 * 2 * 2 * 2  # n_tracks x policies x workloads x (policy, floor)
-    assert all(isinstance(r["ms"], float) and r["ms"] > 0 for r in compiled), [r["ms"] for r in compiled]
+    for mode in ("compiled", "compiled/coordinate-descent"):
+        compiled = [r for r in rows if r["mode"] == mode]
+        assert len(compiled) == 2 * 2 * 2 * 2  # n_tracks x policies x workloads x (policy, floor)
+        assert all(isinstance(r["ms"], float) and r["ms"] > 0 for r in compiled), [r["ms"] for r in compiled]
+    assert "### tiny decode_b1 compiled/coordinate-descent" in (tmp_path / "tp_latency_tp1.md").read_text()
 
 
 def test_tiny_profile_reports_each_policy(tmp_path):
