@@ -109,6 +109,7 @@ def main():
     p.add_argument("--compile_mode", default="default", choices=list(COMPILE_MODES),
                    help="torch.compile settings of the compiled modes (model.gpt.COMPILE_MODES)")
     p.add_argument("--torch_tp", action="store_true", help="also profile PyTorch's TP")
+    p.add_argument("--no_bias", action="store_true", help="models without biases (as tp_latency.py --no_bias)")
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--seq_len", type=int, default=1024)
@@ -131,7 +132,7 @@ def main():
         mode_tag += "_" + args.compile_mode.replace("-", "_")
     vocab = 50304
     header = (f"# profile: {args.size} n_tracks={args.n_tracks} {args.workload} "
-              f"{mode_tag} tp={world}, {args.calls} calls, "
+              f"{mode_tag} tp={world}{' no bias' if args.no_bias else ''}, {args.calls} calls, "
               f"{torch.cuda.get_device_name() if cuda else 'CPU'}, torch {torch.__version__}\n"
               f"command: {'torchrun --nproc_per_node=%d ' % world if world > 1 else 'python '}{' '.join(sys.argv)}\n")
     sections = [header]
@@ -141,10 +142,11 @@ def main():
     for policy in variants:
         torch.manual_seed(0)
         if policy == "torch_tp":
-            model = torch_tp_model(args.size, vocab, args.seq_len, device, world)
+            model = torch_tp_model(args.size, vocab, args.seq_len, device, world, bias=not args.no_bias)
         else:
             model = GPT(GPTConfig(**SIZES[args.size], block_size=args.seq_len, vocab_size=vocab,
-                                  n_tracks=args.n_tracks, sync_policy=policy), tp_group=group).to(device)
+                                  n_tracks=args.n_tracks, sync_policy=policy, bias=not args.no_bias),
+                        tp_group=group).to(device)
         fn = make_workload(model, args.workload, args.seq_len, vocab, device, cuda, for_graph=graph,
                            compile_backend=backend, compile_mode=args.compile_mode)
         if graph:

@@ -202,13 +202,13 @@ def count_collectives(fn):
 
 # ----------------------------------------------------------------------------- PyTorch TP reference
 class PlainBlock(nn.Module):
-    def __init__(self, n_embd, n_head):
+    def __init__(self, n_embd, n_head, bias=True):
         super().__init__()
         self.head_size = n_embd // n_head
-        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
-        self.q, self.k, self.v = (nn.Linear(n_embd, n_embd) for _ in range(3))
-        self.c_proj = nn.Linear(n_embd, n_embd)
-        self.c_fc, self.mlp_proj = nn.Linear(n_embd, 4 * n_embd), nn.Linear(4 * n_embd, n_embd)
+        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd, bias=bias), nn.LayerNorm(n_embd, bias=bias)
+        self.q, self.k, self.v = (nn.Linear(n_embd, n_embd, bias=bias) for _ in range(3))
+        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.c_fc, self.mlp_proj = nn.Linear(n_embd, 4 * n_embd, bias=bias), nn.Linear(4 * n_embd, n_embd, bias=bias)
 
     def forward(self, x, kv_cache=None, layer=0, max_len=0):
         B, T, _ = x.shape
@@ -228,13 +228,13 @@ class PlainGPT(nn.Module):
     """nanoGPT's baseline GPT with separate q/k/v projections, so ColwiseParallel splits whole heads,
     and the same forward(idx, targets, kv_cache) as model.gpt.GPT."""
 
-    def __init__(self, n_layer, n_head, n_embd, vocab, block_size):
+    def __init__(self, n_layer, n_head, n_embd, vocab, block_size, bias=True):
         super().__init__()
         self.config = GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab,
-                                block_size=block_size)
+                                block_size=block_size, bias=bias)
         self.wte, self.wpe = nn.Embedding(vocab, n_embd), nn.Embedding(block_size, n_embd)
-        self.h = nn.ModuleList(PlainBlock(n_embd, n_head) for _ in range(n_layer))
-        self.ln_f = nn.LayerNorm(n_embd)
+        self.h = nn.ModuleList(PlainBlock(n_embd, n_head, bias) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd, bias=bias)
 
     def forward(self, idx, targets=None, kv_cache=None):
         pos0 = kv_cache.pos if kv_cache is not None else 0
@@ -273,11 +273,11 @@ def count_torch_collectives(fn):
     return counter.fwd, counter.bwd
 
 
-def torch_tp_model(size, vocab, seq, device, tp):
+def torch_tp_model(size, vocab, seq, device, tp, bias=True):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     torch.manual_seed(0)
-    model = PlainGPT(**SIZES[size], vocab=vocab, block_size=seq).to(device)
+    model = PlainGPT(**SIZES[size], vocab=vocab, block_size=seq, bias=bias).to(device)
     if tp > 1:
         mesh = init_device_mesh(device.split(":")[0], (tp,))
         plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
@@ -324,7 +324,7 @@ def run(args):
         launch_us = max(t.item() for t in comm.all_gather(mine, group, "bench_setup"))
     meta = dict(device=name, tp=world, torch=torch.__version__, seq_len=seq, repeats=args.repeats, rounds=args.rounds,
                 commit=source_commit(), host_launch_us=round(launch_us, 2), compile_mode=args.compile_mode,
-                cudnn_sdpa=not args.no_cudnn_sdpa,
+                cudnn_sdpa=not args.no_cudnn_sdpa, bias=not args.no_bias,
                 command=("torchrun --nproc_per_node=%d " % world if "LOCAL_RANK" in os.environ else "python ")
                 + " ".join(sys.argv))
     if rank == 0:
@@ -349,9 +349,10 @@ def run(args):
         for n, policy in ((n, pol) for n in n_tracks_list if n % world == 0 for pol in args.policies.split(";")):
             torch.manual_seed(0)
             models[(n, policy)] = GPT(GPTConfig(**SIZES[size], block_size=seq, vocab_size=vocab, n_tracks=n,
-                                                bias=True, dropout=0.0, sync_policy=policy), tp_group=group).to(device)
+                                                bias=not args.no_bias, dropout=0.0, sync_policy=policy),
+                                                tp_group=group).to(device)
         if not args.no_torch_tp:
-            models[("-", "torch_tp")] = torch_tp_model(size, vocab, seq, device, world)
+            models[("-", "torch_tp")] = torch_tp_model(size, vocab, seq, device, world, bias=not args.no_bias)
         for workload in sorted(args.workloads.split(","), key=lambda w: not w.startswith("train")):  # fp32 first
             fns, failed, row_meta = {}, {}, {}  # keyed by (n_tracks, policy, floor, mode)
             # training graphs hold a whole step's activations: one shared pool keeps them to one step's
@@ -571,6 +572,8 @@ def main():
     parser.add_argument("--compile_mode", default="default",
                         help=f"comma-separated torch.compile settings of the compiled modes, of {list(COMPILE_MODES)}")
     parser.add_argument("--no_torch_tp", action="store_true")
+    parser.add_argument("--no_bias", action="store_true", help="models without biases (nanoGPT's bias=False): "
+                        "every decode GEMM is then an mm, which COMPILE_MODES' coordinate-descent rewrites")
     parser.add_argument("--no_cudnn_sdpa", action="store_true",
                         help="keep SDPA off cuDNN's attention kernels (which the graph profiles show it picks on H200)")
     parser.add_argument("--out_dir", default="bench/results")

@@ -44,8 +44,10 @@ def test_tiny_compiled_mode_rows(tmp_path):
     per --compile_mode entry; aot_eager traces without code generation, so CPU runs it in seconds."""
     run("bench/tp_latency.py", *TINY, "--policies", "baseline;grouped:2", "--workloads", "decode_b1,prefill_b1",
         "--modes", "eager,compiled", "--compile_backend", "aot_eager", "--compile_mode", "default,coordinate-descent",
-        "--no_torch_tp", "--out_dir", str(tmp_path))
-    rows = json.load(open(tmp_path / "tp_latency_tp1.json"))["rows"]
+        "--no_bias", "--no_torch_tp", "--out_dir", str(tmp_path))
+    result = json.load(open(tmp_path / "tp_latency_tp1.json"))
+    rows = result["rows"]
+    assert result["meta"]["bias"] is False
     for mode in ("compiled", "compiled/coordinate-descent"):
         compiled = [r for r in rows if r["mode"] == mode]
         assert len(compiled) == 2 * 2 * 2 * 2  # n_tracks x policies x workloads x (policy, floor)
