@@ -13,10 +13,12 @@ bench/tp_latency.py is warmed up, then --calls calls are profiled. Reported per 
 and the busy time split by kernel category (gemm, attention, nccl, norm, elementwise, copy,
 reduce, other), then the top kernels. If busy << wall the workload is launch-bound (host
 overhead: Python, dispatch, autograd); if busy ~ wall it is device-bound, and the categories say
-which kernels grew. Written to <out_dir>/profile_<workload>_<mode>_tp<N>.txt (rank 0).
+which kernels grew. With NCCL, each rank's all-reduce kernels are also timed by their position in
+the call: a long first one and short others mean the ranks start their calls apart. Written to <out_dir>/profile_<workload>_<mode>_tp<N>.txt (rank 0).
 """
 import argparse
 import os
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -96,6 +98,30 @@ def report(label, kernels, wall, calls, cuda, top):
     return "\n".join(lines) + "\n"
 
 
+def nccl_by_position(kernels, calls):
+    """Median µs of the i-th NCCL kernel of a call, per i (None unless every call launched as many).
+
+    An all-reduce's kernel runs until every rank has arrived: a rank that starts its call later than
+    the other makes the other's first all-reduce of the call wait for it. If call starts are offset,
+    position 1 is long and the rest are short."""
+    nccl = sorted((e for e in kernels if category(e.name) == "nccl"), key=lambda e: e.time_range.start)
+    if not nccl or len(nccl) % calls:
+        return None
+    per_call = len(nccl) // calls
+    return [statistics.median(nccl[c * per_call + i].device_time for c in range(calls)) for i in range(per_call)]
+
+
+def nccl_position_report(per_rank):
+    """per_rank: each rank's nccl_by_position list (all the same length)."""
+    lines = ["nccl kernel by position in the call (µs, median over calls; a late peer shows as a long first one):"]
+    for r, positions in enumerate(per_rank):
+        rest = positions[1:]
+        tail = (f"; the other {len(rest)}: median {statistics.median(rest):.1f}, max {max(rest):.1f}"
+                if rest else "")
+        lines.append(f"  rank {r}: first {positions[0]:.1f}{tail}")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", default="124m", choices=list(SIZES))
@@ -161,6 +187,15 @@ def main():
             comm.barrier()
         kernels, wall, host = profile_calls(fn, args.calls, cuda)
         sections.append(report(policy, kernels, wall, args.calls, cuda, args.top))
+        positions = nccl_by_position(kernels, args.calls) if cuda else None
+        if world > 1:  # every rank joins the gather; a rank without a regular pattern sends NaNs
+            count = torch.tensor([len(positions) if positions else 0], device=device)
+            counts = [int(c.item()) for c in comm.all_gather(count, group, "bench_setup")]
+            if len(set(counts)) == 1 and counts[0] > 0:
+                mine = torch.tensor(positions, dtype=torch.float64, device=device)
+                sections[-1] += nccl_position_report([t.tolist() for t in comm.all_gather(mine, group, "bench_setup")])
+        elif positions:
+            sections[-1] += nccl_position_report([positions])
         if not graph:  # a graph replay is one host call: nothing to break down
             sections[-1] += host_report(host, args.calls, args.top)
         if rank == 0:

@@ -86,3 +86,21 @@ def test_torch_tp_reference_is_tensor_parallel_and_exact():
         # tiny has 2 layers: Megatron's 2 all-reduces per layer forward, none in a no-grad call;
         # backward at least 2 per layer (DTensor's separate q/k/v each all-reduce their input grad)
         assert (r["fwd"], r["bwd"], r["train_fwd"]) == (4, 0, 4) and r["train_bwd"] >= 4
+
+
+def test_nccl_by_position_finds_the_wait_of_the_first_all_reduce():
+    from types import SimpleNamespace
+    import profile_policy
+
+    def kernel(name, start, us):
+        return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start), device_time=us)
+    calls = []
+    for c in range(3):  # per call: a GEMM, then 3 all-reduces of which the first waits 40 us for the peer
+        t = 1000 * c
+        calls += [kernel("nvjet_gemm", t, 5.0), kernel("ncclDevKernel_AllReduce", t + 10, 50.0 + c),
+                  kernel("ncclDevKernel_AllReduce", t + 100, 10.0), kernel("ncclDevKernel_AllReduce", t + 200, 12.0)]
+    positions = profile_policy.nccl_by_position(calls[::-1], 3)  # any event order
+    assert positions == [51.0, 10.0, 12.0]
+    text = profile_policy.nccl_position_report([positions])
+    assert "rank 0: first 51.0; the other 2: median 11.0, max 12.0" in text
+    assert profile_policy.nccl_by_position(calls[:-1], 3) is None  # calls of unequal counts: no positions
