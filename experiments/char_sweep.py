@@ -5,6 +5,7 @@
     python experiments/char_sweep.py w384-n2-s1337 --dry-run         # what would run, and the commands
     python experiments/char_sweep.py w384-n2-s1337 --deadline 540 --pack "$OUT"     # on the GPU machine
     python experiments/char_sweep.py w384-n2 --smoke                 # CPU: tiny model, 4 iterations
+    python experiments/char_sweep.py w384-n6,w384-n2-s1339 --jobs 26 --deadline 540 --pack "$OUT"   # 8 GPUs
 
 The character-level grid (config/shakespeare_char_{384,768}.py, nanoGPT's shakespeare_char recipe and a
 2x wider variant, 6 layers): width {384, 768} x n_tracks {2, 6} x policy {baseline, spd, parallel, ladder,
@@ -24,7 +25,9 @@ Parts (PART argument; --list prints them):
                                           shakespeare_sweep.sh with ITERS=3000 (tests/test_char_sweep.py checks
                                           each planned config against the stored seed-1337 run's config.json)
     bpe                                   bpe1 + bpe2 + bpe3
---policies and --seeds narrow any part further (e.g. a part that does not fit one command).
+    PART,PART,...                         several parts at once (e.g. to fill the GPUs of one machine)
+--policies and --seeds narrow any part further (e.g. a part that does not fit one command). With several
+GPUs, run i of a command goes to GPU i mod their count: --jobs sets how many run at once in all.
 If the grid must shrink, keep the seeds and drop widths before policies: run the w384 parts first.
 
 Pairing. A seed s gives every policy (and both n_tracks) of a width the same initial weights (the trainer
@@ -175,9 +178,13 @@ def part_names():
 
 
 def runs_of(part, sets=(), smoke=False, policies=None, seeds=None):
-    """The runs of a part, in launch order (seed-major, so whole seeds finish first)."""
+    """The runs of a part, in launch order (seed-major, so whole seeds finish first). Comma-separated
+    parts are run together, in the order given (each run once)."""
     cparts = char_parts()
-    if part in cparts:
+    if "," in part:
+        runs = [r for name in part.split(",") for r in runs_of(name, sets, smoke)]
+        runs = list({r.name: r for r in runs}.values())
+    elif part in cparts:
         width, tracks, part_seeds = cparts[part]
         runs = [char_run(width, tracks, p, s, sets, smoke) for s in part_seeds for p in CHAR_POLICIES]
     elif part == "char":

@@ -57,6 +57,11 @@ def test_grid():
         assert cfg["out_dir"] == os.path.join("scratch", "experiments_char-sweep", r.name)  # never experiments/
     assert [r.name for r in char_sweep.runs_of("w768-n6", policies={"grouped6"}, seeds={1338})] == \
         ["w768-n6-grouped6-s1338"]
+    # several parts at once: in the order given, each run once
+    both = [r.name for r in char_sweep.runs_of("w384-n6,w384-n2-s1339,w384-n6-s1338")]
+    assert both == [r.name for r in char_sweep.runs_of("w384-n6")] + [r.name for r in char_sweep.runs_of("w384-n2-s1339")]
+    with pytest.raises(char_sweep.SweepError, match="unknown part 'w999'"):
+        char_sweep.runs_of("w384-n6,w999")
 
 
 @pytest.mark.parametrize("part", ["bpe1", "bpe2", "bpe3"])
