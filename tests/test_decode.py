@@ -1,6 +1,6 @@
 """Compiled decode (issue 14, CPU part): a StaticKVCache makes one decode step of fixed shapes, so
 torch.compile(fullgraph=True) traces it once for every position; the tokens it samples equal the
-eager KVCache path's for the same seed, for every policy, at tp=1 and tp=2 (gloo)."""
+eager KVCache path's for the same seed, for every policy, at tp=1, 2 and 4 (gloo)."""
 from collections import Counter
 
 import pytest
@@ -91,26 +91,6 @@ def test_static_cache_refill_writes_the_same_memory():
     torch.testing.assert_close(step, model(idx[:, :5])[0], atol=1e-12, rtol=0)
 
 
-def _tp2_worker(rank, world_size):
-    import torch.distributed as dist
-    group = dist.new_group([0, 1])
-    prompt, _ = batch(B=2, T=5)
-    out = {}
-    for policy in ("baseline", "grouped:2", "ladder"):
-        model = make(policy, tp_group=group).eval()
-        torch._dynamo.reset()
-        out[policy] = sample(model, "compiled", prompt, 6)
-    return out
-
-
-def test_compiled_decode_at_tp2_samples_the_tp1_eager_tokens():
-    r0, r1 = run_on_gloo(_tp2_worker, 2)
-    prompt, _ = batch(B=2, T=5)
-    for policy, tokens in r0.items():
-        assert torch.equal(tokens, r1[policy])
-        assert torch.equal(tokens, sample(make(policy).eval(), "eager", prompt, 6)), policy
-
-
 # Ops that make the host wait for a GPU: a scalar read (.item()), torch.multinomial (which reads
 # three), data-dependent shapes (nonzero, boolean masks), and indexing by a tensor the host builds
 # from a list (copied host -> device with a stream sync).
@@ -182,22 +162,25 @@ def test_cuda_decode_never_synchronizes(decode):
     assert out.shape == (2, 13)
 
 
-def _tp4_worker(rank, world_size):
+def _compiled_decode_worker(rank, world_size, policies, n_new):
     import torch.distributed as dist
-    group = dist.new_group([0, 1, 2, 3])
+    group = dist.new_group(list(range(world_size)))
     prompt, _ = batch(B=2, T=5)
     out = {}
-    for policy in ("spd", "parallel", "grouped:4"):
+    for policy in policies:
         model = make(policy, tp_group=group).eval()
         torch._dynamo.reset()
-        out[policy] = sample(model, "compiled", prompt, 4)
+        out[policy] = sample(model, "compiled", prompt, n_new)
     return out
 
 
-def test_compiled_decode_at_tp4_samples_the_tp1_eager_tokens():
-    """One track per rank (n_tracks 4): every point's sum is a real all-reduce over 4 ranks."""
-    results = run_on_gloo(_tp4_worker, 4)
+@pytest.mark.parametrize("tp,policies,n_new", [
+    (2, ("baseline", "grouped:2", "ladder"), 6),
+    (4, ("spd", "parallel", "grouped:4"), 4),  # one track per rank: every sum is a real all-reduce over 4
+])
+def test_compiled_decode_under_tp_samples_the_tp1_eager_tokens(tp, policies, n_new):
+    results = run_on_gloo(_compiled_decode_worker, tp, policies, n_new)
     prompt, _ = batch(B=2, T=5)
     for policy, tokens in results[0].items():
         assert all(torch.equal(tokens, r[policy]) for r in results[1:])
-        assert torch.equal(tokens, sample(make(policy).eval(), "eager", prompt, 4)), policy
+        assert torch.equal(tokens, sample(make(policy).eval(), "eager", prompt, n_new)), policy
