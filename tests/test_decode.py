@@ -1,6 +1,6 @@
 """Compiled decode (issue 14, CPU part): a StaticKVCache makes one decode step of fixed shapes, so
 torch.compile(fullgraph=True) traces it once for every position; the tokens it samples equal the
-eager KVCache path's for the same seed, for every policy, at tp=1, 2 and 4 (gloo)."""
+eager KVCache path's for the same seed: every policy at tp=1, three each at tp=2 and 4 (gloo)."""
 from collections import Counter
 
 import pytest
