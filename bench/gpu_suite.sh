@@ -12,6 +12,9 @@
 #                                                 # COMPILE_MODES entry (coordinate-descent, the default, or
 #                                                 # max-autotune-no-cudagraphs), side by side with the
 #                                                 # default: tp_latency decode_b1, sample.py at tp=2; profile
+#   bash bench/gpu_suite.sh decode4 OUT_DIR       # 4 GPUs (issue 14 at tp=4, one track per GPU): tp_latency
+#                                                 # decode_b1 eager/graph/compiled+graph, its compiled+graph
+#                                                 # profile, sample.py tokens/s at tp=4
 #   bash bench/gpu_suite.sh gemm1 OUT_DIR         # 1 GPU (issue 14): bench/decode_gemm.py, decode's one-row
 #                                                 # GEMMs: cuBLAS vs inductor, max-autotune, a reduction kernel
 #   bash bench/gpu_suite.sh check2 OUT_DIR        # 2 GPUs: bench/compile_check.py, compiled vs eager gradients
@@ -49,9 +52,10 @@ case $mode in
   decode2) launch=(torchrun --standalone --nproc_per_node=2); parts=decode ;;
   decode2b) launch=(torchrun --standalone --nproc_per_node=2); cmode=${3:-coordinate-descent}; parts=decodeb ;;
   gemm1) launch=(python); parts=gemm ;;
+  decode4) launch=(torchrun --standalone --nproc_per_node=4); parts=decode4 ;;
   check2) launch=(torchrun --standalone --nproc_per_node=2); parts=check ;;
   pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
-  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2, decode2b, gemm1, check2, pareto2" >&2
+  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2, decode2b, decode4, gemm1, check2, pareto2" >&2
      exit 2 ;;
 esac
 if has train; then
