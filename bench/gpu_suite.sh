@@ -94,6 +94,19 @@ if has decode; then  # every (policy, floor, workload) compiles once: the steps'
     --policies "baseline;grouped:3" --workloads decode_b8,prefill_b8 --modes graph,compiled+graph --no_cudnn_sdpa \
     --warmup 5 --repeats 30 --out_dir "$out/batch8_no_cudnn"
 fi
+if has decode4; then
+  mkdir -p "$out/decode4" "$out/sample4"
+  step 270 latency_decode_tp4 "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 4 \
+    --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 --modes eager,graph,compiled+graph \
+    --warmup 5 --repeats 30 --out_dir "$out/decode4"
+  step 90 profile_decode_tp4 "${launch[@]}" bench/profile_policy.py --n_tracks 4 --workload decode_b1 \
+    --mode compiled+graph --policies "baseline;grouped:3" --torch_tp --calls 50 --out_dir "$out/decode4"
+  step 200 sample_decode_tp4 python bench/sample_decode.py --nprocs 4 --modes eager,graph --policies baseline \
+    --n_tracks 4 --max_new_tokens 500 --num_samples 3 --check_tokens 48 --out_dir "$out/sample4"
+fi
+if has gemm; then  # 10 shapes x 4 compiled variants; max-autotune benchmarks each shape's GEMM templates
+  step 500 decode_gemm python bench/decode_gemm.py --tps 2 --rows 1,8 --out_dir "$out"
+fi
 if has decodeb; then  # worth its call only if gemm1 shows the mode's GEMMs beating cuBLAS. Bias-free
   # models (nanoGPT's bias=False, as sample_decode's checkpoints): coordinate-descent rewrites mm, not addmm
   mkdir -p "$out/$cmode"
