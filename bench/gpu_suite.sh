@@ -26,19 +26,24 @@
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python bench/tp_latency.py --merge`.
 # Each step has a time limit, so one that hangs or runs long costs only its own rows (the benchmark
-# saves its rows after every model).
+# saves its rows after every model). GPU_SUITE_DRY=1 prints each step (limit, name, command) and runs
+# nothing (tests/test_gpu_suite.py checks every mode that way).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 mode=${1:?tp1, tp2 or tp4}
 out=${2:?output directory}
 parts=${3:-latency124m,latencymedium,profiles,syncfreq}
 mkdir -p "$out"
-nvidia-smi -L | tee -a "$out/suite.log"
+[ -n "${GPU_SUITE_DRY:-}" ] || nvidia-smi -L | tee -a "$out/suite.log"
 small="baseline;ladder;spd;parallel;selective:m0-3,m5,m7,m9-11;grouped:2;grouped:3;grouped:4;grouped:6"
 medium="baseline;ladder;spd;parallel;grouped:3;grouped:6"
 step() {  # step SECONDS NAME CMD...: run CMD with a time limit, log to $out/NAME.log
   local limit=$1 name=$2
   shift 2
+  if [ -n "${GPU_SUITE_DRY:-}" ]; then
+    echo "step $limit $name ${CUDA_VISIBLE_DEVICES:+CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES }$*"
+    return
+  fi
   echo "== $name: $*" | tee -a "$out/suite.log"
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   echo "== $name: rc $? at ${SECONDS}s" | tee -a "$out/suite.log"

@@ -1,0 +1,37 @@
+"""bench/gpu_suite.sh, dry (GPU_SUITE_DRY=1): every mode plans at least one step, every step runs a
+script that exists, and the step limits of a one-call mode add up to at most the device tool's 10 minutes."""
+import os
+import shlex
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO
+
+MODES = ["tp1", "tp2", "tp4", "train2", "decode2", "decode2b", "decode4", "gemm1", "check2", "pareto2"]
+
+
+def planned_steps(mode, tmp_path):
+    env = dict(os.environ, GPU_SUITE_DRY="1")
+    proc = subprocess.run(["bash", "bench/gpu_suite.sh", mode, str(tmp_path)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [line.split(" ", 3)[1:] for line in proc.stdout.splitlines() if line.startswith("step ")]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_plans_runnable_steps(mode, tmp_path):
+    steps = planned_steps(mode, tmp_path)
+    assert steps, f"{mode} plans no step"
+    for limit, name, command in steps:
+        argv = [a for a in shlex.split(command) if not a.startswith("CUDA_VISIBLE_DEVICES=")]
+        scripts = [a for a in argv if a.endswith(".py")]
+        assert scripts and all(os.path.exists(os.path.join(REPO, s)) for s in scripts), (name, command)
+    if mode not in ("tp1", "tp2", "tp4"):  # the old latency suites run as several calls by PARTS
+        assert sum(int(limit) for limit, _, _ in steps) <= 600, (mode, [(l, n) for l, n, _ in steps])
+
+
+def test_unknown_mode_is_refused(tmp_path):
+    proc = subprocess.run(["bash", "bench/gpu_suite.sh", "tp3", str(tmp_path)], cwd=REPO,
+                          env=dict(os.environ, GPU_SUITE_DRY="1"), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "is not one of" in proc.stderr
