@@ -112,18 +112,20 @@ def syncing(ops):
     return {op: n for op, n in ops.items() if op.startswith(SYNCING_OPS)}
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
 @pytest.mark.parametrize("shape", [(1, 65), (3, 50304), (8, 76)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
-def test_sample_one_draws_what_torch_multinomial_draws(shape, dtype):
+def test_sample_one_draws_what_torch_multinomial_draws(shape, dtype, device):
     for seed in range(20):
         logits = torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 3
         if seed % 2:  # top-k: most probabilities exactly zero
             logits = logits.masked_fill(logits < torch.topk(logits, 10).values[:, -1:], -float("inf"))
-        probs = logits.softmax(-1).to(dtype)
+        probs = logits.softmax(-1).to(dtype).to(device)
         torch.manual_seed(100 + seed)
-        expected, expected_after = torch.multinomial(probs, 1), torch.rand(2)
+        expected, expected_after = torch.multinomial(probs, 1), torch.rand(2, device=device)
         torch.manual_seed(100 + seed)
-        got, got_after = sample_one(probs), torch.rand(2)
+        got, got_after = sample_one(probs), torch.rand(2, device=device)
         assert torch.equal(got, expected)
         assert torch.equal(got_after, expected_after)  # the generator advanced by the same amount
 
