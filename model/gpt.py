@@ -772,7 +772,8 @@ def sample_one(probs):
     PyTorch draws one category as the winner of an exponential race, argmax_v p_v / q_v with
     q ~ Exp(1) (Distributions.cpp), but first checks on the host that probs is a distribution:
     three .item() calls, so every sampled token waited for the whole step to finish and the host
-    could never queue the next one. A softmax output needs no such check."""
+    could never queue the next one. A softmax output needs no such check (logits holding NaN, from a
+    diverged model, give arbitrary tokens here where torch.multinomial would raise)."""
     q = torch.empty_like(probs).exponential_(1)
     return torch.argmax(probs / q, dim=-1, keepdim=True)
 
