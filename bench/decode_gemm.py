@@ -1,13 +1,13 @@
 """The GEMMs of a decode step, alone: which kernel reads a weight fastest when the input has one row?
 
-    python bench/decode_gemm.py --out_dir bench/results/decode            # one GPU; about a minute
+    python bench/decode_gemm.py --out_dir bench/results/decode            # one GPU; minutes (autotuning)
     python bench/decode_gemm.py --size tiny --device cpu --compile_backend aot_eager   # CPU smoke
 
 A decode step multiplies each weight W [N, K] by a few rows x [M, K] (M = batch, one token each). The
 work is reading W once: N*K*2 bytes in bf16. The stored graph-mode trace of 124M decode at tp=2
 (EXPERIMENT_SUMMARY.md section 5b) has cuBLAS doing this at about 8% of HBM bandwidth, and the GEMMs
-are half the step's kernel time. This benchmark times, per GEMM shape of one layer (per rank at
-tp = 1 and 2), M = 1 and 8:
+are half the step's kernel time. This benchmark times each GEMM shape of one layer and the head,
+as one rank holds them at each TP degree of --tps (default 2), for M in --rows (default 1 and 8):
 
     cublas      F.linear (+ F.gelu for c_fc), eager: what inductor's default mode calls
     inductor    the same, torch.compile (default mode): cuBLAS, with the GELU in its own kernel
