@@ -79,9 +79,12 @@ fi
 if has check; then
   CUDA_VISIBLE_DEVICES=0 step 150 compile_check_tp1 python bench/compile_check.py --out_dir "$out"
   step 200 compile_check_tp2 "${launch[@]}" bench/compile_check.py --out_dir "$out"
-  # which part of the old tp=1 construction inductor miscompiled (section 1c); 4 compiles of the char-384 model
+  # which part of the old tp=1 construction inductor miscompiled (section 1c); 5 compiles of the char-384 model
   CUDA_VISIBLE_DEVICES=0 step 150 bisect_partial_grads python experiments/char-sweep-miscompiled/bisect_partial_grads.py \
-    --variants cat_f,cat_split,cat_clone_fn,per_param_f --policies grouped:2 --out_dir "$out"
+    --variants cat_f,cat_split,cat_clone_fn,per_param_f,coalesced_f --policies grouped:2 --out_dir "$out"
+  # the candidate replacement at tp=2, where the model still uses cat + f (compile_check_tp2 above)
+  step 90 bisect_partial_grads_tp2 "${launch[@]}" experiments/char-sweep-miscompiled/bisect_partial_grads.py \
+    --variants coalesced_f --policies grouped:2 --out_dir "$out"
 fi
 if has decode; then  # every (policy, floor, workload) compiles once: the steps' limits keep the call under 10 min
   mkdir -p "$out/decode" "$out/sample" "$out/batch8" "$out/batch8_no_cudnn"

@@ -1,5 +1,20 @@
-"""bench/compile_check.py (compiled vs eager gradients, meant for the GPU) runs on the CPU and passes."""
+"""bench/compile_check.py (compiled vs eager gradients, meant for the GPU) runs on the CPU and passes; so does
+the bisection of the old miscompile (experiments/char-sweep-miscompiled/bisect_partial_grads.py), whose candidate
+replacement construction is exact at tp=2."""
 from bench import compile_check
+
+
+def _load_bisect():
+    import importlib.util
+    import os
+    import sys
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "experiments", "char-sweep-miscompiled", "bisect_partial_grads.py")
+    spec = importlib.util.spec_from_file_location("bisect_partial_grads", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dynamo looks traced functions' modules up by name
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_compile_check_passes_on_cpu(tmp_path):
@@ -10,15 +25,7 @@ def test_compile_check_passes_on_cpu(tmp_path):
 
 
 def test_bisect_partial_grads_runs_each_variant_in_place_of_the_model_construction(tmp_path, monkeypatch):
-    import importlib.util
-    import os
-    import sys
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "experiments", "char-sweep-miscompiled", "bisect_partial_grads.py")
-    spec = importlib.util.spec_from_file_location("bisect_partial_grads", path)
-    bisect = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, bisect)  # dynamo looks traced functions' modules up by name
-    spec.loader.exec_module(bisect)
+    bisect = _load_bisect()
     calls = []
 
     def recording(tensors, group):
@@ -30,5 +37,38 @@ def test_bisect_partial_grads_runs_each_variant_in_place_of_the_model_constructi
     # bias=False: the replicated parameters in regions are LayerNorm weights. grouped:2 syncs only
     # after the MLPs of layers 1, 3, 5, so all 12 sublayers are track-local: 12 weights per forward
     assert calls and set(calls) == {12}
-    rows = (tmp_path / "bisect_partial_grads.md").read_text().splitlines()
+    rows = (tmp_path / "bisect_partial_grads_tp1.md").read_text().splitlines()
     assert [r.split("|")[1].strip() for r in rows if r.endswith("PASS |")] == ["recording", "cat_split"]
+
+
+
+def _coalesced_grads_worker(rank, world_size, policy):
+    import torch
+    import torch.distributed as dist
+    from model.gpt import GPT
+    from tests.test_model import batch, full_grads, make
+    coalesced = _load_bisect().VARIANTS["coalesced_f"]
+
+    def partial_params(self):
+        tensors = self._partial_tensors
+        return tensors if not tensors or not torch.is_grad_enabled() else coalesced(tensors, self.tp_group)
+    GPT._partial_params = partial_params
+    model = make(policy, tp_group=dist.new_group(list(range(world_size))))
+    idx, targets = batch()
+    model(idx, targets)[1].backward()
+    return full_grads(model)
+
+
+def test_bisect_candidate_coalesced_f_gives_the_tp1_gradients_at_tp2():
+    """The candidate replacement for cat + f is exact (eager, float64) where it really all-reduces."""
+    import torch
+    from parallel.launch import run_on_gloo
+    from tests.test_model import batch, full_grads, make
+    for policy in ("grouped:2", "parallel"):
+        reference = make(policy)
+        idx, targets = batch()
+        reference(idx, targets)[1].backward()
+        expected = full_grads(reference)
+        got = run_on_gloo(_coalesced_grads_worker, 2, policy)[0]
+        for name, grad in expected.items():
+            torch.testing.assert_close(got[name], grad, atol=1e-12, rtol=0, msg=f"{policy} {name}")

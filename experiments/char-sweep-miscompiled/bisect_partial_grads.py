@@ -1,6 +1,8 @@
-"""Which part of the partial-gradient construction did inductor on CUDA miscompile? (one GPU, tp=1)
+"""Which part of the partial-gradient construction did inductor on CUDA miscompile? (tp = world size)
 
     python experiments/char-sweep-miscompiled/bisect_partial_grads.py --out_dir OUT      # on one GPU
+    torchrun --standalone --nproc_per_node=2 experiments/char-sweep-miscompiled/bisect_partial_grads.py \
+        --variants coalesced_f --out_dir OUT                                              # tp=2
     python experiments/char-sweep-miscompiled/bisect_partial_grads.py --device cpu --backend aot_eager \\
         --steps 1 --policies grouped:2                                                     # CPU smoke
 
@@ -12,22 +14,28 @@ biases, row-parallel biases) used to enter the graph as
 with f = copy_to_tp_region (identity forward; all-reduce backward, the identity at tp=1). Compiled by
 inductor on CUDA (torch 2.11), their gradients came out equal to the parameters. At tp=1 the model
 now skips the construction; at tp >= 2 it still uses it. This script runs bench/compile_check.py's
-comparison (compiled vs eager gradients over SGD steps, fp32) at tp=1 with GPT._partial_params
-replaced by each variant below, to find the smallest one that still fails:
+comparison (compiled vs eager gradients over SGD steps, fp32) at the launch's TP degree with
+GPT._partial_params replaced by each variant below (a variant replaces the skip at tp=1 too), to find
+the smallest one that still fails, and to check a replacement at tp=2:
 
     skip          the parameters themselves (what the model does at tp=1)
     cat_f         the old construction above
     cat_split     cat, split, view_as: no autograd Function
     cat_clone_fn  cat, then an identity Function whose forward returns a copy, not a view
     per_param_f   f on each parameter, no cat
+    coalesced_f   one Function over all the parameters: forward returns each as a view, backward
+                  concatenates their gradients and all-reduces them once (a candidate replacement:
+                  one collective, and no cat in the forward)
 
-Exit code 0; the table (and <out_dir>/bisect_partial_grads.md) says PASS or FAIL per variant and policy.
+Exit code 0; the table (rank 0; <out_dir>/bisect_partial_grads_tp<N>.md) says PASS or FAIL per variant
+and policy.
 """
 import argparse
 import os
 import sys
 
 import torch
+import torch.distributed as dist
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
@@ -47,6 +55,18 @@ class _CopyIdentity(torch.autograd.Function):
         return grad
 
 
+class _CoalescedCopyToTPRegion(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, group, *tensors):
+        ctx.group, ctx.sizes = group, [t.numel() for t in tensors]
+        return tuple(t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        flat = comm._all_reduce_value(torch.cat([g.reshape(-1) for g in grads]), ctx.group)
+        return (None, *(f.view_as(g) for f, g in zip(flat.split(ctx.sizes), grads)))
+
+
 def _split_like(flat, tensors):
     return [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
 
@@ -61,6 +81,7 @@ VARIANTS = {
     "cat_split": lambda tensors, group: _split_like(_flat(tensors), tensors),
     "cat_clone_fn": lambda tensors, group: _split_like(_CopyIdentity.apply(_flat(tensors)), tensors),
     "per_param_f": lambda tensors, group: [comm.copy_to_tp_region(t, group, "tp_grad") for t in tensors],
+    "coalesced_f": lambda tensors, group: list(_CoalescedCopyToTPRegion.apply(group, *tensors)),
 }
 
 
@@ -79,11 +100,11 @@ def main(argv=None):
         p.error(f"--variants {bad} not allowed; allowed: {list(VARIANTS)}")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    mesh = init_mesh(1, None if args.device == "auto" else args.device)
+    mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), None if args.device == "auto" else args.device)
     check_args = argparse.Namespace(n_tracks=2, steps=args.steps, batch_size=8, block_size=64, lr=0.05,
                                     backend=args.backend)
     where = torch.cuda.get_device_name() if mesh.device.startswith("cuda") else "cpu"
-    lines = [f"# partial-gradient construction variants, compiled ({args.backend}) vs eager at tp=1: "
+    lines = [f"# partial-gradient construction variants, compiled ({args.backend}) vs eager at tp={mesh.tp}: "
              f"{where}, torch {torch.__version__}, {args.steps} SGD steps, fp32\n",
              "| variant | policy | max loss gap | max rel. grad diff | worst parameter (step) | verdict |",
              "|---|---|---:|---:|---|---|"]
@@ -101,18 +122,25 @@ def main(argv=None):
             for policy in args.policies.split(","):
                 torch._dynamo.reset()
                 loss_gap, (rel, name, step) = compile_check.check_policy(policy, check_args, mesh)
-                verdict = "PASS" if rel <= args.tol else "FAIL"
-                lines.append(f"| {variant} | {policy} | {loss_gap:.2e} | {rel:.2e} | {name or '-'} (step {step}) "
-                             f"| {verdict} |")
-                print(lines[-1], flush=True)
+                # each rank compared its own shards: the verdict takes the worst rank
+                worst = comm.all_reduce_max(torch.tensor([rel], device=mesh.device), mesh.tp_group, "bench_setup")
+                rel_all = worst.item()
+                verdict = "PASS" if rel_all <= args.tol else "FAIL"
+                where = f"{name or '-'} (step {step})" if rel_all == rel else "on another rank"
+                lines.append(f"| {variant} | {policy} | {loss_gap:.2e} | {rel_all:.2e} | {where} | {verdict} |")
+                if mesh.is_master:
+                    print(lines[-1], flush=True)
     finally:
         GPT._partial_params = original
     table = "\n".join(lines) + "\n"
-    print(table)
-    if args.out_dir:
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, "bisect_partial_grads.md"), "w") as f:
-            f.write(table)
+    if mesh.is_master:
+        print(table)
+        if args.out_dir:
+            os.makedirs(args.out_dir, exist_ok=True)
+            with open(os.path.join(args.out_dir, f"bisect_partial_grads_tp{mesh.tp}.md"), "w") as f:
+                f.write(table)
+    if dist.is_initialized():
+        dist.destroy_process_group()
     return 0
 
 
