@@ -147,6 +147,14 @@ def main(argv=None):
         p.error(f"--variants {bad} not allowed; allowed: {list(VARIANTS)}")
     if args.copies < 1 or args.repeats < 1:
         p.error(f"--copies and --repeats must be >= 1, got {args.copies} and {args.repeats}")
+    try:
+        tps, rows_m = [int(t) for t in args.tps.split(",")], [int(m) for m in args.rows.split(",")]
+    except ValueError:
+        p.error(f"--tps and --rows take comma-separated integers, got {args.tps!r} and {args.rows!r}")
+    n_embd = SIZES[args.size]["n_embd"]
+    bad_tp = [t for t in tps if t < 1 or n_embd % t]
+    if bad_tp or min(rows_m) < 1:
+        p.error(f"--tps must divide n_embd={n_embd} (got {args.tps}) and --rows be >= 1 (got {args.rows})")
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     where = torch.cuda.get_device_name() if cuda else "CPU"
@@ -159,12 +167,12 @@ def main(argv=None):
              "|---:|---|---|---:|" + "---:|" * len(variants)]
     print(header)
     torch.manual_seed(0)
-    for tp in (int(t) for t in args.tps.split(",")):
+    for tp in tps:
         for name, N, K, has_bias, gelu in layer_gemms(**SIZES[args.size], tp=tp):
             copies = max(args.copies, -(-L2_FLUSH_BYTES // (N * K * 2)) if cuda else 0)
             weights = [torch.randn(N, K, device=device, dtype=dtype) * 0.02 for _ in range(copies)]
             biases = [torch.randn(N, device=device, dtype=dtype) * 0.02 if has_bias else None for _ in range(copies)]
-            for M in (int(m) for m in args.rows.split(",")):
+            for M in rows_m:
                 x = torch.randn(M, K, device=device, dtype=dtype)
                 cells, base = [], None
                 for variant in variants:

@@ -18,7 +18,13 @@ def test_decode_gemm_smoke_times_every_variant(tmp_path):
     assert table.count("| 2 | mlp.c_fc + gelu | 128 × 64 |") == 2
 
 
-def test_decode_gemm_rejects_an_unknown_variant(capsys):
+@pytest.mark.parametrize("args,message", [
+    (["--variants", "cublas,magic"], "['magic'] not allowed"),
+    (["--tps", "5"], "--tps must divide n_embd=768"),
+    (["--rows", "0"], "--rows be >= 1"),
+    (["--rows", "one"], "comma-separated integers"),
+])
+def test_decode_gemm_rejects_bad_arguments(args, message, capsys):
     with pytest.raises(SystemExit):
-        decode_gemm.main(["--variants", "cublas,magic", "--device", "cpu"])
-    assert "['magic'] not allowed" in capsys.readouterr().err
+        decode_gemm.main([*args, "--device", "cpu"])
+    assert message in capsys.readouterr().err
