@@ -25,7 +25,8 @@ import torch.distributed as dist
 
 from checkpoint import MODEL_KEYS, load_weights, read_checkpoint, read_plain_pickle
 from configurator import OneLineArgumentParser, ascii_float, ascii_int
-from model.gpt import COMPILE_MODES, GPT, GPTConfig
+from model.compile_modes import COMPILE_MODES
+from model.gpt import GPT, GPTConfig
 from parallel.mesh import init_mesh
 
 
@@ -47,7 +48,7 @@ def parse_args(argv):
                    help="auto: graph on CUDA, eager on CPU; compiled: a static KV cache and one "
                         "torch.compile(fullgraph=True) decode step; graph: that step as a CUDA graph")
     p.add_argument("--compile_mode", choices=list(COMPILE_MODES), default="default",
-                   help="torch.compile settings of the compiled/graph decode step (model/gpt.py COMPILE_MODES)")
+                   help="torch.compile settings of the compiled/graph decode step (model/compile_modes.py)")
     args = p.parse_args(argv)
     for name in ("num_samples", "max_new_tokens"):
         if getattr(args, name) < 1:

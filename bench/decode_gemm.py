@@ -13,9 +13,9 @@ as one rank holds them at each TP degree of --tps (default 2), for M in --rows (
     inductor    the same, torch.compile (default mode): cuBLAS, with the GELU in its own kernel
     autotune    torch.compile(mode="max-autotune-no-cudagraphs"): Triton GEMM templates timed
                 against cuBLAS, epilogue (bias, GELU) fused
-    coordesc    torch.compile with coordinate_descent_tuning of F.linear(x, W) + bias: inductor
-                rewrites a one-row mm (M = 1 only; an addmm is never rewritten) as a multiply and a
-                sum, and tunes that reduction kernel (gpt-fast's setting; COMPILE_MODES in model/gpt.py)
+    coordesc    the decode step's compile mode coordinate-descent (model/compile_modes.py): a
+                one-row GEMM (M = 1 only) becomes a multiply and a sum, one Triton reduction kernel
+                that inductor tunes, with the bias and GELU in its epilogue (gpt-fast's setting)
     reduction   torch.compile of (x[:, None, :] * W).sum(-1) in float32, + bias (+ GELU): one
                 Triton reduction kernel over K with N spread over the SMs, epilogue fused
 
@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.tp_latency import source_commit  # noqa: E402
+from model.compile_modes import compile_step  # noqa: E402
 
 SIZES = {"124m": dict(n_embd=768, vocab=50304), "tiny": dict(n_embd=64, vocab=512)}
 VARIANTS = ("cublas", "inductor", "autotune", "coordesc", "reduction")
@@ -54,15 +55,6 @@ def layer_gemms(n_embd, vocab, tp):
 def linear_fn(gelu):
     def fn(x, w, b):
         y = F.linear(x, w, b)
-        return F.gelu(y) if gelu else y
-    return fn
-
-
-def mm_then_bias_fn(gelu):
-    def fn(x, w, b):
-        y = F.linear(x, w)
-        if b is not None:
-            y = y + b
         return F.gelu(y) if gelu else y
     return fn
 
@@ -85,8 +77,7 @@ def make_variant(name, gelu, backend):
     if name == "autotune":
         return torch.compile(linear_fn(gelu), backend=backend, fullgraph=True, mode="max-autotune-no-cudagraphs")
     if name == "coordesc":
-        return torch.compile(mm_then_bias_fn(gelu), backend=backend, fullgraph=True,
-                             options={"coordinate_descent_tuning": True})
+        return compile_step(linear_fn(gelu), backend, "coordinate-descent")
     return torch.compile(reduction_fn(gelu), backend=backend, fullgraph=True)
 
 

@@ -115,14 +115,14 @@ fi
 if has gemm; then  # 10 shapes x 4 compiled variants; max-autotune benchmarks each shape's GEMM templates
   step 500 decode_gemm python bench/decode_gemm.py --tps 2 --rows 1,8 --out_dir "$out"
 fi
-if has decodeb; then  # worth its call only if gemm1 shows the mode's GEMMs beating cuBLAS. Bias-free
-  # models (nanoGPT's bias=False, as sample_decode's checkpoints): coordinate-descent rewrites mm, not addmm
+if has decodeb; then  # worth its call only if gemm1 shows the mode's GEMMs beating cuBLAS. GPT-2 with its
+  # biases: coordinate-descent splits a one-row addmm into mm + bias before inductor rewrites the mm
   mkdir -p "$out/$cmode"
   step 300 "latency_decode_$cmode" "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
-    --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 --modes compiled+graph --no_bias \
+    --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 --modes compiled+graph \
     --compile_mode "default,$cmode" --warmup 5 --repeats 30 --out_dir "$out/$cmode"
   step 100 "profile_decode_$cmode" "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
-    --mode compiled+graph --compile_mode "$cmode" --no_bias --policies "baseline;grouped:3" --calls 50 \
+    --mode compiled+graph --compile_mode "$cmode" --policies "baseline;grouped:3" --calls 50 \
     --out_dir "$out/$cmode"
   step 160 "sample_decode_$cmode" python bench/sample_decode.py --nprocs 2 --modes graph \
     --compile_modes "default,$cmode" --policies baseline --n_tracks 2 --max_new_tokens 500 --num_samples 3 \

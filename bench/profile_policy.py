@@ -30,7 +30,8 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tp_latency import SIZES, as_graph, make_workload, torch_tp_model  # noqa: E402
-from model.gpt import COMPILE_MODES, GPT, GPTConfig  # noqa: E402
+from model.compile_modes import COMPILE_MODES  # noqa: E402
+from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402
 
 CATEGORIES = [("nccl", ("nccl",)), ("attention", ("flash", "fmha", "attention", "sdpa")),
@@ -133,7 +134,7 @@ def main():
                    help="compiled: torch.compile(model) first (fullgraph for ours; decode through a StaticKVCache)")
     p.add_argument("--compile_backend", default="inductor", help="for the compiled modes (aot_eager: CPU checks)")
     p.add_argument("--compile_mode", default="default", choices=list(COMPILE_MODES),
-                   help="torch.compile settings of the compiled modes (model.gpt.COMPILE_MODES)")
+                   help="torch.compile settings of the compiled modes (model/compile_modes.py)")
     p.add_argument("--torch_tp", action="store_true", help="also profile PyTorch's TP")
     p.add_argument("--no_bias", action="store_true", help="models without biases (as tp_latency.py --no_bias)")
     p.add_argument("--calls", type=int, default=10)

@@ -28,7 +28,7 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from bench.tp_latency import source_commit  # noqa: E402
-from model.gpt import COMPILE_MODES  # noqa: E402
+from model.compile_modes import COMPILE_MODES  # noqa: E402
 
 SHAPES = {  # model_args of the checkpoint sample.py loads
     "124m": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257),

@@ -12,7 +12,7 @@ each in eager mode and, on CUDA, replayed as a CUDA graph (torch.cuda.graph; NCC
 the training step's backward included, are captured into the graph). --modes compiled and
 compiled+graph run torch.compile(model) (fullgraph for ours; our decode then uses a StaticKVCache,
 the fixed-shape step of GPT.generate(decode='compiled')), alone and captured as a CUDA graph, once per
---compile_mode entry (model.gpt.COMPILE_MODES; a non-default one is tagged in the mode, e.g.
+--compile_mode entry (model/compile_modes.py; a non-default one is tagged in the mode, e.g.
 "compiled+graph/coordinate-descent", so the settings are compared side by side). Each
 (model, floor, workload, compile mode) compiles once: restrict --policies and --workloads to keep the run short. Times are CUDA-event medians
 over --repeats calls after --warmup calls (wall clock on CPU). All variants of a model size (every
@@ -50,7 +50,8 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from model.gpt import COMPILE_MODES, GPT, GPTConfig, KVCache, StaticKVCache  # noqa: E402
+from model.compile_modes import COMPILE_MODES, compile_step  # noqa: E402
+from model.gpt import GPT, GPTConfig, KVCache, StaticKVCache  # noqa: E402
 from parallel import comm  # noqa: E402
 
 SIZES = {"124m": dict(n_layer=12, n_head=12, n_embd=768), "medium": dict(n_layer=24, n_head=16, n_embd=1024),
@@ -154,14 +155,13 @@ def make_workload(model, name, seq, vocab, device, cuda, for_graph=False, compil
     step to be captured runs autocast without its weight cache, whose casts would outlive capture.
     compile_backend: run torch.compile(model) (fullgraph for ours); our decode then uses a
     StaticKVCache, the fixed-shape step GPT.generate(decode='compiled') runs; compile_mode names
-    its torch.compile settings (model.gpt.COMPILE_MODES)."""
+    its torch.compile settings (model/compile_modes.py)."""
     batch = 8 if name.endswith("b8") else 1
     idx = torch.randint(0, vocab, (batch, seq), device=device)
     static = compile_backend is not None and isinstance(model, GPT) and name.startswith("decode")
     cache = StaticKVCache(model.config.n_layer, seq) if static else KVCache(model.config.n_layer)
     if compile_backend is not None:
-        model = torch.compile(model, fullgraph=isinstance(model, GPT), backend=compile_backend,
-                              **COMPILE_MODES[compile_mode])
+        model = compile_step(model, compile_backend, compile_mode, fullgraph=isinstance(model, GPT))
     if name.startswith("train"):
         if next(model.parameters()).dtype != torch.float32:
             raise ValueError(f"train workload needs fp32 weights, the model holds {next(model.parameters()).dtype}")
@@ -572,8 +572,8 @@ def main():
     parser.add_argument("--compile_mode", default="default",
                         help=f"comma-separated torch.compile settings of the compiled modes, of {list(COMPILE_MODES)}")
     parser.add_argument("--no_torch_tp", action="store_true")
-    parser.add_argument("--no_bias", action="store_true", help="models without biases (nanoGPT's bias=False): "
-                        "every decode GEMM is then an mm, which COMPILE_MODES' coordinate-descent rewrites")
+    parser.add_argument("--no_bias", action="store_true", help="models without biases (nanoGPT's bias=False), "
+                        "for the GEMMs without their bias epilogue")
     parser.add_argument("--no_cudnn_sdpa", action="store_true",
                         help="keep SDPA off cuDNN's attention kernels (which the graph profiles show it picks on H200)")
     parser.add_argument("--out_dir", default="bench/results")

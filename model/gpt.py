@@ -69,6 +69,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from model.compile_modes import COMPILE_MODES, compile_step
 from model.sync_policy import parse_sync_policy
 from parallel import comm
 
@@ -720,8 +721,8 @@ class GPT(nn.Module):
         decode="graph" (CUDA only): the compiled step captured once as a CUDA graph, its TP
         all-reduces included, and replayed for every token: one launch per token.
         decode="auto": "graph" on CUDA, "eager" elsewhere.
-        compile_mode: how torch.compile builds the decode step, a key of COMPILE_MODES (the modes that
-        capture CUDA graphs of their own are left out: decode="graph" captures the step itself)."""
+        compile_mode: how torch.compile builds the decode step, a key of COMPILE_MODES
+        (model/compile_modes.py)."""
         if compile_mode not in COMPILE_MODES:
             raise ValueError(f"compile_mode={compile_mode!r}; allowed: {', '.join(map(repr, COMPILE_MODES))}")
         if decode == "auto":
@@ -736,7 +737,7 @@ class GPT(nn.Module):
             cache, step = KVCache(self.config.n_layer), self.forward
         else:
             cache = StaticKVCache(self.config.n_layer, window)
-            step = torch.compile(self.forward, fullgraph=True, backend=compile_backend, **COMPILE_MODES[compile_mode])
+            step = compile_step(self.forward, compile_backend, compile_mode)
         replay = None  # decode="graph": the captured step, made at the first decode position
         filled = None  # positions in the cache (host-side count: reading cache.pos would sync)
         for _ in range(max_new_tokens):
@@ -779,16 +780,6 @@ def sample_one(probs):
 
 
 DECODE_MODES = ("eager", "compiled", "graph")
-# torch.compile settings for the decode step, by name. Decode's GEMMs have one row per sequence, and
-# the cuBLAS kernels picked for them read the weights at about a tenth of an H200's bandwidth (4.3-4.8
-# us for 1.8-2.4 MB, bench/results/profiles/profile_124m_n2_decode_b1_graph_tp2.txt).
-#   max-autotune-no-cudagraphs: inductor times Triton GEMM templates (other tiles, split-K, fused
-#     epilogues) against cuBLAS per GEMM shape
-#   coordinate-descent: inductor's coordinate_descent_tuning, under which it rewrites a one-row mm
-#     (not addmm: a GEMM with its bias stays on cuBLAS) as a multiply and a sum, one tuned Triton
-#     reduction kernel (gpt-fast's setting)
-COMPILE_MODES = {"default": {}, "max-autotune-no-cudagraphs": dict(mode="max-autotune-no-cudagraphs"),
-                 "coordinate-descent": dict(options={"coordinate_descent_tuning": True})}
 
 
 def capture_decode_step(step, cache, token, warmup=2):
