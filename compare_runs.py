@@ -32,7 +32,6 @@ each run's luckiest eval (biased low, more so for noisier runs) and hides a poli
 """
 import argparse
 import glob
-import io
 import json
 import math
 import os
@@ -40,7 +39,7 @@ import re
 import statistics
 import sys
 
-from configurator import OneLineArgumentParser, atomic_write
+from configurator import OneLineArgumentParser, save_figure, write_text
 
 # [0-9], not \d: digits are ASCII only (\d would also match e.g. Arabic-Indic digits)
 EVAL_LINE = re.compile(r"^step ([0-9]+): train loss ([0-9.eE+-]+|nan|inf), val loss ([0-9.eE+-]+|nan|inf), "
@@ -257,11 +256,7 @@ def plot(runs, path):
     if not crowded:
         right.legend(fontsize=7)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=120, format=os.path.splitext(path)[1][1:].lower())
-    plt.close(fig)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write(path, lambda f: f.write(buffer.getvalue()))  # no half-written PNG if interrupted
+    save_figure(fig, path)
 
 
 # ----------------------------------------------------------------------------- statistics over seeds
@@ -584,11 +579,7 @@ def plot_trend(stats, path):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=120, format=os.path.splitext(path)[1][1:].lower())
-    plt.close(fig)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write(path, lambda f: f.write(buffer.getvalue()))
+    save_figure(fig, path)
 
 
 def stats_report(runs, metric, markdown):
@@ -670,7 +661,7 @@ def main(argv=None):
             print(f"wrote {args.trend}")
         if args.stats_json:
             payload = json.dumps({"stats": stats, "trend": analysis, "verdict": verdict}, indent=1)
-            atomic_write(args.stats_json, lambda f: f.write(payload.encode()))
+            write_text(args.stats_json, payload)
             print(f"wrote {args.stats_json}")
     return 0
 

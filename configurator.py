@@ -278,6 +278,23 @@ def atomic_write(path, write):
         raise
 
 
+def write_text(path, text):
+    """Write a result file (table, JSON) atomically, creating its folder."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def save_figure(fig, path, dpi=120):
+    """fig.savefig(path) atomically (the format from the suffix), creating its folder; closes fig."""
+    import io
+    import matplotlib.pyplot as plt
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=dpi, format=os.path.splitext(path)[1][1:].lower())
+    plt.close(fig)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(path, lambda f: f.write(buffer.getvalue()))
+
+
 # ----------------------------------------------------------------------------- command-line helpers
 # argparse's type=int and type=float accept any Unicode digit ('\u0663' is 3) and float also 'nan'
 # and 'inf'; the scripts use these instead, so numbers are ASCII digits and finite.

@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from configurator import write_text  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel.mesh import init_mesh  # noqa: E402
 
@@ -103,9 +104,7 @@ def main(argv=None):
         table = "\n".join(lines) + "\n"
         print(table)
         if args.out_dir:
-            os.makedirs(args.out_dir, exist_ok=True)
-            with open(os.path.join(args.out_dir, f"compile_check_tp{mesh.tp}.md"), "w") as f:
-                f.write(table)
+            write_text(os.path.join(args.out_dir, f"compile_check_tp{mesh.tp}.md"), table)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 1 if failed else 0

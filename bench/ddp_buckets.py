@@ -49,6 +49,7 @@ import torch.nn.functional as F  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from configurator import save_figure, write_text  # noqa: E402
 from parallel.ddp import BucketedDDP  # noqa: E402
 from parallel.mesh import init_mesh  # noqa: E402
 
@@ -251,7 +252,7 @@ def parse_args(argv=None):
 def write_report(results, meta, out_dir):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "ddp_buckets.json").write_text(json.dumps(dict(meta=meta, results=results), indent=1))
+    write_text(str(out_dir / "ddp_buckets.json"), json.dumps(dict(meta=meta, results=results), indent=1))
     lines = ["# Data-parallel gradient sync: bucket sizes vs torch DDP", "",
              f"- device: {meta['device']} x {meta['world_size']} (backend {meta['backend']})",
              f"- torch {meta['torch']}, model `{meta['model']}`, "
@@ -275,7 +276,7 @@ def write_report(results, meta, out_dir):
                          f"{r['fwd_bwd_ms']:.1f} | {fmt(r['wait_ms'], '.1f')} | "
                          f"{fmt(ref and r['step_ms'] / ref, '.3f')} | {fmt(r['peak_gib'], '.1f')} |")
         lines.append("")
-    (out_dir / "ddp_buckets.md").write_text("\n".join(lines))
+    write_text(str(out_dir / "ddp_buckets.md"), "\n".join(lines))
 
     import matplotlib
     matplotlib.use("Agg")
@@ -293,7 +294,7 @@ def write_report(results, meta, out_dir):
         ax.tick_params(axis="x", rotation=45)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_dir / "ddp_buckets.png", dpi=120)
+    save_figure(fig, str(out_dir / "ddp_buckets.png"))
 
 
 def main():

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.tp_latency import source_commit  # noqa: E402
+from configurator import write_text  # noqa: E402
 from model.compile_modes import compile_step  # noqa: E402
 
 SIZES = {"124m": dict(n_embd=768, vocab=50304), "tiny": dict(n_embd=64, vocab=512)}
@@ -184,11 +185,9 @@ def main(argv=None):
     worst = max((r["max_abs_err"] for r in rows), default=0.0)
     text = header + "\n" + "\n".join(table) + f"\n\nLargest |difference| from cublas over all rows: {worst:.2e}.\n"
     if args.out_dir:
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, "decode_gemm.md"), "w") as f:
-            f.write(text)
-        with open(os.path.join(args.out_dir, "decode_gemm.json"), "w") as f:
-            json.dump(dict(device=where, torch=torch.__version__, commit=source_commit(), rows=rows), f, indent=1)
+        write_text(os.path.join(args.out_dir, "decode_gemm.md"), text)
+        write_text(os.path.join(args.out_dir, "decode_gemm.json"),
+                   json.dumps(dict(device=where, torch=torch.__version__, commit=source_commit(), rows=rows), indent=1))
     print(f"\nLargest |difference| from cublas over all rows: {worst:.2e}")
     return 0
 

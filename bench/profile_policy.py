@@ -30,6 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tp_latency import SIZES, as_graph, make_workload, torch_tp_model  # noqa: E402
+from configurator import write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402
@@ -203,11 +204,9 @@ def main():
             print(sections[-1], flush=True)
         del model, fn
     if rank == 0:
-        os.makedirs(args.out_dir, exist_ok=True)
         path = os.path.join(args.out_dir, f"profile_{args.size}_n{args.n_tracks}_{args.workload}_"
                                           f"{mode_tag}_tp{world}.txt")
-        with open(path, "w") as f:
-            f.write("\n".join(sections))
+        write_text(path, "\n".join(sections))
         print(f"wrote {path}")
     if world > 1:
         dist.destroy_process_group()

@@ -28,6 +28,7 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from bench.tp_latency import source_commit  # noqa: E402
+from configurator import write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 
 SHAPES = {  # model_args of the checkpoint sample.py loads
@@ -124,9 +125,7 @@ def main(argv=None):
     table = "\n".join(lines) + "\n"
     print(table)
     if args.out_dir:
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, "sample_decode.md"), "w") as f:
-            f.write(table)
+        write_text(os.path.join(args.out_dir, "sample_decode.md"), table)
     return 0
 
 

@@ -64,6 +64,7 @@ import torch.nn as nn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from configurator import write_text  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 
 SYNC_EVERY = [2 ** i for i in range(9)]  # 1, 2, 4, ..., 256
@@ -352,8 +353,8 @@ def main(argv=None):
     print("\n" + report)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"sync_frequency_{device}.md").write_text(report)
-    (out_dir / f"sync_frequency_{device}.json").write_text(json.dumps(res, indent=2))
+    write_text(str(out_dir / f"sync_frequency_{device}.md"), report)
+    write_text(str(out_dir / f"sync_frequency_{device}.json"), json.dumps(res, indent=2))
     print(f"wrote {out_dir}/sync_frequency_{device}.md and .json")
     return res
 

@@ -50,6 +50,7 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configurator import save_figure, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES, compile_step  # noqa: E402
 from model.gpt import GPT, GPTConfig, KVCache, StaticKVCache  # noqa: E402
 from parallel import comm  # noqa: E402
@@ -333,11 +334,9 @@ def run(args):
 
     def save():  # after every workload, so a run cut short still leaves its rows
         if rank == 0:
-            os.makedirs(args.out_dir, exist_ok=True)
-            with open(os.path.join(args.out_dir, f"tp_latency_tp{world}.json"), "w") as f:
-                json.dump(dict(meta=meta, rows=rows), f, indent=1)
-            with open(os.path.join(args.out_dir, f"tp_latency_tp{world}.md"), "w") as f:
-                f.write(markdown([dict(meta=meta, rows=rows)]))
+            write_text(os.path.join(args.out_dir, f"tp_latency_tp{world}.json"),
+                       json.dumps(dict(meta=meta, rows=rows), indent=1))
+            write_text(os.path.join(args.out_dir, f"tp_latency_tp{world}.md"), markdown([dict(meta=meta, rows=rows)]))
 
     n_tracks_list = [int(n) for n in args.n_tracks.split(",")]
     for n in n_tracks_list:
@@ -520,12 +519,12 @@ def merge(out_dir):
             runs.append(json.load(f))
     if not runs:
         raise SystemExit(f"error: no tp_latency_tp*.json in {out_dir}: run the benchmark first")
-    with open(os.path.join(out_dir, "tp_latency.md"), "w") as f:
-        f.write("# Sync-policy latency under tensor parallelism\n\nMade by `bash bench/gpu_suite.sh tp1|tp2|tp4 OUT`, "
+    write_text(os.path.join(out_dir, "tp_latency.md"), (
+                "# Sync-policy latency under tensor parallelism\n\nMade by `bash bench/gpu_suite.sh tp1|tp2|tp4 OUT`, "
                 "then `python bench/tp_latency.py --merge`. Inference runs bf16 weights, training bf16 autocast; "
                 "ms are CUDA-event medians. ÷ floor: the same policy with every collective skipped. "
                 "n_tracks = tp means one track per GPU.\n\n" + markdown_runs(runs) + summary(runs)
-                + "\n## All rows\n" + markdown(runs, with_runs=False))
+                + "\n## All rows\n" + markdown(runs, with_runs=False)))
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -549,7 +548,7 @@ def merge(out_dir):
         ax.legend(fontsize=7)
     fig.suptitle(runs[0]["meta"]["device"])
     fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "tp_latency.png"), dpi=120)
+    save_figure(fig, os.path.join(out_dir, "tp_latency.png"))
     print(f"wrote {out_dir}/tp_latency.md and .png")
 
 

@@ -93,6 +93,7 @@ from torch.nn import functional as F  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+from configurator import write_text  # noqa: E402
 from model.sync_policy import parse_sync_policy  # noqa: E402
 from parallel import comm  # noqa: E402
 from tp_latency import call_times, source_commit  # noqa: E402  (bench/ is on sys.path)
@@ -533,13 +534,9 @@ def markdown(meta, rows, ratios):
 
 def save(args, meta, rows):
     ratios = key_ratios(rows)
-    os.makedirs(args.out_dir, exist_ok=True)
     for name, text in (("train_throughput.json", json.dumps(dict(meta=meta, rows=rows, ratios=ratios), indent=1)),
                        ("train_throughput.md", markdown(meta, rows, ratios))):
-        path = os.path.join(args.out_dir, name)
-        with open(path + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(path + ".tmp", path)
+        write_text(os.path.join(args.out_dir, name), text)
     return ratios
 
 
@@ -630,9 +627,9 @@ def run(args, argv):
             if prof is not None:
                 key, table = prof
                 fname = "train_profile_" + re.sub(r"[^A-Za-z0-9._-]+", "_", v["name"]).strip("_") + ".txt"
-                with open(os.path.join(args.out_dir, fname), "w") as f:
-                    f.write(f"# {v['name']}: torch.profiler key_averages over {PROFILE_ITERS} iterations, rank 0, "
-                            f"sorted by {key}\n# {command}\n\n{table}\n")
+                write_text(os.path.join(args.out_dir, fname),
+                           f"# {v['name']}: torch.profiler key_averages over {PROFILE_ITERS} iterations, rank 0, "
+                           f"sorted by {key}\n# {command}\n\n{table}\n")
                 print(f"  profile: {os.path.join(args.out_dir, fname)}", flush=True)
             save(args, meta, rows)
     if env.rank == 0:

@@ -19,6 +19,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configurator import save_figure, write_text  # noqa: E402
+
 
 def load_points(stats_path, throughput_path, mode, metric):
     with open(stats_path) as f:
@@ -78,8 +81,7 @@ def plot(points, path, title):
     ax.set_title(title, fontsize=9)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None):
@@ -103,10 +105,8 @@ def main(argv=None):
         return 1
     text = table(points, missing, meta, args.mode, args.metric)
     print(text)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     plot(points, args.out, text.splitlines()[0].lstrip("# "))
-    with open(args.out[:-4] + ".md", "w") as f:
-        f.write(text)
+    write_text(args.out[:-4] + ".md", text)
     print(f"wrote {args.out} and {args.out[:-4]}.md")
     return 0
 

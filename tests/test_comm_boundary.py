@@ -2,7 +2,8 @@
 
 - every collective goes through parallel/comm.py (which counts it): no other module of the project
   calls a torch.distributed collective (or a functional collective) directly;
-- checkpoints are loaded safely: every torch.load outside checkpoint.py passes weights_only=True.
+- checkpoints are loaded safely: every torch.load outside checkpoint.py passes weights_only=True;
+- result files are written atomically (configurator.write_text / save_figure), never in place.
 
 tests/ is not scanned: tests may cross-check against raw torch.distributed.
 """
@@ -130,3 +131,37 @@ def test_checkpoints_load_with_weights_only_everywhere():
         with open(path, encoding="utf-8") as f:
             offenders += [f"{rel}:{line}" for line in torch_loads_without_weights_only(f.read(), rel)]
     assert not offenders, "torch.load without weights_only=True (use checkpoint.read_checkpoint):\n" + "\n".join(offenders)
+
+
+def non_atomic_writes(source, filename="<src>"):
+    """Lines that write a file in place: open() in a writing mode, Path.write_text/write_bytes, savefig."""
+    bad = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in ("write_text", "write_bytes", "savefig"):
+            bad.append(node.lineno)
+        elif isinstance(func, ast.Name) and func.id == "open":
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wax+"):
+                bad.append(node.lineno)
+    return bad
+
+
+def test_result_files_are_written_atomically():
+    # The writers themselves (a temp file, then os.replace), and logs appended line by line on purpose:
+    # train_reduced_sync.py's (a killed run's partial line is ended on resume) and char_sweep.py's
+    # per-run stdout.
+    allowed = {"configurator.py": 1, os.path.join("data", "prepare_utils.py"): 1, "train_reduced_sync.py": 4,
+               os.path.join("experiments", "char_sweep.py"): 1}
+    assert non_atomic_writes("open(p, 'w')\nopen(p)\nopen(p, mode='ab')\nopen(p, 'rb')\nfig.savefig(p)\n"
+                             "Path(p).write_text(t)") == [1, 3, 5, 6]
+    offenders = []
+    for rel, path in python_files():
+        with open(path, encoding="utf-8") as f:
+            lines = non_atomic_writes(f.read(), rel)
+        if len(lines) > allowed.get(rel, 0):
+            offenders.append(f"{rel}: lines {lines}")
+    assert not offenders, ("write result files with configurator.write_text / save_figure (a temp file and "
+                           "os.replace), so a killed run leaves no half-written file:\n" + "\n".join(offenders))

@@ -40,6 +40,7 @@ import torch.distributed as dist
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 from bench import compile_check  # noqa: E402
+from configurator import write_text  # noqa: E402
 from model.gpt import GPT  # noqa: E402
 from parallel import comm  # noqa: E402
 from parallel.mesh import init_mesh  # noqa: E402
@@ -136,9 +137,7 @@ def main(argv=None):
     if mesh.is_master:
         print(table)
         if args.out_dir:
-            os.makedirs(args.out_dir, exist_ok=True)
-            with open(os.path.join(args.out_dir, f"bisect_partial_grads_tp{mesh.tp}.md"), "w") as f:
-                f.write(table)
+            write_text(os.path.join(args.out_dir, f"bisect_partial_grads_tp{mesh.tp}.md"), table)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0
