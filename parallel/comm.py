@@ -15,18 +15,21 @@ parameters as `tp_grad`; the vocabulary-parallel embedding, head and cross-entro
 data-parallel gradient buckets as `dp_grad`. Calls on a group of one rank are still counted (the
 op is then the identity), so the counts describe the model and not how many GPUs run it.
 
-torch.compile. Inside a traced function (torch.compiler.is_compiling()) the collectives are
-functional (torch.distributed._functional_collectives: they return a new tensor and compile into
-the graph, whose scheduler may overlap them with independent compute) and nothing is counted: a
+torch.compile. Inside a traced function (torch.compiler.is_compiling()) a collective is one of the
+custom ops below, which inductor runs as an opaque kernel in data order, and nothing is counted: a
 Python counter mutated there is a side effect that breaks the graph. Counts are therefore a
 measurement of an uncompiled (eager) pass; the model declares its own counts from its plan.
+Not torch's functional collectives: inductor (torch 2.13, CPU) fuses a reader of their result
+with an earlier, independent kernel and runs it before the collective has finished, so it reads the
+unreduced partial sum (ladder at tp=2 computed another loss; experiments/inductor-collective-
+fusion/repro.py shows it in 15 lines).
 """
 from collections import Counter
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
-import torch.distributed._functional_collectives as funcol
+from torch.distributed.distributed_c10d import _resolve_process_group
 
 
 class CommStats:
@@ -86,14 +89,42 @@ def _runs(group):
     return group_size(group) > 1 and not _skip_collectives
 
 
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+
+@torch.library.custom_op("reduced_sync::all_reduce", mutates_args=())
+def _traced_all_reduce(x: torch.Tensor, op: str, group_name: str) -> torch.Tensor:
+    out = x.clone(memory_format=torch.contiguous_format)
+    dist.all_reduce(out, op=_REDUCE_OPS[op], group=_resolve_process_group(group_name))
+    return out
+
+
+@_traced_all_reduce.register_fake
+def _(x, op, group_name):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("reduced_sync::all_gather", mutates_args=())
+def _traced_all_gather(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
+    out = x.new_empty((n * x.shape[0], *x.shape[1:]))
+    dist.all_gather_into_tensor(out, x, group=_resolve_process_group(group_name))
+    return out
+
+
+@_traced_all_gather.register_fake
+def _(x, n, group_name):
+    return x.new_empty((n * x.shape[0], *x.shape[1:]))
+
+
 def _all_reduce_value(x, group, op="sum"):
-    """The reduced tensor ('sum' or 'max'): a new one when traced (functional), else x reduced in
-    place. The op is a string because Dynamo cannot hash ReduceOp values (torch 2.11)."""
+    """The reduced tensor ('sum' or 'max'): a new one when traced, else x reduced in place (the
+    caller passes a tensor nothing else reads). The op is a string because Dynamo cannot hash
+    ReduceOp values (torch 2.11)."""
     if not _runs(group):
         return x
     if torch.compiler.is_compiling():
-        return funcol.all_reduce(x, op, group)
-    dist.all_reduce(x, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX, group=group)
+        return torch.ops.reduced_sync.all_reduce(x, op, group.group_name)
+    dist.all_reduce(x, op=_REDUCE_OPS[op], group=group)
     return x
 
 
@@ -129,7 +160,7 @@ def all_gather(tensor, group, kind="all_gather"):
     if _skip_collectives:
         return [tensor.clone() for _ in range(n)]
     if torch.compiler.is_compiling():
-        return list(funcol.all_gather_tensor(tensor.contiguous(), 0, group).chunk(n))
+        return list(torch.ops.reduced_sync.all_gather(tensor.contiguous(), n, group.group_name).chunk(n))
     out = [torch.empty_like(tensor) for _ in range(n)]
     dist.all_gather(out, tensor.contiguous(), group=group)
     return out
@@ -154,7 +185,8 @@ class _CopyToTPRegion(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         stats.add(ctx.kind, grad)
-        # autograd may hand the same grad tensor to other branches: reduce a copy.
+        # autograd may hand the same grad tensor to other branches: reduce a copy (traced, the
+        # reduction returns a new tensor anyway)
         return _all_reduce_value(grad if torch.compiler.is_compiling() else grad.clone(), ctx.group), None, None
 
 
@@ -199,8 +231,8 @@ class _WaitReduce(torch.autograd.Function):
 
 def reduce_from_tp_region_async(x, group):
     """g, launched without waiting: returns (x, handle); read x only through wait_reduce(x, handle).
-    Lets compute that does not need the sum run while it travels (Ladder Residual). Traced, a
-    functional all-reduce is already asynchronous: the graph waits for it where it is first read."""
+    Lets compute that does not need the sum run while it travels (Ladder Residual). Traced, it is
+    the plain g (see the module docstring): the compiled graph does not overlap it."""
     if torch.compiler.is_compiling():
         return reduce_from_tp_region(x, group), None
     handle = {}

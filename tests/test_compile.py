@@ -1,7 +1,7 @@
 """torch.compile(fullgraph=True) of every policy at tp=1 and tp=2 (gloo), with and without dp:
 no graph break, no recompile after the first training and eval calls, and the compiled loss and
 gradients equal eager. backend="aot_eager" traces forward and backward (Dynamo + AOTAutograd, the
-functional collectives included) without code generation, so it runs in seconds on CPU."""
+collectives included, as parallel/comm.py traces them) without code generation, so it runs in seconds on CPU."""
 import torch
 import torch._dynamo
 
