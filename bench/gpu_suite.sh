@@ -17,9 +17,10 @@
 #                                                 # profile, sample.py tokens/s at tp=4
 #   bash bench/gpu_suite.sh gemm1 OUT_DIR         # 1 GPU (issue 14): bench/decode_gemm.py, decode's one-row
 #                                                 # GEMMs: cuBLAS vs inductor, max-autotune, a reduction kernel
-#   bash bench/gpu_suite.sh check2 OUT_DIR        # 2 GPUs: bench/compile_check.py, compiled vs eager gradients
-#                                                 # with inductor on CUDA, every policy, tp=1 then tp=2; then
-#                                                 # the miscompile's bisection at tp=1
+#   bash bench/gpu_suite.sh check2 OUT_DIR        # 2 GPUs: the inductor collective-fusion repro on NCCL;
+#                                                 # bench/compile_check.py, compiled vs eager gradients with
+#                                                 # inductor on CUDA, every policy, tp=1 then tp=2; then the
+#                                                 # tp=1 miscompile's bisection
 #   bash bench/gpu_suite.sh pareto2 OUT_DIR [char384|char768]   # 2 GPUs: issue 15's loss-vs-time timings
 #                                                 # (tp2 rows of the char shapes; then experiments/pareto.py)
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
@@ -77,10 +78,12 @@ if has pareto; then  # 14 compiled variants (7 policies x n_tracks 2, 6): about 
     --policies "baseline;spd;parallel;ladder;grouped:2;grouped:3;grouped:6" --out_dir "$out"
 fi
 if has check; then
-  CUDA_VISIBLE_DEVICES=0 step 150 compile_check_tp1 python bench/compile_check.py --out_dir "$out"
+  # does inductor on CUDA also run a reader of an all-reduce's result before it (it does on CPU, section 1d)?
+  step 40 repro_collective_fusion "${launch[@]}" experiments/inductor-collective-fusion/repro.py --cuda
+  CUDA_VISIBLE_DEVICES=0 step 140 compile_check_tp1 python bench/compile_check.py --out_dir "$out"
   step 200 compile_check_tp2 "${launch[@]}" bench/compile_check.py --out_dir "$out"
   # which part of the old tp=1 construction inductor miscompiled (section 1c); 5 compiles of the char-384 model
-  CUDA_VISIBLE_DEVICES=0 step 150 bisect_partial_grads python experiments/char-sweep-miscompiled/bisect_partial_grads.py \
+  CUDA_VISIBLE_DEVICES=0 step 130 bisect_partial_grads python experiments/char-sweep-miscompiled/bisect_partial_grads.py \
     --variants cat_f,cat_split,cat_clone_fn,per_param_f,coalesced_f --policies grouped:2 --out_dir "$out"
   # the candidate replacement at tp=2, where the model still uses cat + f (compile_check_tp2 above)
   step 90 bisect_partial_grads_tp2 "${launch[@]}" experiments/char-sweep-miscompiled/bisect_partial_grads.py \

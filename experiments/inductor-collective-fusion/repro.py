@@ -57,7 +57,7 @@ def main():
     torch.manual_seed(0)
     x, w = torch.randn(64, 32, device=device), torch.randn(16, 32, device=device)
     a = torch.randn(64, 16, device=device) * (rank + 1)  # ranks hold different parts
-    failed = False
+    failed, lines = False, []
     for name, all_reduce in (("functional", functional), ("functional_waited", functional_waited), ("ours", ours)):
         torch._dynamo.reset()
         step = make_step(all_reduce)
@@ -65,8 +65,13 @@ def main():
         compiled = torch.compile(step, fullgraph=True)(x, a.clone(), w)
         errs = [(c - e).abs().max().item() for c, e in zip(compiled, eager)]
         failed |= max(errs) > 1e-4
-        print(f"rank {rank} {name:18s} layer_norm {errs[0]:.2e}  x + all_reduce(o) {errs[1]:.2e}"
-              f"  {'WRONG' if max(errs) > 1e-4 else 'ok'}", flush=True)
+        lines.append(f"rank {rank} {name:18s} layer_norm {errs[0]:.2e}  x + all_reduce(o) {errs[1]:.2e}"
+                     f"  {'WRONG' if max(errs) > 1e-4 else 'ok'}")
+    for r in range(dist.get_world_size()):  # one rank at a time, so the lines do not interleave
+        if r == rank:
+            print(f"torch {torch.__version__}, {'NCCL' if args.cuda else 'gloo'}\n" * (rank == 0) + "\n".join(lines),
+                  flush=True)
+        dist.barrier()
     dist.destroy_process_group()
     return 1 if failed else 0
 
