@@ -21,8 +21,9 @@ Python counter mutated there is a side effect that breaks the graph. Counts are 
 measurement of an uncompiled (eager) pass; the model declares its own counts from its plan.
 Not torch's functional collectives: inductor (torch 2.13, CPU) fuses a reader of their result
 with an earlier, independent kernel and runs it before the collective has finished, so it reads the
-unreduced partial sum (ladder at tp=2 computed another loss; experiments/inductor-collective-
-fusion/repro.py shows it in 15 lines).
+unreduced partial sum (the ladder at tp=2 computed another loss, EXPERIMENT_SUMMARY.md section 1d;
+experiments/inductor-collective-fusion/repro.py shows it in a few lines). The traced all-reduce
+therefore reduces a copy of its input and returns it.
 """
 from collections import Counter
 from contextlib import contextmanager
