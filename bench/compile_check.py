@@ -27,7 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from configurator import write_text  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
-from parallel.mesh import init_mesh  # noqa: E402
+from parallel.mesh import build_groups, init_mesh  # noqa: E402
 
 SHAPE = dict(n_layer=6, n_head=6, n_embd=384, vocab_size=76, bias=False, dropout=0.0)  # the char-384 study shape
 POLICIES = "baseline,spd,parallel,ladder,grouped:2,grouped:3,grouped:6"
@@ -81,11 +81,19 @@ def main(argv=None):
     p.add_argument("--backend", default="inductor")
     p.add_argument("--tol", type=float, default=1e-3, help="max allowed relative gradient difference")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--one_gpu", action="store_true", help="every rank on cuda:0, joined by gloo (which reduces "
+                   "CUDA tensors through the host): inductor's CUDA code at tp>1 on a one-GPU machine")
     p.add_argument("--out_dir", default=None)
     args = p.parse_args(argv)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), None if args.device == "auto" else args.device)
+    if args.one_gpu:
+        dist.init_process_group("gloo")
+        torch.cuda.set_device(0)
+        mesh = build_groups(dist.get_world_size())
+        mesh.device = "cuda:0"
+    else:
+        mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), None if args.device == "auto" else args.device)
     where = torch.cuda.get_device_name() if mesh.device.startswith("cuda") else "cpu"
     lines = [f"# compiled ({args.backend}) vs eager gradients: tp={mesh.tp}, n_tracks {args.n_tracks}, "
              f"{SHAPE['n_layer']} x {SHAPE['n_embd']}, batch {args.batch_size} x {args.block_size}, {args.steps} "

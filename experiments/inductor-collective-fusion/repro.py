@@ -2,6 +2,7 @@
 
     torchrun --standalone --nproc_per_node=2 experiments/inductor-collective-fusion/repro.py          # CPU, gloo
     torchrun --standalone --nproc_per_node=2 experiments/inductor-collective-fusion/repro.py --cuda   # 2 GPUs, NCCL
+    torchrun --standalone --nproc_per_node=2 experiments/inductor-collective-fusion/repro.py --one_gpu  # 1 GPU, gloo
 
 step() all-reduces a partial sum o and adds it to x, and, independently, takes LayerNorm(x). Both
 read x, so inductor fuses `x + y` with the LayerNorm into one kernel, and places that kernel where
@@ -48,10 +49,12 @@ def make_step(all_reduce):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cuda", action="store_true")
+    p.add_argument("--one_gpu", action="store_true", help="CUDA tensors of every rank on cuda:0, joined by gloo")
     args = p.parse_args()
-    dist.init_process_group("nccl" if args.cuda else "gloo")
+    args.cuda |= args.one_gpu
+    dist.init_process_group("nccl" if args.cuda and not args.one_gpu else "gloo")
     rank = dist.get_rank()
-    device = f"cuda:{rank}" if args.cuda else "cpu"
+    device = "cuda:0" if args.one_gpu else f"cuda:{rank}" if args.cuda else "cpu"
     if args.cuda:
         torch.cuda.set_device(device)
     torch.manual_seed(0)
@@ -69,7 +72,8 @@ def main():
                      f"  {'WRONG' if max(errs) > 1e-4 else 'ok'}")
     for r in range(dist.get_world_size()):  # one rank at a time, so the lines do not interleave
         if r == rank:
-            print(f"torch {torch.__version__}, {'NCCL' if args.cuda else 'gloo'}\n" * (rank == 0) + "\n".join(lines),
+            backend = "gloo, one GPU" if args.one_gpu else "NCCL" if args.cuda else "gloo"
+            print(f"torch {torch.__version__}, {backend}\n" * (rank == 0) + "\n".join(lines),
                   flush=True)
         dist.barrier()
     dist.destroy_process_group()
