@@ -106,8 +106,8 @@ def main(argv=None):
             write_random_checkpoint(ckpt_dir, args.shape, policy, args.n_tracks)
             for nproc in nprocs:
                 rates, texts = {}, {}
-                for run in runs:
-                    mode, compile_mode = run
+                for mode, compile_mode in runs:
+                    run = (mode, compile_mode)
                     rates[run], _ = run_sample(ckpt_dir, nproc, mode, args.max_new_tokens, args.num_samples,
                                                args.dtype, device, compile_mode)
                     if args.check_tokens:

@@ -52,9 +52,13 @@ COMPILE_MODES = {"default": {}, "max-autotune-no-cudagraphs": dict(mode="max-aut
                  "coordinate-descent": dict(backend=inductor_coordinate_descent)}
 
 
-def compile_step(fn, backend="inductor", mode="default", fullgraph=True):
-    """torch.compile(fn) with the settings COMPILE_MODES[mode] names when backend is inductor."""
+def check_compile_mode(mode):
     if mode not in COMPILE_MODES:
         raise ValueError(f"compile_mode={mode!r}; allowed: {', '.join(map(repr, COMPILE_MODES))}")
+
+
+def compile_step(fn, backend="inductor", mode="default", fullgraph=True):
+    """torch.compile(fn) with the settings COMPILE_MODES[mode] names when backend is inductor."""
+    check_compile_mode(mode)
     settings = {"backend": backend, **(COMPILE_MODES[mode] if backend == "inductor" else {})}
     return torch.compile(fn, fullgraph=fullgraph, **settings)

@@ -69,7 +69,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from model.compile_modes import COMPILE_MODES, compile_step
+from model.compile_modes import check_compile_mode, compile_step
 from model.sync_policy import parse_sync_policy
 from parallel import comm
 
@@ -723,8 +723,7 @@ class GPT(nn.Module):
         decode="auto": "graph" on CUDA, "eager" elsewhere.
         compile_mode: how torch.compile builds the decode step, a key of COMPILE_MODES
         (model/compile_modes.py)."""
-        if compile_mode not in COMPILE_MODES:
-            raise ValueError(f"compile_mode={compile_mode!r}; allowed: {', '.join(map(repr, COMPILE_MODES))}")
+        check_compile_mode(compile_mode)  # also when decode="eager" compiles nothing
         if decode == "auto":
             decode = "graph" if idx.is_cuda else "eager"
         if decode not in DECODE_MODES:
