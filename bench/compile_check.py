@@ -5,10 +5,12 @@ training steps, at the TP degree of the launch.
     python bench/compile_check.py                                     # 1 GPU: tp=1
     torchrun --standalone --nproc_per_node=2 bench/compile_check.py   # 2 GPUs: tp=2
     python bench/compile_check.py --device cpu --steps 1 --policies baseline,grouped:2   # CPU smoke
+    torchrun --standalone --nproc_per_node=2 bench/compile_check.py --one_gpu           # tp=2 on one GPU (gloo)
 
 Why: the CPU tests compare compiled and eager with the aot_eager backend, and inductor on the CPU
 agrees too, yet inductor on CUDA (torch 2.11) once returned the gradients of a region's replicated
-parameters equal to the parameters themselves (EXPERIMENT_SUMMARY.md section 1c). This runs the
+parameters equal to the parameters themselves (EXPERIMENT_SUMMARY.md section 1c), and inductor on the
+CPU ran the ladder's residual add before its all-reduce at tp=2 (section 1d). This runs the
 real backend on the real device. Two copies of one GPT (same init; dropout 0, since compiled
 dropout draws other masks; fp32 with TF32 off) take --steps plain SGD steps on the same random
 batches, the eager copy with its own gradients, the compiled copy with its own. At every step the
