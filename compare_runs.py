@@ -346,6 +346,11 @@ def sync_interval(policy):
     return int(m[1]) if m else None
 
 
+def natural(value):
+    """Sort key that puts numbers in numeric order (w192 before w1024) and anything else after them."""
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+
+
 def setting_labels(settings):
     """A short label per setting, naming only the keys that vary between them (always width and tracks)."""
     varying = [i for i, k in enumerate(SETTING_KEYS) if len({s[i] for s in settings}) > 1]
@@ -376,7 +381,7 @@ def seed_statistics(runs, level=0.95):
         cell["runs"][r["seed"]] = r
         if r["syncs"] is not None:
             cell["syncs"].add(r["syncs"])
-    labels = setting_labels(sorted({c["setting"] for c in cells.values()}, key=lambda s: [str(x) for x in s]))
+    labels = setting_labels(sorted({c["setting"] for c in cells.values()}, key=lambda s: [natural(x) for x in s]))
     out = []
     for (setting, policy), cell in cells.items():
         seeds = sorted(cell["runs"], key=lambda x: (x is None, str(x)))
@@ -533,10 +538,10 @@ def plot_trend(stats, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = sorted({tuple(c["setting"]) for c in stats["cells"]}, key=lambda s: [str(x) for x in s])
+    settings = sorted({tuple(c["setting"]) for c in stats["cells"]}, key=lambda s: [natural(x) for x in s])
     width_i, tracks_i = SETTING_KEYS.index("n_embd"), SETTING_KEYS.index("n_tracks")
-    widths = sorted({s[width_i] for s in settings}, key=str)
-    tracks = sorted({s[tracks_i] for s in settings}, key=str)
+    widths = sorted({s[width_i] for s in settings}, key=natural)
+    tracks = sorted({s[tracks_i] for s in settings}, key=natural)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     styles = ["-", "--", ":", "-."]
     markers = {"parallel": "s", "ladder": "^", "baseline": "o"}

@@ -3,8 +3,8 @@
 # 6 layers, 6 heads, 384 dims, block 256, dropout 0.2, 5000 iterations of 64 x 256 characters) on this
 # repository's character-level Shakespeare (data/shakespeare_char: 4.3M training characters, vocabulary 76).
 # The base of the issue-15 study; experiments/char_sweep.py sets n_tracks, sync_policy, seed and out_dir on
-# the command line. config/shakespeare_char_768.py is the wider variant (tests/test_configs.py checks that
-# the two differ only in n_embd, n_head and out_dir).
+# the command line. config/shakespeare_char_768.py is the wider variant and config/shakespeare_char_192.py
+# the narrower one (tests/test_configs.py checks what differs).
 # Prepare: python data/shakespeare_char/prepare.py
 # 1 process:  python train_reduced_sync.py config/shakespeare_char_384.py --n_tracks=6 --sync_policy=grouped:3
 # n_head 6 is divisible by n_tracks 1, 2, 3 and 6; the function does not depend on tp.

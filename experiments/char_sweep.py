@@ -7,16 +7,17 @@
     python experiments/char_sweep.py w384-n2 --smoke                 # CPU: tiny model, 4 iterations
     python experiments/char_sweep.py w384-n6,w384-n2-s1339 --jobs 26 --deadline 540 --pack "$OUT"   # 8 GPUs
 
-The character-level grid (config/shakespeare_char_{384,768}.py, nanoGPT's shakespeare_char recipe and a
-2x wider variant, 6 layers): width {384, 768} x n_tracks {2, 6} x policy {baseline, spd, parallel, ladder,
-grouped:2, grouped:3, grouped:6} x seed {1337, 1338, 1339} = 84 runs of 5000 iterations, at tp=1 (the
-function does not depend on tp). Run name: w<width>-n<tracks>-<policy without ':'>-s<seed>, e.g.
+The character-level grid (config/shakespeare_char_{192,384,768}.py: nanoGPT's shakespeare_char recipe at
+384, a 2x narrower and a 2x wider variant, 6 layers): width {384, 192, 768} x n_tracks {2, 6} x policy
+{baseline, spd, parallel, ladder, grouped:2, grouped:3, grouped:6} x seed {1337, 1338, 1339} = 126 runs of
+5000 iterations, at tp=1 (the function does not depend on tp). Width 192 is there because 768 does not fit
+the device time (below): it gives the width trend at 0.27x a w384 run's FLOPs. Run name: w<width>-n<tracks>-<policy without ':'>-s<seed>, e.g.
 w384-n6-grouped3-s1338; logs land in experiments/char-sweep/<name>/.
 
 Parts (PART argument; --list prints them):
-    w384-n2, w384-n6, w768-n2, w768-n6    one width x one n_tracks: 7 policies x 3 seeds = 21 runs
+    w384-n2, w384-n6, w192-n2, ...        one width x one n_tracks: 7 policies x 3 seeds = 21 runs
     w384-n2-s1337 ... w768-n6-s1339       one seed of those: the 7 policies, 7 runs
-    char                                  all 84, in the order w384-n2, w384-n6, w768-n2, w768-n6
+    char                                  all 126, in the order w384, w192, w768 (n_tracks 2, then 6)
     bpe1, bpe2, bpe3                      issue item 5: seeds 1338 and 1339 for the BPE sweep's single-seed
                                           policies (experiments/shakespeare-sweep, EXPERIMENT_SUMMARY.md section 1),
                                           6 runs each: bpe1 grouped_4sync, grouped_3sync, grouped_2sync;
@@ -28,7 +29,7 @@ Parts (PART argument; --list prints them):
     PART,PART,...                         several parts at once (e.g. to fill the GPUs of one machine)
 --policies and --seeds narrow any part further (e.g. a part that does not fit one command). With several
 GPUs, run i of a command goes to GPU i mod their count: --jobs sets how many run at once in all.
-If the grid must shrink, keep the seeds and drop widths before policies: run the w384 parts first.
+If the grid must shrink, keep the seeds and drop widths before policies: w384 first, then w192, w768 last.
 
 Pairing. A seed s gives every policy (and both n_tracks) of a width the same initial weights (the trainer
 seeds torch with `seed`, and GPT draws its full weights from that stream independently of the policy and
@@ -46,11 +47,14 @@ stays up, repeating a command cut by its deadline continues where it stopped. Wh
 and metrics.jsonl are copied to the sweep directory and its scratch directory, checkpoints included,
 is deleted: no checkpoint ever lands under experiments/.
 
-GPU time: unmeasured for the char grid. --list prints each part's model FLOPs (training plus eval
-forwards, 6N + 12 L T C per token) as a relative cost: a w768 run costs about 3.8x a w384 run, and the
-200-batch evals are about a third of every run's FLOPs. The one measured anchor is the BPE sweep
-(experiments/shakespeare-sweep, one H200, eager bf16): 5 runs at once took 224-282 s from first to last
-eval (12-layer n_embd-128 model, 3000 iterations of 8,192 tokens; each run's median ms/iter 55-76).
+GPU time. --list prints each part's model FLOPs (training plus eval forwards, 6N + 12 L T C per token)
+as a relative cost: a w768 run costs about 3.8x a w384 run, a w192 run 0.27x, and the 200-batch evals
+are about a third of every run's FLOPs. Measured (compile=True; experiments/char-sweep/gpu-call-*.log):
+one seed of w384-n2 (7 runs at once, one H200) about 500 s; one seed of w384-n6 (7 at once, one H200)
+about 680 s, as its grouped runs take 1.9x the baseline's ms/iter (each track keeps its own residual
+stream); two seeds of w384-n6 (14 at once, one H100) about 1510 s in three commands. At those rates the
+42 w768 runs are several hours of one GPU, beyond a 30-minute session. The BPE sweep (one H200, eager
+bf16): 5 runs at once took 224-282 s (12-layer n_embd-128 model, 3000 iterations of 8,192 tokens).
 --deadline stops the runs in time for the device tool's 10-minute command limit; the progress lines
 (every --status-every seconds) give each run's ms/iter and an ETA.
 """
@@ -71,8 +75,11 @@ from configurator import ConfigError, parse  # noqa: E402  (no torch import)
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
 
 # ---------------------------------------------------------------- the character-level grid
-CHAR_CONFIGS = {384: "config/shakespeare_char_384.py", 768: "config/shakespeare_char_768.py"}
-CHAR_WIDTHS = (384, 768)  # priority order: if the grid shrinks, 768 goes first
+CHAR_CONFIGS = {w: f"config/shakespeare_char_{w}.py" for w in (192, 384, 768)}
+# Priority order. 384 is the recipe; 192 gives the width trend at a third of its FLOPs, where 768 costs 3.8x,
+# so if the grid shrinks, 768 goes first.
+CHAR_WIDTHS = (384, 192, 768)
+SMOKE_WIDTHS = {192: 12, 384: 24, 768: 48}  # --smoke: a tiny n_embd per width, still 6 heads and 6 tracks deep
 CHAR_TRACKS = (2, 6)
 CHAR_POLICIES = ("baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:3", "grouped:6")
 SEEDS = (1337, 1338, 1339)
@@ -138,7 +145,7 @@ def char_run(width, tracks, policy, seed, sets=(), smoke=False):
     args = [os.path.join(REPO, CHAR_CONFIGS[width]), *CHAR_COMMON, f"--n_tracks={tracks}",
             f"--sync_policy={policy}", f"--seed={seed}"]
     if smoke:
-        args += [*SMOKE, f"--n_embd={24 if width == 384 else 48}"]
+        args += [*SMOKE, f"--n_embd={SMOKE_WIDTHS[width]}"]
     return Run(name, CHAR_SWEEP_DIR, [*args, *sets], policy, seed, f"w{width}-n{tracks}")
 
 
@@ -331,7 +338,7 @@ def list_parts(root, scratch, sets, smoke):
         print(f"{part:16} {len(runs):4d} {cfgs[0]['max_iters']:9d}  {total / ref:10.1f}  {evals / total:10.0%}  "
               f"{done:4d}  {names}")
     print("rel. FLOPs: model FLOPs of the part (training + eval forwards) in units of one w384 run; "
-          "GPU time is unmeasured (see the module docstring)")
+          "measured GPU times are in the module docstring")
 
 
 # ---------------------------------------------------------------- running

@@ -39,11 +39,11 @@ def evals(run_dir):
 def test_grid():
     runs = char_sweep.runs_of("char")
     names = [r.name for r in runs]
-    assert len(names) == len(set(names)) == 2 * 2 * 7 * 3
+    assert len(names) == len(set(names)) == 3 * 2 * 7 * 3
     assert names[:7] == [f"w384-n2-{p}-s1337" for p in
                          ("baseline", "spd", "parallel", "ladder", "grouped2", "grouped3", "grouped6")]
     # the sub-parts of each width x n_tracks part cover it exactly, seed by seed
-    for part in ("w384-n2", "w384-n6", "w768-n2", "w768-n6"):
+    for part in ("w384-n2", "w384-n6", "w192-n2", "w192-n6", "w768-n2", "w768-n6"):
         whole = [r.name for r in char_sweep.runs_of(part)]
         assert whole == [n for s in (1337, 1338, 1339) for n in (r.name for r in char_sweep.runs_of(f"{part}-s{s}"))]
     syncs = {"baseline": 12, "spd": 6, "parallel": 6, "ladder": 12, "grouped:2": 3, "grouped:3": 2, "grouped:6": 1}

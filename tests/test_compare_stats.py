@@ -155,3 +155,10 @@ def test_one_seed_and_no_width_pair(tmp_path):
     sentence = compare_runs.verdict_sentence(analysis, "1 seed per cell")
     assert "in 0 of 1 settings and shrinks in 0 (95% interval of the per-seed slope above or below 0; 1 with one " \
            "seed, untested)" in sentence and "the data say nothing about width" in sentence
+
+
+def test_settings_sort_numbers_numerically():
+    """Widths order as numbers (192 < 384 < 1024), not as strings ('1024' < '192'); unknowns go last."""
+    assert sorted([1024, None, 384, 192], key=compare_runs.natural) == [192, 384, 1024, None]
+    settings = [("shakespeare_char", 6, w, 2, 5000) for w in (1024, 192)]
+    assert sorted(settings, key=lambda s: [compare_runs.natural(x) for x in s])[0][2] == 192

@@ -133,7 +133,7 @@ NANOGPT_SHAKESPEARE_CHAR = {
     "min_lr": 1e-4, "beta2": 0.99, "warmup_iters": 100, "bias": False, "weight_decay": 1e-1, "beta1": 0.9,
     "grad_clip": 1.0, "decay_lr": True,
 }
-CHAR_WIDTHS = {384: 6, 768: 12}  # n_embd -> n_head (head dim 64 in both)
+CHAR_WIDTHS = {192: 6, 384: 6, 768: 12}  # n_embd -> n_head (head dim 32 at 192: 6 heads for 6 tracks; else 64)
 CHAR_TRACKS = (2, 6)
 # the sweep's policies and their syncs per forward at 6 layers (grouped:6 = one sync, before ln_f)
 CHAR_POLICY_SYNCS = {"baseline": 12, "spd": 6, "parallel": 6, "ladder": 12, "grouped:2": 3, "grouped:3": 2,
@@ -150,7 +150,7 @@ def test_every_config_file_belongs_to_a_family():
 
 def test_char_family():
     paths = sorted(glob.glob(os.path.join(CONFIG_DIR, "shakespeare_char_*.py")))
-    assert [os.path.basename(p) for p in paths] == [f"shakespeare_char_{w}.py" for w in sorted(CHAR_WIDTHS)]
+    assert sorted(os.path.basename(p) for p in paths) == sorted(f"shakespeare_char_{w}.py" for w in CHAR_WIDTHS)
     configs = {w: load_config(os.path.join(CONFIG_DIR, f"shakespeare_char_{w}.py")) for w in CHAR_WIDTHS}
     for width, cfg in configs.items():
         unknown = set(cfg) - TRAIN_CONFIG_KEYS
@@ -163,9 +163,11 @@ def test_char_family():
             assert count_syncs(policy, cfg["n_layer"]) == syncs, policy
     recipe = {k: configs[384][k] for k in NANOGPT_SHAKESPEARE_CHAR}
     assert recipe == NANOGPT_SHAKESPEARE_CHAR
-    narrow, wide = configs[384], configs[768]
-    diff = sorted(k for k in set(narrow) | set(wide) if narrow.get(k, "<unset>") != wide.get(k, "<unset>"))
-    assert diff == ["n_embd", "n_head", "out_dir"]
+    # each variant is the recipe with another width: nothing else may drift
+    for width, differing in ((768, ["n_embd", "n_head", "out_dir"]), (192, ["n_embd", "out_dir"])):
+        base, variant = configs[384], configs[width]
+        diff = sorted(k for k in set(base) | set(variant) if base.get(k, "<unset>") != variant.get(k, "<unset>"))
+        assert diff == differing, width
 
 
 def test_char_policies_match_model_parser():
