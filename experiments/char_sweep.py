@@ -44,8 +44,10 @@ is an error (this keeps every run of a sweep directory on one schedule). A run t
 out_dir (--scratch, default out-sweep/, git-ignored) with a checkpoint at every eval; a run whose
 scratch holds ckpt.pt resumes from it (the trainer's data order is stateless), so on a machine that
 stays up, repeating a command cut by its deadline continues where it stopped. When a run finishes, its config.json, log.txt
-and metrics.jsonl are copied to the sweep directory and its scratch directory, checkpoints included,
-is deleted: no checkpoint ever lands under experiments/.
+and metrics.jsonl are copied to the sweep directory and its checkpoints are deleted: no checkpoint ever
+lands under experiments/. The three logs stay in scratch, so a later command on the same machine whose
+working tree lacks them (the device tool sends a fresh tree with every command) collects them instead
+of training the run again.
 
 GPU time. --list prints each part's model FLOPs (training plus eval forwards, 6N + 12 L T C per token)
 as a relative cost: a w768 run costs about 3.8x a w384 run, a w192 run 0.27x, and the 200-batch evals
@@ -280,16 +282,24 @@ def run_state(run, root, scratch):
     return "start"
 
 
+RUN_LOGS = ("config.json", "log.txt", "metrics.jsonl")
+
+
 def collect(run, root, scratch):
-    """Copy the logs of a finished run from scratch into the sweep dir; delete the scratch dir (checkpoints)."""
+    """Copy the logs of a finished run from scratch into the sweep dir and delete everything else in its
+    scratch dir (the checkpoints). The logs stay in scratch: the device tool sends a fresh working tree
+    with every command, and a later command on the same machine collects them again, not retrains."""
     tmp, final = run.scratch_dir(scratch), run.final_dir(root)
     os.makedirs(final, exist_ok=True)
-    for name in ("config.json", "log.txt", "metrics.jsonl"):
+    for name in RUN_LOGS:
         src = os.path.join(tmp, name)
         if os.path.exists(src):
             shutil.copyfile(src, os.path.join(final, name) + ".tmp")
             os.replace(os.path.join(final, name) + ".tmp", os.path.join(final, name))
-    shutil.rmtree(tmp)
+    for name in os.listdir(tmp):
+        if name not in RUN_LOGS:
+            path = os.path.join(tmp, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
 
 
 def progress(run, scratch):
@@ -362,14 +372,15 @@ def sweep(runs, args):
     root, scratch = args.root, args.scratch
     t0 = time.time()
     states = {r.name: run_state(r, root, scratch) for r in runs}
-    for r in runs:
-        if states[r.name] == "collect":
-            collect(r, root, scratch)
-            states[r.name] = "done"
+    collected = [r for r in runs if states[r.name] == "collect"]
+    for r in collected:
+        collect(r, root, scratch)
+        states[r.name] = "done"
+        print(f"   collected {r.name} from {r.scratch_dir(scratch)} (to train it again, delete that dir too)")
     pending = [r for r in runs if states[r.name] != "done"]
-    print(f"== {len(runs)} runs: {len(runs) - len(pending)} done, {len(pending)} to run "
-          f"({sum(states[r.name] == 'resume' for r in pending)} resume from scratch checkpoints); jobs {args.jobs}",
-          flush=True)
+    print(f"== {len(runs)} runs: {len(runs) - len(pending)} done ({len(collected)} collected from scratch), "
+          f"{len(pending)} to run ({sum(states[r.name] == 'resume' for r in pending)} resume from scratch "
+          f"checkpoints); jobs {args.jobs}", flush=True)
     if args.dry_run:
         for r in runs:
             extra = ["--init_from=resume"] if states[r.name] == "resume" else []
@@ -490,7 +501,7 @@ def pack(runs, args):
         for r in runs:
             final = r.final_dir(args.root)
             if os.path.isdir(final):
-                for name in ("config.json", "log.txt", "metrics.jsonl"):
+                for name in RUN_LOGS:
                     if os.path.exists(os.path.join(final, name)):
                         tar.add(os.path.join(final, name), arcname=os.path.join(r.sweep_dir, r.name, name))
                 n += 1

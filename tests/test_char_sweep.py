@@ -126,12 +126,14 @@ def test_smoke_runs_keep_logs_only(smoke):
             cfg = json.load(f)
         assert (cfg["seed"], cfg["n_tracks"], cfg["dataset"]) == (1337, 6, "syn")
     scratch = os.path.join(root, "scratch", "experiments_char-sweep")
-    assert sorted(os.listdir(scratch)) == [f"{n}.out" for n in SMOKE_RUNS]  # run dirs, checkpoints included, gone
+    assert sorted(os.listdir(scratch)) == sorted([*SMOKE_RUNS, *(f"{n}.out" for n in SMOKE_RUNS)])
+    for name in SMOKE_RUNS:  # the checkpoints are gone; the logs stay, for a command that gets a fresh tree
+        assert sorted(os.listdir(os.path.join(scratch, name))) == ["config.json", "log.txt", "metrics.jsonl"]
     assert not [f for _, _, files in os.walk(workdir) for f in files if f.endswith(".pt")]
     with tarfile.open(os.path.join(pack_dir, char_sweep.PACK_NAME)) as tar:
         assert sorted(tar.getnames()) == sorted(f"experiments/char-sweep/{n}/{f}" for n in SMOKE_RUNS
                                                 for f in ("config.json", "log.txt", "metrics.jsonl"))
-    assert "2 runs: 0 done, 2 to run" in out
+    assert "2 runs: 0 done (0 collected from scratch), 2 to run" in out
 
 
 def test_finished_runs_are_skipped_and_a_changed_plan_is_refused(smoke):
@@ -139,7 +141,7 @@ def test_finished_runs_are_skipped_and_a_changed_plan_is_refused(smoke):
     run = os.path.join(workdir, "out-sweep-smoke", "experiments", "char-sweep", SMOKE_RUNS[0], "metrics.jsonl")
     mtime = os.path.getmtime(run)
     out = sweep(workdir, *SMOKE_ARGS).stdout
-    assert "2 runs: 2 done, 0 to run" in out and os.path.getmtime(run) == mtime
+    assert "2 runs: 2 done (0 collected from scratch), 0 to run" in out and os.path.getmtime(run) == mtime
     proc = sweep(workdir, *SMOKE_ARGS, "--set", "eval_iters=3", check=False)
     assert proc.returncode == 1 and "differs from the plan in ['eval_iters']" in proc.stderr
 
@@ -170,7 +172,22 @@ def test_stopped_run_resumes_from_scratch_checkpoint(smoke):
         assert "resumed from" in f.read()
     reference = evals(os.path.join(workdir, "out-sweep-smoke", "experiments", "char-sweep", SMOKE_RUNS[1]))
     assert evals(final) == pytest.approx(reference, abs=1e-5)
-    assert not os.path.exists(tmp)
+    assert sorted(os.listdir(tmp)) == ["config.json", "log.txt", "metrics.jsonl"]  # no checkpoint left
+
+
+def test_a_fresh_tree_collects_finished_runs_from_scratch(smoke):
+    """The device tool sends a fresh working tree with every command: runs finished by an earlier command
+    on the same machine are not in it. The sweep takes their logs from scratch and trains nothing."""
+    workdir, _, _ = smoke
+    old_root = os.path.join(workdir, "out-sweep-smoke")
+    fresh_root = os.path.join(workdir, "fresh-tree")
+    out = sweep(workdir, *SMOKE_ARGS, "--root", fresh_root, "--scratch", os.path.join(old_root, "scratch")).stdout
+    assert "2 runs: 2 done (2 collected from scratch), 0 to run" in out and "start" not in out
+    for name in SMOKE_RUNS:
+        new, old = (os.path.join(r, "experiments", "char-sweep", name) for r in (fresh_root, old_root))
+        for log in ("config.json", "log.txt", "metrics.jsonl"):
+            with open(os.path.join(new, log)) as a, open(os.path.join(old, log)) as b:
+                assert a.read() == b.read(), (name, log)
 
 
 def test_collect_finished_scratch_run_and_deadline(smoke):
@@ -182,7 +199,8 @@ def test_collect_finished_scratch_run_and_deadline(smoke):
                     run.scratch_dir(scratch))
     assert char_sweep.run_state(run, root, scratch) == "collect"
     out = sweep(workdir, *SMOKE_ARGS, "--policies", "baseline", "--root", root, "--scratch", scratch).stdout
-    assert "1 runs: 1 done, 0 to run" in out and os.path.exists(os.path.join(run.final_dir(root), "log.txt"))
+    assert "1 runs: 1 done (1 collected from scratch), 0 to run" in out
+    assert os.path.exists(os.path.join(run.final_dir(root), "log.txt"))
     # a deadline before any run can finish: the run is stopped, the exit code says 'incomplete'
     proc = sweep(workdir, *SMOKE_ARGS, "--policies", "grouped6", "--root", root, "--scratch", scratch,
                  "--deadline", "0.3", check=False)
