@@ -11,8 +11,9 @@ The character-level grid (config/shakespeare_char_{192,384,768}.py: nanoGPT's sh
 384, a 2x narrower and a 2x wider variant, 6 layers): width {384, 192, 768} x n_tracks {2, 6} x policy
 {baseline, spd, parallel, ladder, grouped:2, grouped:3, grouped:6} x seed {1337, 1338, 1339} = 126 runs of
 5000 iterations, at tp=1 (the function does not depend on tp). Width 192 is there because 768 does not fit
-the device time (below): it gives the width trend at 0.27x a w384 run's FLOPs. Run name: w<width>-n<tracks>-<policy without ':'>-s<seed>, e.g.
-w384-n6-grouped3-s1338; logs land in experiments/char-sweep/<name>/.
+the device time (below): it gives the width trend at 0.27x a w384 run's FLOPs. Run name:
+w<width>-n<tracks>-<policy without ':'>-s<seed>, e.g. w384-n6-grouped3-s1338; logs land in
+experiments/char-sweep/<name>/.
 
 Parts (PART argument; --list prints them):
     w384-n2, w384-n6, w192-n2, ...        one width x one n_tracks: 7 policies x 3 seeds = 21 runs
@@ -78,7 +79,7 @@ TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
 
 # ---------------------------------------------------------------- the character-level grid
 CHAR_CONFIGS = {w: f"config/shakespeare_char_{w}.py" for w in (192, 384, 768)}
-# Priority order. 384 is the recipe; 192 gives the width trend at a third of its FLOPs, where 768 costs 3.8x,
+# Priority order. 384 is the recipe; 192 gives the width trend at 0.27x its FLOPs, where 768 costs 3.8x,
 # so if the grid shrinks, 768 goes first.
 CHAR_WIDTHS = (384, 192, 768)
 SMOKE_WIDTHS = {192: 12, 384: 24, 768: 48}  # --smoke: a tiny n_embd per width, still 6 heads and 6 tracks deep
