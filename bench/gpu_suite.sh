@@ -21,7 +21,7 @@
 #                                                 # bench/compile_check.py, compiled vs eager gradients with
 #                                                 # inductor on CUDA, every policy, tp=1 then tp=2; then the
 #                                                 # tp=1 miscompile's bisection
-#   bash bench/gpu_suite.sh pareto2 OUT_DIR [char384|char768]   # 2 GPUs: issue 15's loss-vs-time timings
+#   bash bench/gpu_suite.sh pareto2 OUT_DIR [char384|char192|char768]   # 2 GPUs: issue 15's loss-vs-time timings
 #                                                 # (tp2 rows of the char shapes; then experiments/pareto.py)
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.

@@ -37,3 +37,20 @@ def test_pareto_without_a_matching_shape_is_an_error(tmp_path, capsys):
     assert pareto.main(["--stats", str(stats), "--throughput", str(bench), "--out", str(tmp_path / "p.png")]) == 1
     assert "every cell has another shape" in capsys.readouterr().err
     assert not (tmp_path / "p.png").exists()
+
+
+def test_bench_char_shapes_are_the_config_files():
+    """The Pareto plot joins loss (the config files) with time (train_throughput's --size char*): same shapes."""
+    import os
+    import sys
+
+    from configurator import read_config_file
+    from experiments import char_sweep
+    from tests.conftest import REPO
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    import train_throughput
+
+    for width, path in char_sweep.CHAR_CONFIGS.items():
+        cfg = read_config_file(os.path.join(REPO, path))
+        assert train_throughput.SIZES[f"char{width}"] == (cfg["n_layer"], cfg["n_head"], cfg["n_embd"],
+                                                           char_sweep.vocab_size(cfg["dataset"]), cfg["block_size"])
