@@ -26,7 +26,7 @@ with the 95% intervals as error bars. The verdict sentence is computed from the 
 grouped family (spd = a sync every layer, grouped:G = every G layers), the per-seed least-squares
 slope of the gap against the layers between syncs, averaged over seeds with a 95% interval, and,
 where a setting exists at two widths, the gap at the largest common interval compared across widths
-(Welch interval). The verdict uses the final val loss unless --metric best: the final loss compares
+(Welch interval), and where it exists at two n_tracks, the slopes compared across them (Welch). The verdict uses the final val loss unless --metric best: the final loss compares
 every policy after the same schedule, while the best loss is the minimum over all evals, which picks
 each run's luckiest eval (biased low, more so for noisier runs) and hides a policy that overfits sooner.
 """
@@ -421,8 +421,8 @@ def _slope(xs, ys):
 
 def trend_analysis(stats, metric="final_val"):
     """The numbers behind the verdict: per setting, the per-seed slope of the gap (%) against the sync
-    interval over the grouped family, its mean and interval; per (setting without width), the gap at the
-    largest interval common to the narrowest and the widest width, compared with Welch's interval."""
+    interval over the grouped family, its mean and interval; then compare_across for width and for
+    n_tracks."""
     level = stats["level"]
     by_setting = {}
     for c in stats["cells"]:
@@ -443,28 +443,40 @@ def trend_analysis(stats, metric="final_val"):
                          trend=None if half is None else "grows" if mean - half > 0 else
                          "shrinks" if mean + half < 0 else "flat")
         settings.append(entry)
-    width_i = SETTING_KEYS.index("n_embd")
+    return {"metric": metric, "settings": settings, "widths": compare_across(settings, "n_embd", level),
+            "tracks": compare_across(settings, "n_tracks", level)}
+
+
+def compare_across(settings, key, level):
+    """For each group of trend settings equal but in `key` (a SETTING_KEYS name): its smallest against its
+    largest value. Compared: the gap at the largest sync interval common to both, and the per-seed slope,
+    each with Welch's interval (the two settings' runs are independent samples). `diff` is large minus
+    small."""
+    i = SETTING_KEYS.index(key)
     groups = {}
     for e in settings:
-        rest = tuple(x for i, x in enumerate(e["setting"]) if i != width_i)
-        groups.setdefault(rest, []).append(e)
-    widths = []
-    for rest, entries in groups.items():
-        entries = [e for e in entries if e["setting"][width_i] is not None]
+        if e["setting"][i] is not None:
+            groups.setdefault(tuple(x for j, x in enumerate(e["setting"]) if j != i), []).append(e)
+    rows = []
+    for entries in groups.values():
         if len(entries) < 2:
             continue
-        entries.sort(key=lambda e: e["setting"][width_i])
-        narrow, wide = entries[0], entries[-1]
-        common = set(narrow["gaps"]) & set(wide["gaps"])
+        small, large = min(entries, key=lambda e: e["setting"][i]), max(entries, key=lambda e: e["setting"][i])
+        common = set(small["gaps"]) & set(large["gaps"])
         if not common:
             continue
         d = max(common)
-        diff, half = welch_ci(narrow["gaps"][d][2], wide["gaps"][d][2], level)
-        widths.append({"narrow": narrow["label"], "wide": wide["label"], "w_narrow": narrow["setting"][width_i],
-                       "w_wide": wide["setting"][width_i], "interval": d, "gap_narrow": narrow["gaps"][d][0],
-                       "gap_wide": wide["gaps"][d][0], "diff": diff, "diff_ci": half,
-                       "significant": half is not None and abs(diff) > half})
-    return {"metric": metric, "settings": settings, "widths": widths}
+        diff, half = welch_ci(small["gaps"][d][2], large["gaps"][d][2], level)
+        row = {"small": small["label"], "large": large["label"], "v_small": small["setting"][i],
+               "v_large": large["setting"][i], "interval": d, "gap_small": small["gaps"][d][0],
+               "gap_large": large["gaps"][d][0], "diff": diff, "diff_ci": half,
+               "significant": half is not None and abs(diff) > half}
+        if "slopes" in small and "slopes" in large:
+            sdiff, shalf = welch_ci(small["slopes"], large["slopes"], level)
+            row.update(slope_diff=sdiff, slope_diff_ci=shalf,
+                       slope_significant=shalf is not None and abs(sdiff) > shalf)
+        rows.append(row)
+    return rows
 
 
 def verdict_sentence(analysis, n_seeds_text):
@@ -496,10 +508,21 @@ def verdict_sentence(analysis, n_seeds_text):
         sig = sum(w["significant"] for w in widths)
         w = widths[0]
         text += (f"; at the largest common interval the gap is smaller at the wider model in {smaller} of "
-                 f"{len(widths)} comparisons (width {w['w_narrow']} vs {w['w_wide']}"
-                 + (f" and others" if len({(x['w_narrow'], x['w_wide']) for x in widths}) > 1 else "") +
+                 f"{len(widths)} comparisons (width {w['v_small']} vs {w['v_large']}"
+                 + (f" and others" if len({(x['v_small'], x['v_large']) for x in widths}) > 1 else "") +
                  f"; wide minus narrow {statistics.fmean(x['diff'] for x in widths):+.2f} points on average, "
                  f"95% Welch interval excluding 0 in {sig} of {len(widths)})")
+    tracks = [t for t in analysis.get("tracks", []) if "slope_diff" in t]
+    if tracks:
+        t = tracks[0]
+        sig = sum(x["slope_significant"] for x in tracks)
+        text += (f"; with more tracks the slope is {statistics.fmean(x['slope_diff'] for x in tracks):+.3f} points "
+                 f"per layer higher on average ({len(tracks)} comparison{'s' if len(tracks) > 1 else ''}, "
+                 f"n_tracks {t['v_small']} vs {t['v_large']}"
+                 + (" and others" if len({(x['v_small'], x['v_large']) for x in tracks}) > 1 else "") +
+                 (f", {t['slope_diff']:+.3f} ± {t['slope_diff_ci']:.3f}" if len(tracks) == 1 and
+                  t["slope_diff_ci"] is not None else "") +
+                 f"; 95% Welch interval excluding 0 in {sig} of {len(tracks)})")
     return text + "."
 
 

@@ -112,7 +112,7 @@ def test_trend_width_and_verdict(tmp_path, capsys):
     assert narrow["trend"] == wide["trend"] == "grows" and wide["slope"] == pytest.approx(0.10)
     assert narrow["gaps"][6][0] == pytest.approx(1.2) and narrow["gaps"][1][0] == pytest.approx(0.2)
     (w,) = analysis["widths"]
-    assert (w["w_narrow"], w["w_wide"], w["interval"]) == (384, 768, 6)
+    assert (w["v_small"], w["v_large"], w["interval"]) == (384, 768, 6)
     assert w["diff"] == pytest.approx(-0.6)
     assert w["diff_ci"] == pytest.approx(T975[4] * math.sqrt(2 * 0.0036 / 3), rel=1e-6) and w["significant"]
     sentence = compare_runs.verdict_sentence(analysis, "3 seeds per cell")
@@ -162,3 +162,29 @@ def test_settings_sort_numbers_numerically():
     assert sorted([1024, None, 384, 192], key=compare_runs.natural) == [192, 384, 1024, None]
     settings = [("shakespeare_char", 6, w, 2, 5000) for w in (1024, 192)]
     assert sorted(settings, key=lambda s: [compare_runs.natural(x) for x in s])[0][2] == 192
+
+
+def test_slopes_compared_across_n_tracks(tmp_path):
+    """One width at n_tracks 2 (per-seed slopes 0.19/0.20/0.21 % per layer) and 6 (0.69/0.70/0.71): the
+    slope is 0.5 higher with more tracks, Welch interval t(0.975, 4) * sqrt(2 * 0.0001 / 3)."""
+    slopes = {2: {1: 0.19, 2: 0.20, 3: 0.21}, 6: {1: 0.69, 2: 0.70, 3: 0.71}}
+    for tracks, per_seed in slopes.items():
+        for seed, slope in per_seed.items():
+            b = 1.5 + 0.01 * seed
+            write_run(tmp_path, f"n{tracks}-base-s{seed}", "baseline", seed, b, b, 12, n_tracks=tracks)
+            for policy, d in (("spd", 1), ("grouped:2", 2), ("grouped:6", 6)):
+                v = b * (1 + slope * d / 100)
+                write_run(tmp_path, f"n{tracks}-{policy.replace(':', '')}-s{seed}", policy, seed, v, v,
+                          SYNCS[policy], n_tracks=tracks)
+    runs = [compare_runs.load_run(str(p)) for p in sorted(tmp_path.iterdir())]
+    analysis = compare_runs.trend_analysis(compare_runs.seed_statistics(runs), "final_val")
+    assert analysis["widths"] == []
+    (t,) = analysis["tracks"]
+    assert (t["v_small"], t["v_large"], t["interval"]) == (2, 6, 6)
+    assert t["slope_diff"] == pytest.approx(0.5) and t["diff"] == pytest.approx(3.0)  # gap at D=6: 4.2 - 1.2
+    half = T975[4] * math.sqrt(2 * 0.0001 / 3)
+    assert t["slope_diff_ci"] == pytest.approx(half, rel=1e-6) and t["slope_significant"]
+    sentence = compare_runs.verdict_sentence(analysis, "3 seeds per cell")
+    assert (f"with more tracks the slope is +0.500 points per layer higher on average (1 comparison, n_tracks 2 "
+            f"vs 6, +0.500 ± {half:.3f}; 95% Welch interval excluding 0 in 1 of 1)") in sentence
+    assert sentence.endswith(").") and not re.search(r"[.;:]\s+[A-Z]", sentence)
