@@ -507,11 +507,15 @@ def verdict_sentence(analysis, n_seeds_text):
         smaller = sum(w["diff"] < 0 for w in widths)
         sig = sum(w["significant"] for w in widths)
         w = widths[0]
+        slopes = [x for x in widths if "slope_diff" in x]
+        slope_text = "" if not slopes else (
+            f"; slope wide minus narrow {statistics.fmean(x['slope_diff'] for x in slopes):+.3f} points per layer, "
+            f"excluding 0 in {sum(x['slope_significant'] for x in slopes)} of {len(slopes)}")
         text += (f"; at the largest common interval the gap is smaller at the wider model in {smaller} of "
                  f"{len(widths)} comparisons (width {w['v_small']} vs {w['v_large']}"
                  + (f" and others" if len({(x['v_small'], x['v_large']) for x in widths}) > 1 else "") +
                  f"; wide minus narrow {statistics.fmean(x['diff'] for x in widths):+.2f} points on average, "
-                 f"95% Welch interval excluding 0 in {sig} of {len(widths)})")
+                 f"95% Welch interval excluding 0 in {sig} of {len(widths)}{slope_text})")
     tracks = [t for t in analysis.get("tracks", []) if "slope_diff" in t]
     if tracks:
         t = tracks[0]

@@ -121,7 +121,8 @@ def test_trend_width_and_verdict(tmp_path, capsys):
     assert "by +0.150 percentage points per layer between syncs on average" in sentence
     assert "(+0.15% at a sync every layer vs +0.90% every 6 layers, mean over settings)" in sentence
     assert "smaller at the wider model in 1 of 1 comparisons (width 384 vs 768" in sentence
-    assert "wide minus narrow -0.60 points on average, 95% Welch interval excluding 0 in 1 of 1" in sentence
+    assert "wide minus narrow -0.60 points on average, 95% Welch interval excluding 0 in 1 of 1; slope wide minus " \
+           "narrow -0.100 points per layer, excluding 0 in 1 of 1)" in sentence
     assert sentence.endswith(").") and not re.search(r"[.;:]\s+[A-Z]", sentence)  # one sentence
 
     # the command line: tables, the same sentence, the trend PNG, the JSON
