@@ -26,9 +26,10 @@ with the 95% intervals as error bars. The verdict sentence is computed from the 
 grouped family (spd = a sync every layer, grouped:G = every G layers), the per-seed least-squares
 slope of the gap against the layers between syncs, averaged over seeds with a 95% interval, and,
 where a setting exists at two widths, the gap at the largest common interval compared across widths
-(Welch interval), and where it exists at two n_tracks, the slopes compared across them (Welch). The verdict uses the final val loss unless --metric best: the final loss compares
-every policy after the same schedule, while the best loss is the minimum over all evals, which picks
-each run's luckiest eval (biased low, more so for noisier runs) and hides a policy that overfits sooner.
+(Welch interval), and where it exists at two n_tracks, the slopes compared across them (Welch). The
+verdict uses the final val loss unless --metric best: the final loss compares every policy after the
+same schedule, while the best loss is the minimum over all evals, which picks each run's luckiest
+eval (biased low, more so for noisier runs) and hides a policy that overfits sooner.
 """
 import argparse
 import glob
