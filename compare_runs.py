@@ -7,8 +7,10 @@ Each run dir needs config.json and metrics.jsonl (written by train_reduced_sync.
 read when metrics.jsonl is missing. For every run the table shows: the sync policy, syncs/fwd as
 MEASURED in the run (parallel.comm's count of forward all-reduces, logged at each eval), final
 and best val loss, both relative to the baseline in %, whether the best val loss is a tie
-with the baseline within its seed noise (2 std), and the median of the logged tokens/s. The baseline is the mean over runs whose sync_policy is 'baseline' (several
-seeds: their standard deviation is printed as the noise level); with none, the first run.
+with the baseline within its seed noise (2 std), and the median of the logged tokens/s. The baseline is
+the mean over the runs of the same setting (below) whose sync_policy is 'baseline' (several seeds: their
+standard deviation is printed as the noise level); for a setting without one, the mean over all baseline
+runs; with none at all, the first run.
 A resumed run logs some iterations twice: the later line wins.
 
 The PNG (matplotlib, no display needed): left, best val loss against syncs per forward (the
@@ -192,12 +194,41 @@ def baseline_stats(runs, key="final_val"):
     return mean, std, f"{key.replace('_', ' ')}: mean of {len(values)} baseline run(s): {mean:.4f}{noise}"
 
 
-def table_rows(runs, final_base, best_base, best_std=None):
-    """Δ columns are relative to the baseline mean; with a seed std, |Δ best| <= 2 std is a tie."""
+def baseline_references(runs):
+    """The reference of each run's Δ columns: the baselines of its own setting (a narrower model's
+    baseline is no reference for a wider one), else the baselines of all settings, else the first run.
+    Returns ({setting: (final mean, best mean, best std)}, description lines)."""
+    settings = sorted({r["setting"] for r in runs}, key=lambda s: [natural(x) for x in s])
+    with_base = [s for s in settings if any(r["policy"] == "baseline" and r["setting"] == s for r in runs)]
+    labels = setting_labels(settings)
+    refs, lines = {}, []
+    for s in with_base:
+        own = [r for r in runs if r["setting"] == s]
+        final, _, final_desc = baseline_stats(own, "final_val")
+        best, best_std, best_desc = baseline_stats(own, "best_val")
+        refs[s] = (final, best, best_std)
+        prefix = f"baseline ({labels[s]})" if len(settings) > 1 else "baseline"
+        lines += [f"{prefix} {final_desc}", f"{prefix} {best_desc}"]
+    rest = [s for s in settings if s not in refs]
+    if rest:
+        final, _, final_desc = baseline_stats(runs, "final_val")
+        best, best_std, best_desc = baseline_stats(runs, "best_val")
+        for s in rest:
+            refs[s] = (final, best, best_std)
+        prefix = (f"baseline of {', '.join(labels[s] for s in rest)} (no baseline run in that setting)"
+                  if with_base else "baseline")
+        lines += [f"{prefix} {final_desc}", f"{prefix} {best_desc}"]
+    return refs, lines
+
+
+def table_rows(runs, refs):
+    """Δ columns are relative to the run's reference (baseline_references); with a seed std of the
+    reference's best val, |Δ best| <= 2 std is a tie."""
     header = ["run", "policy", "syncs/fwd", "final iter", "final val", "best val", "Δ final vs base",
               "Δ best vs base", "vs noise", "tok/s"]
     rows = []
     for r in runs:
+        final_base, best_base, best_std = refs[r["setting"]]
         delta = 100 * (r["final_val"] - final_base) / final_base
         delta_best = 100 * (r["best_val"] - best_base) / best_base
         verdict = ("" if not best_std else
@@ -238,10 +269,15 @@ def plot(runs, path):
     if len(best) > 1:
         xs = sorted(best)
         left.plot(xs, [best[x] for x in xs], color="gray", linestyle="--", linewidth=1)
-    base = [r["best_val"] for r in runs if r["policy"] == "baseline"]
-    if len(base) > 1:  # the seed-to-seed noise of the baseline, as a band
-        mean, std = statistics.fmean(base), statistics.stdev(base)
-        left.axhspan(mean - std, mean + std, color="tab:red", alpha=0.1, label="baseline mean ± std")
+    banded = False
+    for setting in sorted({r["setting"] for r in runs}, key=lambda s: [natural(x) for x in s]):
+        base = [r["best_val"] for r in runs if r["policy"] == "baseline" and r["setting"] == setting]
+        if len(base) > 1:  # the seed-to-seed noise of each setting's baseline, as a band
+            mean, std = statistics.fmean(base), statistics.stdev(base)
+            left.axhspan(mean - std, mean + std, color="tab:red", alpha=0.1,
+                         label=None if banded else "baseline mean ± std (per setting)")
+            banded = True
+    if banded:
         left.legend(fontsize=7)
     left.set_xlabel("all-reduces per forward pass (measured)")
     left.set_ylabel("best val loss")
@@ -671,19 +707,14 @@ def main(argv=None):
     except RunError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    final_base, _, final_desc = baseline_stats(runs, "final_val")
-    best_base, best_std, best_desc = baseline_stats(runs, "best_val")
-    header, rows = table_rows(runs, final_base, best_base, best_std)
+    refs, reference_lines = baseline_references(runs)
+    header, rows = table_rows(runs, refs)
     print(format_table(header, rows, args.markdown))
-    print(f"\nbaseline {final_desc}\nbaseline {best_desc}")
-    if best_std:
+    print("\n" + "\n".join(reference_lines))
+    if any(best_std for _, _, best_std in refs.values()):
         print("vs noise: 'tie' when |best val - baseline mean| <= 2 x the baseline seeds' std")
     if len({r["final_iter"] for r in runs}) > 1:
         print("note: the runs end at different iterations; compare final losses with care")
-    base_settings = {r["setting"] for r in runs if r["policy"] == "baseline"}
-    if len(base_settings) > 1 and not (args.stats or args.trend or args.stats_json):
-        print(f"note: baseline runs of {len(base_settings)} settings ({', '.join(SETTING_KEYS)}) are averaged "
-              f"into one reference above; --stats compares each run with the baseline of its own setting")
     plot(runs, args.out)
     print(f"wrote {args.out}")
     if args.stats or args.trend or args.stats_json:

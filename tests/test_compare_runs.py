@@ -82,3 +82,29 @@ def test_run_without_metrics(tmp_path, capsys):
     (run / "config.json").write_text("{}")
     assert compare_runs.main([str(run), "--out", str(tmp_path / "x.png")]) == 1
     assert "no metrics.jsonl or log.txt" in capsys.readouterr().err
+
+
+def test_each_setting_has_its_own_baseline(tmp_path, capsys):
+    """A wider model's baseline is no reference for a narrower one: Δ and 'vs noise' use the run's setting."""
+    def run(name, policy, width, val, seed):
+        path = write_run(tmp_path, name, policy, [4.0, val], 12, seed=seed)
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump({"sync_policy": policy, "seed": seed, "n_embd": width, "n_tracks": 2}, f)
+    run("w1-base-s1", "baseline", 192, 1.30, 1)
+    run("w1-base-s2", "baseline", 192, 1.32, 2)
+    run("w1-spd", "spd", 192, 1.441, 1)
+    run("w2-base-s1", "baseline", 384, 1.10, 1)
+    run("w2-base-s2", "baseline", 384, 1.12, 2)
+    run("w2-spd", "spd", 384, 1.121, 1)
+    os.makedirs(tmp_path / "w3")
+    run("w3/spd", "spd", 768, 1.42, 1)  # a setting without a baseline run: all baselines' mean, 1.21
+    assert compare_runs.main([str(tmp_path / "w[12]-*"), str(tmp_path / "w3/spd"), "--out",
+                              str(tmp_path / "x.png")]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("w1-", "w2-", "spd"))}
+    assert lines["w1-spd"][6:9] == ["+10.00%", "+10.00%", "worse"]  # 1.441 vs 1.31, std 0.0141
+    assert lines["w2-spd"][6:9] == ["+0.99%", "+0.99%", "tie"]  # 1.121 vs 1.11: within 2 std
+    assert lines["spd"][6] == "+17.36%"  # 1.42 vs 1.21
+    assert "baseline (w192 n2) final val: mean of 2 baseline run(s): 1.3100" in out
+    assert "baseline (w384 n2) best val: mean of 2 baseline run(s): 1.1100" in out
+    assert "baseline of w768 n2 (no baseline run in that setting) final val: mean of 4 baseline run(s): 1.2100" in out
