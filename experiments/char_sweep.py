@@ -56,11 +56,12 @@ are about a third of every run's FLOPs. Measured (compile=True; experiments/char
 one seed of w384-n2 (7 runs at once, one H200) about 500 s; one seed of w384-n6 (7 at once, one H200)
 about 680 s, as its grouped runs take 1.9x the baseline's ms/iter (each track keeps its own residual
 stream: in a CPU torch.profiler table of one eager step, grouped:6 and baseline spend about the same
-time in matmuls, and grouped:6's extra is residual adds, LayerNorms and copies over six streams); two seeds of w384-n6 (14 at once, one H100) about 1510 s in three commands; all of w192-n6 (21 at
-once, one H100) about 1330 s in three commands (median 103-108 ms/iter for baseline, ladder and
-parallel, 166-174 for grouped, with 21 runs sharing the GPU). At those rates the
-42 w768 runs are several hours of one GPU, beyond a 30-minute session. The BPE sweep (one H200, eager
-bf16): 5 runs at once took 224-282 s (12-layer n_embd-128 model, 3000 iterations of 8,192 tokens).
+time in matmuls, and grouped:6's extra is residual adds, LayerNorms and copies over six streams); two
+seeds of w384-n6 (14 at once, one H100) about 1510 s in three commands; all of w192-n6 (21 at once, one
+H100) about 1330 s in three commands (median 103-108 ms/iter for baseline, ladder and parallel, 166-174
+for grouped, with 21 runs sharing the GPU). At those rates the 42 w768 runs are several hours of one
+GPU, beyond a 30-minute session. The BPE sweep (one H200, eager bf16): 5 runs at once took 224-282 s
+(12-layer n_embd-128 model, 3000 iterations of 8,192 tokens).
 --deadline stops the runs in time for the device tool's 10-minute command limit; the progress lines
 (every --status-every seconds) give each run's ms/iter and an ETA.
 """
