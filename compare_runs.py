@@ -198,7 +198,7 @@ def baseline_references(runs):
     """The reference of each run's Δ columns: the baselines of its own setting (a narrower model's
     baseline is no reference for a wider one), else the baselines of all settings, else the first run.
     Returns ({setting: (final mean, best mean, best std)}, description lines)."""
-    settings = sorted({r["setting"] for r in runs}, key=lambda s: [natural(x) for x in s])
+    settings = sorted_settings(r["setting"] for r in runs)
     with_base = [s for s in settings if any(r["policy"] == "baseline" and r["setting"] == s for r in runs)]
     labels = setting_labels(settings)
     refs, lines = {}, []
@@ -270,7 +270,7 @@ def plot(runs, path):
         xs = sorted(best)
         left.plot(xs, [best[x] for x in xs], color="gray", linestyle="--", linewidth=1)
     banded = False
-    for setting in sorted({r["setting"] for r in runs}, key=lambda s: [natural(x) for x in s]):
+    for setting in sorted_settings(r["setting"] for r in runs):
         base = [r["best_val"] for r in runs if r["policy"] == "baseline" and r["setting"] == setting]
         if len(base) > 1:  # the seed-to-seed noise of each setting's baseline, as a band
             mean, std = statistics.fmean(base), statistics.stdev(base)
@@ -388,6 +388,11 @@ def natural(value):
     return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
 
 
+def sorted_settings(settings):
+    """Distinct settings, their numbers in numeric order."""
+    return sorted(set(settings), key=lambda s: [natural(x) for x in s])
+
+
 def setting_labels(settings):
     """A short label per setting, naming only the keys that vary between them (always width and tracks)."""
     varying = [i for i, k in enumerate(SETTING_KEYS) if len({s[i] for s in settings}) > 1]
@@ -418,7 +423,7 @@ def seed_statistics(runs, level=0.95):
         cell["runs"][r["seed"]] = r
         if r["syncs"] is not None:
             cell["syncs"].add(r["syncs"])
-    labels = setting_labels(sorted({c["setting"] for c in cells.values()}, key=lambda s: [natural(x) for x in s]))
+    labels = setting_labels(sorted_settings(c["setting"] for c in cells.values()))
     out = []
     for (setting, policy), cell in cells.items():
         seeds = sorted(cell["runs"], key=lambda x: (x is None, str(x)))
@@ -602,7 +607,7 @@ def plot_trend(stats, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = sorted({tuple(c["setting"]) for c in stats["cells"]}, key=lambda s: [natural(x) for x in s])
+    settings = sorted_settings(tuple(c["setting"]) for c in stats["cells"])
     width_i, tracks_i = SETTING_KEYS.index("n_embd"), SETTING_KEYS.index("n_tracks")
     widths = sorted({s[width_i] for s in settings}, key=natural)
     tracks = sorted({s[tracks_i] for s in settings}, key=natural)
