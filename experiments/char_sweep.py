@@ -59,9 +59,10 @@ stream: in a CPU torch.profiler table of one eager step, grouped:6 and baseline 
 time in matmuls, and grouped:6's extra is residual adds, LayerNorms and copies over six streams); two
 seeds of w384-n6 (14 at once, one H100) about 1510 s in three commands; all of w192-n6 (21 at once, one
 H100) about 1330 s in three commands (median 103-108 ms/iter for baseline, ladder and parallel, 166-174
-for grouped, with 21 runs sharing the GPU). At those rates the 42 w768 runs are several hours of one
+for grouped, with 21 runs sharing the GPU); all of w192-n2 (21 at once, one H100) about 980 s in two
+commands (91-105 ms/iter, grouped:6 125-127). At those rates the 42 w768 runs are several hours of one
 GPU, beyond a 30-minute session. The BPE sweep (one H200, eager bf16): 5 runs at once took 224-282 s
-(12-layer n_embd-128 model, 3000 iterations of 8,192 tokens).
+(12-layer n_embd-128 model, 3000 iterations of 8,192 tokens); 8 at once (one H100) 364-463 s.
 --deadline stops the runs in time for the device tool's 10-minute command limit; the progress lines
 (every --status-every seconds) give each run's ms/iter and an ETA.
 """
