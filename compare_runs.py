@@ -490,20 +490,21 @@ def trend_analysis(stats, metric="final_val"):
 
 
 def compare_across(settings, key, level):
-    """For each group of trend settings equal but in `key` (a SETTING_KEYS name): its smallest against its
-    largest value. Compared: the gap at the largest sync interval common to both, and the per-seed slope,
-    each with Welch's interval (the two settings' runs are independent samples). `diff` is large minus
-    small."""
+    """For each group of trend settings equal but in `key` (a SETTING_KEYS name): each value against the next
+    larger one (192 vs 384, 384 vs 768), so adding a third width never changes the first comparison.
+    Compared: the gap at the largest sync interval common to both, and the per-seed slope, each with Welch's
+    interval (the two settings' runs are independent samples). `diff` is large minus small."""
     i = SETTING_KEYS.index(key)
     groups = {}
     for e in settings:
         if e["setting"][i] is not None:
             groups.setdefault(tuple(x for j, x in enumerate(e["setting"]) if j != i), []).append(e)
     rows = []
+    pairs = []
     for entries in groups.values():
-        if len(entries) < 2:
-            continue
-        small, large = min(entries, key=lambda e: e["setting"][i]), max(entries, key=lambda e: e["setting"][i])
+        entries = sorted(entries, key=lambda e: e["setting"][i])
+        pairs += zip(entries, entries[1:])
+    for small, large in pairs:
         common = set(small["gaps"]) & set(large["gaps"])
         if not common:
             continue

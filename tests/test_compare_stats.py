@@ -189,3 +189,22 @@ def test_slopes_compared_across_n_tracks(tmp_path):
     assert (f"with more tracks the slope is +0.500 points per layer higher on average (1 comparison, n_tracks 2 "
             f"vs 6, +0.500 ± {half:.3f}; 95% Welch interval excluding 0 in 1 of 1)") in sentence
     assert sentence.endswith(").") and not re.search(r"[.;:]\s+[A-Z]", sentence)
+
+
+def test_three_widths_compare_adjacent_pairs(tmp_path):
+    """Widths 192, 384, 768 with per-width slopes 0.1, 0.3, 0.6 (% per layer, the same on both seeds): the
+    width comparison is 192 vs 384 and 384 vs 768, so a third width leaves the first comparison as it was."""
+    slope = {192: 0.1, 384: 0.3, 768: 0.6}
+    for width in slope:
+        for seed in (1, 2):
+            b = 1.5 + 0.01 * seed
+            write_run(tmp_path, f"w{width}-base-s{seed}", "baseline", seed, b, b, 12, n_embd=width)
+            for policy, d in (("spd", 1), ("grouped:6", 6)):
+                v = b * (1 + slope[width] * d / 100)
+                write_run(tmp_path, f"w{width}-{policy.replace(':', '')}-s{seed}", policy, seed, v, v,
+                          SYNCS[policy], n_embd=width)
+    runs = [compare_runs.load_run(str(p)) for p in sorted(tmp_path.iterdir())]
+    widths = compare_runs.trend_analysis(compare_runs.seed_statistics(runs), "final_val")["widths"]
+    assert [(w["v_small"], w["v_large"]) for w in widths] == [(192, 384), (384, 768)]
+    assert [w["slope_diff"] for w in widths] == pytest.approx([0.2, 0.3])
+    assert [w["diff"] for w in widths] == pytest.approx([1.2, 1.8])  # gap at a sync every 6 layers: 0.6, 1.8, 3.6
