@@ -61,10 +61,10 @@ seeds of w384-n6 (14 at once, one H100) about 1510 s in three commands; all of w
 H100) about 1330 s in three commands (median 103-108 ms/iter for baseline, ladder and parallel, 166-174
 for grouped, with 21 runs sharing the GPU); all of w192-n2 (21 at once, one H100) about 980 s in two
 commands (91-105 ms/iter, grouped:6 125-127). w768-n2 on one H200: 5 runs at once about 720 s in two
-commands (82-85 ms/iter), 2 at once 250-290 s (29-34 ms/iter); so the 42 w768 runs are about two hours
-of one GPU, beyond a 30-minute session (the study ran 9 of them). The BPE sweep (one H200, eager bf16):
-5 runs at once took 224-282 s (12-layer n_embd-128 model, 3000 iterations of 8,192 tokens); 8 at once
-(one H100) 364-463 s; 4 at once (one H100) 274-280 s.
+commands (82-85 ms/iter), 2 at once 250-290 s (29-34 ms/iter); so the 42 w768 runs would take about
+two hours of one GPU (an estimate from these rates), beyond a 30-minute session (the study ran 9 of
+them). The BPE sweep (one H200, eager bf16): 5 runs at once took 224-282 s (12-layer n_embd-128 model,
+3000 iterations of 8,192 tokens); 8 at once (one H100) 364-463 s; 4 at once (one H100) 274-280 s.
 --deadline stops the runs in time for the device tool's 10-minute command limit; the progress lines
 (every --status-every seconds) give each run's ms/iter and an ETA.
 """
