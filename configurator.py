@@ -44,6 +44,9 @@ class TrainConfig:
     wandb_run_name: str = "run"
     # data
     dataset: str = "openwebtext"  # reads data/<dataset>/{train,val}.bin
+    # 'random': each sequence starts at a uniform random offset (nanoGPT); 'one_pass': the train split is cut
+    # into block_size windows, read in a seeded random order, none twice (the run must fit in one pass)
+    data_order: str = "random"
     gradient_accumulation_steps: int = 5 * 8  # TOTAL over data-parallel replicas, split across them
     batch_size: int = 12  # micro-batch size per replica per micro-step
     block_size: int = 1024
@@ -87,6 +90,7 @@ class TrainConfig:
 # Allowed values of the string keys that have a fixed set of choices.
 CHOICES = {
     "init_from": ("scratch", "resume"),
+    "data_order": ("random", "one_pass"),
     "device": ("auto", "cpu", "cuda"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
     "compile_backend": ("inductor", "aot_eager", "eager"),

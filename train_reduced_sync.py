@@ -40,6 +40,7 @@ and keeps the bad file as ckpt.pt.invalid.
 No host-device sync inside a training step: losses and grad norms stay on the device and are
 read only every log_interval (and at evals), which is also where non-finite values are caught.
 """
+import functools
 import importlib.util
 import json
 import math
@@ -153,10 +154,40 @@ def seeded_rng(*parts):
 
 
 def train_offsets(seed, iter_num, n_tokens, cfg):
-    """Start offsets of every sequence of iteration iter_num: [gradient_accumulation_steps, batch_size]."""
+    """Start offsets of every sequence of iteration iter_num: [gradient_accumulation_steps, batch_size].
+    data_order='one_pass': sequence i of the run is window perm[i] of the split's block_size windows, where
+    perm is a permutation drawn from the seed alone, so no window is read twice and the order stays a pure
+    function of (seed, iteration), as resuming needs."""
+    shape = (cfg.gradient_accumulation_steps, cfg.batch_size)
+    if cfg.data_order == "one_pass":
+        per_iter = shape[0] * shape[1]
+        windows = one_pass_order(seed, n_tokens, cfg.block_size)
+        if (iter_num + 1) * per_iter > len(windows):
+            raise RunError(f"data_order='one_pass': iteration {iter_num} needs more than the split's "
+                           f"{len(windows)} windows of block_size={cfg.block_size}")
+        return windows[iter_num * per_iter:(iter_num + 1) * per_iter].reshape(shape) * cfg.block_size
     high = n_tokens - cfg.block_size
-    return seeded_rng(TRAIN_DATA, seed, iter_num).integers(
-        0, high, size=(cfg.gradient_accumulation_steps, cfg.batch_size))
+    return seeded_rng(TRAIN_DATA, seed, iter_num).integers(0, high, size=shape)
+
+
+@functools.lru_cache(maxsize=2)
+def one_pass_order(seed, n_tokens, block_size):
+    """A seeded permutation of the (n_tokens - 1) // block_size disjoint windows (each needs block_size + 1
+    tokens: inputs and the next-token targets)."""
+    return seeded_rng(TRAIN_DATA, seed).permutation((n_tokens - 1) // block_size)
+
+
+def check_one_pass(cfg, data_dir):
+    """RunError unless a one_pass run's max_iters fit in the train split without reading a window twice."""
+    if cfg.data_order != "one_pass":
+        return
+    windows = (os.path.getsize(os.path.join(data_dir, "train.bin")) // 2 - 1) // cfg.block_size
+    need = cfg.max_iters * cfg.gradient_accumulation_steps * cfg.batch_size
+    if need > windows:
+        raise RunError(f"data_order='one_pass' with max_iters={cfg.max_iters}: the run reads {need:,} sequences "
+                       f"but data/{cfg.dataset}/train.bin holds {windows:,} windows of block_size={cfg.block_size}; "
+                       f"lower max_iters to {windows // (cfg.gradient_accumulation_steps * cfg.batch_size):,} or "
+                       f"use data_order='random'")
 
 
 def eval_offsets(split, k, n_tokens, block_size, batch_size):
@@ -439,6 +470,7 @@ def main(argv):
     try:
         micro_steps = micro_steps_per_replica(cfg, mesh.dp)
         data_dir, vocab_size = check_data(cfg.dataset, cfg.block_size)
+        check_one_pass(cfg, data_dir)
         check_out_dir(cfg.out_dir)
     except (ConfigError, RunError) as e:
         fail(str(e), mesh)

@@ -114,6 +114,18 @@ BPE_PARTS = {
              ("datadriven_6sync", "shakespeare_baseline_24sync", "sensitivity_6.json")],
 }
 
+# ---------------------------------------------------------------- part 3 (issue 26): 124M on data/debian_docs, read once
+DOCS_CONFIGS = {768: "config/docs_124m.py", 384: "config/docs_w384.py"}
+DOCS_WIDTHS = (768, 384)  # 768 is the question; 384 (the trend with size) goes first if time runs short
+# 24 syncs per forward down to 1: name -> run-name tag
+DOCS_POLICIES = {"baseline": "baseline", "spd": "spd", "parallel": "parallel", "ladder": "ladder",
+                 "selective:m0-3,m5,m7,m9-11": "selective9", "grouped:2": "grouped2", "grouped:3": "grouped3",
+                 "grouped:4": "grouped4", "grouped:6": "grouped6", "grouped:12": "grouped12"}
+DOCS_SWEEP_DIR = "experiments/docs-sweep"
+SMOKE_DOCS = ("--max_iters=4", "--lr_decay_iters=4", "--warmup_iters=1", "--eval_interval=2", "--eval_iters=2",
+              "--log_interval=1", "--batch_size=2", "--block_size=16", "--n_embd=48", "--device=cpu",
+              "--compile=False")
+
 # ---------------------------------------------------------------- smoke: a tiny model on CPU (tests, a first GPU check)
 SMOKE = ("--block_size=16", "--batch_size=4", "--max_iters=4", "--lr_decay_iters=4",
          "--warmup_iters=1", "--eval_interval=2", "--eval_iters=2", "--log_interval=1", "--device=cpu")
@@ -179,6 +191,26 @@ def bpe_runs(part, sets=(), smoke=False):
     return runs
 
 
+def docs_run(width, policy, seed, sets=(), smoke=False):
+    tag = DOCS_POLICIES[policy]
+    args = [os.path.join(REPO, DOCS_CONFIGS[width]), f"--sync_policy={policy}", f"--seed={seed}"]
+    if smoke:
+        args += SMOKE_DOCS
+    run = Run(f"d{width}-{tag}-s{seed}", DOCS_SWEEP_DIR, [*args, *sets], policy, seed, f"d{width}")
+    run.tag = tag
+    return run
+
+
+def docs_parts():
+    """part name -> (width, seeds): d768, d768-s1337, ..., d384, ..."""
+    parts = {}
+    for width in DOCS_WIDTHS:
+        parts[f"d{width}"] = (width, SEEDS)
+        for seed in SEEDS:
+            parts[f"d{width}-s{seed}"] = (width, (seed,))
+    return parts
+
+
 def char_parts():
     """part name -> (width, tracks, seeds), in priority order."""
     parts = {}
@@ -191,7 +223,7 @@ def char_parts():
 
 
 def part_names():
-    return [*char_parts(), "char", *BPE_PARTS, "bpe"]
+    return [*char_parts(), "char", *BPE_PARTS, "bpe", *docs_parts()]
 
 
 def runs_of(part, sets=(), smoke=False, policies=None, seeds=None):
@@ -207,6 +239,9 @@ def runs_of(part, sets=(), smoke=False, policies=None, seeds=None):
     elif part == "char":
         runs = [r for name, (w, t, s) in cparts.items() if len(s) > 1
                 for r in runs_of(name, sets, smoke)]
+    elif part in docs_parts():
+        width, part_seeds = docs_parts()[part]
+        runs = [docs_run(width, p, s, sets, smoke) for s in part_seeds for p in DOCS_POLICIES]
     elif part in BPE_PARTS:
         runs = bpe_runs(part, sets, smoke)
     elif part == "bpe":
@@ -214,17 +249,24 @@ def runs_of(part, sets=(), smoke=False, policies=None, seeds=None):
     else:
         raise SweepError(f"unknown part {part!r}; parts: {', '.join(part_names())}")
     if policies is not None:
-        known = {policy_tag(p) for p in CHAR_POLICIES} | {b for p in BPE_PARTS.values() for b, _, _ in p}
+        known = ({policy_tag(p) for p in CHAR_POLICIES} | {b for p in BPE_PARTS.values() for b, _, _ in p}
+                 | set(DOCS_POLICIES.values()))
         unknown = set(policies) - known
         if unknown:
             raise SweepError(f"--policies: unknown {sorted(unknown)}")
-        runs = [r for r in runs if (policy_tag(r.policy) if r.sweep_dir == CHAR_SWEEP_DIR else r.name.split("_seed")[0])
-                in policies]
+        runs = [r for r in runs if run_tag(r) in policies]
     if seeds is not None:
         runs = [r for r in runs if r.seed in seeds]
     if not runs:
         raise SweepError(f"part {part!r} has no run left after --policies/--seeds")
     return runs
+
+
+def run_tag(run):
+    """The name --policies selects a run by: grouped3, selective9, grouped_3sync (the BPE sweep's), ..."""
+    if run.sweep_dir == DOCS_SWEEP_DIR:
+        return run.tag
+    return policy_tag(run.policy) if run.sweep_dir == CHAR_SWEEP_DIR else run.name.split("_seed")[0]
 
 
 # ---------------------------------------------------------------- the state of a run

