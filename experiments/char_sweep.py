@@ -80,7 +80,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
-from configurator import ConfigError, parse  # noqa: E402  (no torch import)
+from configurator import ConfigError, TrainConfig, parse  # noqa: E402  (no torch import)
 
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
 
@@ -311,7 +311,9 @@ def config_mismatch(run_dir, planned):
             stored = json.load(f)
     except (OSError, ValueError):
         return ["config.json (missing or unreadable)"]
-    return sorted(k for k in planned if k not in IGNORED_KEYS and stored.get(k) != planned[k])
+    # a key the trainer gained after a run was stored counts as its default (the only behaviour there was)
+    defaults = TrainConfig().to_dict()
+    return sorted(k for k in planned if k not in IGNORED_KEYS and stored.get(k, defaults.get(k)) != planned[k])
 
 
 def run_state(run, root, scratch):

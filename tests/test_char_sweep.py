@@ -77,8 +77,10 @@ def test_bpe_extra_seeds_repeat_the_stored_runs(part):
         assert stored["seed"] == 1337 and planned["seed"] == int(seed)
         diff = sorted(k for k in stored if k not in ("seed", "out_dir", "derived") and planned.get(k) != stored[k])
         assert not diff, f"{r.name} differs from the stored {base} in {diff}"
-        # keys the trainer gained after the stored runs: torch.compile settings, unused by these eager runs
-        assert set(planned) - set(stored) <= {"compile_backend", "compile_mode"} and planned["compile"] is False
+        # keys the trainer gained after the stored runs: torch.compile settings, unused by these eager runs, and
+        # data_order, whose default is the only order there was
+        assert set(planned) - set(stored) <= {"compile_backend", "compile_mode", "data_order"}
+        assert planned["compile"] is False and planned["data_order"] == "random"
     assert sorted(r.name.split("_seed")[0] for p in ("bpe1", "bpe2", "bpe3") for r in char_sweep.runs_of(p)) == \
         sorted(2 * ["grouped_2sync", "grouped_3sync", "grouped_4sync", "grouped_6sync", "spd_12sync", "parallel_12sync",
                     "selective_9sync", "datadriven_9sync", "datadriven_6sync"])
@@ -206,3 +208,25 @@ def test_collect_finished_scratch_run_and_deadline(smoke):
                  "--deadline", "0.3", check=False)
     assert proc.returncode == 3 and ("stopped at deadline" in proc.stdout or "not started" in proc.stdout)
     assert not os.path.exists(os.path.join(root, "experiments", "char-sweep", SMOKE_RUNS[1]))
+
+
+def test_docs_parts_plan_the_124m_study():
+    """Part 3 (issue 26): 10 policies from 24 syncs per forward down to 1, 3 seeds, one pass of >= 20M tokens."""
+    from model.sync_policy import parse_sync_policy
+    runs = char_sweep.runs_of("d768")
+    assert len(runs) == len({r.name for r in runs}) == 30
+    syncs = {}
+    for r in runs:
+        cfg = char_sweep.planned_config(r, "scratch")
+        assert (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["block_size"], cfg["n_tracks"]) == (12, 12, 768, 1024, 4)
+        assert cfg["dataset"] == "debian_docs" and cfg["data_order"] == "one_pass" and cfg["compile"] and cfg["tp"] == 1
+        tokens = cfg["max_iters"] * cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
+        assert tokens >= 20_000_000 and cfg["lr_decay_iters"] == cfg["max_iters"] and cfg["seed"] == r.seed
+        syncs[r.policy] = parse_sync_policy(cfg["sync_policy"], cfg["n_layer"]).n_syncs
+    assert sorted(syncs.values()) == [1, 2, 3, 4, 6, 9, 12, 12, 24, 24]
+    # the second width differs from the first in n_embd alone
+    for a, b in zip(char_sweep.runs_of("d768-s1338"), char_sweep.runs_of("d384-s1338")):
+        ca, cb = char_sweep.planned_config(a, "s"), char_sweep.planned_config(b, "s")
+        assert {k for k in ca if ca[k] != cb[k]} == {"n_embd", "out_dir"}
+    assert [r.name for r in char_sweep.runs_of("d768", policies={"selective9"}, seeds={1339})] == \
+        ["d768-selective9-s1339"]

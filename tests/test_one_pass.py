@@ -1,0 +1,43 @@
+"""data_order='one_pass': every sequence of a run is a distinct block_size window of the train split, in an
+order that depends on the seed alone (so a resumed run reads what the uninterrupted one would), and a run
+that would need a window twice is refused before it starts."""
+import types
+
+import numpy as np
+import pytest
+
+from train_reduced_sync import RunError, check_one_pass, train_offsets
+
+
+def cfg(**kw):
+    base = dict(data_order="one_pass", gradient_accumulation_steps=2, batch_size=3, block_size=8, max_iters=5,
+                dataset="tiny")
+    return types.SimpleNamespace(**{**base, **kw})
+
+
+def test_each_window_is_read_at_most_once():
+    n_tokens = 8 * 40 + 1  # exactly 40 windows
+    c = cfg()
+    offsets = np.concatenate([train_offsets(7, it, n_tokens, c).ravel() for it in range(6)])  # 36 sequences
+    assert offsets.shape == (36,) and len(set(offsets.tolist())) == 36
+    assert (offsets % 8 == 0).all() and offsets.min() >= 0 and offsets.max() + 8 + 1 <= n_tokens
+    assert train_offsets(7, 3, n_tokens, c).shape == (2, 3)
+    # a pure function of (seed, iteration): the same again, another seed another order
+    assert np.array_equal(train_offsets(7, 4, n_tokens, c), train_offsets(7, 4, n_tokens, c))
+    assert not np.array_equal(train_offsets(8, 0, n_tokens, c), train_offsets(7, 0, n_tokens, c))
+    with pytest.raises(RunError, match="needs more than the split's 40 windows"):
+        train_offsets(7, 6, n_tokens, c)  # sequences 36..41 of 40
+
+
+def test_random_order_is_unchanged():
+    c = cfg(data_order="random")
+    a = train_offsets(7, 0, 1000, c)
+    assert a.shape == (2, 3) and not (a % 8 == 0).all()  # any offset, as nanoGPT
+
+
+def test_a_run_longer_than_one_pass_is_refused(tmp_path):
+    np.zeros(8 * 30 + 1, dtype=np.uint16).tofile(tmp_path / "train.bin")  # 30 windows, 6 per iteration
+    check_one_pass(cfg(max_iters=5), str(tmp_path))
+    with pytest.raises(RunError, match="reads 36 sequences .* holds 30 windows .* lower max_iters to 5"):
+        check_one_pass(cfg(max_iters=6), str(tmp_path))
+    check_one_pass(cfg(max_iters=6, data_order="random"), str(tmp_path))
