@@ -24,7 +24,7 @@ CONFIG_DIR = os.path.join(ROOT, "config")
 
 TRAIN_CONFIG_KEYS = {
     "out_dir", "eval_interval", "log_interval", "eval_iters", "eval_only", "always_save_checkpoint",
-    "init_from", "wandb_log", "wandb_project", "wandb_run_name", "dataset", "gradient_accumulation_steps",
+    "init_from", "wandb_log", "wandb_project", "wandb_run_name", "dataset", "data_order", "gradient_accumulation_steps",
     "batch_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "n_tracks", "sync_policy",
     "tp", "learning_rate", "max_iters", "weight_decay", "beta1", "beta2", "grad_clip", "decay_lr",
     "warmup_iters", "lr_decay_iters", "min_lr", "device", "dtype", "compile", "compile_backend", "compile_mode",
@@ -144,6 +144,7 @@ def test_every_config_file_belongs_to_a_family():
     """Nothing in config/ escapes the checks: each file is in a family above or the char family."""
     checked = {p for family in FAMILIES for p in family_files(family)}
     checked |= set(glob.glob(os.path.join(CONFIG_DIR, "shakespeare_char_*.py")))
+    checked |= {os.path.join(CONFIG_DIR, name) for name in DOCS_CONFIGS}
     stray = sorted(os.path.basename(p) for p in set(glob.glob(os.path.join(CONFIG_DIR, "*.py"))) - checked)
     assert not stray, f"config files in no checked family: {stray}"
 
@@ -168,6 +169,24 @@ def test_char_family():
         base, variant = configs[384], configs[width]
         diff = sorted(k for k in set(base) | set(variant) if base.get(k, "<unset>") != variant.get(k, "<unset>"))
         assert diff == differing, width
+
+
+# the study's part 3 (issue 26): GPT-2 124M and its half-width variant on data/debian_docs
+DOCS_CONFIGS = {"docs_124m.py": 768, "docs_w384.py": 384}
+
+
+def test_docs_family():
+    configs = {name: load_config(os.path.join(CONFIG_DIR, name)) for name in DOCS_CONFIGS}
+    for name, cfg in configs.items():
+        unknown = set(cfg) - TRAIN_CONFIG_KEYS
+        assert not unknown, f"{name} assigns unknown keys {sorted(unknown)}"
+        assert (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["block_size"], cfg["n_tracks"], cfg["tp"]) == \
+            (12, 12, DOCS_CONFIGS[name], 1024, 4, 1)
+        assert cfg["dataset"] == "debian_docs" and cfg["data_order"] == "one_pass" and cfg["compile"] is True
+        tokens = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"] * cfg["max_iters"]
+        assert tokens >= 20_000_000 and cfg["lr_decay_iters"] == cfg["max_iters"]
+    a, b = configs["docs_124m.py"], configs["docs_w384.py"]
+    assert sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)) == ["n_embd", "out_dir"]
 
 
 def test_char_policies_match_model_parser():
