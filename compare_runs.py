@@ -6,11 +6,10 @@
 Each run dir needs config.json and metrics.jsonl (written by train_reduced_sync.py); log.txt is
 read when metrics.jsonl is missing. For every run the table shows: the sync policy, syncs/fwd as
 MEASURED in the run (parallel.comm's count of forward all-reduces, logged at each eval), final
-and best val loss, both relative to the baseline in %, whether the best val loss is a tie
-with the baseline within its seed noise (2 std), and the median of the logged tokens/s. The baseline is
-the mean over the runs of the same setting (below) whose sync_policy is 'baseline' (several seeds: their
-standard deviation is printed as the noise level); for a setting without one, the mean over all baseline
-runs; with none at all, the first run.
+and best val loss, both relative to the baseline in %, and the median of the logged tokens/s. One run
+gets no verdict: verdicts come only from the paired statistics over seeds below. The baseline is
+the mean over the runs of the same setting (below) whose sync_policy is 'baseline'; for a setting
+without one, the mean over all baseline runs; with none at all, the first run.
 A resumed run logs some iterations twice: the later line wins.
 
 The PNG (matplotlib, no display needed): left, best val loss against syncs per forward (the
@@ -22,10 +21,21 @@ sync_policy; only finished runs count (final eval at max_iters). Per cell: mean 
 final val loss (the last eval) and of the best val loss (the lowest eval). Per non-baseline cell: the
 paired difference to the baseline of the same setting, seed by seed (a seed gives both the same init
 and data order), as a relative gap 100 * (policy / baseline - 1) %, with its mean and 95% Student-t
-interval over the seeds; 'worse' / 'better' when the interval excludes 0, else 'tie'. The trend PNG
-plots these gaps against the measured syncs per forward, one curve per setting (width x n_tracks),
-with the 95% intervals as error bars. The verdict sentence is computed from the same numbers: for the
-grouped family (spd = a sync every layer, grouped:G = every G layers), the per-seed least-squares
+interval over the n paired seeds (n - 1 degrees of freedom). Two tests per cell, each Holm-corrected
+across the family of the non-baseline policies of that setting (family-wise α = 0.05):
+  - difference: two-sided paired t-test of 'mean gap = 0';
+  - equivalence (TOST) against a margin stated up front (--margin, default ±1% of the baseline's val
+    loss): two one-sided t-tests of 'gap <= -margin' and 'gap >= +margin'; its p is the larger of the two.
+    Unadjusted, it rejects exactly when the 90% t-interval lies inside (-margin, +margin); Holm makes
+    it stricter.
+Verdict (from the final val loss; best val is shown beside it): 'keeps the loss' when the equivalence
+test rejects; otherwise 'worse' / 'better' when the difference test rejects; otherwise 'inconclusive'
+(an interval that includes 0 but reaches past the margin says nothing either way). One seed gets no test.
+Beside the verdict: non-inferiority, TOST's upper one-sided test alone (Holm-adjusted), which says a
+policy is not worse by the margin or more, whether or not it is better.
+The trend PNG plots these gaps against the measured syncs per forward, one curve per setting (width x
+n_tracks), with the 95% intervals as error bars and the margin as a grey band. The trend sentence
+('Verdict (...)') is computed from the same numbers, each interval a single 95% test: for the grouped family (spd = a sync every layer, grouped:G = every G layers), the per-seed least-squares
 slope of the gap against the layers between syncs, averaged over seeds with a 95% interval, and,
 where a setting exists at two widths, the gap at the largest common interval compared across widths
 (Welch interval), and where it exists at two n_tracks, the slopes compared across them (Welch). The
@@ -222,21 +232,18 @@ def baseline_references(runs):
 
 
 def table_rows(runs, refs):
-    """Δ columns are relative to the run's reference (baseline_references); with a seed std of the
-    reference's best val, |Δ best| <= 2 std is a tie."""
+    """Δ columns are relative to the run's reference (baseline_references). One run carries no verdict:
+    verdicts come from the paired statistics over seeds (--stats)."""
     header = ["run", "policy", "syncs/fwd", "final iter", "final val", "best val", "Δ final vs base",
-              "Δ best vs base", "vs noise", "tok/s"]
+              "Δ best vs base", "tok/s"]
     rows = []
     for r in runs:
         final_base, best_base, best_std = refs[r["setting"]]
         delta = 100 * (r["final_val"] - final_base) / final_base
         delta_best = 100 * (r["best_val"] - best_base) / best_base
-        verdict = ("" if not best_std else
-                   "tie" if abs(r["best_val"] - best_base) <= 2 * best_std else
-                   "better" if r["best_val"] < best_base else "worse")
         rows.append([r["name"], r["policy"], "?" if r["syncs"] is None else str(r["syncs"]), str(r["final_iter"]),
                      f"{r['final_val']:.4f}", f"{r['best_val']:.4f}", f"{delta:+.2f}%", f"{delta_best:+.2f}%",
-                     verdict, "?" if r["tok_per_s"] is None else f"{r['tok_per_s']:,.0f}"])
+                     "?" if r["tok_per_s"] is None else f"{r['tok_per_s']:,.0f}"])
     return header, rows
 
 
@@ -404,7 +411,51 @@ def setting_labels(settings):
     return labels
 
 
-def seed_statistics(runs, level=0.95):
+ALPHA = 0.05  # family-wise error rate of the verdicts
+MARGIN = 1.0  # equivalence margin, % of the baseline's val loss, stated before the part-3 runs (issue 26)
+
+
+def paired_tests(gaps, margin):
+    """Tests of one cell's paired gaps (%, one per seed; n >= 2): the two-sided t-test of 'mean gap = 0'
+    and TOST of 'the mean gap lies outside (-margin, +margin)', both with n - 1 degrees of freedom.
+    Returns (p of the difference test, p of TOST = the larger of its two one-sided p's, p of its upper
+    one-sided test alone = non-inferiority, 90% interval)."""
+    n = len(gaps)
+    mean, std = statistics.fmean(gaps), statistics.stdev(gaps)
+    if std == 0:  # identical gaps on every seed: no spread to test against
+        return (0.0 if mean else 1.0), (0.0 if abs(mean) < margin else 1.0), (0.0 if mean < margin else 1.0), (mean, mean)
+    se = std / math.sqrt(n)
+    p_diff = 2.0 * (1.0 - t_cdf(abs(mean) / se, n - 1))
+    p_above_lower = 1.0 - t_cdf((mean + margin) / se, n - 1)  # H0: gap <= -margin
+    p_below_upper = t_cdf((mean - margin) / se, n - 1)  # H0: gap >= +margin
+    half90 = t_quantile(1.0 - ALPHA, n - 1) * se
+    return p_diff, max(p_above_lower, p_below_upper), p_below_upper, (mean - half90, mean + half90)
+
+
+def holm(p_values):
+    """Holm's step-down adjusted p-values (family-wise error control), in the order given."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def decide(m, margin):
+    """The verdict of a cell from its Holm-adjusted p's: 'keeps the loss' when TOST rejects (its whole 90%
+    interval lies inside the margin), else 'worse' / 'better' when the difference test rejects, else
+    'inconclusive'. None with one seed (no test)."""
+    if m.get("p_diff_holm") is None:
+        return None
+    if m["p_tost_holm"] < ALPHA:
+        return "keeps the loss"
+    if m["p_diff_holm"] < ALPHA:
+        return "worse" if m["gap"] > 0 else "better"
+    return "inconclusive"
+
+
+def seed_statistics(runs, level=0.95, margin=MARGIN):
     """Statistics over seeds (see the module docstring). Returns a dict: 'cells' (one per setting and
     policy: values per seed, mean/std, paired gaps to the baseline), 'excluded' (unfinished runs) and
     'notes' (duplicate seeds)."""
@@ -446,13 +497,28 @@ def seed_statistics(runs, level=0.95):
                 continue
             gap, gap_half, gap_std = mean_ci(gaps, level)
             diff, diff_half, _ = mean_ci(diffs, level)
-            verdict = (None if gap_half is None else "worse" if gap - gap_half > 0 else
-                       "better" if gap + gap_half < 0 else "tie")
             row[metric].update(paired_seeds=paired, gaps=gaps, gap=gap, gap_ci=gap_half, gap_std=gap_std,
-                               diffs=diffs, diff=diff, diff_ci=diff_half, verdict=verdict)
+                               diffs=diffs, diff=diff, diff_ci=diff_half, p_diff=None, p_tost=None, p_noninf=None,
+                               ci90=None)
+            if len(paired) > 1:
+                p_diff, p_tost, p_noninf, ci90 = paired_tests(gaps, margin)
+                row[metric].update(p_diff=p_diff, p_tost=p_tost, p_noninf=p_noninf, ci90=ci90)
         out.append(row)
+    # Holm within each family: the non-baseline policies of one setting, per metric and per test
+    for setting in {tuple(c["setting"]) for c in out}:
+        for metric in ("final_val", "best_val"):
+            family = [c[metric] for c in out if tuple(c["setting"]) == setting and c[metric].get("p_diff") is not None]
+            for key in ("p_diff", "p_tost", "p_noninf"):
+                for m, adjusted in zip(family, holm([m[key] for m in family])):
+                    m[f"{key}_holm"] = adjusted
+            for m in family:
+                m["family_size"] = len(family)
+    for c in out:
+        for metric in ("final_val", "best_val"):
+            if "gap" in c[metric]:
+                c[metric]["verdict"] = decide(c[metric], margin)
     out.sort(key=lambda c: ([str(x) for x in c["setting"]], c["policy"] != "baseline", -(c["syncs"] or 0), c["policy"]))
-    return {"level": level, "cells": out, "excluded": excluded, "notes": notes}
+    return {"level": level, "margin": margin, "alpha": ALPHA, "cells": out, "excluded": excluded, "notes": notes}
 
 
 def _slope(xs, ys):
@@ -577,9 +643,15 @@ def _fmt_ci(mean, half, unit=""):
     return f"{mean:+.2f}{unit}" + ("" if half is None else f" ± {half:.2f}")
 
 
+def _fmt_p(p):
+    return "" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def stats_table(stats):
     header = ["setting", "policy", "syncs/fwd", "seeds", "final val (mean ± std)", "best val (mean ± std)",
-              "Δ final % (95% CI)", "final", "Δ best % (95% CI)", "best"]
+              "Δ final % (95% CI)", "90% CI", "p Holm", "TOST p Holm", "verdict (final)", "not worse by ≥ margin",
+              "Δ best % (95% CI)",
+              "verdict (best)"]
     rows = []
     for c in stats["cells"]:
         row = [c["label"], c["policy"], "?" if c["syncs"] is None else str(c["syncs"]), str(len(c["seeds"]))]
@@ -588,14 +660,22 @@ def stats_table(stats):
             row.append(f"{m['mean']:.4f}" + ("" if m["std"] is None else f" ± {m['std']:.4f}"))
         for metric in ("final_val", "best_val"):
             m = c[metric]
+            tests = metric == "final_val"  # the verdicts use final val; best val is shown beside it
             if c["policy"] == "baseline":
-                row += ["0 (reference)", ""]
-            elif "gap" not in m:
-                row += ["no paired baseline", ""]
-            else:
-                n = len(m["paired_seeds"])
-                row += [_fmt_ci(m["gap"], m["gap_ci"]) + ("" if n == len(c["seeds"]) else f" ({n} paired)"),
-                        m["verdict"] or "1 seed"]
+                row += ["0 (reference)", "", "", "", "", ""] if tests else ["0 (reference)", ""]
+                continue
+            if "gap" not in m:
+                row += ["no paired baseline", "", "", "", "", ""] if tests else ["no paired baseline", ""]
+                continue
+            n = len(m["paired_seeds"])
+            row.append(_fmt_ci(m["gap"], m["gap_ci"]) + ("" if n == len(c["seeds"]) else f" ({n} paired)"))
+            if tests:
+                ci90 = "" if m["ci90"] is None else f"[{m['ci90'][0]:+.2f}, {m['ci90'][1]:+.2f}]"
+                row += [ci90, _fmt_p(m.get("p_diff_holm")), _fmt_p(m.get("p_tost_holm"))]
+            row.append(m["verdict"] or "inconclusive (1 seed)")
+            if tests:
+                p = m.get("p_noninf_holm")
+                row.append("" if p is None else f"{'yes' if p < ALPHA else 'not shown'} (p Holm {_fmt_p(p)})")
         rows.append(row)
     return header, rows
 
@@ -643,6 +723,8 @@ def plot_trend(stats, path):
                             label=c["policy"].split(":")[0] if marker not in seen_markers else None)
                 seen_markers.add(marker)
         ax.axhline(0.0, color="gray", linewidth=1)
+        ax.axhspan(-stats["margin"], stats["margin"], color="gray", alpha=0.12, lw=0,
+                   label=f"equivalence margin ±{stats['margin']:g}%")
         ax.set_xscale("log", base=2)
         ticks = sorted({c["syncs"] for c in stats["cells"] if c["syncs"]})
         ax.set_xticks(ticks)
@@ -657,15 +739,20 @@ def plot_trend(stats, path):
     save_figure(fig, path)
 
 
-def stats_report(runs, metric, markdown):
+def stats_report(runs, metric, markdown, margin=MARGIN):
     """(text, stats dict, analysis dict): the seed-statistics table, exclusions, notes and the verdict."""
-    stats = seed_statistics(runs)
+    stats = seed_statistics(runs, margin=margin)
     analysis = trend_analysis(stats, metric)
     seeds = sorted({len(c["seeds"]) for c in stats["cells"]})
     n_seeds_text = (f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} per cell" if len(seeds) == 1 else
                     f"{seeds[0]}-{seeds[-1]} seeds per cell") if seeds else "no seeds"
-    lines = ["", f"statistics over seeds (Δ: paired relative gap to the baseline of the same setting, mean ± "
-                 f"half-width of the {stats['level']:.0%} t-interval; verdict 'worse'/'better' when it excludes 0)"]
+    lines = ["", f"statistics over seeds. Δ: paired relative gap to the baseline of the same setting (seed by seed), "
+                 f"mean ± half-width of the {stats['level']:.0%} t-interval (n - 1 df). Family: the policies of one "
+                 f"setting; p Holm: two-sided paired t-test of Δ = 0, Holm-adjusted; TOST p Holm: equivalence within "
+                 f"±{stats['margin']:g}% (the margin), Holm-adjusted. Verdict at α = {stats['alpha']:g}: 'keeps the "
+                 f"loss' when TOST rejects (the 90% interval lies inside ±{stats['margin']:g}%), else 'worse'/'better' "
+                 f"when the difference test rejects, else 'inconclusive'. 'not worse by ≥ margin': the upper one-sided "
+                 f"test of TOST alone (non-inferiority), Holm-adjusted."]
     header, rows = stats_table(stats)
     lines.append(format_table(header, rows, markdown))
     if stats["excluded"]:
@@ -702,6 +789,9 @@ def main(argv=None):
                         help="write the trend plot (gap to baseline vs syncs per forward) here; implies --stats")
     parser.add_argument("--stats-json", default=None, metavar="FILE",
                         help="write the statistics and the verdict's numbers as JSON; implies --stats")
+    parser.add_argument("--margin", type=float, default=MARGIN, metavar="PCT",
+                        help=f"equivalence margin in %% of the baseline's val loss (default {MARGIN:g}); state it "
+                             f"before looking at the runs")
     parser.add_argument("--metric", choices=("final", "best"), default="final",
                         help="the val loss the verdict sentence uses (default final; see the module docstring)")
     args = parser.parse_args(argv)
@@ -717,14 +807,17 @@ def main(argv=None):
     header, rows = table_rows(runs, refs)
     print(format_table(header, rows, args.markdown))
     print("\n" + "\n".join(reference_lines))
-    if any(best_std for _, _, best_std in refs.values()):
-        print("vs noise: 'tie' when |best val - baseline mean| <= 2 x the baseline seeds' std")
+    print("one run per row: no verdict here; --stats gives the paired tests over seeds")
     if len({r["final_iter"] for r in runs}) > 1:
         print("note: the runs end at different iterations; compare final losses with care")
     plot(runs, args.out)
     print(f"wrote {args.out}")
     if args.stats or args.trend or args.stats_json:
-        text, stats, analysis, verdict = stats_report(runs, f"{args.metric}_val", args.markdown)
+        if not args.margin > 0:
+            print(f"error: --margin={args.margin}: must be > 0 (a percentage of the baseline's val loss)",
+                  file=sys.stderr)
+            return 1
+        text, stats, analysis, verdict = stats_report(runs, f"{args.metric}_val", args.markdown, args.margin)
         print(text)
         if args.trend:
             plot_trend(stats, args.trend)

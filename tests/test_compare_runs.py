@@ -38,11 +38,11 @@ def test_table_against_mean_of_baselines(tmp_path, capsys):
     assert compare_runs.main([str(tmp_path / "base-*"), str(tmp_path / "grouped"), "--out", str(png)]) == 0
     out = capsys.readouterr().out
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("base-", "grouped"))}
-    # run, policy, syncs/fwd, final iter, final val, best val, Δ final, Δ best, vs noise, tok/s
-    assert lines["grouped"] == ["grouped", "grouped:2", "6", "20", "2.3100", "2.3100", "+10.00%", "+10.00%",
-                                "tie", "2,000"]  # 0.21 above the mean is within 2 x std 0.1414
+    # run, policy, syncs/fwd, final iter, final val, best val, Δ final, Δ best, tok/s: one run gets no verdict
+    assert lines["grouped"] == ["grouped", "grouped:2", "6", "20", "2.3100", "2.3100", "+10.00%", "+10.00%", "2,000"]
     assert lines["base-s1"][6] == "-4.76%" and lines["base-s2"][6] == "+4.76%"
-    assert lines["base-s1"][9] == "2,000"  # median of the logged tok/s
+    assert lines["base-s1"][8] == "2,000"  # median of the logged tok/s
+    assert "tie" not in out and "2 x" not in out
     assert "final val: mean of 2 baseline run(s): 2.1000, std 0.1414 = 6.73% (run-to-run noise)" in out
     assert png.stat().st_size > 10_000
 
@@ -53,7 +53,7 @@ def test_markdown_and_no_baseline_uses_first_run(tmp_path, capsys):
     assert compare_runs.main([a, b, "--markdown", "--out", str(tmp_path / "x.png")]) == 0
     out = capsys.readouterr().out
     assert "| run | policy | syncs/fwd |" in out
-    assert "| b | grouped:4 | 3 | 10 | 2.5000 | 2.5000 | +25.00% | +25.00% |  | 2,000 |" in out
+    assert "| b | grouped:4 | 3 | 10 | 2.5000 | 2.5000 | +25.00% | +25.00% | 2,000 |" in out
     assert "baseline first run (a; no 'baseline' policy among the runs)" in out
 
 
@@ -102,8 +102,8 @@ def test_each_setting_has_its_own_baseline(tmp_path, capsys):
                               str(tmp_path / "x.png")]) == 0
     out = capsys.readouterr().out
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("w1-", "w2-", "spd"))}
-    assert lines["w1-spd"][6:9] == ["+10.00%", "+10.00%", "worse"]  # 1.441 vs 1.31, std 0.0141
-    assert lines["w2-spd"][6:9] == ["+0.99%", "+0.99%", "tie"]  # 1.121 vs 1.11: within 2 std
+    assert lines["w1-spd"][6:8] == ["+10.00%", "+10.00%"]  # 1.441 vs 1.31
+    assert lines["w2-spd"][6:8] == ["+0.99%", "+0.99%"]  # 1.121 vs 1.11
     assert lines["spd"][6] == "+17.36%"  # 1.42 vs 1.21
     assert "baseline (w192 n2) final val: mean of 2 baseline run(s): 1.3100" in out
     assert "baseline (w384 n2) best val: mean of 2 baseline run(s): 1.1100" in out

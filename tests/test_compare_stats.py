@@ -3,6 +3,7 @@ mean ± std per cell, paired gaps to the baseline with 95% t-intervals, the tren
 comparison (Welch), the verdict sentence, the trend PNG and the JSON."""
 import json
 import math
+import statistics
 import os
 import re
 
@@ -75,17 +76,24 @@ def test_cell_means_and_paired_gaps(tmp_path):
     assert g["gap"] == pytest.approx(2.5 / 3)
     assert g["gap_std"] == pytest.approx(math.sqrt(1 / 12))
     assert g["gap_ci"] == pytest.approx(T975[2] * math.sqrt(1 / 12) / math.sqrt(3))  # 0.7171
-    assert g["verdict"] == "worse"  # 0.8333 - 0.7171 > 0
+    # t = 0.8333 / (0.2887 / sqrt 3) = 5.0 with 2 df: p = 0.0377 alone, but Holm over the family {spd, grouped:6}
+    # doubles the smaller p (0.0754); TOST: the upper one-sided p is P(T2 <= (0.8333 - 1) / 0.1667 = -1) = 0.2113
+    assert g["p_diff"] == pytest.approx(0.037750, abs=1e-5) and g["p_diff_holm"] == pytest.approx(2 * g["p_diff"])
+    assert g["p_tost"] == pytest.approx(0.211325, abs=1e-5) and g["p_noninf"] == g["p_tost"]
+    assert g["ci90"] == pytest.approx((2.5 / 3 - 2.919986 * 0.166667, 2.5 / 3 + 2.919986 * 0.166667), abs=1e-4)
+    assert g["verdict"] == "inconclusive" and g["family_size"] == 2
     assert g["diffs"] == pytest.approx([0.02, 0.021, 0.0095])
     assert g["diff"] == pytest.approx(0.0505 / 3)
     gb = cells["grouped:6"]["best_val"]
-    assert gb["gap"] == pytest.approx(0.2) and gb["gap_ci"] == pytest.approx(0.0, abs=1e-9) and gb["verdict"] == "worse"
+    # the same +0.2% on every seed: inside the ±1% margin with no spread at all
+    assert gb["gap"] == pytest.approx(0.2) and gb["gap_ci"] == pytest.approx(0.0, abs=1e-9)
+    assert gb["verdict"] == "keeps the loss"
 
     s = cells["spd"]["final_val"]
     assert cells["spd"]["seeds"] == [1, 2] and s["gaps"] == pytest.approx([-0.5, -1.5])
     assert s["gap"] == pytest.approx(-1.0)
-    assert s["gap_ci"] == pytest.approx(T975[1] * math.sqrt(0.5) / math.sqrt(2))  # 6.35: a tie
-    assert s["verdict"] == "tie"
+    assert s["gap_ci"] == pytest.approx(T975[1] * math.sqrt(0.5) / math.sqrt(2))  # 6.35: includes 0 and the margin
+    assert s["verdict"] == "inconclusive"
 
 
 def test_trend_width_and_verdict(tmp_path, capsys):
@@ -134,7 +142,8 @@ def test_trend_width_and_verdict(tmp_path, capsys):
     row = next(line.split("  ") for line in out.splitlines() if line.startswith("w768 n2") and "grouped:6" in line)
     cols = [c.strip() for c in row if c.strip()]
     assert cols[:4] == ["w768 n2", "grouped:6", "1", "3"]
-    assert cols[-2:] == ["+0.60 ± 0.15", "worse"]  # 4.303 x 0.06 / sqrt(3)
+    # +0.6% on every seed give or take 0.06: worse than the baseline, but inside the ±1% margin
+    assert cols[-2:] == ["+0.60 ± 0.15", "keeps the loss"]  # 4.303 x 0.06 / sqrt(3)
     assert trend.stat().st_size > 10_000
     payload = json.loads(js.read_text())
     assert payload["verdict"] == sentence and len(payload["stats"]["cells"]) == 10
@@ -149,7 +158,7 @@ def test_one_seed_and_no_width_pair(tmp_path):
     g = next(c for c in stats["cells"] if c["policy"] == "grouped:6")["final_val"]
     assert g["gap"] == pytest.approx(2.0) and g["gap_ci"] is None and g["verdict"] is None
     header, rows = compare_runs.stats_table(stats)
-    assert rows[-1][-4:] == ["+2.00", "1 seed", "+0.00", "1 seed"]
+    assert rows[-1][6:] == ["+2.00", "", "", "", "inconclusive (1 seed)", "", "+0.00", "inconclusive (1 seed)"]
     analysis = compare_runs.trend_analysis(stats)
     (e,) = analysis["settings"]
     assert e["slope"] == pytest.approx(0.2)  # (1, +1.0%), (6, +2.0%) and e["slope_ci"] is None and e["trend"] is None
@@ -208,3 +217,30 @@ def test_three_widths_compare_adjacent_pairs(tmp_path):
     assert [(w["v_small"], w["v_large"]) for w in widths] == [(192, 384), (384, 768)]
     assert [w["slope_diff"] for w in widths] == pytest.approx([0.2, 0.3])
     assert [w["diff"] for w in widths] == pytest.approx([1.2, 1.8])  # gap at a sync every 6 layers: 0.6, 1.8, 3.6
+
+
+def test_holm_and_tost():
+    assert compare_runs.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert compare_runs.holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
+    assert compare_runs.holm([0.9, 0.8]) == [1.0, 1.0]  # 2 x 0.8 capped at 1, and monotone
+    scipy_stats = pytest.importorskip("scipy.stats")
+    gaps = [0.3, -0.2, 0.1, 0.4]
+    p_diff, p_tost, p_noninf, (lo, hi) = compare_runs.paired_tests(gaps, 1.0)
+    assert p_diff == pytest.approx(scipy_stats.ttest_1samp(gaps, 0.0).pvalue, rel=1e-6)
+    upper = scipy_stats.ttest_1samp(gaps, 1.0, alternative="less").pvalue
+    lower = scipy_stats.ttest_1samp(gaps, -1.0, alternative="greater").pvalue
+    assert p_tost == pytest.approx(max(upper, lower), rel=1e-6) and p_noninf == pytest.approx(upper, rel=1e-6)
+    half = scipy_stats.t.ppf(0.95, 3) * statistics.stdev(gaps) / math.sqrt(4)
+    assert (lo, hi) == pytest.approx((statistics.fmean(gaps) - half, statistics.fmean(gaps) + half))
+    # unadjusted, TOST rejects exactly when the 90% interval lies inside the margin
+    for margin in (0.3, 0.5, 0.7, 1.0):
+        p_tost = compare_runs.paired_tests(gaps, margin)[1]
+        assert (p_tost < 0.05) == (-margin < lo and hi < margin)
+
+
+def test_verdicts_on_synthetic_cells():
+    cell = lambda p_diff, p_tost, gap: compare_runs.decide({"p_diff_holm": p_diff, "p_tost_holm": p_tost, "gap": gap}, 1.0)
+    assert cell(0.001, 0.001, 0.3) == "keeps the loss"  # significant, but inside the margin
+    assert cell(0.001, 0.6, 2.0) == "worse" and cell(0.001, 0.6, -2.0) == "better"
+    assert cell(0.2, 0.3, 0.4) == "inconclusive"
+    assert compare_runs.decide({"p_diff_holm": None}, 1.0) is None  # one seed: no test
