@@ -27,6 +27,11 @@ Parts (PART argument; --list prints them):
                                           shakespeare_sweep.sh with ITERS=3000 (tests/test_char_sweep.py checks
                                           each planned config against the stored seed-1337 run's config.json)
     bpe                                   bpe1 + bpe2 + bpe3
+    d768, d768-s1337 ... d384-s1339       part 3 (issue 26): GPT-2 124M (config/docs_124m.py) and its 384-wide
+                                          variant (config/docs_w384.py) on data/debian_docs, read once: 10
+                                          policies (24 syncs per forward down to grouped:12's 1) x 3 seeds, logs in
+                                          experiments/docs-sweep/<d768-grouped3-s1338>/; on one H200 the 30 runs of
+                                          d768 took 5 commands, 5-6 runs at once (experiments/docs-sweep/gpu-call-*.log)
     PART,PART,...                         several parts at once (e.g. to fill the GPUs of one machine)
 --policies and --seeds narrow any part further (e.g. a part that does not fit one command). With several
 GPUs, run i of a command goes to GPU i mod their count: --jobs sets how many run at once in all.
@@ -144,9 +149,9 @@ class SweepError(Exception):
 class Run:
     """One training run of the grid: where its logs go, and the trainer's arguments but the out_dir."""
 
-    def __init__(self, name, sweep_dir, args, policy, seed, group):
+    def __init__(self, name, sweep_dir, args, policy, seed, group, tag=None):
         self.name, self.sweep_dir, self.args = name, sweep_dir, list(args)
-        self.policy, self.seed, self.group = policy, seed, group
+        self.policy, self.seed, self.group, self.tag = policy, seed, group, tag
 
     def final_dir(self, root):
         return os.path.join(root, self.sweep_dir, self.name)
@@ -196,9 +201,7 @@ def docs_run(width, policy, seed, sets=(), smoke=False):
     args = [os.path.join(REPO, DOCS_CONFIGS[width]), f"--sync_policy={policy}", f"--seed={seed}"]
     if smoke:
         args += SMOKE_DOCS
-    run = Run(f"d{width}-{tag}-s{seed}", DOCS_SWEEP_DIR, [*args, *sets], policy, seed, f"d{width}")
-    run.tag = tag
-    return run
+    return Run(f"d{width}-{tag}-s{seed}", DOCS_SWEEP_DIR, [*args, *sets], policy, seed, f"d{width}", tag)
 
 
 def docs_parts():

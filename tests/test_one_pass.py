@@ -1,6 +1,7 @@
 """data_order='one_pass': every sequence of a run is a distinct block_size window of the train split, in an
 order that depends on the seed alone (so a resumed run reads what the uninterrupted one would), and a run
 that would need a window twice is refused before it starts."""
+import os
 import types
 
 import numpy as np
@@ -41,3 +42,20 @@ def test_a_run_longer_than_one_pass_is_refused(tmp_path):
     with pytest.raises(RunError, match="reads 36 sequences .* holds 30 windows .* lower max_iters to 5"):
         check_one_pass(cfg(max_iters=6), str(tmp_path))
     check_one_pass(cfg(max_iters=6, data_order="random"), str(tmp_path))
+
+
+def test_one_pass_run_resumes_on_the_same_windows_and_a_too_long_run_stops(workdir):
+    """Trained end to end: 5 iterations then resumed to 10 give the uninterrupted run's losses (the order is
+    a function of the seed), and a run longer than one pass stops before training with one line."""
+    from tests.conftest import TINY, run_train, train_losses
+    args = [*TINY, "--data_order=one_pass", "--max_iters=10", "--eval_interval=5"]
+    whole, split = os.path.join(workdir, "out-onepass"), os.path.join(workdir, "out-onepass-split")
+    run_train([*args, f"--out_dir={whole}"], workdir)
+    run_train([*args, f"--out_dir={split}", "--max_iters=5"], workdir)
+    run_train([*args, f"--out_dir={split}", "--init_from=resume"], workdir)
+    assert train_losses(split) == train_losses(whole) and len(train_losses(whole)) == 10
+    # syn's 60,000 train tokens hold 1,874 windows of 32; 200 iterations of 16 sequences need 3,200
+    proc = run_train([*args, "--max_iters=200", f"--out_dir={os.path.join(workdir, 'out-onepass-long')}"],
+                     workdir, check=False)
+    assert proc.returncode != 0 and "holds 1,874 windows of block_size=32" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
