@@ -14,7 +14,7 @@ python data/shakespeare/prepare.py
 
 for run in shakespeare_baseline_24sync shakespeare_grouped_3sync; do
     echo "=== training config/$run.py with tp=2 (device=auto: 2 GPUs if present, else CPU)"
-    # 150 iterations keep the demo to a few minutes on 2 CPU cores (the configs run 300)
+    # 150 iterations keep the demo to a few minutes on 2 CPU cores (the configs run 200)
     torchrun --standalone --nproc_per_node=2 train_reduced_sync.py "config/$run.py" --tp=2 \
         --max_iters=150 --lr_decay_iters=150 --eval_interval=50 "$@"
 done
