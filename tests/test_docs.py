@@ -1,0 +1,144 @@
+"""
+The documents stay checkable (issue 27): in README.md, TRAINING_INSTRUCTIONS.md and EXPERIMENT_SUMMARY.md,
+- every repository path they name exists (placeholders such as <name> and globs are matched as patterns);
+- every --flag in their command lines is one the named script accepts: a config key for the trainer, an
+  argparse option (found in the script's source) for the other scripts;
+- every `tail` of a log/metrics file follows an out_dir that a config launched in the same block writes to
+  (in a block that launches nothing, some config's out_dir), and a tail never uses -f on a log that a
+  resume rewrites;
+- nothing is cited from a shared/ folder, which a reader of this repository does not have.
+"""
+import glob
+import os
+import re
+import shlex
+
+import pytest
+
+from configurator import VALID_KEYS, read_config_file
+from tests.conftest import REPO
+
+DOCS = ("README.md", "TRAINING_INSTRUCTIONS.md", "EXPERIMENT_SUMMARY.md")
+TOP_DIRS = ("config", "data", "experiments", "bench", "tests", "scripts", "model", "parallel", ".ci", "shared")
+PATH = re.compile(r"(?<![\w./$-])((?:%s)/[\w./*<>{}-]*)" % "|".join(re.escape(d) for d in TOP_DIRS))
+ROOT_FILE = re.compile(r"(?<![\w./$*<>-])([\w-]+\.(?:py|sh|md|txt|ini))(?![\w.-])")
+GENERATED = (".bin", ".pt", ".pkl")  # what prepare scripts and training write: ignored by git, never stored
+# files named in the docs that live outside this repository (other projects, other machines)
+ELSEWHERE = {"openai_public.py", "conf.py", "LICENSE.txt", "vocab.bpe", "encoder.json", "log.txt",
+             "config.json", "metrics.jsonl", "KINDS.md", "METHOD.md", "meta.pkl", "prepare.py"}
+FENCE = re.compile(r"```(?:bash|sh)?\n(.*?)```", re.S)
+
+
+def read(doc):
+    with open(os.path.join(REPO, doc), encoding="utf-8") as f:
+        return f.read()
+
+
+def code_blocks(text):
+    return FENCE.findall(text)
+
+
+def inline_code(text):
+    return re.findall(r"`([^`\n]+)`", FENCE.sub("", text))
+
+
+def command_lines(block):
+    """Shell lines of a code block with continuations joined and comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    for line in joined.splitlines():
+        line = re.sub(r"\s#.*$", "", line).strip()
+        if line and not line.startswith("#"):
+            yield line
+
+
+def as_pattern(path):
+    """A doc path as a glob: <placeholders> and {a,b} become *, a trailing slash is dropped."""
+    path = re.sub(r"<[^>]*>|\{[^}]*\}", "*", path).rstrip("/.")
+    return path.replace("**", "*")
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_named_paths_exist(doc):
+    text = read(doc)
+    spans = inline_code(text) + [line for b in code_blocks(text) for line in command_lines(b)]
+    links = re.findall(r"\]\(([^)#]+)\)", text)  # markdown links and images
+    missing = []
+    for span in spans + links:
+        for path in PATH.findall(span) + ROOT_FILE.findall(span):
+            if path in ELSEWHERE or path.endswith(GENERATED):
+                continue
+            pattern = as_pattern(path)
+            if "/" not in pattern:  # a bare file name: anywhere in the repository
+                pattern = os.path.join("**", pattern)
+            if not glob.glob(os.path.join(REPO, pattern), recursive=True):
+                missing.append(path)
+    assert not missing, f"{doc} names paths that do not exist: {sorted(set(missing))}"
+
+
+def script_options(script):
+    """The --options a script's argparse accepts, read from its source."""
+    with open(os.path.join(REPO, script), encoding="utf-8") as f:
+        source = f.read()
+    return set(re.findall(r"""["'](--[\w-]+)["']""", source))
+
+
+def flags(words):
+    return [w.split("=", 1)[0] for w in words if w.startswith("--")]
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_command_line_flags_are_accepted(doc):
+    bad = []
+    for block in code_blocks(read(doc)):
+        for line in command_lines(block):
+            try:
+                words = shlex.split(line.replace("$OUT", "OUT"))
+            except ValueError:
+                continue
+            scripts = [w for w in words if w.endswith(".py") and os.path.isfile(os.path.join(REPO, w))]
+            if not scripts or not any(w in ("python", "python3", "torchrun") or w.startswith("--nproc")
+                                      for w in words[:3]):
+                continue
+            script = scripts[0]
+            after = words[words.index(script) + 1:]
+            if script == "train_reduced_sync.py":
+                unknown = [f for f in flags(after) if f[2:] not in VALID_KEYS and f != "--help"]
+            else:
+                accepted = script_options(script)
+                unknown = [f for f in flags(after) if f not in accepted]
+                if script == "experiments/char_sweep.py":  # --set KEY=VALUE passes trainer keys through
+                    unknown = [f for f in unknown if f[2:] not in VALID_KEYS]
+            bad += [f"{script} {f}" for f in unknown]
+    assert not bad, f"{doc}: flags the named script does not accept: {bad}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_tail_follows_a_launched_out_dir(doc):
+    every_config = {read_config_file(p)["out_dir"] for p in glob.glob(os.path.join(REPO, "config", "*.py"))}
+    problems = []
+    for block in code_blocks(read(doc)):
+        lines = list(command_lines(block))
+        out_dirs = set()
+        for line in lines:
+            for config in re.findall(r"config/[\w-]+\.py", line):
+                override = re.search(r"--out_dir=(\S+)", line)
+                out_dirs.add(override.group(1) if override else read_config_file(os.path.join(REPO, config))["out_dir"])
+        for line in lines:
+            match = re.match(r"tail\s+(-\w+)\s+(\S+)/(log\.txt|metrics\.jsonl)", line)
+            if not match:
+                continue
+            if match.group(1) == "-f":
+                problems.append(f"{line!r}: use tail -F (a resume writes the log anew)")
+            target = match.group(2)
+            if target.startswith("/") or "*" in target:
+                continue  # a sweep's scratch dir, or all runs at once
+            if target not in (out_dirs or every_config):  # a block that launches nothing: any config's
+                problems.append(f"{line!r}: no config launched in this block writes to {target} "
+                                f"(they write {sorted(out_dirs)})")
+    assert not problems, f"{doc}: {problems}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_no_citation_outside_the_repository(doc):
+    """A reader can open what the docs cite: nothing in a shared/ folder beside the checkout."""
+    assert not re.search(r"(?<![\w-])(\.\./)?shared/", read(doc)), f"{doc} cites a file under shared/"
