@@ -20,7 +20,7 @@ from tests.conftest import REPO
 
 DOCS = ("README.md", "TRAINING_INSTRUCTIONS.md", "EXPERIMENT_SUMMARY.md")
 TOP_DIRS = ("config", "data", "experiments", "bench", "tests", "scripts", "model", "parallel", ".ci", "shared")
-PATH = re.compile(r"(?<![\w./$-])((?:%s)/[\w./*<>{}-]*)" % "|".join(re.escape(d) for d in TOP_DIRS))
+PATH = re.compile(r"(?<![\w./$-])((?:%s)/[\w./*<>{}$-]*)" % "|".join(re.escape(d) for d in TOP_DIRS))
 ROOT_FILE = re.compile(r"(?<![\w./$*<>-])([\w-]+\.(?:py|sh|md|txt|ini))(?![\w.-])")
 GENERATED = (".bin", ".pt", ".pkl")  # what prepare scripts and training write: ignored by git, never stored
 # files named in the docs that live outside this repository (other projects, other machines)
@@ -53,7 +53,7 @@ def command_lines(block):
 
 def as_pattern(path):
     """A doc path as a glob: <placeholders> and {a,b} become *, a trailing slash is dropped."""
-    path = re.sub(r"<[^>]*>|\{[^}]*\}", "*", path).rstrip("/.")
+    path = re.sub(r"<[^>]*>|\$?\{[^}]*\}|\$\w+", "*", path).rstrip("/.")
     return path.replace("**", "*")
 
 
