@@ -12,8 +12,9 @@ the mean over the runs of the same setting (below) whose sync_policy is 'baselin
 without one, the mean over all baseline runs; with none at all, the first run.
 A resumed run logs some iterations twice: the later line wins.
 
-The PNG (matplotlib, no display needed): left, best val loss against syncs per forward (the
-trade-off curve, one labelled point per run); right, the val-loss curves of all runs.
+The PNG (matplotlib, no display needed): left, final val loss against syncs per forward, one colour
+per setting, each seed a point and each policy's mean a short line (no line joins policies, no
+interval: those are the --trend PNG's); right, the val-loss curves, coloured by setting.
 
 Statistics over seeds (--stats, --trend PNG, --stats-json FILE). Runs are grouped into settings
 (dataset, n_layer, n_embd, n_tracks, max_iters, from config.json) and, within a setting, cells of one
@@ -257,48 +258,57 @@ def format_table(header, rows, markdown):
 
 
 def plot(runs, path):
+    """Left: final val loss against measured syncs per forward, one colour per setting, each run (seed) a
+    point, each policy's mean over its seeds a short horizontal line; policies that share a sync count sit
+    side by side. No line joins different policies, and no interval is drawn: the paired intervals and
+    verdicts are --trend's. Right: every run's val-loss curve, coloured by setting (baseline dashed),
+    from the first eval after iteration 0 (whose loss would squash the rest)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    points = [r for r in runs if r["syncs"] is not None]
+    settings = sorted_settings(r["setting"] for r in runs)
+    labels = setting_labels(settings)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     crowded = len(runs) > MAX_LABELLED  # a whole grid: no per-run labels, which would overlap
-    for r in points:
-        left.scatter(r["syncs"], r["best_val"], color="tab:red" if r["policy"] == "baseline" else "tab:blue")
-        if not crowded:
-            left.annotate(r["name"], (r["syncs"], r["best_val"]), textcoords="offset points", xytext=(4, 4),
-                          fontsize=7)
-    # The trade-off curve: the best loss reached at each sync count.
-    best = {}
-    for r in points:
-        best[r["syncs"]] = min(best.get(r["syncs"], float("inf")), r["best_val"])
-    if len(best) > 1:
-        xs = sorted(best)
-        left.plot(xs, [best[x] for x in xs], color="gray", linestyle="--", linewidth=1)
-    banded = False
-    for setting in sorted_settings(r["setting"] for r in runs):
-        base = [r["best_val"] for r in runs if r["policy"] == "baseline" and r["setting"] == setting]
-        if len(base) > 1:  # the seed-to-seed noise of each setting's baseline, as a band
-            mean, std = statistics.fmean(base), statistics.stdev(base)
-            left.axhspan(mean - std, mean + std, color="tab:red", alpha=0.1,
-                         label=None if banded else "baseline mean ± std (per setting)")
-            banded = True
-    if banded:
-        left.legend(fontsize=7)
-    left.set_xlabel("all-reduces per forward pass (measured)")
-    left.set_ylabel("best val loss")
-    left.set_title("loss vs synchronization (red: baseline)")
+    for k, setting in enumerate(settings):
+        color = colors[k % len(colors)]
+        own = [r for r in runs if r["setting"] == setting and r["syncs"] is not None]
+        policies = sorted({r["policy"] for r in own}, key=lambda p: (p != "baseline", p))
+        for syncs in sorted({r["syncs"] for r in own}):
+            here = [p for p in policies if any(r["policy"] == p and r["syncs"] == syncs for r in own)]
+            for j, policy in enumerate(here):
+                x = syncs * 2 ** (0.06 * (j - (len(here) - 1) / 2) + 0.02 * (k - (len(settings) - 1) / 2))
+                values = [r["final_val"] for r in own if r["policy"] == policy and r["syncs"] == syncs]
+                marker = "D" if policy == "baseline" else "o"
+                left.scatter([x] * len(values), values, color=color, marker=marker, s=16, alpha=0.7,
+                             label=labels[setting] if (syncs, j) == (min(r["syncs"] for r in own), 0) else None)
+                if len(values) > 1:
+                    left.hlines(statistics.fmean(values), x / 1.04, x * 1.04, color=color, linewidth=2)
+                if not crowded:
+                    left.annotate(policy, (x, max(values)), textcoords="offset points", xytext=(3, 3), fontsize=7)
+        for r in runs:
+            if r["setting"] != setting:
+                continue
+            curve = [(i, v) for i, v in r["curve"] if i > 0] or r["curve"]
+            iters, losses = zip(*curve)
+            right.plot(iters, losses, color=color, linewidth=1, alpha=0.7,
+                       linestyle="--" if r["policy"] == "baseline" else "-")
+    left.set_xscale("log", base=2)
+    ticks = sorted({r["syncs"] for r in runs if r["syncs"]})
+    left.set_xticks(ticks)
+    left.set_xticklabels([str(t) for t in ticks])
+    left.minorticks_off()
+    left.set_xlabel("all-reduces per forward pass (measured); diamonds: baseline")
+    left.set_ylabel("final val loss")
+    left.set_title("final val per run (points) and per policy (mean of seeds: line)")
     left.grid(alpha=0.3)
-    for r in runs:
-        iters, losses = zip(*r["curve"])
-        right.plot(iters, losses, marker=".", label=f"{r['name']} ({r['syncs']} syncs)")
+    left.legend(fontsize=7)
     right.set_xlabel("iteration")
     right.set_ylabel("val loss")
-    right.set_title("validation loss")
+    right.set_title("validation loss, one colour per setting (baseline dashed)")
     right.grid(alpha=0.3)
-    if not crowded:
-        right.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -683,7 +693,8 @@ def stats_table(stats):
 def plot_trend(stats, path):
     """Gap to baseline (%) vs measured syncs per forward: one curve per setting, 95% intervals as error
     bars; left final val, right best val. Lines join the baseline and the grouped family (spd,
-    grouped:G); other policies are unjoined markers."""
+    grouped:G); other policies are unjoined markers. Colour: width; line style and filled or open
+    markers: n_tracks; the grey band: the equivalence margin."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -705,6 +716,7 @@ def plot_trend(stats, path):
                 continue
             color = colors[widths.index(setting[width_i]) % len(colors)]
             style = styles[tracks.index(setting[tracks_i]) % len(styles)]
+            face = color if tracks.index(setting[tracks_i]) == 0 else "white"  # open markers: more tracks
             jitter = 2 ** (0.04 * (k - (len(settings) - 1) / 2))  # keeps error bars apart
             point = lambda c: (c["syncs"] * jitter, 0.0 if c["policy"] == "baseline" else c[metric]["gap"],
                                (c[metric].get("gap_ci") or 0.0) if c["policy"] != "baseline" else 0.0)
@@ -713,13 +725,14 @@ def plot_trend(stats, path):
             if line:
                 xs, ys, es = zip(*(point(c) for c in line))
                 ax.errorbar(xs, ys, yerr=es, color=color, linestyle=style, marker="o", capsize=3,
-                            label=cells[0]["label"])
+                            markerfacecolor=face, label=cells[0]["label"])
             for c in cells:
                 if c["policy"] == "baseline" or c["interval"] is not None:
                     continue
                 x, y, e = point(c)
                 marker = markers.get(c["policy"].split(":")[0], "x")
                 ax.errorbar([x], [y], yerr=[e], color=color, marker=marker, linestyle="none", capsize=3,
+                            markerfacecolor=face,
                             label=c["policy"].split(":")[0] if marker not in seen_markers else None)
                 seen_markers.add(marker)
         ax.axhline(0.0, color="gray", linewidth=1)
