@@ -9,9 +9,14 @@ training, and measure the validation loss on the fixed eval batches of the train
   2. cumulatively, dropping points in order of increasing sensitivity, to show how the loss
      grows as syncs go.
 
-The selective policy for --syncs N keeps the N-1 most sensitive points plus the final one. The
-SPD paper ranks whole blocks by dropping each block's attention sync; its per-block ranking is
-the a<l> rows of the table.
+The selective policy for --syncs N keeps the N-1 most sensitive points plus the final one.
+
+This is not the SPD paper's ranking (arXiv 2502.20727, Kim et al., ICML 2025). SPD drops only attention
+syncs, cumulatively: it drops block after block from the last toward the first and takes each block's
+sensitivity as the change in perplexity that dropping it adds to the blocks already dropped. Here, step 1
+drops one point alone (every other point synced), attention and MLP points alike, so a point's
+sensitivity does not depend on which others were dropped before it; the a<l> rows are the nearest thing
+to SPD's per-block numbers, measured one at a time rather than cumulatively.
 
     python spd_sensitivity.py out-shakespeare-baseline-24sync/ckpt.pt --syncs 9 [--out result.json]
 """
