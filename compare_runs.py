@@ -36,7 +36,8 @@ Beside the verdict: non-inferiority, TOST's upper one-sided test alone (Holm-adj
 policy is not worse by the margin or more, whether or not it is better.
 The trend PNG plots these gaps against the measured syncs per forward, one curve per setting (width x
 n_tracks), with the 95% intervals as error bars and the margin as a grey band. The trend sentence
-('Verdict (...)') is computed from the same numbers, each interval a single 95% test: for the grouped family (spd = a sync every layer, grouped:G = every G layers), the per-seed least-squares
+('Verdict (...)') is computed from the same numbers, each interval a single 95% test: for the grouped
+family (spd = a sync every layer, grouped:G = every G layers), the per-seed least-squares
 slope of the gap against the layers between syncs, averaged over seeds with a 95% interval, and,
 where a setting exists at two widths, the gap at the largest common interval compared across widths
 (Welch interval), and where it exists at two n_tracks, the slopes compared across them (Welch). The
@@ -433,7 +434,7 @@ def paired_tests(gaps, margin):
     n = len(gaps)
     mean, std = statistics.fmean(gaps), statistics.stdev(gaps)
     if std == 0:  # identical gaps on every seed: no spread to test against
-        return (0.0 if mean else 1.0), (0.0 if abs(mean) < margin else 1.0), (0.0 if mean < margin else 1.0), (mean, mean)
+        return float(mean == 0), float(abs(mean) >= margin), float(mean >= margin), (mean, mean)
     se = std / math.sqrt(n)
     p_diff = 2.0 * (1.0 - t_cdf(abs(mean) / se, n - 1))
     p_above_lower = 1.0 - t_cdf((mean + margin) / se, n - 1)  # H0: gap <= -margin
@@ -452,7 +453,7 @@ def holm(p_values):
     return adjusted
 
 
-def decide(m, margin):
+def decide(m):
     """The verdict of a cell from its Holm-adjusted p's: 'keeps the loss' when TOST rejects (its whole 90%
     interval lies inside the margin), else 'worse' / 'better' when the difference test rejects, else
     'inconclusive'. None with one seed (no test)."""
@@ -526,7 +527,7 @@ def seed_statistics(runs, level=0.95, margin=MARGIN):
     for c in out:
         for metric in ("final_val", "best_val"):
             if "gap" in c[metric]:
-                c[metric]["verdict"] = decide(c[metric], margin)
+                c[metric]["verdict"] = decide(c[metric])
     out.sort(key=lambda c: ([str(x) for x in c["setting"]], c["policy"] != "baseline", -(c["syncs"] or 0), c["policy"]))
     return {"level": level, "margin": margin, "alpha": ALPHA, "cells": out, "excluded": excluded, "notes": notes}
 

@@ -239,8 +239,8 @@ def test_holm_and_tost():
 
 
 def test_verdicts_on_synthetic_cells():
-    cell = lambda p_diff, p_tost, gap: compare_runs.decide({"p_diff_holm": p_diff, "p_tost_holm": p_tost, "gap": gap}, 1.0)
+    cell = lambda p_diff, p_tost, gap: compare_runs.decide({"p_diff_holm": p_diff, "p_tost_holm": p_tost, "gap": gap})
     assert cell(0.001, 0.001, 0.3) == "keeps the loss"  # significant, but inside the margin
     assert cell(0.001, 0.6, 2.0) == "worse" and cell(0.001, 0.6, -2.0) == "better"
     assert cell(0.2, 0.3, 0.4) == "inconclusive"
-    assert compare_runs.decide({"p_diff_holm": None}, 1.0) is None  # one seed: no test
+    assert compare_runs.decide({"p_diff_holm": None}) is None  # one seed: no test
