@@ -6,7 +6,8 @@ The documents stay checkable (issue 27): in README.md, TRAINING_INSTRUCTIONS.md 
 - every `tail` of a log/metrics file follows an out_dir that a config launched in the same block writes to
   (in a block that launches nothing, some config's out_dir), and a tail never uses -f on a log that a
   resume rewrites;
-- nothing is cited from a shared/ folder, which a reader of this repository does not have.
+- nothing is cited from a shared/ folder, which a reader of this repository does not have;
+- a summary table introduced by a paragraph that cites one results file holds only numbers of that file.
 """
 import glob
 import os
@@ -142,3 +143,46 @@ def test_tail_follows_a_launched_out_dir(doc):
 def test_no_citation_outside_the_repository(doc):
     """A reader can open what the docs cite: nothing in a shared/ folder beside the checkout."""
     assert not re.search(r"(?<![\w-])(\.\./)?shared/", read(doc)), f"{doc} cites a file under shared/"
+
+
+RESULTS_CITE = re.compile(r"`((?:bench/results|experiments)/[\w./-]+\.(?:md|txt|log))`")
+
+
+def numbers_in(text):
+    return [float(x) for x in re.findall(r"-?\d+\.\d+", text.replace("−", "-").replace(",", ""))]
+
+
+def test_summary_tables_match_their_results_file():
+    """A table of EXPERIMENT_SUMMARY.md whose introducing paragraph cites one results file: every number
+    of 2 or more decimals in its cells is in that file, as printed or rounded from a longer value."""
+    lines = read("EXPERIMENT_SUMMARY.md").splitlines()
+    checked, problems = 0, []
+    i = 0
+    while i < len(lines):
+        if not (lines[i].startswith("|") and (i == 0 or not lines[i - 1].startswith("|"))):
+            i += 1
+            continue
+        end = i
+        while end < len(lines) and lines[end].startswith("|"):
+            end += 1
+        k = i - 1
+        while k >= 0 and not lines[k].strip():
+            k -= 1
+        start = k
+        while start > 0 and lines[start - 1].strip() and not lines[start - 1].startswith("|"):
+            start -= 1
+        cited = sorted(set(RESULTS_CITE.findall(" ".join(lines[start:k + 1]))))
+        if len(cited) == 1:
+            with open(os.path.join(REPO, cited[0]), encoding="utf-8") as f:
+                source = numbers_in(f.read())
+            for row in lines[i + 2:end]:
+                for cell in row.split("|")[2:]:
+                    for text in re.findall(r"-?\d+\.\d{2,}", cell.replace("−", "-").replace(",", "")):
+                        places = len(text.split(".")[1])
+                        if not any(round(x, places) == float(text) or round(abs(x), places) == abs(float(text))
+                                   for x in source):
+                            problems.append(f"line {i + 1}: {text} not in {cited[0]}")
+                        checked += 1
+        i = end
+    assert checked > 100, checked  # the check reads real tables
+    assert not problems, problems
