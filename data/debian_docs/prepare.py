@@ -191,6 +191,7 @@ def read_members_from_pack(path):
         raise PrepareError(f"--from-pack {path}: no such file; build it on a machine with the .debs: "
                            f"python data/debian_docs/prepare.py --pack {path}")
     members = {package: [] for _, package, _, _, _, _ in PACKAGES}
+    pins = {}
     with tarfile.open(path, mode="r:xz") as tar:
         for member in tar:
             data = tar.extractfile(member).read()
