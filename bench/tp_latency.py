@@ -52,7 +52,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configurator import save_figure, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES, compile_step  # noqa: E402
-from model.gpt import GPT, GPTConfig, KVCache, StaticKVCache  # noqa: E402
+from model.generate import KVCache, StaticKVCache  # noqa: E402
+from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402
 
 SIZES = {"124m": dict(n_layer=12, n_head=12, n_embd=768), "medium": dict(n_layer=24, n_head=16, n_embd=1024),

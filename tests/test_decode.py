@@ -8,7 +8,7 @@ import torch
 import torch._dynamo
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from model.gpt import StaticKVCache, sample_one
+from model.generate import StaticKVCache, sample_one
 from parallel.launch import run_on_gloo
 from tests.test_model import POLICIES, SMALL, batch, make
 

@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from model.gpt import GPT, GPTConfig, KVCache
+from model.generate import KVCache
+from model.gpt import GPT, GPTConfig
 from model.sync_policy import parse_sync_policy
 from parallel import comm
 from parallel.launch import run_on_gloo

@@ -64,7 +64,7 @@ def test_tiny_profile_reports_each_policy(tmp_path):
 
 def _torch_tp_worker(rank, world):
     import tp_latency
-    from model.gpt import KVCache
+    from model.generate import KVCache
     sharded = tp_latency.torch_tp_model("tiny", 64, 16, "cpu", world)
     single = tp_latency.torch_tp_model("tiny", 64, 16, "cpu", 1)  # same seed: the full weights
     idx = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
