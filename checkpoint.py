@@ -32,7 +32,6 @@ Conversion loads the old file with weights_only=True and numpy's array reconstru
 unpickles it with weights_only=False: the one place in the project that does so, and only on
 the user's explicit request, for a file they trust.
 """
-import glob
 import os
 import pickle
 import random
@@ -143,7 +142,21 @@ def write_checkpoint(paths, checkpoint):
     checkpoint = {"format": FORMAT_VERSION, **checkpoint}
     _check_plain(checkpoint)
     for path in paths:
-        atomic_write(path, lambda f: torch.save(checkpoint, f))
+        try:
+            atomic_write(path, lambda f: torch.save(checkpoint, f))
+        except (OSError, RuntimeError) as e:  # RuntimeError: torch.save's writer on a full disk ("unexpected pos")
+            raise CheckpointError(path, _write_problem(path, e), "unwritable") from None
+
+
+def _write_problem(path, error):
+    """Why a checkpoint write failed, with the free space left: a full disk is the usual cause."""
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else f"the write failed ({_first_line(error, 120)})"
+    try:
+        free = f"{shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free / 2**20:,.1f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    return (f"cannot be written: {reason}; {free} on its file system. Nothing was replaced: the checkpoints "
+            f"written before are intact")
 
 
 # ----------------------------------------------------------------------------- reading
@@ -305,16 +318,6 @@ def set_aside(path):
         target, n = f"{path}.invalid.{n}", n + 1
     os.rename(path, target)
     return target
-
-
-def remove_stale_temp_files(out_dir):
-    """Remove the temp files of checkpoint writes that a killed run left (configurator.atomic_write's
-    '.tmp-*ckpt.pt'); returns how many. Call only while no process writes checkpoints to out_dir."""
-    stale = [p for p in glob.glob(os.path.join(glob.escape(out_dir), ".tmp-*"))
-             if p.endswith(("ckpt.pt", "ckpt_best.pt"))]
-    for p in stale:
-        os.remove(p)
-    return len(stale)
 
 
 def load_weights(model, checkpoint, path):

@@ -1,0 +1,127 @@
+"""Stopping every rank together: on SIGINT/SIGTERM, and when one rank hits an error the others must share.
+
+    control = Control(mesh)            every rank, once (creates a gloo group over the world)
+    control.install_signal_handlers()  SIGINT/SIGTERM set a flag; a second SIGINT exits at once
+    signum = control.agreed_stop()     once per training step, every rank: 0, or the signal all stop on
+    control.any_error(bool)            every rank: whether some rank failed (e.g. rank 0's checkpoint write)
+
+Why a step's stop flag is reduced one step late, on the CPU. Ranks must stop after the same step (the next
+collective of a rank that stopped alone would hang or reset its peers), so the local flags are summed over
+the world. A device tensor would make the host wait for the device every step; instead a 2-element CPU
+tensor goes through a separate gloo group, posted asynchronously after step i and waited for after step
+i+1, when it has long arrived: no device sync, and no wait on the peers beyond what the step's own
+collectives already impose. Every rank reads the same sum, so all stop after the same step (one step after
+the signal).
+
+torchrun forwards a SIGINT/SIGTERM it receives to every worker, and a terminal's Ctrl-C reaches the
+workers directly as well: under torchrun a repeat of the first signal within FORWARD_WINDOW seconds is
+that copy, not a second Ctrl-C.
+"""
+import errno
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from parallel import comm
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+FORWARD_WINDOW = 1.0
+
+
+class Control:
+    def __init__(self, mesh):
+        self.mesh = mesh
+        self.group = dist.new_group(backend="gloo") if mesh.world_size > 1 else None
+        self.signum, self.first_at = 0, 0.0
+        self.pending = None  # (work, tensor) of the flag posted after the previous step
+
+    # ---- signals
+    def install_signal_handlers(self):
+        for s in SIGNALS:
+            signal.signal(s, self._handle)
+
+    def _handle(self, signum, frame):
+        if not self.signum:
+            self.signum, self.first_at = signum, time.monotonic()  # the loop stops, saves and says so
+            return
+        forwarded = "TORCHELASTIC_RUN_ID" in os.environ and time.monotonic() - self.first_at < FORWARD_WINDOW
+        if signum == signal.SIGINT and not forwarded:
+            if self.mesh.is_master:
+                print("error: second SIGINT: stopped at once, without a checkpoint (the previous one is intact)",
+                      file=sys.stderr, flush=True)
+            os._exit(128 + signum)  # no cleanup: a checkpoint write in progress leaves only its temp file
+
+    def agreed_stop(self):
+        """The signal every rank stops on after this step (0: go on). Rank r's flag of step i is read by
+        every rank after step i+1 (see the module's docstring); one process reads its own at once."""
+        if self.group is None:
+            return self.signum
+        posted = torch.tensor([self.signum == signal.SIGINT, self.signum == signal.SIGTERM], dtype=torch.int64)
+        work = comm.all_reduce(posted, self.group, kind="control", async_op=True)
+        previous, self.pending = self.pending, (work, posted)
+        if previous is None:
+            return 0
+        previous[0].wait()
+        n_int, n_term = previous[1].tolist()  # a CPU tensor: no device sync
+        return signal.SIGTERM if n_term else signal.SIGINT if n_int else 0
+
+    def finish(self):
+        """Wait for the flag still in flight (every rank posted it), before the groups go down."""
+        if self.pending is not None:
+            self.pending[0].wait()
+            self.pending = None
+
+    # ---- errors that one rank sees
+    def any_error(self, failed):
+        """Whether any rank passed failed=True (blocking; for rare events such as a checkpoint write)."""
+        if self.group is None:
+            return failed
+        self.finish()  # keep the group's collectives in the same order on every rank
+        flag = torch.tensor([int(failed)], dtype=torch.int64)
+        comm.all_reduce(flag, self.group, kind="control")
+        return flag.item() > 0
+
+
+# ----------------------------------------------------------------------------- errors only one rank sees
+PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|remote process exited|"
+                       r"NCCL communicator was aborted|Socket Timeout|Connection refused", re.I)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _rank():
+    r = os.environ.get("RANK", "0")
+    return int(r) if r.isdigit() else 0
+
+
+def report_fatal(main, argv):
+    """main(argv)'s exit code. Two failures that one rank meets alone, where the one-line message that rank 0
+    prints for everyone is not enough, become one line naming the rank: a write on a full disk (logs, config;
+    checkpoints say so themselves) and the loss of a peer process. Anything else keeps its traceback (a bug)."""
+    try:
+        return main(argv)
+    except OSError as e:
+        if e.errno not in DISK_FULL:
+            raise
+        where = os.path.dirname(os.path.abspath(e.filename)) if e.filename else "."
+        try:
+            free = f"{shutil.disk_usage(where).free / 2**20:,.1f} MiB free there"
+        except OSError:
+            free = "free space unknown"
+        print(f"error: rank {_rank()}: cannot write {e.filename or 'a file'}: {e.strerror} ({free}); "
+              f"checkpoints written before are intact", file=sys.stderr, flush=True)
+        return 1
+    except Exception as e:  # DistBackendError and gloo's RuntimeErrors
+        text = str(e)
+        if not PEER_LOST.search(text):
+            raise
+        peer = re.search(r"\[?([\w.:-]+\]?:\d+)", text)
+        print(f"error: rank {_rank()}: lost contact with another rank ({PEER_LOST.search(text).group(0)}"
+              f"{' from ' + peer.group(1) if peer else ''}): that rank died or was killed; its own message, if "
+              f"any, is above", file=sys.stderr, flush=True)
+        return 1
