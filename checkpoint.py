@@ -216,7 +216,7 @@ def _is_int(value):
 
 def validate(path, checkpoint, need=MODEL_KEYS):
     """Raise CheckpointError unless `checkpoint` has the keys in `need`, of the right types and shapes."""
-    from model.gpt import GPTConfig  # here: importing the model is not needed to convert a file
+    from model.gpt import GPT, GPTConfig  # here: importing the model is not needed to convert a file
 
     if not isinstance(checkpoint, dict):
         raise CheckpointError(path, f"is not a checkpoint of train_reduced_sync.py: it holds a "
@@ -245,6 +245,18 @@ def validate(path, checkpoint, need=MODEL_KEYS):
             GPTConfig(**checkpoint["model_args"])
         except (TypeError, ValueError) as e:
             raise CheckpointError(path, f"bad model_args: {_first_line(e)}") from None
+    if "model" in need and "model_args" in need:
+        # the weights against the model of its model_args, built without memory on the meta device: a
+        # mismatch makes this file unusable here, so that a resume falls back to ckpt_best.pt
+        with torch.device("meta"):
+            want = {k: tuple(v.shape) for k, v in GPT(GPTConfig(**checkpoint["model_args"])).state_dict().items()}
+        have = {k: tuple(v.shape) for k, v in model.items()}
+        wrong = sorted(k for k in want.keys() & have.keys() if want[k] != have[k])
+        missing, extra = sorted(want.keys() - have.keys()), sorted(have.keys() - want.keys())
+        if wrong or missing or extra:
+            problem = (f"{wrong[0]} has shape {have[wrong[0]]}, the model {want[wrong[0]]}" if wrong else
+                       f"missing {', '.join(missing[:3])}" if missing else f"unexpected {', '.join(extra[:3])}")
+            raise CheckpointError(path, f"its weights do not fit the model of its model_args: {problem}")
     if "iter_num" in need and checkpoint["iter_num"] < 0:
         raise CheckpointError(path, f"iter_num={checkpoint['iter_num']} is negative")
     if "rng" in need and (problem := _check_rng(checkpoint["rng"])):

@@ -188,8 +188,15 @@ def validate(cfg):
         raise ConfigError(f"dtype={cfg.dtype!r} is only supported on CUDA; use float32 or auto on CPU")
 
 
+REPO = os.path.dirname(os.path.abspath(__file__))
+
+
 def read_config_file(path):
-    """Exec a config file and return the {key: value} it assigns. Only known keys may be assigned."""
+    """Exec a config file and return the {key: value} it assigns. Only known keys may be assigned.
+    A relative path not found from the cwd is looked up in the repository (config/x.py from anywhere).
+    The file is Python that runs with the trainer's rights: only use config files you trust."""
+    if not os.path.exists(path) and not os.path.isabs(path) and os.path.exists(os.path.join(REPO, path)):
+        path = os.path.join(REPO, path)
     if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
     if not os.path.isfile(path):

@@ -94,6 +94,12 @@ PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|remote pr
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
+def _first_line(e):
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else type(e).__name__
+    return re.sub(r"^\[enforce fail at [^\]]*\] ?(err == 0\. )?", "", line)[:200]
+
+
 def _rank():
     r = os.environ.get("RANK", "0")
     return int(r) if r.isdigit() else 0
@@ -116,8 +122,17 @@ def report_fatal(main, argv):
         print(f"error: rank {_rank()}: cannot write {e.filename or 'a file'}: {e.strerror} ({free}); "
               f"checkpoints written before are intact", file=sys.stderr, flush=True)
         return 1
-    except Exception as e:  # DistBackendError and gloo's RuntimeErrors
+    except (MemoryError, torch.OutOfMemoryError) as e:
+        print(f"error: rank {_rank()}: out of memory ({_first_line(e)}): lower batch_size (and raise "
+              f"gradient_accumulation_steps to keep the tokens per iteration) or block_size", file=sys.stderr, flush=True)
+        return 1
+    except Exception as e:  # DistBackendError and gloo's RuntimeErrors; the CPU allocator's RuntimeError
         text = str(e)
+        if "can't allocate memory" in text:
+            print(f"error: rank {_rank()}: out of memory ({_first_line(e)}): lower batch_size (and raise "
+                  f"gradient_accumulation_steps to keep the tokens per iteration) or block_size", file=sys.stderr,
+                  flush=True)
+            return 1
         if not PEER_LOST.search(text):
             raise
         peer = re.search(r"\[?([\w.:-]+\]?:\d+)", text)

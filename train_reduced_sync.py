@@ -64,6 +64,7 @@ from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.grad import clip_grad_norm_
 from parallel.mesh import RendezvousError, env_int, init_mesh
+from memory_check import check_memory
 from run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
 from stop import Control, report_fatal
 
@@ -439,6 +440,13 @@ class RunLog:
                 f.write(json.dumps(record) + "\n")
 
 
+def check_vocab(ckpt_vocab, data_vocab, ckpt_path, data_dir, mesh):
+    """The checkpoint's vocabulary must be the dataset's (whose token ids were checked against it)."""
+    if ckpt_vocab != data_vocab:
+        fail(f"{ckpt_path} has a vocabulary of {ckpt_vocab} ids but the dataset {data_dir} has {data_vocab}: it was "
+             f"trained on another dataset or tokenizer; choose its dataset with --dataset", mesh)
+
+
 def fail(message, mesh=None, code=1, every_rank=False):
     """Print one clear message (once, not per rank) and exit without a traceback. every_rank: an error
     that only this rank may have seen (its rendezvous), printed by each rank with its rank."""
@@ -460,6 +468,8 @@ def main(argv):
         cfg = parse(argv)
     except ConfigError as e:
         fail(str(e))
+    if cfg.data_dir:  # as typed, from the cwd; stored absolute, so sample.py finds meta.pkl from anywhere
+        cfg.data_dir = os.path.abspath(cfg.data_dir)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         fail("device='cuda' but CUDA is not available; use --device=cpu or --device=auto")
     # 'auto' takes CUDA only when every local process gets its own GPU (NCCL needs one each)
@@ -480,7 +490,8 @@ def main(argv):
         check_one_pass(cfg, data_dir)
         check_out_dir(cfg.out_dir)
         refuse_existing_run(cfg.out_dir, fresh, cfg.overwrite)
-    except (ConfigError, RunError, OutDirError) as e:
+        check_memory(cfg, vocab_size, micro_steps, cfg.tp, device)
+    except (ConfigError, RunError, OutDirError, ValueError) as e:
         fail(str(e), mesh)
     dtype = cfg.dtype
     if dtype == "auto":
@@ -505,6 +516,7 @@ def main(argv):
                 if mesh.is_master:
                     print(f"note: resuming with {key}={value!r} from the checkpoint (requested {getattr(cfg, key)!r})")
                 setattr(cfg, key, value)
+        check_vocab(checkpoint["model_args"]["vocab_size"], vocab_size, resumed_from, data_dir, mesh)
         saved_data = checkpoint["data"]
         if mesh.is_master and any(saved_data[k] != getattr(cfg, k)
                                   for k in ("seed", "batch_size", "block_size", "gradient_accumulation_steps")):
@@ -519,10 +531,13 @@ def main(argv):
             source = read_checkpoint(cfg.init_from, MODEL_KEYS)
         except CheckpointError as e:
             fail(f"init_from: {e}", mesh)
+        check_vocab(source["model_args"]["vocab_size"], vocab_size, cfg.init_from, data_dir, mesh)
         for key in ("n_layer", "n_head", "n_embd", "block_size", "bias", "n_tracks"):
+            if getattr(cfg, key) != source["model_args"][key] and mesh.is_master:
+                print(f"note: fine-tuning with {key}={source['model_args'][key]!r} from the checkpoint "
+                      f"(requested {getattr(cfg, key)!r})")
             setattr(cfg, key, source["model_args"][key])
         init_weights = source["model"]
-        vocab_size = source["model_args"]["vocab_size"]
         del source
 
     model_args = dict(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer,
