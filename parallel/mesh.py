@@ -91,13 +91,20 @@ def _rendezvous(backend, timeout_s):
     if not 0 <= rank < world:
         raise RendezvousError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
     addr, port = os.environ["MASTER_ADDR"], env_int("MASTER_PORT", 0)
+    saved = os.dup(2)  # c10d logs each failed try to fd 2 with a C++ backtrace: the error below says it in a line
     try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
         store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=timedelta(seconds=timeout_s),
                               wait_for_workers=True)
     except Exception as e:  # DistNetworkError, DistStoreError, RuntimeError: one line, whatever it is
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise RendezvousError(f"rank {rank} of {world}: no rendezvous with the other ranks at {addr}:{port} within "
-                              f"{timeout_s:g} s (rendezvous_timeout): {reason}") from None
+        raise RendezvousError(f"no rendezvous of the {world} ranks at {addr}:{port} within {timeout_s:g} s "
+                              f"(rendezvous_timeout): {reason}") from None
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
     dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world)
 
 
