@@ -135,8 +135,11 @@ def report_fatal(main, argv):
             return 1
         if not PEER_LOST.search(text):
             raise
-        peer = re.search(r"\[?([\w.:-]+\]?:\d+)", text)
-        print(f"error: rank {_rank()}: lost contact with another rank ({PEER_LOST.search(text).group(0)}"
-              f"{' from ' + peer.group(1) if peer else ''}): that rank died or was killed; its own message, if "
+        rank, world = _rank(), os.environ.get("WORLD_SIZE", "")
+        # gloo names the peer by its address, not its rank; with two ranks the lost one is the other
+        lost = f"rank {1 - rank}" if world == "2" else "another rank"
+        address = re.search(r"\[?\d+\.\d+\.\d+\.\d+\]?:\d+", text)
+        print(f"error: rank {rank}: lost contact with {lost} ({PEER_LOST.search(text).group(0)}"
+              f"{', peer ' + address.group(0) if address else ''}): it died or was killed; its own message, if "
               f"any, is above", file=sys.stderr, flush=True)
         return 1
