@@ -251,10 +251,28 @@ def test_sigint_to_torchrun_stops_every_rank_after_the_same_step(workdir):
     stopped_at = int(line.split("at iter ")[1].split(":")[0])
     assert read_checkpoint(os.path.join(out, "ckpt.pt"), RESUME_KEYS)["iter_num"] == stopped_at
     assert "second SIGINT" not in err  # torchrun's forwarded copy is not a second Ctrl-C
-    assert_checkpoints_intact(out, workdir)
-    resumed = run_train([*STOP_ARGS, f"--out_dir={out}", "--tp=2", "--init_from=resume", f"--max_iters={stopped_at + 2}"],
-                        workdir, nproc=2)
-    assert f"resumed from {os.path.join(out, 'ckpt.pt')} at iter {stopped_at}" in resumed.stdout
+    assert_checkpoints_intact(out, workdir)  # (resuming at tp=2 is tests/test_train.py's)
+
+
+def test_a_rank_that_loses_its_peer_says_so(workdir):
+    out = os.path.join(workdir, "out-peer")
+    proc = start_train([*STOP_ARGS, f"--out_dir={out}", "--max_iters=100000"], workdir, nproc=2)  # dp=2
+    assert wait_until(lambda: os.path.exists(os.path.join(out, "ckpt_best.pt")), proc, timeout=120)
+    before = digests(out)
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(workers) == 2, workers
+    ranks = {}
+    for pid in workers:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        ranks[int(env[b"RANK"])] = int(pid)
+    os.kill(ranks[1], signal.SIGKILL)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode != 0
+    assert "error: rank 0: lost contact with rank 1" in err, err[-3000:]
+    assert not [line for line in err.splitlines() if "train_reduced_sync.py\", line" in line]  # none of our tracebacks
+    ckpt_changed = digest(os.path.join(out, "ckpt.pt")) != before["ckpt.pt"]
+    assert_checkpoints_intact(out, workdir, None if ckpt_changed else before)
 
 
 def test_fresh_start_over_a_run_is_refused_and_overwrite_moves_it_aside(workdir, stop_reference):
