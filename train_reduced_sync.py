@@ -20,7 +20,11 @@ Data order (deterministic, resumable, independent of the dp x tp layout).
     masks do not depend on the layout either. Eval batches are a fixed set per split, seeded
     independently of `seed`, so every run and every eval measures the same tokens.
 
-Checkpoint (out_dir/ckpt.pt, written at eval time by rank 0, atomically; ckpt_best.pt = best val).
+out_dir holds one run, locked while it trains (run_dir.py); SIGINT/SIGTERM stop every rank after the same
+step with a checkpoint and exit 130/143 (stop.py).
+
+Checkpoint (out_dir/ckpt.pt, written at eval time and on a stop signal by rank 0, atomically; ckpt_best.pt =
+best val).
 The format (tensors, plain containers and primitives only) and its safe loading (weights_only=True)
 live in checkpoint.py:
     model        full unsharded state_dict (nanoGPT names), loadable at any tp
@@ -47,6 +51,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -59,12 +64,12 @@ from checkpoint import (MODEL_KEYS, CheckpointError, load_weights, read_checkpoi
                         read_plain_pickle, restore_rng_states, rng_states, set_aside,
                         write_checkpoint)
 from configurator import ConfigError, format_config, micro_steps_per_replica, parse, save_config
+from memory_check import check_memory
 from model.gpt import GPT, GPTConfig
 from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.grad import clip_grad_norm_
 from parallel.mesh import RendezvousError, env_int, init_mesh
-from memory_check import check_memory
 from run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
 from stop import Control, report_fatal
 
@@ -450,7 +455,8 @@ def check_vocab(ckpt_vocab, data_vocab, ckpt_path, data_dir, mesh):
 def fail(message, mesh=None, code=1, every_rank=False):
     """Print one clear message (once, not per rank) and exit without a traceback. every_rank: an error
     that only this rank may have seen (its rendezvous), printed by each rank with its rank."""
-    rank = mesh.rank if mesh is not None else int(os.environ.get("RANK", "0")) if os.environ.get("RANK", "0").isdigit() else -1
+    env_rank = os.environ.get("RANK", "0")
+    rank = mesh.rank if mesh is not None else int(env_rank) if env_rank.isdigit() else 0
     if every_rank and rank > 0:
         print(f"error: rank {rank}: {message}", file=sys.stderr, flush=True)
     elif rank <= 0:
@@ -709,7 +715,7 @@ def main(argv):
         signum = control.agreed_stop()  # SIGINT/SIGTERM: every rank stops after the same step
         if signum:
             save([ckpt_path])
-            name = "SIGINT" if signum == 2 else "SIGTERM"
+            name = signal.Signals(signum).name
             log.write(f"stopped by {name} at iter {iter_num}: saved {ckpt_path}; continue with --init_from=resume",
                       {"type": "stop", "iter": iter_num, "signal": name})
             break

@@ -289,7 +289,7 @@ def test_fresh_start_over_a_run_is_refused_and_overwrite_moves_it_aside(workdir,
         assert f.read() == log_before
     assert_checkpoints_intact(out, workdir, before)
 
-    # orphans of a killed write are removed by any start, even one that is then refused
+    # orphans of killed writes (a checkpoint, config.json) are removed by the next start that takes the lock
     orphans = [os.path.join(out, ".tmp-abc123ckpt.pt"), os.path.join(out, ".tmp-xyzconfig.json")]
     for p in orphans:
         open(p, "wb").close()
