@@ -1,7 +1,8 @@
 """Stopping every rank together: on SIGINT/SIGTERM, and when one rank hits an error the others must share.
 
+    install_signal_handlers()          first: until training starts, SIGINT/SIGTERM exit at once
     control = Control(mesh)            every rank, once (creates a gloo group over the world)
-    control.install_signal_handlers()  SIGINT/SIGTERM set a flag; a second SIGINT exits at once
+    control.start()                    the loop begins: a signal now sets a flag; a second SIGINT exits at once
     signum = control.agreed_stop()     once per training step, every rank: 0, or the signal all stop on
     control.any_error(bool)            every rank: whether some rank failed (e.g. rank 0's checkpoint write)
 
@@ -34,28 +35,47 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 FORWARD_WINDOW = 1.0
 
 
+_signal = {"num": 0, "at": 0.0, "training": False}  # what the handler saw; set only by it and Control.start
+
+
+def install_signal_handlers():
+    """First thing in main: until the training loop starts there is nothing to save, so a signal stops at once."""
+    for s in SIGNALS:
+        signal.signal(s, _handle)
+
+
+def _say(line):
+    if os.environ.get("RANK", "0") in ("0", ""):  # once, not per rank
+        print(line, file=sys.stderr, flush=True)
+
+
+def _handle(signum, frame):
+    name = signal.Signals(signum).name
+    if not _signal["training"]:
+        _say(f"error: {name} before training began: stopped, nothing to save")
+        os._exit(128 + signum)
+    if not _signal["num"]:
+        _signal["num"], _signal["at"] = signum, time.monotonic()  # the loop stops, saves and says so
+        return
+    forwarded = "TORCHELASTIC_RUN_ID" in os.environ and time.monotonic() - _signal["at"] < FORWARD_WINDOW
+    if signum == signal.SIGINT and not forwarded:
+        _say("error: second SIGINT: stopped at once, without a checkpoint (the previous one is intact)")
+        os._exit(128 + signum)  # no cleanup: a checkpoint write in progress leaves only its temp file
+
+
 class Control:
     def __init__(self, mesh):
         self.mesh = mesh
         self.group = dist.new_group(backend="gloo") if mesh.world_size > 1 else None
-        self.signum, self.first_at = 0, 0.0
         self.pending = None  # (work, tensor) of the flag posted after the previous step
 
-    # ---- signals
-    def install_signal_handlers(self):
-        for s in SIGNALS:
-            signal.signal(s, self._handle)
+    def start(self):
+        """The training loop begins: from now on a signal stops after a step, with a checkpoint."""
+        _signal["training"] = True
 
-    def _handle(self, signum, frame):
-        if not self.signum:
-            self.signum, self.first_at = signum, time.monotonic()  # the loop stops, saves and says so
-            return
-        forwarded = "TORCHELASTIC_RUN_ID" in os.environ and time.monotonic() - self.first_at < FORWARD_WINDOW
-        if signum == signal.SIGINT and not forwarded:
-            if self.mesh.is_master:
-                print("error: second SIGINT: stopped at once, without a checkpoint (the previous one is intact)",
-                      file=sys.stderr, flush=True)
-            os._exit(128 + signum)  # no cleanup: a checkpoint write in progress leaves only its temp file
+    @property
+    def signum(self):
+        return _signal["num"]
 
     def agreed_stop(self):
         """The signal every rank stops on after this step (0: go on). Rank r's flag of step i is read by

@@ -71,7 +71,7 @@ from parallel.ddp import BucketedDDP
 from parallel.grad import clip_grad_norm_
 from parallel.mesh import RendezvousError, env_int, init_mesh
 from run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
-from stop import Control, report_fatal
+from stop import Control, install_signal_handlers, report_fatal
 
 # Tags that keep the seed streams of different uses apart.
 TRAIN_DATA, EVAL_DATA, DROPOUT = 0, 1, 2
@@ -488,7 +488,6 @@ def main(argv):
         fail(str(e), every_rank=isinstance(e, RendezvousError))
     device = mesh.device
     control = Control(mesh)  # every rank, now: it creates a process group
-    control.install_signal_handlers()
     fresh = cfg.init_from != "resume"
     try:
         micro_steps = micro_steps_per_replica(cfg, mesh.dp)
@@ -659,6 +658,7 @@ def main(argv):
             fail(error or "rank 0 could not write the checkpoint", mesh)
 
     signum = 0
+    control.start()
     while True:
         # Evaluate and checkpoint at an iteration boundary (weights after iter_num steps).
         if iter_num % cfg.eval_interval == 0 or iter_num >= cfg.max_iters or cfg.eval_only:
@@ -733,4 +733,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    install_signal_handlers()  # SIGINT/SIGTERM: at once until training starts, then after a step with a checkpoint
     sys.exit(report_fatal(main, sys.argv[1:]))

@@ -429,3 +429,32 @@ def test_finetune_says_which_settings_come_from_the_checkpoint(fuzz_root, tmp_pa
     proc = run_train([*TRAIN, f"--out_dir={out}", "--init_from=runs/trained/ckpt.pt", "--block_size=16",
                       "--max_iters=1"], fuzz_root)
     assert "note: fine-tuning with block_size=32 from the checkpoint (requested 16)" in proc.stdout
+
+
+def test_fatal_errors_of_one_rank_are_one_line(capsys, monkeypatch, tmp_path):
+    # what a rank meets alone (a full disk while logging, a lost peer, memory) is one line with its rank
+    import errno
+
+    import torch
+
+    from stop import report_fatal
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    log = str(tmp_path / "log.txt")
+
+    def raiser(error):
+        def main(argv):
+            raise error
+        return main
+
+    for error, want in ((OSError(errno.ENOSPC, "No space left on device", log), f"cannot write {log}: No space left"),
+                        (OSError(errno.EDQUOT, "Disk quota exceeded", log), "MiB free there"),
+                        (RuntimeError("[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:4321"),
+                         "lost contact with rank 0 (Connection closed by peer, peer [10.0.0.2]:4321)"),
+                        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "out of memory")):
+        capsys.readouterr()
+        code, err = run_in_process(lambda argv: report_fatal(raiser(error), argv), [], capsys)
+        assert_clean_error(code, err)
+        assert err.startswith("error: rank 1: ") and want in err, err
+    with pytest.raises(KeyError):  # a bug keeps its traceback
+        report_fatal(raiser(KeyError("x")), [])
