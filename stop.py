@@ -32,7 +32,7 @@ import torch.distributed as dist
 from parallel import comm
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-FORWARD_WINDOW = 1.0
+FORWARD_WINDOW = 2.0
 
 
 _signal = {"num": 0, "at": 0.0, "training": False}  # what the handler saw; set only by it and Control.start

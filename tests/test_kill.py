@@ -351,3 +351,31 @@ def test_full_disk_during_a_checkpoint_keeps_the_old_ones(workdir, stop_referenc
     assert os.path.join(out, "ckpt.pt") in line and "MiB free" in line and "intact" in line, line
     assert temp_files(out) == []
     assert_checkpoints_intact(out, workdir, before)
+
+
+SIGNAL_IN_SETUP_LAUNCHER = """\
+import os, runpy, signal, sys
+sys.path.insert(0, {repo!r})
+import run_dir
+
+_claim = run_dir.claim
+
+def claim(*args, **kwargs):  # the signal comes while the run is being set up, just before out_dir is made
+    os.kill(os.getpid(), signal.SIGTERM)
+    return _claim(*args, **kwargs)
+
+run_dir.claim = claim
+sys.argv[0] = {script!r}
+runpy.run_path({script!r}, run_name="__main__")
+"""
+
+
+def test_a_signal_during_setup_stops_at_once(workdir):
+    out = os.path.join(workdir, "out-setup-signal")
+    launcher = os.path.join(workdir, "signal_in_setup_launcher.py")
+    with open(launcher, "w") as f:
+        f.write(SIGNAL_IN_SETUP_LAUNCHER.format(repo=REPO, script=TRAIN_SCRIPT))
+    proc = run_train([*STOP_ARGS, f"--out_dir={out}"], workdir, check=False, script=launcher)
+    assert proc.returncode == 143
+    assert error_lines(proc.stderr) == ["error: SIGTERM before training began: stopped, nothing to save"]
+    assert not os.path.exists(out)
