@@ -1,8 +1,8 @@
 """Refuse a batch that cannot fit, before out_dir is touched (train_reduced_sync.py calls it).
 
 The estimate is a lower bound of one process's memory in a training step: the int64 token batches of its
-micro-steps (inputs and targets), one micro-batch's float32 logits over its vocabulary shard with their
-gradient, and the residual stream that each layer keeps for the backward pass. A request above the memory
+micro-steps (inputs and targets), one micro-batch's logits over its vocabulary shard, and one activation
+per layer kept for the backward pass (both at 2 bytes an element, the least any dtype takes). A request above the memory
 that is available (CPU: MemAvailable; CUDA: the device's free memory) can only fail, after minutes of setup
 and with an allocator traceback; one below it may still run out, which report_fatal (stop.py) says in a line.
 """
@@ -27,8 +27,8 @@ def available_bytes(device):
 def step_bytes_at_least(cfg, vocab_size, micro_steps, tp):
     tokens = cfg.batch_size * cfg.block_size
     return (micro_steps * tokens * 8 * 2                # x, y
-            + tokens * -(-vocab_size // tp) * 4 * 2     # logits and their gradient
-            + cfg.n_layer * tokens * cfg.n_embd * 4)    # one saved activation per layer
+            + tokens * -(-vocab_size // tp) * 2         # logits
+            + cfg.n_layer * tokens * cfg.n_embd * 2)    # one saved activation per layer
 
 
 def check_memory(cfg, vocab_size, micro_steps, tp, device):
