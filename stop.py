@@ -23,8 +23,10 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import time
+import zlib
 
 import torch
 import torch.distributed as dist
@@ -36,6 +38,7 @@ FORWARD_WINDOW = 2.0
 
 
 _signal = {"num": 0, "at": 0.0, "training": False}  # what the handler saw; set only by it and Control.start
+_peers = []  # (host hash, pid) of every rank, by rank
 
 
 def install_signal_handlers():
@@ -68,6 +71,9 @@ class Control:
         self.mesh = mesh
         self.group = dist.new_group(backend="gloo") if mesh.world_size > 1 else None
         self.pending = None  # (work, tensor) of the flag posted after the previous step
+        if self.group is not None:  # every rank's host and pid, so that a survivor can name a rank that died
+            me = torch.tensor([zlib.crc32(socket.gethostname().encode()), os.getpid()], dtype=torch.int64)
+            _peers[:] = [tuple(t.tolist()) for t in comm.all_gather(me, self.group, kind="control")]
 
     def start(self):
         """The training loop begins: from now on a signal stops after a step, with a checkpoint."""
@@ -125,10 +131,35 @@ def _rank():
     return int(r) if r.isdigit() else 0
 
 
+def _dead(pid):
+    """Whether a process of this host is gone (or a zombie that its launcher has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def _lost_ranks():
+    """Who died: the ranks of this host whose process is gone; with two ranks, the other one."""
+    rank, host = _rank(), zlib.crc32(socket.gethostname().encode())
+    dead = [r for r, (h, pid) in enumerate(_peers) if r != rank and h == host and _dead(pid)]
+    if dead:
+        return "rank " + ", ".join(map(str, dead))
+    return f"rank {1 - rank}" if len(_peers) == 2 else "another rank"
+
+
+def _oom(e):
+    print(f"error: rank {_rank()}: out of memory ({_first_line(e)}): lower batch_size (and raise "
+          f"gradient_accumulation_steps to keep the tokens per iteration) or block_size", file=sys.stderr, flush=True)
+    return 1
+
+
 def report_fatal(main, argv):
-    """main(argv)'s exit code. Two failures that one rank meets alone, where the one-line message that rank 0
+    """main(argv)'s exit code. Failures that one rank may meet alone, where the one-line message that rank 0
     prints for everyone is not enough, become one line naming the rank: a write on a full disk (logs, config;
-    checkpoints say so themselves) and the loss of a peer process. Anything else keeps its traceback (a bug)."""
+    checkpoints say so themselves), running out of memory, and the loss of a peer process (named when it ran
+    on this host). Anything else keeps its traceback (a bug)."""
     try:
         return main(argv)
     except OSError as e:
@@ -143,23 +174,16 @@ def report_fatal(main, argv):
               f"checkpoints written before are intact", file=sys.stderr, flush=True)
         return 1
     except (MemoryError, torch.OutOfMemoryError) as e:
-        print(f"error: rank {_rank()}: out of memory ({_first_line(e)}): lower batch_size (and raise "
-              f"gradient_accumulation_steps to keep the tokens per iteration) or block_size", file=sys.stderr, flush=True)
-        return 1
+        return _oom(e)
     except Exception as e:  # DistBackendError and gloo's RuntimeErrors; the CPU allocator's RuntimeError
         text = str(e)
         if "can't allocate memory" in text:
-            print(f"error: rank {_rank()}: out of memory ({_first_line(e)}): lower batch_size (and raise "
-                  f"gradient_accumulation_steps to keep the tokens per iteration) or block_size", file=sys.stderr,
-                  flush=True)
-            return 1
+            return _oom(e)
         if not PEER_LOST.search(text):
             raise
-        rank, world = _rank(), os.environ.get("WORLD_SIZE", "")
-        # gloo names the peer by its address, not its rank; with two ranks the lost one is the other
-        lost = f"rank {1 - rank}" if world == "2" else "another rank"
+        # gloo names the peer by its address, not its rank: _lost_ranks finds it by its pid
         address = re.search(r"\[?\d+\.\d+\.\d+\.\d+\]?:\d+", text)
-        print(f"error: rank {rank}: lost contact with {lost} ({PEER_LOST.search(text).group(0)}"
+        print(f"error: rank {_rank()}: lost contact with {_lost_ranks()} ({PEER_LOST.search(text).group(0)}"
               f"{', peer ' + address.group(0) if address else ''}): it died or was killed; its own message, if "
               f"any, is above", file=sys.stderr, flush=True)
         return 1

@@ -440,9 +440,17 @@ def test_fatal_errors_of_one_rank_are_one_line(capsys, monkeypatch, tmp_path):
 
     import torch
 
+    import socket
+    import zlib
+
+    import stop
     from stop import report_fatal
     monkeypatch.setenv("RANK", "1")
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()  # reaped: its pid names no process now
+    host = zlib.crc32(socket.gethostname().encode())
+    monkeypatch.setattr(stop, "_peers", [(host, gone.pid), (host, os.getpid()), (host + 1, 1)])  # rank 2 elsewhere
     log = str(tmp_path / "log.txt")
 
     def raiser(error):
