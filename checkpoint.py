@@ -155,8 +155,8 @@ def _write_problem(path, error):
         free = f"{shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free / 2**20:,.1f} MiB free"
     except OSError:
         free = "free space unknown"
-    return (f"cannot be written: {reason}; {free} on its file system. Nothing was replaced: the checkpoints "
-            f"written before are intact")
+    return (f"cannot be written: {reason}; {free} on its file system. A failed write replaces nothing: the "
+            f"file there before, if any, is intact")
 
 
 # ----------------------------------------------------------------------------- reading
