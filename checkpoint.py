@@ -32,7 +32,6 @@ Conversion loads the old file with weights_only=True and numpy's array reconstru
 unpickles it with weights_only=False: the one place in the project that does so, and only on
 the user's explicit request, for a file they trust.
 """
-import glob
 import os
 import pickle
 import random
@@ -143,7 +142,21 @@ def write_checkpoint(paths, checkpoint):
     checkpoint = {"format": FORMAT_VERSION, **checkpoint}
     _check_plain(checkpoint)
     for path in paths:
-        atomic_write(path, lambda f: torch.save(checkpoint, f))
+        try:
+            atomic_write(path, lambda f: torch.save(checkpoint, f))
+        except (OSError, RuntimeError) as e:  # RuntimeError: torch.save's writer on a full disk ("unexpected pos")
+            raise CheckpointError(path, _write_problem(path, e), "unwritable") from None
+
+
+def _write_problem(path, error):
+    """Why a checkpoint write failed, with the free space left: a full disk is the usual cause."""
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else f"the write failed ({_first_line(error, 120)})"
+    try:
+        free = f"{shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free / 2**20:,.1f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    return (f"cannot be written: {reason}; {free} on its file system. A failed write replaces nothing: the "
+            f"file there before, if any, is intact")
 
 
 # ----------------------------------------------------------------------------- reading
@@ -203,7 +216,7 @@ def _is_int(value):
 
 def validate(path, checkpoint, need=MODEL_KEYS):
     """Raise CheckpointError unless `checkpoint` has the keys in `need`, of the right types and shapes."""
-    from model.gpt import GPTConfig  # here: importing the model is not needed to convert a file
+    from model.gpt import GPT, GPTConfig  # here: importing the model is not needed to convert a file
 
     if not isinstance(checkpoint, dict):
         raise CheckpointError(path, f"is not a checkpoint of train_reduced_sync.py: it holds a "
@@ -232,6 +245,18 @@ def validate(path, checkpoint, need=MODEL_KEYS):
             GPTConfig(**checkpoint["model_args"])
         except (TypeError, ValueError) as e:
             raise CheckpointError(path, f"bad model_args: {_first_line(e)}") from None
+    if "model" in need and "model_args" in need:
+        # the weights against the model of its model_args, built without memory on the meta device: a
+        # mismatch makes this file unusable here, so that a resume falls back to ckpt_best.pt
+        with torch.device("meta"):
+            want = {k: tuple(v.shape) for k, v in GPT(GPTConfig(**checkpoint["model_args"])).state_dict().items()}
+        have = {k: tuple(v.shape) for k, v in model.items()}
+        wrong = sorted(k for k in want.keys() & have.keys() if want[k] != have[k])
+        missing, extra = sorted(want.keys() - have.keys()), sorted(have.keys() - want.keys())
+        if wrong or missing or extra:
+            problem = (f"{wrong[0]} has shape {have[wrong[0]]}, the model {want[wrong[0]]}" if wrong else
+                       f"missing {', '.join(missing[:3])}" if missing else f"unexpected {', '.join(extra[:3])}")
+            raise CheckpointError(path, f"its weights do not fit the model of its model_args: {problem}")
     if "iter_num" in need and checkpoint["iter_num"] < 0:
         raise CheckpointError(path, f"iter_num={checkpoint['iter_num']} is negative")
     if "rng" in need and (problem := _check_rng(checkpoint["rng"])):
@@ -305,16 +330,6 @@ def set_aside(path):
         target, n = f"{path}.invalid.{n}", n + 1
     os.rename(path, target)
     return target
-
-
-def remove_stale_temp_files(out_dir):
-    """Remove the temp files of checkpoint writes that a killed run left (configurator.atomic_write's
-    '.tmp-*ckpt.pt'); returns how many. Call only while no process writes checkpoints to out_dir."""
-    stale = [p for p in glob.glob(os.path.join(glob.escape(out_dir), ".tmp-*"))
-             if p.endswith(("ckpt.pt", "ckpt_best.pt"))]
-    for p in stale:
-        os.remove(p)
-    return len(stale)
 
 
 def load_weights(model, checkpoint, path):

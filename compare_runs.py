@@ -54,7 +54,7 @@ import re
 import statistics
 import sys
 
-from configurator import OneLineArgumentParser, save_figure, write_text
+from configurator import ConfigError, OneLineArgumentParser, coerce, save_figure, write_text
 
 # [0-9], not \d: digits are ASCII only (\d would also match e.g. Arabic-Indic digits)
 EVAL_LINE = re.compile(r"^step ([0-9]+): train loss ([0-9.eE+-]+|nan|inf), val loss ([0-9.eE+-]+|nan|inf), "
@@ -133,8 +133,8 @@ def check_record(record, path, lineno):
     if not isinstance(it, int) or isinstance(it, bool) or it < 0:
         raise bad(f"'iter' is {it!r}, not an int >= 0")
     if record["type"] == "eval":
-        if not _number(record.get("val_loss")):
-            raise bad(f"'val_loss' is {record.get('val_loss')!r}, not a number")
+        if not _number(record.get("val_loss")) or not math.isfinite(record["val_loss"]):
+            raise bad(f"'val_loss' is {record.get('val_loss')!r}, not a finite number")
         syncs = record.get("syncs_per_fwd")
         if syncs is not None and (not isinstance(syncs, int) or isinstance(syncs, bool)):
             raise bad(f"'syncs_per_fwd' is {syncs!r}, not an int")
@@ -156,6 +156,12 @@ def load_run(run_dir):
         raise RunError(f"{config_path} is not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(config, dict):
         raise RunError(f"{config_path} holds a JSON {type(config).__name__}, not an object")
+    for key in (*SETTING_KEYS, "seed", "sync_policy"):  # what the tables group by: of the trainer's type, or no setting at all
+        if config.get(key) is not None:
+            try:
+                coerce(key, config[key])
+            except ConfigError as e:
+                raise RunError(f"{config_path}: {e}") from None
     if os.path.exists(metrics_path):
         records = []
         for lineno, line in enumerate(read_lines(metrics_path), 1):

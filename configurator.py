@@ -38,12 +38,15 @@ class TrainConfig:
     eval_only: bool = False  # if True, run one evaluation and exit
     always_save_checkpoint: bool = True  # if False, ckpt.pt is only written when val loss improves
     init_from: str = "scratch"  # 'scratch', 'resume' (out_dir/ckpt.pt), or path/to/ckpt.pt: fine-tune its weights
+    # a fresh run refuses an out_dir that holds a run; True moves that run into out_dir/replaced-<time>/ first
+    overwrite: bool = False
     # wandb logging (imported only when enabled; WANDB_MODE=offline works without network)
     wandb_log: bool = False
     wandb_project: str = "reduced-sync"
     wandb_run_name: str = "run"
     # data
-    dataset: str = "openwebtext"  # reads data/<dataset>/{train,val}.bin
+    dataset: str = "openwebtext"  # reads <data_dir>/<dataset>/{train,val}.bin
+    data_dir: str = ""  # '' = the repository's data/ (whatever the cwd); a path given here is taken as is
     # 'random': each sequence starts at a uniform random offset (nanoGPT); 'one_pass': the train split is cut
     # into block_size windows, read in a seeded random order, none twice (the run must fit in one pass)
     data_order: str = "random"
@@ -61,6 +64,7 @@ class TrainConfig:
     # parallelism: world = dp * tp, dp is derived
     tp: int = 1
     bucket_cap_mb: float = 25.0  # data-parallel gradient bucket size
+    rendezvous_timeout: float = 300.0  # seconds to find the other ranks when launched without torchrun
     # AdamW optimizer
     learning_rate: float = 6e-4
     max_iters: int = 600000
@@ -160,10 +164,15 @@ def validate(cfg):
         raise ConfigError(f"invalid seed={cfg.seed!r}; must be in [0, 2**63)")
     if not cfg.dataset:
         raise ConfigError("dataset must not be empty (it names data/<dataset>/)")
+    if cfg.rendezvous_timeout <= 0:
+        raise ConfigError(f"invalid rendezvous_timeout={cfg.rendezvous_timeout!r}; must be > 0 (seconds)")
     if cfg.bucket_cap_mb <= 0:
         raise ConfigError(f"invalid bucket_cap_mb={cfg.bucket_cap_mb!r}; must be > 0")
     if not cfg.out_dir:
         raise ConfigError("out_dir must not be empty")
+    if cfg.decay_lr and cfg.min_lr > cfg.learning_rate:
+        raise ConfigError(f"min_lr={cfg.min_lr!r} is above learning_rate={cfg.learning_rate!r}: the schedule decays "
+                          f"from learning_rate down to min_lr, so min_lr must be <= learning_rate")
     if cfg.n_embd % cfg.n_head != 0:
         raise ConfigError(f"n_embd={cfg.n_embd} must be divisible by n_head={cfg.n_head}")
     if cfg.init_from == "scratch":  # else the checkpoint's architecture applies (checked when it is built)
@@ -179,8 +188,15 @@ def validate(cfg):
         raise ConfigError(f"dtype={cfg.dtype!r} is only supported on CUDA; use float32 or auto on CPU")
 
 
+REPO = os.path.dirname(os.path.abspath(__file__))
+
+
 def read_config_file(path):
-    """Exec a config file and return the {key: value} it assigns. Only known keys may be assigned."""
+    """Exec a config file and return the {key: value} it assigns. Only known keys may be assigned.
+    A relative path not found from the cwd is looked up in the repository (config/x.py from anywhere).
+    The file is Python that runs with the trainer's rights: only use config files you trust."""
+    if not os.path.exists(path) and not os.path.isabs(path) and os.path.exists(os.path.join(REPO, path)):
+        path = os.path.join(REPO, path)
     if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
     if not os.path.isfile(path):

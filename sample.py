@@ -29,6 +29,8 @@ from model.compile_modes import COMPILE_MODES
 from model.gpt import GPT, GPTConfig
 from parallel.mesh import init_mesh
 
+REPO = os.path.dirname(os.path.abspath(__file__))
+
 
 def parse_args(argv):
     p = OneLineArgumentParser(description=__doc__.split("\n\n")[0])
@@ -38,7 +40,8 @@ def parse_args(argv):
                    help='prompt text, or "FILE:path" to read it from a file')
     p.add_argument("--num_samples", type=ascii_int, default=10)
     p.add_argument("--max_new_tokens", type=ascii_int, default=500)
-    p.add_argument("--temperature", type=ascii_float, default=0.8, help="< 1 sharpens, > 1 flattens the distribution")
+    p.add_argument("--temperature", type=ascii_float, default=0.8,
+                   help=f"< 1 sharpens, > 1 flattens the distribution; below {GREEDY_BELOW:g}: greedy")
     p.add_argument("--top_k", type=ascii_int, default=200, help="keep the top_k most likely tokens (0: all)")
     p.add_argument("--seed", type=ascii_int, default=1337)
     p.add_argument("--tp", type=ascii_int, default=None, help="tensor-parallel degree (default: the world size)")
@@ -67,25 +70,44 @@ def parse_args(argv):
     return args
 
 
-def load_codec(dataset):
-    """(encode, decode) for the checkpoint's dataset: meta.pkl's characters, else GPT-2 BPE."""
-    meta_path = os.path.join("data", dataset, "meta.pkl") if dataset else None
-    if meta_path and os.path.exists(meta_path):
-        meta = read_plain_pickle(meta_path)  # plain data only: unpickling it runs no code
-        if not isinstance(meta, dict) or "stoi" not in meta or "itos" not in meta:
-            raise ValueError(f"{meta_path} has no 'stoi'/'itos' vocabulary to encode the prompt with")
-        stoi, itos = meta["stoi"], meta["itos"]
+GPT2_VOCAB = 50257  # the BPE's ids; a model's vocabulary may be padded above it (nanoGPT: 50304)
+GREEDY_BELOW = 1e-5  # a temperature below this means greedy: logits / T would overflow to inf, softmax to NaN
 
-        def encode(s):
-            unknown = sorted(set(s) - set(stoi))
-            if unknown:
-                raise ValueError(f"characters {unknown} are not in the vocabulary of {meta_path}")
-            return [stoi[c] for c in s]
 
-        return encode, lambda ids: "".join(itos[i] for i in ids)
-    from data.gpt2_tokenizer import get_gpt2_encoding
-    enc = get_gpt2_encoding()
-    return (lambda s: enc.encode(s, allowed_special={"<|endoftext|>"})), enc.decode
+def load_codec(checkpoint, ckpt_path):
+    """(encode, decode) of the checkpoint's own vocabulary: its dataset's meta.pkl (in the run's data_dir, else
+    the repository's data/, never the cwd's) when that holds as many ids as the model, the GPT-2 BPE for a
+    GPT-2 sized model; else ValueError: text decoded with another vocabulary would be garbage or an IndexError."""
+    vocab = checkpoint["model_args"]["vocab_size"]
+    config = checkpoint.get("config") if isinstance(checkpoint.get("config"), dict) else {}
+    dataset, data_dir = config.get("dataset"), config.get("data_dir")
+    dataset = dataset if isinstance(dataset, str) and dataset else None
+    roots = ([data_dir] if isinstance(data_dir, str) and data_dir else []) + [os.path.join(REPO, "data")]
+    metas = [os.path.join(root, dataset, "meta.pkl") for root in roots] if dataset else []
+    for meta_path in metas:
+        if os.path.exists(meta_path):
+            meta = read_plain_pickle(meta_path)  # plain data only: unpickling it runs no code
+            if isinstance(meta, dict) and meta.get("vocab_size") == vocab:
+                break
+    else:
+        if vocab >= GPT2_VOCAB:
+            from data.gpt2_tokenizer import get_gpt2_encoding
+            enc = get_gpt2_encoding()
+            return (lambda s: enc.encode(s, allowed_special={"<|endoftext|>"})), enc.decode
+        raise ValueError(f"{ckpt_path} has a vocabulary of {vocab} ids, not GPT-2's, and no meta.pkl of its dataset "
+                         f"{dataset!r} with {vocab} ids was found ({', '.join(metas) or 'its config names no dataset'}): "
+                         f"prepare that dataset to decode its tokens")
+    if "stoi" not in meta or "itos" not in meta:
+        raise ValueError(f"{meta_path} has no 'stoi'/'itos' vocabulary to encode the prompt with")
+    stoi, itos = meta["stoi"], meta["itos"]
+
+    def encode(s):
+        unknown = sorted(set(s) - set(stoi))
+        if unknown:
+            raise ValueError(f"characters {unknown} are not in the vocabulary of {meta_path}")
+        return [stoi[c] for c in s]
+
+    return encode, lambda ids: "".join(itos[i] for i in ids)
 
 
 def fail(message, rank=0):
@@ -121,6 +143,10 @@ def main(argv):
         load_weights(model, checkpoint, ckpt_path)
     except ValueError as e:  # CheckpointError is a ValueError
         fail(str(e), mesh.rank)
+    bad = next((name for name, t in checkpoint["model"].items() if t.is_floating_point() and not t.isfinite().all()), None)
+    if bad is not None:  # it would sample from NaN logits: empty text, exit 0
+        fail(f"{ckpt_path}: its weights are not finite (first: {bad}); the run diverged before this checkpoint",
+             mesh.rank)
     model.eval().to(mesh.device)
 
     dtype = args.dtype
@@ -139,10 +165,8 @@ def main(argv):
         except (OSError, ValueError) as e:  # ValueError: UnicodeDecodeError, or a NUL in the path
             fail(f"--start={args.start!r}: cannot read the prompt file: {getattr(e, 'strerror', None) or e}",
                  mesh.rank)
-    config = checkpoint.get("config")
-    dataset = config.get("dataset") if isinstance(config, dict) else None
     try:
-        encode, decode = load_codec(dataset if isinstance(dataset, str) else None)
+        encode, decode = load_codec(checkpoint, ckpt_path)
         ids = encode(start)
     except (ValueError, RuntimeError) as e:  # RuntimeError: the offline GPT-2 BPE files are missing
         fail(str(e), mesh.rank)
@@ -150,12 +174,15 @@ def main(argv):
         fail("--start encodes to no tokens; give a non-empty prompt", mesh.rank)
     x = torch.tensor(ids, dtype=torch.long, device=mesh.device)[None, ...]
 
+    temperature, top_k = args.temperature, args.top_k or None
+    if temperature < GREEDY_BELOW:  # greedy: only the most likely token is left to draw
+        temperature, top_k = 1.0, 1
     torch.manual_seed(args.seed)  # the same stream on every rank: TP ranks must draw the same tokens
     rates = []
     with torch.no_grad():
         for i in range(args.num_samples):
             t0 = time.perf_counter()
-            y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None,
+            y = model.generate(x, args.max_new_tokens, temperature=temperature, top_k=top_k,
                                decode=args.decode, compile_mode=args.compile_mode)
             tokens = y[0].tolist()  # waits for the device: the time below is the whole sample's
             seconds = time.perf_counter() - t0

@@ -87,7 +87,8 @@ def check_request(args):
     if not 1 <= args.syncs <= n_points:
         fail(f"--syncs={args.syncs} must be between 1 and {n_points} (the model's sync points)")
     try:
-        data_dir, _ = check_data(cfg["dataset"], model_args["block_size"])
+        root = cfg.get("data_dir") if isinstance(cfg.get("data_dir"), str) else ""  # '' = the repository's data/
+        data_dir, _ = check_data(cfg["dataset"], model_args["block_size"], root)
     except RunError as e:
         fail(f"{args.ckpt} was trained on dataset {cfg['dataset']!r}: {e}")
     return ckpt, cfg, model_args, data_dir, args.eval_iters or cfg["eval_iters"], args.batch_size or cfg["batch_size"]

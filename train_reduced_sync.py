@@ -20,7 +20,11 @@ Data order (deterministic, resumable, independent of the dp x tp layout).
     masks do not depend on the layout either. Eval batches are a fixed set per split, seeded
     independently of `seed`, so every run and every eval measures the same tokens.
 
-Checkpoint (out_dir/ckpt.pt, written at eval time by rank 0, atomically; ckpt_best.pt = best val).
+out_dir holds one run, locked while it trains (run_dir.py); SIGINT/SIGTERM stop every rank after the same
+step with a checkpoint and exit 130/143 (stop.py).
+
+Checkpoint (out_dir/ckpt.pt, written at eval time and on a stop signal by rank 0, atomically; ckpt_best.pt =
+best val).
 The format (tensors, plain containers and primitives only) and its safe loading (weights_only=True)
 live in checkpoint.py:
     model        full unsharded state_dict (nanoGPT names), loadable at any tp
@@ -47,6 +51,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -56,14 +61,17 @@ import torch
 import torch.distributed as dist
 
 from checkpoint import (MODEL_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
-                        read_plain_pickle, remove_stale_temp_files, restore_rng_states, rng_states, set_aside,
+                        read_plain_pickle, restore_rng_states, rng_states, set_aside,
                         write_checkpoint)
 from configurator import ConfigError, format_config, micro_steps_per_replica, parse, save_config
+from memory_check import check_memory
 from model.gpt import GPT, GPTConfig
 from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.grad import clip_grad_norm_
-from parallel.mesh import init_mesh
+from parallel.mesh import RendezvousError, env_int, init_mesh
+from run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
+from stop import Control, install_signal_handlers, report_fatal
 
 # Tags that keep the seed streams of different uses apart.
 TRAIN_DATA, EVAL_DATA, DROPOUT = 0, 1, 2
@@ -79,14 +87,26 @@ class RunError(Exception):
 
 
 # ----------------------------------------------------------------------------- data
-def data_dir_for(dataset):
-    return os.path.join("data", dataset)
+REPO = os.path.dirname(os.path.abspath(__file__))
 
 
-def check_data(dataset, block_size):
+def data_dir_for(dataset, root=""):
+    """<root>/<dataset>; root '' is the repository's data/, so the cwd does not matter (a root given by
+    the user, --data_dir, is a path as typed: relative to the cwd)."""
+    return os.path.join(root or os.path.join(REPO, "data"), dataset)
+
+
+def prepare_command(dataset):
+    """The command that prepares a dataset, as the user can type it from the cwd."""
+    script = os.path.join(REPO, "data", dataset, "prepare.py")
+    rel = os.path.relpath(script)
+    return f"`python {rel if not rel.startswith('..') else script}`"
+
+
+def check_data(dataset, block_size, root=""):
     """Return (data_dir, vocab_size) or raise RunError naming the prepare script."""
-    data_dir = data_dir_for(dataset)
-    prepare = f"`python data/{dataset}/prepare.py`"
+    data_dir = data_dir_for(dataset, root)
+    prepare = prepare_command(dataset)
     vocab_size = 50304  # GPT-2 BPE's 50257 padded up to a multiple of 64 (nanoGPT)
     meta_path = os.path.join(data_dir, "meta.pkl")
     if os.path.exists(meta_path):  # char-level datasets store their vocabulary size
@@ -128,21 +148,6 @@ def check_token_ids(path, vocab_size, prepare, chunk=1 << 20, whole_up_to=1 << 2
         if top >= vocab_size:
             raise RunError(f"{path} holds token id {top} (near offset {int(start)}), outside the vocabulary of "
                            f"{vocab_size} ids: the file is corrupt or from another tokenizer; rerun {prepare}")
-
-
-def check_out_dir(out_dir):
-    """RunError unless out_dir is, or can be created as, a writable directory (checked before any
-    file is written): it, or one of its parents, must not be an existing file."""
-    path = os.path.abspath(out_dir)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            return
-        path = parent
-    if not os.path.isdir(path):
-        raise RunError(f"out_dir={out_dir!r}: {path} exists and is not a directory")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise RunError(f"out_dir={out_dir!r}: {path} is not writable")
 
 
 def open_split(data_dir, split):
@@ -187,7 +192,7 @@ def check_one_pass(cfg, data_dir):
     need = cfg.max_iters * cfg.gradient_accumulation_steps * cfg.batch_size
     if need > windows:
         raise RunError(f"data_order='one_pass' with max_iters={cfg.max_iters}: the run reads {need:,} sequences "
-                       f"but data/{cfg.dataset}/train.bin holds {windows:,} windows of block_size={cfg.block_size}; "
+                       f"but {os.path.join(data_dir, 'train.bin')} holds {windows:,} windows of block_size={cfg.block_size}; "
                        f"lower max_iters to {windows // (cfg.gradient_accumulation_steps * cfg.batch_size):,} or "
                        f"use data_order='random'")
 
@@ -440,10 +445,21 @@ class RunLog:
                 f.write(json.dumps(record) + "\n")
 
 
-def fail(message, mesh=None, code=1):
-    """Print one clear message (once, not per rank) and exit without a traceback."""
-    rank = mesh.rank if mesh is not None else int(os.environ.get("RANK", "0"))
-    if rank == 0:
+def check_vocab(ckpt_vocab, data_vocab, ckpt_path, data_dir, mesh):
+    """The checkpoint's vocabulary must be the dataset's (whose token ids were checked against it)."""
+    if ckpt_vocab != data_vocab:
+        fail(f"{ckpt_path} has a vocabulary of {ckpt_vocab} ids but the dataset {data_dir} has {data_vocab}: it was "
+             f"trained on another dataset or tokenizer; choose its dataset with --dataset", mesh)
+
+
+def fail(message, mesh=None, code=1, every_rank=False):
+    """Print one clear message (once, not per rank) and exit without a traceback. every_rank: an error
+    that only this rank may have seen (its rendezvous), printed by each rank with its rank."""
+    env_rank = os.environ.get("RANK", "0")
+    rank = mesh.rank if mesh is not None else int(env_rank) if env_rank.isdigit() else 0
+    if every_rank and rank > 0:
+        print(f"error: rank {rank}: {message}", file=sys.stderr, flush=True)
+    elif rank <= 0:
         print(f"error: {message}", file=sys.stderr, flush=True)
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
@@ -458,23 +474,29 @@ def main(argv):
         cfg = parse(argv)
     except ConfigError as e:
         fail(str(e))
+    if cfg.data_dir:  # as typed, from the cwd; stored absolute, so sample.py finds meta.pkl from anywhere
+        cfg.data_dir = os.path.abspath(cfg.data_dir)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         fail("device='cuda' but CUDA is not available; use --device=cpu or --device=auto")
     # 'auto' takes CUDA only when every local process gets its own GPU (NCCL needs one each)
-    local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    cuda_fits = torch.cuda.is_available() and torch.cuda.device_count() >= local_procs
-    device_type = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and cuda_fits) else "cpu"
     try:
-        mesh = init_mesh(cfg.tp, device_type)
-    except ValueError as e:
-        fail(str(e))
+        local_procs = env_int("LOCAL_WORLD_SIZE", 1)
+        cuda_fits = torch.cuda.is_available() and torch.cuda.device_count() >= local_procs
+        device_type = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and cuda_fits) else "cpu"
+        mesh = init_mesh(cfg.tp, device_type, cfg.rendezvous_timeout)
+    except ValueError as e:  # RendezvousError: only this rank may know, so every rank says it
+        fail(str(e), every_rank=isinstance(e, RendezvousError))
     device = mesh.device
+    control = Control(mesh)  # every rank, now: it creates a process group
+    fresh = cfg.init_from != "resume"
     try:
         micro_steps = micro_steps_per_replica(cfg, mesh.dp)
-        data_dir, vocab_size = check_data(cfg.dataset, cfg.block_size)
+        data_dir, vocab_size = check_data(cfg.dataset, cfg.block_size, cfg.data_dir)
         check_one_pass(cfg, data_dir)
         check_out_dir(cfg.out_dir)
-    except (ConfigError, RunError) as e:
+        refuse_existing_run(cfg.out_dir, fresh, cfg.overwrite)
+        check_memory(cfg, vocab_size, micro_steps, cfg.tp, device)
+    except (ConfigError, RunError, OutDirError, ValueError) as e:
         fail(str(e), mesh)
     dtype = cfg.dtype
     if dtype == "auto":
@@ -499,6 +521,7 @@ def main(argv):
                 if mesh.is_master:
                     print(f"note: resuming with {key}={value!r} from the checkpoint (requested {getattr(cfg, key)!r})")
                 setattr(cfg, key, value)
+        check_vocab(checkpoint["model_args"]["vocab_size"], vocab_size, resumed_from, data_dir, mesh)
         saved_data = checkpoint["data"]
         if mesh.is_master and any(saved_data[k] != getattr(cfg, k)
                                   for k in ("seed", "batch_size", "block_size", "gradient_accumulation_steps")):
@@ -513,10 +536,13 @@ def main(argv):
             source = read_checkpoint(cfg.init_from, MODEL_KEYS)
         except CheckpointError as e:
             fail(f"init_from: {e}", mesh)
+        check_vocab(source["model_args"]["vocab_size"], vocab_size, cfg.init_from, data_dir, mesh)
         for key in ("n_layer", "n_head", "n_embd", "block_size", "bias", "n_tracks"):
+            if getattr(cfg, key) != source["model_args"][key] and mesh.is_master:
+                print(f"note: fine-tuning with {key}={source['model_args'][key]!r} from the checkpoint "
+                      f"(requested {getattr(cfg, key)!r})")
             setattr(cfg, key, source["model_args"][key])
         init_weights = source["model"]
-        vocab_size = source["model_args"]["vocab_size"]
         del source
 
     model_args = dict(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer,
@@ -539,9 +565,16 @@ def main(argv):
         fail(str(e), mesh)
     raw_model.to(device)
 
-    # ---- output directory, config and log: the request is valid from here on.
+    # ---- output directory, config and log: the request is valid from here on. Rank 0 creates and locks
+    # out_dir, removes orphan temp files and (--overwrite=True) moves an old run aside; all ranks agree.
+    claim_error, claim_notes = None, []
     if mesh.is_master:
-        os.makedirs(cfg.out_dir, exist_ok=True)
+        try:
+            claim_notes = claim(cfg.out_dir, fresh, cfg.overwrite)
+        except OutDirError as e:
+            claim_error = str(e)
+    if control.any_error(claim_error is not None):
+        fail(claim_error or "rank 0 could not claim out_dir", mesh)
     tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
     derived = {"world_size": mesh.world_size, "dp": mesh.dp, "micro_steps_per_replica": micro_steps,
                "tokens_per_iter": tokens_per_iter, "device": device, "resolved_dtype": dtype,
@@ -552,7 +585,9 @@ def main(argv):
               f"{micro_steps} micro-steps per replica, {tokens_per_iter:,} tokens per iteration, "
               f"{derived['n_params'] / 1e6:.2f}M parameters, {dtype} on {device_type}")
         save_config(cfg, os.path.join(cfg.out_dir, "config.json"), extra={"derived": derived})
-    log = RunLog(cfg.out_dir, mesh.is_master, fresh=cfg.init_from != "resume")
+    log = RunLog(cfg.out_dir, mesh.is_master, fresh=fresh)
+    for note in claim_notes:
+        log.write(f"note: {note}", {"type": "note", "note": note})
     comm.barrier()  # out_dir exists before any rank goes on
 
     if device_type == "cuda":
@@ -574,8 +609,6 @@ def main(argv):
             kept = set_aside(ckpt_path) if mesh.is_master else None
             log.write(f"note: {fallback_note}" + (f"; the unusable file is kept as {kept}" if kept else ""),
                       {"type": "resume_fallback", "iter": iter_num, "from": resumed_from, "kept": kept})
-        if mesh.is_master:
-            remove_stale_temp_files(cfg.out_dir)  # of checkpoint writes a killed run left half done
         log.write(f"resumed from {resumed_from} at iter {iter_num} (saved at tp={checkpoint['layout']['tp']} "
                   f"dp={checkpoint['layout']['dp']}; now tp={mesh.tp} dp={mesh.dp})",
                   {"type": "resume", "iter": iter_num, "tp": mesh.tp, "dp": mesh.dp})
@@ -614,6 +647,18 @@ def main(argv):
             fail(f"training diverged (non-finite loss/grad norm at {where}); "
                  f"try a lower learning_rate or grad_clip", mesh, code=2)
 
+    def save(paths):
+        """save_checkpoint on every rank; a write that fails (a full disk) stops every rank, in one line."""
+        error = None
+        try:
+            save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss)
+        except CheckpointError as e:
+            error = str(e)
+        if control.any_error(error is not None):
+            fail(error or "rank 0 could not write the checkpoint", mesh)
+
+    signum = 0
+    control.start()
     while True:
         # Evaluate and checkpoint at an iteration boundary (weights after iter_num steps).
         if iter_num % cfg.eval_interval == 0 or iter_num >= cfg.max_iters or cfg.eval_only:
@@ -634,7 +679,7 @@ def main(argv):
             best_val_loss = min(best_val_loss, losses["val"])
             if iter_num > start_iter and not cfg.eval_only and (is_best or cfg.always_save_checkpoint):
                 paths = [ckpt_path] + ([os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best else [])
-                save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss)
+                save(paths)
             timer_start, timed_iters = time.time(), 0
         if cfg.eval_only or iter_num >= cfg.max_iters:
             break
@@ -667,7 +712,15 @@ def main(argv):
                            "tok_per_s": tok_per_s, "mfu": mfu})
             timer_start, timed_iters = time.time(), 0
         iter_num += 1
+        signum = control.agreed_stop()  # SIGINT/SIGTERM: every rank stops after the same step
+        if signum:
+            save([ckpt_path])
+            name = signal.Signals(signum).name
+            log.write(f"stopped by {name} at iter {iter_num}: saved {ckpt_path}; continue with --init_from=resume",
+                      {"type": "stop", "iter": iter_num, "signal": name})
+            break
 
+    control.finish()
     if wandb is not None:
         wandb.finish()
     if dist.is_initialized():
@@ -676,8 +729,9 @@ def main(argv):
         # exception", dp2 x tp2 on a loaded CPU)
         comm.barrier()
         dist.destroy_process_group()
-    return 0
+    return 128 + signum if signum else 0  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    install_signal_handlers()  # SIGINT/SIGTERM: at once until training starts, then after a step with a checkpoint
+    sys.exit(report_fatal(main, sys.argv[1:]))

@@ -138,7 +138,7 @@ SMOKE_BPE = ("--max_iters=4", "--lr_decay_iters=4", "--warmup_iters=1", "--eval_
              "--log_interval=1", "--batch_size=2", "--block_size=16", "--device=cpu")
 
 # config.json keys that may differ between a done run and the plan (they do not change what is computed)
-IGNORED_KEYS = {"out_dir", "init_from", "always_save_checkpoint", "wandb_log", "wandb_project", "wandb_run_name"}
+IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "overwrite", "always_save_checkpoint", "wandb_log", "wandb_project", "wandb_run_name"}
 PACK_NAME = "sweep-logs.tgz"
 
 
@@ -160,7 +160,8 @@ class Run:
         return os.path.join(scratch, self.sweep_dir.replace(os.sep, "_"), self.name)
 
     def argv(self, scratch, extra=()):
-        return [*self.args, *extra, f"--out_dir={self.scratch_dir(scratch)}"]
+        # data_dir: the trainers' cwd is WORKDIR (chdir'd), whose data/ holds the datasets
+        return [*self.args, *extra, f"--out_dir={self.scratch_dir(scratch)}", "--data_dir=data"]
 
 
 def policy_tag(policy):

@@ -7,6 +7,7 @@ holds the ranks with its tp_rank in every replica. All TP ranks of one replica r
 """
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -60,18 +61,66 @@ def build_groups(tp):
                 tp_group=tp_group, dp_group=dp_group, device="")
 
 
-def init_mesh(tp, device=None):
+class RendezvousError(ValueError):
+    """This rank could not join the world. Only this rank may know: print it on every rank."""
+
+
+def env_int(name, default):
+    """An integer environment variable (torchrun's RANK, WORLD_SIZE, ...), ValueError in one line if not."""
+    text = os.environ.get(name, str(default))
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={text!r} is not an integer") from None
+
+
+def _rendezvous(backend, timeout_s):
+    """init_process_group; outside torchrun with a time limit on finding the other ranks. Under torchrun
+    its agent has already gathered every worker (workers use the agent's store), so nothing waits there.
+    Only the store gets the limit: collectives keep torch's default timeout (a long checkpoint write of
+    rank 0 must not time out the others' next collective)."""
+    if "TORCHELASTIC_RUN_ID" in os.environ or dist.is_initialized():
+        if not dist.is_initialized():
+            dist.init_process_group(backend=backend)
+        return
+    rank, world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise RendezvousError(f"WORLD_SIZE={world} without {', '.join(missing)}: launch with torchrun, or set RANK, "
+                              f"MASTER_ADDR and MASTER_PORT for every rank")
+    if not 0 <= rank < world:
+        raise RendezvousError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
+    addr, port = os.environ["MASTER_ADDR"], env_int("MASTER_PORT", 0)
+    saved = os.dup(2)  # c10d logs each failed try to fd 2 with a C++ backtrace: the error below says it in a line
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=timedelta(seconds=timeout_s),
+                              wait_for_workers=True)
+    except Exception as e:  # DistNetworkError, DistStoreError, RuntimeError: one line, whatever it is
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise RendezvousError(f"no rendezvous of the {world} ranks at {addr}:{port} within {timeout_s:g} s "
+                              f"(rendezvous_timeout): {reason}") from None
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world)
+
+
+def init_mesh(tp, device=None, rendezvous_timeout=300.0):
     """Initialize torch.distributed from torchrun's environment (or a single process without it).
 
     NCCL on CUDA, gloo otherwise. Returns the Mesh; mesh.device is this rank's device string.
+    Outside torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by hand), finding the other ranks
+    gives up after rendezvous_timeout seconds with a RendezvousError.
     """
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or dist.is_initialized():
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if env_int("WORLD_SIZE", 1) > 1 or dist.is_initialized():
+        local_rank = env_int("LOCAL_RANK", 0)
         device = device_for_local_rank(local_rank, device)
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
-        if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+        _rendezvous("nccl" if device.startswith("cuda") else "gloo", rendezvous_timeout)
         mesh = build_groups(tp)
         mesh.device = device
         return mesh

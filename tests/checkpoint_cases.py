@@ -32,17 +32,17 @@ def marker_code(marker):
     return f"open({str(marker)!r}, 'w').write('pwned')"
 
 
-def tiny_checkpoint(dataset="syn", **model_args):
+def tiny_checkpoint(dataset="syn", data_dir="", **model_args):
     """A checkpoint with model, model_args, config and iter_num (what sample.py and spd_sensitivity.py read)."""
     args = {**TINY_MODEL_ARGS, **model_args}
     torch.manual_seed(0)
     model = GPT(GPTConfig(**args))
     return {"model": dict(model.state_dict()), "model_args": args, "iter_num": 0,
-            "config": {"dataset": dataset, "eval_iters": 1, "batch_size": 2}}
+            "config": {"dataset": dataset, "data_dir": data_dir, "eval_iters": 1, "batch_size": 2}}
 
 
-def write_valid(path, dataset="syn", **model_args):
-    write_checkpoint([str(path)], tiny_checkpoint(dataset, **model_args))
+def write_valid(path, dataset="syn", data_dir="", **model_args):
+    write_checkpoint([str(path)], tiny_checkpoint(dataset, data_dir, **model_args))
     return str(path)
 
 

@@ -1,8 +1,8 @@
 """Shared test fixtures: a tiny synthetic character dataset and helpers to run the training script.
 
 The dataset is written once per session into a temp work dir laid out like the repo
-(data/syn/{train,val}.bin, meta.pkl), and training runs use that dir as their cwd, since the
-script reads data/<dataset>/ relative to the cwd (as nanoGPT does). The text is a first-order
+(data/syn/{train,val}.bin, meta.pkl), and training runs use that dir as their cwd with --data_dir=data
+(the trainer reads the repository's data/<dataset>/ unless told otherwise). The text is a first-order
 Markov chain over 32 symbols with peaked transitions, so a tiny model's loss falls quickly.
 """
 import json
@@ -23,7 +23,7 @@ SYN_VOCAB = 32
 SYN_CHARS = "abcdefghijklmnopqrstuvwxyz .,;!\n"  # 32 characters: meta.pkl's itos/stoi for sample.py
 
 # A tiny model that still exercises tracks, dp and tp.
-TINY = ["--dataset=syn", "--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=32", "--batch_size=4",
+TINY = ["--dataset=syn", "--data_dir=data", "--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=32", "--batch_size=4",
         "--n_tracks=2", "--eval_interval=5", "--eval_iters=2", "--log_interval=1",
         "--gradient_accumulation_steps=4", "--learning_rate=1e-2", "--warmup_iters=2",
         "--lr_decay_iters=20", "--min_lr=1e-3", "--device=cpu"]

@@ -19,12 +19,13 @@ import sys
 import numpy as np
 import pytest
 
+from checkpoint import write_checkpoint
 from configurator import ConfigError, parse
 from model.gpt import GPTConfig
 from model.sync_policy import parse_sync_policy
 from tests.checkpoint_cases import (Payload, marker_code, tiny_checkpoint, tree_state, write_malicious,
                                     write_old_format, write_random_bytes, write_truncated, write_valid)
-from tests.conftest import REPO, TINY, run_env
+from tests.conftest import REPO, TINY, run_env, run_train
 
 AR3, FW3, SUP2, AR11 = "\u0663", "\uff13", "\u00b2", "\u0661\u0661"  # Arabic-Indic 3, full-width 3, superscript 2
 
@@ -60,6 +61,7 @@ CLI_CASES = [  # configurator.parse, as the training script's argv
     ["--grad_clip=-1.0"], [f"--sync_policy=grouped:{AR3}"], ["--sync_policy=selective:"],
     ["--sync_policy=baseline:"], ["--n_layer=2", "--sync_policy=selective:1-0"], ["--n_tracks=5"],
     ["--device=cpu", "--dtype=bfloat16"], ["--compile_backend=tvm"], ["--max_iters=-5"],
+    ["--learning_rate=1e-3", "--min_lr=1e-2"], ["--rendezvous_timeout=0"], ["--overwrite=yes"],
 ]
 CONFIG_FILES = {  # name: content (bytes), each given as the training script's config file
     "latin1.py": b"n_layer = 2  # caf\xe9\n",
@@ -141,6 +143,8 @@ def fuzz_root(workdir, tmp_path_factory):
     dataset("novocab", good, meta_bytes=pickle.dumps({"stoi": {}, "itos": {}}))
     dataset("dirbin")
     os.makedirs(j("data", "dirbin", "train.bin"))
+    dataset("bpe", good, meta_bytes=None)  # no meta.pkl: GPT-2's vocabulary (50304), not the checkpoints' 32
+    os.symlink(j("nowhere"), j("dangling"))
 
     with open(j("afile"), "w") as f:
         f.write("a file, not a directory\n")
@@ -153,7 +157,10 @@ def fuzz_root(workdir, tmp_path_factory):
 
     c = lambda name: j("ckpts", name)
     os.makedirs(c("dir.pt"))
-    write_valid(c("valid.pt"))
+    write_valid(c("valid.pt"), data_dir=j("data"))
+    nan = tiny_checkpoint(data_dir=j("data"))
+    nan["model"]["transformer.h.0.mlp.c_fc.weight"][0, 0] = float("nan")
+    write_checkpoint([c("nan.pt")], nan)
     write_malicious(c("evil.pt"), j("PWNED"))
     write_malicious(c("evil_raw.pt"), j("PWNED"), raw_pickle=True)
     write_truncated(c("trunc.pt"), c("valid.pt"))
@@ -173,6 +180,7 @@ def fuzz_root(workdir, tmp_path_factory):
         os.makedirs(j("runs", name))
         shutil.copy(c(source), j("runs", name, "ckpt.pt"))
     os.makedirs(j("runs", "resume_none"))
+    run_train([*TINY, "--max_iters=2", "--eval_interval=1", "--eval_iters=1", "--out_dir=runs/trained"], root)
 
     def run_dir(name, config=b'{"sync_policy": "baseline"}', metrics=None, log=None):
         os.makedirs(j("cr", name))
@@ -198,6 +206,8 @@ def fuzz_root(workdir, tmp_path_factory):
     run_dir("noeval", metrics=b'{"type": "train", "iter": 0, "loss": 3.0}\n')
     run_dir("nothing")
     run_dir("latin1log", log=b"step 0: train loss 3.0, val loss 3.0, syncs/fwd 4 \xff\n")
+    run_dir("nanloss", metrics=b'{"type": "eval", "iter": 0, "val_loss": NaN, "syncs_per_fwd": 4}\n')
+    run_dir("strlayer", config=b'{"sync_policy": "baseline", "n_layer": "two"}', metrics=ev())
     return root
 
 
@@ -239,6 +249,16 @@ MAIN_CASES = [
     *[("train", [*TRAIN, f"--out_dir=runs/{name}", "--init_from=resume"])
       for name in ("resume_none", "resume_trunc", "resume_evil", "resume_old", "resume_incomplete")],
     ("train", [*TRAIN, "--out_dir=runs/missing_run", "--init_from=resume"]),
+    # issue 28: a run in the way, a vocabulary mismatch, a batch that cannot fit, out_dirs that cannot be
+    ("train", [*TRAIN, "--out_dir=runs/trained"]),  # a fresh run over a run
+    ("train", [*TRAIN, "--out_dir=runs/trained", "--init_from=resume", "--dataset=bpe"]),
+    ("train", [*TRAIN, NEW_OUT, "--init_from=runs/trained/ckpt.pt", "--dataset=bpe"]),
+    ("train", [*TRAIN, NEW_OUT, "--init_from=ckpts/valid.pt", "--dataset=bpe"]),
+    ("train", [*TRAIN, NEW_OUT, "--batch_size=1000000000000"]),  # issue: 10000000; this refuses on any machine
+    ("train", [*TRAIN, "--out_dir=" + "x" * 300]),
+    ("train", [*TRAIN, "--out_dir=dangling"]),
+    ("train", [*TRAIN, "--out_dir=dangling/sub"]),
+    ("train", [*TRAIN, "--out_dir=/proc/foo"]),
     # sample.py
     *[("sample", [*S, "--out_dir=ckpts", "--ckpt=valid.pt", arg]) for arg in (
         "--num_samples=0", "--num_samples=-1", f"--num_samples={AR3}", "--num_samples=1.5", "--max_new_tokens=0",
@@ -249,7 +269,7 @@ MAIN_CASES = [
         "--start=\u00c4\u00d6")],
     *[("sample", [*S, "--out_dir=ckpts", f"--ckpt={name}"]) for name in (
         "missing.pt", "dir.pt", "evil.pt", "evil_raw.pt", "trunc.pt", "random.pt", "empty.pt", "old.pt", "list.pt",
-        "nomodelargs.pt", "badargs.pt", "badshape.pt")],
+        "nomodelargs.pt", "badargs.pt", "badshape.pt", "nan.pt", "nodataset.pt")],
     ("sample", [*S, "--out_dir=no_such_run"]),
     ("sample", [*S, "--out_dir="]),
     # spd_sensitivity.py
@@ -263,7 +283,7 @@ MAIN_CASES = [
     # compare_runs.py
     *[("compare", [f"cr/{name}", "--out", "cr-plot.png"]) for name in (
         "nocfg", "badjson", "listcfg", "latin1cfg", "notype", "notobject", "striter", "strloss", "boolsyncs",
-        "noeval", "nothing", "latin1log", "missing_dir", "nomatch-*", "afile")],
+        "noeval", "nothing", "latin1log", "missing_dir", "nomatch-*", "afile", "nanloss", "strlayer")],
     *[("compare", ["cr/good", "--out", out]) for out in ("plot.xyz", "ckpts", "afile/x.png", "noext")],
     ("compare", ["cr/good", "--frobnicate"]),
     ("compare", []),
@@ -331,3 +351,121 @@ def test_enough_generated_inputs():
     n = (len(SYNC_POLICY_CASES) + len(GPTCONFIG_CASES) + len(CLI_CASES) + len(CONFIG_FILES) + 2 + len(MAIN_CASES)
          + len(SUBPROCESS_CASES))
     assert n >= 60, n
+
+
+# ----------------------------------------------------------------------------- issue 28: launch environment
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+ENV_CASES = [  # outside torchrun, the environment a user set by hand: one line, from the rank that knows
+    ({"RANK": "1", "WORLD_SIZE": "2"}, "rank 1: WORLD_SIZE=2 without MASTER_ADDR"),
+    ({"LOCAL_WORLD_SIZE": "abc"}, "LOCAL_WORLD_SIZE='abc' is not an integer"),
+    ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not an integer"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+     "rank 1: no rendezvous of the 2 ranks at 127.0.0.1:"),  # nobody listens: gives up after 3 s
+]
+
+
+def test_launch_environment_rejected_cleanly(fuzz_root):
+    before = tree_state(fuzz_root)
+    procs = [subprocess.Popen([sys.executable, os.path.join(REPO, "train_reduced_sync.py"), *TRAIN, NEW_OUT,
+                               "--rendezvous_timeout=3"], cwd=fuzz_root, env={**run_env(), **env},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for env, _ in ENV_CASES]
+    for (env, want), proc in zip(ENV_CASES, procs):
+        _, err = proc.communicate(timeout=120)
+        assert_clean_error(proc.returncode, err)
+        assert want in err, (env, err)
+    assert tree_state(fuzz_root) == before
+
+
+def test_run_from_another_directory(fuzz_root, tmp_path):
+    # the cwd holds no data/: the trainer's and spd_sensitivity.py's advice names the repository's prepare
+    # script; sample.py decodes a run with its own characters (meta.pkl through the run's data_dir)
+    commands = [["train_reduced_sync.py", *TRAIN[2:], NEW_OUT, "--dataset=missing_ds"],
+                ["spd_sensitivity.py", os.path.join(fuzz_root, "ckpts", "nodataset.pt"), "--device", "cpu", "--syncs", "2"],
+                ["sample.py", f"--out_dir={fuzz_root}/runs/trained", "--num_samples=1", "--max_new_tokens=20", "--start=ab"]]
+    procs = [subprocess.Popen([sys.executable, os.path.join(REPO, script), *args], cwd=tmp_path, env=run_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for script, *args in commands]
+    (_, train_err), (_, spd_err), (text, sample_err) = [p.communicate(timeout=120) for p in procs]
+    prepare = f"`python {os.path.join(REPO, 'data', 'missing_ds', 'prepare.py')}`"
+    for proc, err in zip(procs[:2], (train_err, spd_err)):
+        assert_clean_error(proc.returncode, err)
+        assert prepare in err, err
+    assert procs[2].returncode == 0, sample_err
+    text = text.split("---------------")[0]
+    from tests.conftest import SYN_CHARS
+    assert text.startswith("ab") and len(text.rstrip("\n")) >= 2 and set(text) <= set(SYN_CHARS)
+    assert os.listdir(tmp_path) == []
+
+
+def test_sample_tiny_temperature_is_greedy(fuzz_root, monkeypatch, capsys):
+    import sample
+    monkeypatch.chdir(fuzz_root)
+    texts = []
+    for args in (["--temperature=1e-300"], ["--temperature=1.0", "--top_k=1"], ["--temperature=1e-300", "--seed=7"]):
+        capsys.readouterr()
+        assert sample.main(["--out_dir=runs/trained", "--num_samples=1", "--max_new_tokens=30", "--start=ab", *args]) == 0
+        texts.append(capsys.readouterr().out.split("---------------")[0])
+    assert texts[0] == texts[1] == texts[2] and len(texts[0].strip()) > 2, texts
+
+
+def test_wrong_shaped_ckpt_falls_back_to_ckpt_best(fuzz_root, tmp_path):
+    import torch
+
+    from checkpoint import read_for_resume
+    run = tmp_path / "run"
+    shutil.copytree(os.path.join(fuzz_root, "runs", "trained"), run)
+    bad = torch.load(run / "ckpt.pt", weights_only=True)
+    bad["model"]["transformer.wte.weight"] = bad["model"]["transformer.wte.weight"][:-1]
+    torch.save(bad, run / "ckpt.pt")
+    checkpoint, path, note = read_for_resume(str(run))
+    assert path == str(run / "ckpt_best.pt") and "transformer.wte.weight has shape" in note
+    assert checkpoint["iter_num"] >= 1
+
+
+def test_finetune_says_which_settings_come_from_the_checkpoint(fuzz_root, tmp_path):
+    out = tmp_path / "ft"
+    proc = run_train([*TRAIN, f"--out_dir={out}", "--init_from=runs/trained/ckpt.pt", "--block_size=16",
+                      "--max_iters=1"], fuzz_root)
+    assert "note: fine-tuning with block_size=32 from the checkpoint (requested 16)" in proc.stdout
+
+
+def test_fatal_errors_of_one_rank_are_one_line(capsys, monkeypatch, tmp_path):
+    # what a rank meets alone (a full disk while logging, a lost peer, memory) is one line with its rank
+    import errno
+
+    import torch
+
+    import socket
+    import zlib
+
+    import stop
+    from stop import report_fatal
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()  # reaped: its pid names no process now
+    host = zlib.crc32(socket.gethostname().encode())
+    monkeypatch.setattr(stop, "_peers", [(host, gone.pid), (host, os.getpid()), (host + 1, 1)])  # rank 2 elsewhere
+    log = str(tmp_path / "log.txt")
+
+    def raiser(error):
+        def main(argv):
+            raise error
+        return main
+
+    for error, want in ((OSError(errno.ENOSPC, "No space left on device", log), f"cannot write {log}: No space left"),
+                        (OSError(errno.EDQUOT, "Disk quota exceeded", log), "MiB free there"),
+                        (RuntimeError("[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:4321"),
+                         "lost contact with rank 0 (Connection closed by peer, peer [10.0.0.2]:4321)"),
+                        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "out of memory")):
+        capsys.readouterr()
+        code, err = run_in_process(lambda argv: report_fatal(raiser(error), argv), [], capsys)
+        assert_clean_error(code, err)
+        assert err.startswith("error: rank 1: ") and want in err, err
+    with pytest.raises(KeyError):  # a bug keeps its traceback
+        report_fatal(raiser(KeyError("x")), [])

@@ -180,7 +180,7 @@ def test_nonfinite_loss_stops_and_keeps_checkpoint(workdir, reference_run):
     (["--n_layr=3"], 1, "unknown config key 'n_layr'"),
     (["--n_layer=abc"], 1, "config key 'n_layer' expects int, got 'abc'"),
     (["--sync_policy=fastest"], 1, "bad sync_policy 'fastest'"),
-    (["--dataset=nonexistent"], 1, "`python data/nonexistent/prepare.py`"),
+    (["--dataset=nonexistent"], 1, "data/nonexistent/prepare.py`"),
     (["--tp=4"], 2, "world size 2 is not divisible by tp=4"),
 ])
 def test_bad_requests_fail_cleanly_without_out_dir(workdir, extra, nproc, message):
