@@ -560,7 +560,7 @@ def main(argv):
         save_config(cfg, os.path.join(cfg.out_dir, "config.json"), extra={"derived": derived})
     log = RunLog(cfg.out_dir, mesh.is_master, fresh=cfg.init_from != "resume")
     log.write(f"layout: world {mesh.world_size} = dp {mesh.dp} x tp {mesh.tp} ({layout.why}), {micro_steps} "
-              f"micro-steps per replica, {tokens_per_iter:,} tokens per iteration, "
+              f"micro-step{'s' if micro_steps > 1 else ''} per replica, {tokens_per_iter:,} tokens per iteration, "
               f"{derived['n_params'] / 1e6:.2f}M parameters, {dtype} on {device_type}",
               {"type": "layout", "world_size": mesh.world_size, "dp": mesh.dp, "tp": mesh.tp,
                "tp_requested": tp_requested})

@@ -104,8 +104,9 @@ CHAR_COMMON = ("--always_save_checkpoint=True", "--tp=1")
 
 # ---------------------------------------------------------------- the BPE sweep's extra seeds (issue item 5)
 BPE_SWEEP_DIR = "experiments/shakespeare-sweep"
-# experiments/shakespeare_sweep.sh's `common` with ITERS=3000, as EXPERIMENT_SUMMARY.md section 1 ran it
-BPE_COMMON = ("--batch_size=32", "--block_size=256", "--max_iters=3000", "--lr_decay_iters=3000", "--warmup_iters=100",
+# experiments/shakespeare_sweep.sh's `common` with ITERS=3000, as EXPERIMENT_SUMMARY.md section 1 ran it (at tp=1, with
+# the configs' one micro-step per iteration of that time: they now accumulate 2 x 4 so that 8 processes can split it)
+BPE_COMMON = ("--gradient_accumulation_steps=1", "--tp=1", "--batch_size=32", "--block_size=256", "--max_iters=3000", "--lr_decay_iters=3000", "--warmup_iters=100",
               "--eval_interval=100", "--eval_iters=20", "--log_interval=50", "--always_save_checkpoint=False")
 BPE_EXTRA_SEEDS = (1338, 1339)
 # part -> [(run name of the seed-1337 run, config name, sensitivity json holding the policy or None)]
@@ -198,7 +199,7 @@ def bpe_runs(part, sets=(), smoke=False):
 
 def docs_run(width, policy, seed, sets=(), smoke=False):
     tag = DOCS_POLICIES[policy]
-    args = [os.path.join(REPO, DOCS_CONFIGS[width]), f"--sync_policy={policy}", f"--seed={seed}"]
+    args = [os.path.join(REPO, DOCS_CONFIGS[width]), "--tp=1", f"--sync_policy={policy}", f"--seed={seed}"]
     if smoke:
         args += SMOKE_DOCS
     return Run(f"d{width}-{tag}-s{seed}", DOCS_SWEEP_DIR, [*args, *sets], policy, seed, f"d{width}", tag)

@@ -21,8 +21,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 sweep=${1:-experiments/shakespeare-sweep}
 iters=${ITERS:-1500}
 ft_iters=${FT_ITERS:-300}
-# GPU-sized schedule on the config family's architecture: 32 x 256 tokens per iteration.
-common="--batch_size=32 --block_size=256 --max_iters=$iters --lr_decay_iters=$iters --warmup_iters=100
+# GPU-sized schedule on the config family's architecture: 32 x 256 tokens per iteration, in one micro-step
+# (as the stored sweep ran; the configs themselves accumulate 2 x 4 sequences so that 8 processes can split them).
+common="--gradient_accumulation_steps=1 --batch_size=32 --block_size=256 --max_iters=$iters --lr_decay_iters=$iters --warmup_iters=100
         --eval_interval=100 --eval_iters=20 --log_interval=50 --always_save_checkpoint=False ${EXTRA:-}"
 mkdir -p "$sweep"
 
