@@ -82,6 +82,8 @@ import sys
 import tarfile
 import time
 
+from tqdm import tqdm
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
@@ -452,6 +454,10 @@ def sweep(runs, args):
                          "or --allow-cpu to train on CPU anyway)")
     threads = max(1, (os.cpu_count() or 1) // max(1, min(args.jobs, len(pending))))
     running, results, launched = {}, {}, 0
+    # runs take minutes each: a bar of finished runs (stderr, on a terminal only: a log keeps the event
+    # lines, which print above the bar)
+    bar = tqdm(total=len(pending), desc="runs finished", unit="run", disable=None)
+    say = lambda text: bar.write(text, file=sys.stdout)
     last_status = time.time()
     deadline = t0 + args.deadline if args.deadline else None
     try:
@@ -474,7 +480,7 @@ def sweep(runs, args):
                                         env=env, stdout=log, stderr=subprocess.STDOUT)
                 running[r.name] = (r, proc, log, time.time(), it0)
                 launched += 1
-                print(f"   {time.strftime('%H:%M:%S')} start {r.name}" + (" (resume)" if extra else ""), flush=True)
+                say(f"   {time.strftime('%H:%M:%S')} start {r.name}" + (" (resume)" if extra else ""))
             if not pending and not running:
                 break
             time.sleep(args.poll)
@@ -491,10 +497,10 @@ def sweep(runs, args):
                                      time.time() - started)
                 else:
                     results[name] = (f"failed (rc {proc.returncode})", time.time() - started)
-                    print(f"!! {name} failed (rc {proc.returncode}); the end of {r.scratch_dir(scratch)}.out:\n"
-                          f"{tail(r.scratch_dir(scratch) + '.out')}", flush=True)
-                print(f"   {time.strftime('%H:%M:%S')} {results[name][0]} {name} "
-                      f"({results[name][1]:.0f} s)", flush=True)
+                    say(f"!! {name} failed (rc {proc.returncode}); the end of {r.scratch_dir(scratch)}.out:\n"
+                        f"{tail(r.scratch_dir(scratch) + '.out')}")
+                say(f"   {time.strftime('%H:%M:%S')} {results[name][0]} {name} ({results[name][1]:.0f} s)")
+                bar.update(1)
             now = time.time()
             if running and now - last_status >= args.status_every:
                 last_status = now
@@ -503,11 +509,11 @@ def sweep(runs, args):
                     max_iters = planned_config(r, scratch)["max_iters"]
                     # wall-clock rate since launch (evals included)
                     eta = f", ETA {(now - started) / (it - it0) * (max_iters - it):.0f} s" if it and it > it0 else ""
-                    print(f"   .. {name}: " + (f"iter {it}/{max_iters}, median {ms:.1f} ms/iter" if it is not None
-                                               else "starting") + eta, flush=True)
+                    say(f"   .. {name}: " + (f"iter {it}/{max_iters}, median {ms:.1f} ms/iter" if it is not None
+                                             else "starting") + eta)
             if deadline is not None and now >= deadline:  # also when runs are left that never started
-                print(f"== deadline ({args.deadline} s) reached: stopping {len(running)} runs; the same command "
-                      f"resumes them from their last eval on this machine", flush=True)
+                say(f"== deadline ({args.deadline} s) reached: stopping {len(running)} runs; the same command "
+                    f"resumes them from their last eval on this machine")
                 for r, proc, log, started, it0 in running.values():
                     proc.terminate()
                 stop = time.time() + 20
@@ -522,6 +528,7 @@ def sweep(runs, args):
                 running = {}
                 break
     finally:
+        bar.close()
         for r, proc, log, started, it0 in running.values():  # an exception: do not leave our runs behind
             proc.kill()
             proc.wait()
