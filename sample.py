@@ -150,6 +150,10 @@ def main(argv):
         fail("--start encodes to no tokens; give a non-empty prompt", mesh.rank)
     x = torch.tensor(ids, dtype=torch.long, device=mesh.device)[None, ...]
 
+    if args.decode != "eager" and mesh.is_master:  # sample 1 compiles silently otherwise
+        print(f"compiling the decode step (torch.compile, fullgraph=True"
+              f"{', then capturing a CUDA graph' if args.decode == 'graph' else ''}): sample 1 waits for it, "
+              f"about 3 minutes on a 2-core CPU (175 s in issue 30), less on a GPU", file=sys.stderr, flush=True)
     torch.manual_seed(args.seed)  # the same stream on every rank: TP ranks must draw the same tokens
     rates = []
     with torch.no_grad():
