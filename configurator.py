@@ -312,12 +312,13 @@ def resolve_layout(cfg, world_size):
     return Layout(tp=tp, dp=dp, micro_steps=micro_steps, why=why)
 
 
-def help_text(config_files=(), prog="train_reduced_sync.py"):
-    """--help: every key of TrainConfig by group, with its type, its default (after the given config
-    files, if any) and its meaning: the same table that parse() validates against."""
+def help_text(argv=(), prog="train_reduced_sync.py"):
+    """--help: every key of TrainConfig by group, with its type, its default (after the config files and
+    --key=value overrides in argv, if any) and its meaning: the same table that parse() validates against."""
     values = TrainConfig().to_dict()
-    for path in config_files:
-        values.update(read_config_file(path))
+    given = [a for a in argv if a not in ("-h", "--help")]
+    for arg in given:
+        values.update([parse_override(arg)] if arg.startswith("--") else read_config_file(arg))
     rows = [(f.metadata["group"], f.name, FIELD_TYPES[f.name], repr(values[f.name]), f.metadata["meaning"])
             for f in fields(TrainConfig)]
     widths = [max(len(r[i]) for r in rows) for i in (1, 2, 3)]
@@ -326,7 +327,7 @@ def help_text(config_files=(), prog="train_reduced_sync.py"):
              "",
              "Config files (flat Python assigning the keys below) are read in order, then --key=value overrides;",
              "values are Python literals, or text for str keys (--out_dir=out-x).",
-             "Columns: key, type, default" + (f" (after {', '.join(config_files)})" if config_files else "")
+             "Columns: key, type, default" + (f" (after {' '.join(given)})" if given else "")
              + ", meaning."]
     for group in dict.fromkeys(r[0] for r in rows):
         lines += ["", group]

@@ -457,7 +457,7 @@ def main(argv):
     # request is checked before out_dir is created.
     if "-h" in argv or "--help" in argv:
         try:
-            print(help_text([a for a in argv if not a.startswith("-")]))
+            print(help_text(argv))
         except ConfigError as e:
             fail(str(e))
         return 0

@@ -160,8 +160,10 @@ def test_help_lists_every_key_with_type_default_and_meaning(tmp_path):
         "learning rate decay", "system"]
     path = tmp_path / "c.py"
     path.write_text("n_layer = 3\n")
-    line = next(l for l in help_text([str(path)]).splitlines() if l.split()[:1] == ["n_layer"])
-    assert line.split()[1:3] == ["int", "3"]  # the default after the config file
+    text = help_text([str(path), "--n_embd=64", "--help"])
+    values = {l.split()[0]: l.split()[1:3] for l in text.splitlines() if l[:2] == "  " and l[2] != " "}
+    assert values["n_layer"] == ["int", "3"] and values["n_embd"] == ["int", "64"]  # after the file and override
+    assert values["tp"] == ["int|auto", "'auto'"]
 
 
 def test_save_config_is_json_with_extras(tmp_path):
