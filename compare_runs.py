@@ -307,7 +307,8 @@ def plot(runs, path, margin=None):
                 if curve:
                     xs, losses = zip(*(curve[n] for n in after_0))
                     ax.plot(xs, losses, color=color, linewidth=1, alpha=0.7, marker="." if len(xs) < 10 else None,
-                            linestyle="--" if r["policy"] == "baseline" else "-")
+                            linestyle="--" if r["policy"] == "baseline" else "-",
+                            label=r["name"] if ax is middle and not crowded else None)
     left.set_xscale("log", base=2)
     ticks = sorted({r["syncs"] for r in runs if r["syncs"]})
     left.set_xticks(ticks)
@@ -326,6 +327,8 @@ def plot(runs, path, margin=None):
     middle.set_ylabel("val loss")
     middle.set_title("val loss from the first eval after iteration 0 (baseline dashed)", fontsize=10)
     middle.grid(alpha=0.3)
+    if not crowded:
+        middle.legend(fontsize=7)
     right.set_xlabel("wall-clock seconds since the iteration-0 eval (this machine, evals included)")
     right.set_ylabel("val loss")
     right.set_title("val loss against time" + ("" if any(r["time_curve"] for r in runs) else
