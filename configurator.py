@@ -121,7 +121,7 @@ def _unknown_key_error(key, where):
     close = difflib.get_close_matches(key, VALID_KEYS, n=3)
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
     return ConfigError(f"unknown config key '{key}' ({where}).{hint} "
-                       f"Valid keys: {', '.join(VALID_KEYS)}")
+                       f"Valid keys (--help gives each one's type, default and meaning): {', '.join(VALID_KEYS)}")
 
 
 def coerce(key, value):

@@ -457,9 +457,11 @@ def main(argv):
     # request is checked before out_dir is created.
     if "-h" in argv or "--help" in argv:
         try:
-            print(help_text(argv))
+            text = help_text(argv)
         except ConfigError as e:
             fail(str(e))
+        if int(os.environ.get("RANK", "0")) == 0:  # once under torchrun
+            print(text)
         return 0
     try:
         cfg = parse(argv)
@@ -598,8 +600,8 @@ def main(argv):
     # fullgraph: a graph break would silently run eager; the model is built to trace whole (tests/test_compile.py)
     if cfg.compile:
         if mesh.is_master:  # compiling happens at the first call, silently otherwise
-            print("compiling the model (torch.compile, fullgraph=True): the first iteration and the first eval wait "
-                  "for it, from under a minute to several minutes (longer on CPU)", flush=True)
+            print("compiling the model (torch.compile, fullgraph=True): the first eval and the first iteration "
+                  "wait for it, from under a minute to several minutes (longer on CPU)", flush=True)
         model = torch.compile(raw_model, fullgraph=True, backend=cfg.compile_backend,
                               mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
     else:
