@@ -83,7 +83,9 @@ def test_compiled_tp2_run_matches_single_process(workdir, reference_run):
     """--compile=True (fullgraph; aot_eager traces forward and backward without code generation)
     at tp=2 trains like the eager single process, and log.txt's syncs/fwd stays a measurement."""
     out = os.path.join(workdir, "out-compiled-tp2")
-    run_train(tiny(out, "--tp=2", "--max_iters=10", "--compile=True", "--compile_backend=aot_eager"), workdir, nproc=2)
+    proc = run_train(tiny(out, "--tp=2", "--max_iters=10", "--compile=True", "--compile_backend=aot_eager"), workdir,
+                     nproc=2)
+    assert proc.stdout.count("compiling the model (torch.compile, fullgraph=True)") == 1  # said once, before it waits
     ref, got = train_losses(reference_run), train_losses(out)
     assert sorted(got) == list(range(10))
     for it in got:
@@ -244,6 +246,9 @@ def test_finetune_from_checkpoint_under_another_policy_and_sensitivity(workdir, 
         [sys.executable, os.path.join(REPO, "spd_sensitivity.py"), ckpt, "--syncs", "2", "--device", "cpu",
          "--out", os.path.join(workdir, "sens.json")], cwd=workdir, env=run_env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+    # progress: one bar per pass (each point alone, then cumulative), on stderr beside the tables on stdout
+    assert "each point dropped alone" in result.stderr and "cumulative drop" in result.stderr
+    assert "measuring 7 val losses" in result.stdout
     with open(os.path.join(workdir, "sens.json")) as f:
         sens = json.load(f)
     assert sorted(sens["sensitivity"]) == ["a0", "a1", "m0"]  # every point but the final m1
