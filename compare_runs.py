@@ -14,7 +14,9 @@ A resumed run logs some iterations twice: the later line wins.
 
 The PNG (matplotlib, no display needed): left, final val loss against syncs per forward, one colour
 per setting, each seed a point and each policy's mean a short line (no line joins policies, no
-interval: those are the --trend PNG's); right, the val-loss curves, coloured by setting.
+interval: those are the --trend PNG's; a ±--margin band around the baseline keeps single seeds from
+filling the y-axis); middle and right, the val-loss curves against iterations and against wall-clock
+seconds, coloured by setting, without the iteration-0 eval.
 
 Statistics over seeds (--stats, --trend PNG, --stats-json FILE). Runs are grouped into settings
 (dataset, n_layer, n_embd, n_tracks, max_iters, from config.json) and, within a setting, cells of one
@@ -262,7 +264,7 @@ def plot(runs, path, margin=None):
     """Left: final val loss against measured syncs per forward, one colour per setting, each run (seed) a
     point, each policy's mean over its seeds a short horizontal line; policies that share a sync count sit
     side by side. No line joins different policies, and no interval is drawn: the paired intervals and
-    verdicts are --trend's. The grey band is ±margin % around each setting's baseline mean, so the y-range
+    verdicts are --trend's. The band (setting's colour) is ±margin % around its baseline mean, so the y-range
     is never narrower than the margin: two single-seed points 0.3% apart do not fill the axis. Middle and
     right: every run's val-loss curve against iterations and against wall-clock seconds (tok/s differ between
     policies), coloured by setting (baseline dashed), from the first eval after iteration 0 (whose loss,
