@@ -8,13 +8,15 @@ read when metrics.jsonl is missing. For every run the table shows: the sync poli
 MEASURED in the run (parallel.comm's count of forward all-reduces, logged at each eval), final
 and best val loss, both relative to the baseline in %, and the median of the logged tokens/s. One run
 gets no verdict: verdicts come only from the paired statistics over seeds below. The baseline is
-the mean over the runs of the same setting (below) whose sync_policy is 'baseline'; for a setting
-without one, the mean over all baseline runs; with none at all, the first run.
+the mean over the runs of the same setting (below) whose sync_policy is 'baseline'; a setting without
+one shows — in the Δ columns, and a line says why (another setting's baseline is no reference).
 A resumed run logs some iterations twice: the later line wins.
 
 The PNG (matplotlib, no display needed): left, final val loss against syncs per forward, one colour
 per setting, each seed a point and each policy's mean a short line (no line joins policies, no
-interval: those are the --trend PNG's); right, the val-loss curves, coloured by setting.
+interval: those are the --trend PNG's; a ±--margin band around the baseline keeps single seeds from
+filling the y-axis); middle and right, the val-loss curves against iterations and against wall-clock
+seconds, coloured by setting, without the iteration-0 eval.
 
 Statistics over seeds (--stats, --trend PNG, --stats-json FILE). Runs are grouped into settings
 (dataset, n_layer, n_embd, n_tracks, max_iters, from config.json) and, within a setting, cells of one
@@ -196,15 +198,17 @@ def load_run(run_dir):
         "final_val": evals[iters[-1]]["val_loss"],
         "best_val": min(evals[i]["val_loss"] for i in iters),
         "curve": [(i, evals[i]["val_loss"]) for i in iters],
+        # (seconds since the first eval, val loss), point by point as "curve", if every eval has its wall-clock
+        # time (log.txt has none)
+        "time_curve": [(evals[i]["time"] - evals[iters[0]]["time"], evals[i]["val_loss"]) for i in iters]
+        if all(_number(evals[i].get("time")) for i in iters) else [],
         "tok_per_s": statistics.median(tok_per_s) if tok_per_s else None,
     }
 
 
 def baseline_stats(runs, key="final_val"):
-    """(mean of `key` over the baseline runs, std or None, description), or the first run's value."""
+    """(mean of `key` over the baseline runs, std or None, description); there must be one."""
     base = [r for r in runs if r["policy"] == "baseline"]
-    if not base:
-        return runs[0][key], None, f"first run ({runs[0]['name']}; no 'baseline' policy among the runs)"
     values = [r[key] for r in base]
     mean = statistics.fmean(values)
     std = statistics.stdev(values) if len(values) > 1 else None
@@ -213,28 +217,24 @@ def baseline_stats(runs, key="final_val"):
 
 
 def baseline_references(runs):
-    """The reference of each run's Δ columns: the baselines of its own setting (a narrower model's
-    baseline is no reference for a wider one), else the baselines of all settings, else the first run.
-    Returns ({setting: (final mean, best mean, best std)}, description lines)."""
+    """The reference of each run's Δ columns: the mean of the baseline runs of its own setting. A setting
+    without one gets no reference (None: its Δ columns show —): another setting's baseline (another width,
+    n_tracks, dataset or run length) is no reference, and neither is another policy's run.
+    Returns ({setting: (final mean, best mean, best std) or None}, description lines)."""
     settings = sorted_settings(r["setting"] for r in runs)
-    with_base = [s for s in settings if any(r["policy"] == "baseline" and r["setting"] == s for r in runs)]
     labels = setting_labels(settings)
     refs, lines = {}, []
-    for s in with_base:
+    for s in settings:
         own = [r for r in runs if r["setting"] == s]
+        prefix = f"baseline ({labels[s]})" if len(settings) > 1 else "baseline"
+        if not any(r["policy"] == "baseline" for r in own):
+            refs[s] = None
+            lines.append(f"{prefix}: no 'baseline' run in this setting, so its Δ columns show — (another setting's "
+                         f"baseline, or another policy, is no reference)")
+            continue
         final, _, final_desc = baseline_stats(own, "final_val")
         best, best_std, best_desc = baseline_stats(own, "best_val")
         refs[s] = (final, best, best_std)
-        prefix = f"baseline ({labels[s]})" if len(settings) > 1 else "baseline"
-        lines += [f"{prefix} {final_desc}", f"{prefix} {best_desc}"]
-    rest = [s for s in settings if s not in refs]
-    if rest:
-        final, _, final_desc = baseline_stats(runs, "final_val")
-        best, best_std, best_desc = baseline_stats(runs, "best_val")
-        for s in rest:
-            refs[s] = (final, best, best_std)
-        prefix = (f"baseline of {', '.join(labels[s] for s in rest)} (no baseline run in that setting)"
-                  if with_base else "baseline")
         lines += [f"{prefix} {final_desc}", f"{prefix} {best_desc}"]
     return refs, lines
 
@@ -246,11 +246,13 @@ def table_rows(runs, refs):
               "Δ best vs base", "tok/s"]
     rows = []
     for r in runs:
-        final_base, best_base, best_std = refs[r["setting"]]
-        delta = 100 * (r["final_val"] - final_base) / final_base
-        delta_best = 100 * (r["best_val"] - best_base) / best_base
+        delta = delta_best = "—"  # no baseline run in this run's setting (baseline_references says so)
+        if refs[r["setting"]] is not None:
+            final_base, best_base, _ = refs[r["setting"]]
+            delta = f"{100 * (r['final_val'] - final_base) / final_base:+.2f}%"
+            delta_best = f"{100 * (r['best_val'] - best_base) / best_base:+.2f}%"
         rows.append([r["name"], r["policy"], "?" if r["syncs"] is None else str(r["syncs"]), str(r["final_iter"]),
-                     f"{r['final_val']:.4f}", f"{r['best_val']:.4f}", f"{delta:+.2f}%", f"{delta_best:+.2f}%",
+                     f"{r['final_val']:.4f}", f"{r['best_val']:.4f}", delta, delta_best,
                      "?" if r["tok_per_s"] is None else f"{r['tok_per_s']:,.0f}"])
     return header, rows
 
@@ -264,17 +266,21 @@ def format_table(header, rows, markdown):
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows])
 
 
-def plot(runs, path):
+def plot(runs, path, margin=None):
     """Left: final val loss against measured syncs per forward, one colour per setting, each run (seed) a
     point, each policy's mean over its seeds a short horizontal line; policies that share a sync count sit
     side by side. No line joins different policies, and no interval is drawn: the paired intervals and
-    verdicts are --trend's. Right: every run's val-loss curve, coloured by setting (baseline dashed),
-    from the first eval after iteration 0 (whose loss would squash the rest)."""
+    verdicts are --trend's. The band (setting's colour) is ±margin % around its baseline mean, so the y-range
+    is never narrower than the margin: two single-seed points 0.3% apart do not fill the axis. Middle and
+    right: every run's val-loss curve against iterations and against wall-clock seconds (tok/s differ between
+    policies), coloured by setting (baseline dashed), from the first eval after iteration 0 (whose loss,
+    ~ln(vocab), would squash the rest)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    margin = MARGIN if margin is None else margin
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(19, 5))
     settings = sorted_settings(r["setting"] for r in runs)
     labels = setting_labels(settings)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -283,6 +289,12 @@ def plot(runs, path):
         color = colors[k % len(colors)]
         own = [r for r in runs if r["setting"] == setting and r["syncs"] is not None]
         policies = sorted({r["policy"] for r in own}, key=lambda p: (p != "baseline", p))
+        base = [r["final_val"] for r in own if r["policy"] == "baseline"]
+        if base:
+            mean = statistics.fmean(base)
+            left.axhspan(mean * (1 - margin / 100), mean * (1 + margin / 100), color=color, alpha=0.1, lw=0,
+                         label=f"±{margin:g}% of the baseline mean (the --margin of --stats; not a noise band)"
+                         if k == 0 else None)
         for syncs in sorted({r["syncs"] for r in own}):
             here = [p for p in policies if any(r["policy"] == p and r["syncs"] == syncs for r in own)]
             for j, policy in enumerate(here):
@@ -298,10 +310,13 @@ def plot(runs, path):
         for r in runs:
             if r["setting"] != setting:
                 continue
-            curve = [(i, v) for i, v in r["curve"] if i > 0] or r["curve"]
-            iters, losses = zip(*curve)
-            right.plot(iters, losses, color=color, linewidth=1, alpha=0.7,
-                       linestyle="--" if r["policy"] == "baseline" else "-")
+            after_0 = [n for n, (i, _) in enumerate(r["curve"]) if i > 0] or [0]
+            for ax, curve in ((middle, r["curve"]), (right, r["time_curve"])):
+                if curve:
+                    xs, losses = zip(*(curve[n] for n in after_0))
+                    ax.plot(xs, losses, color=color, linewidth=1, alpha=0.7, marker="." if len(xs) < 10 else None,
+                            linestyle="--" if r["policy"] == "baseline" else "-",
+                            label=r["name"] if ax is middle and not crowded else None)
     left.set_xscale("log", base=2)
     ticks = sorted({r["syncs"] for r in runs if r["syncs"]})
     left.set_xticks(ticks)
@@ -309,12 +324,23 @@ def plot(runs, path):
     left.minorticks_off()
     left.set_xlabel("all-reduces per forward pass (measured); diamonds: baseline")
     left.set_ylabel("final val loss")
-    left.set_title("final val per run (points) and per policy (mean of seeds: line)")
+    seeds = [sum(r["policy"] == p and r["setting"] == s for r in runs) for s, p in {(r["setting"], r["policy"])
+                                                                                 for r in runs}]
+    left.set_title("final val per run (points) and per policy (mean of seeds: line)" if max(seeds) > 1 else
+                   "final val, ONE seed per policy: no spread measured,\nso no difference here is shown to be real",
+                   fontsize=10)
     left.grid(alpha=0.3)
     left.legend(fontsize=7)
-    right.set_xlabel("iteration")
+    middle.set_xlabel("iteration")
+    middle.set_ylabel("val loss")
+    middle.set_title("val loss from the first eval after iteration 0 (baseline dashed)", fontsize=10)
+    middle.grid(alpha=0.3)
+    if not crowded:
+        middle.legend(fontsize=7)
+    right.set_xlabel("wall-clock seconds since the iteration-0 eval (this machine, evals included)")
     right.set_ylabel("val loss")
-    right.set_title("validation loss, one colour per setting (baseline dashed)")
+    right.set_title("val loss against time" + ("" if any(r["time_curve"] for r in runs) else
+                                               ": no eval times logged (log.txt only)"), fontsize=10)
     right.grid(alpha=0.3)
     fig.tight_layout()
     save_figure(fig, path)
@@ -700,7 +726,7 @@ def stats_table(stats):
 def plot_trend(stats, path):
     """Gap to baseline (%) vs measured syncs per forward: one curve per setting, 95% intervals as error
     bars; left final val, right best val. Lines join the baseline and the grouped family (spd,
-    grouped:G); other policies are unjoined markers. Colour: width; line style and filled or open
+    grouped:G) where every cell has two seeds or more; other policies are unjoined markers. Colour: width; line style and filled or open
     markers: n_tracks; the grey band: the equivalence margin."""
     import matplotlib
     matplotlib.use("Agg")
@@ -715,12 +741,15 @@ def plot_trend(stats, path):
     markers = {"parallel": "s", "ladder": "^", "baseline": "o"}
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=False)
     for ax, metric in zip(axes, ("final_val", "best_val")):
-        seen_markers = set()
+        seen_markers, plotted, intervals, gaps = set(), set(), 0, 0
         for k, setting in enumerate(settings):
             cells = [c for c in stats["cells"] if tuple(c["setting"]) == setting and c["syncs"] is not None
                      and (c["policy"] == "baseline" or "gap" in c[metric])]
             if not cells:
                 continue
+            plotted |= {c["syncs"] for c in cells}
+            intervals += sum(c[metric].get("gap_ci") is not None for c in cells)
+            gaps += sum(c["policy"] != "baseline" for c in cells)
             color = colors[widths.index(setting[width_i]) % len(colors)]
             style = styles[tracks.index(setting[tracks_i]) % len(styles)]
             face = color if tracks.index(setting[tracks_i]) == 0 else "white"  # open markers: more tracks
@@ -731,7 +760,8 @@ def plot_trend(stats, path):
                           key=lambda c: c["syncs"])
             if line:
                 xs, ys, es = zip(*(point(c) for c in line))
-                ax.errorbar(xs, ys, yerr=es, color=color, linestyle=style, marker="o", capsize=3,
+                joined = all(len(c["seeds"]) > 1 for c in line)  # a line through single seeds is no trend
+                ax.errorbar(xs, ys, yerr=es, color=color, linestyle=style if joined else "none", marker="o", capsize=3,
                             markerfacecolor=face, label=cells[0]["label"])
             for c in cells:
                 if c["policy"] == "baseline" or c["interval"] is not None:
@@ -746,13 +776,15 @@ def plot_trend(stats, path):
         ax.axhspan(-stats["margin"], stats["margin"], color="gray", alpha=0.12, lw=0,
                    label=f"equivalence margin ±{stats['margin']:g}%")
         ax.set_xscale("log", base=2)
-        ticks = sorted({c["syncs"] for c in stats["cells"] if c["syncs"]})
+        ticks = sorted(plotted)  # only where a point is
         ax.set_xticks(ticks)
         ax.set_xticklabels([str(t) for t in ticks])
         ax.minorticks_off()
         ax.set_xlabel("all-reduces per forward pass (measured); lines: baseline, spd, grouped:G")
         ax.set_ylabel(f"{metric.replace('_', ' ')}: gap to baseline, % (paired over seeds)")
-        ax.set_title(f"{metric.replace('_', ' ')} gap vs syncs (error bars: {stats['level']:.0%} t-interval)")
+        bars = (f"error bars: {stats['level']:.0%} t-interval" + (", none for one seed" if intervals < gaps else "")
+                if intervals else "one seed per cell: no interval, no error bars")
+        ax.set_title(f"{metric.replace('_', ' ')} gap vs syncs ({bars})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -830,7 +862,7 @@ def main(argv=None):
     print("one run per row: no verdict here; --stats gives the paired tests over seeds")
     if len({r["final_iter"] for r in runs}) > 1:
         print("note: the runs end at different iterations; compare final losses with care")
-    plot(runs, args.out)
+    plot(runs, args.out, args.margin)
     print(f"wrote {args.out}")
     if args.stats or args.trend or args.stats_json:
         if not args.margin > 0:

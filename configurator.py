@@ -28,64 +28,74 @@ class ConfigError(ValueError):
     """A bad config file, key or value. The message is meant to be shown to the user as is."""
 
 
+def option(default, group, meaning):
+    """One row of the table of config keys: its default, its --help group and a one-line meaning.
+    The type is the field's annotation. --help prints this table and parse() validates against it."""
+    return dataclasses.field(default=default, metadata={"group": group, "meaning": meaning})
+
+
+IO, WANDB, DATA, MODEL, OPTIM, LR, PARALLEL, SYSTEM = (
+    "I/O", "wandb logging", "data", "model", "AdamW optimizer", "learning rate decay",
+    "parallelism (world = dp x tp)", "system")
+
+
 @dataclass
 class TrainConfig:
-    # I/O
-    out_dir: str = "out"
-    eval_interval: int = 2000
-    log_interval: int = 1
-    eval_iters: int = 200
-    eval_only: bool = False  # if True, run one evaluation and exit
-    always_save_checkpoint: bool = True  # if False, ckpt.pt is only written when val loss improves
-    init_from: str = "scratch"  # 'scratch', 'resume' (out_dir/ckpt.pt), or path/to/ckpt.pt: fine-tune its weights
-    # a fresh run refuses an out_dir that holds a run; True moves that run into out_dir/replaced-<time>/ first
-    overwrite: bool = False
-    # wandb logging (imported only when enabled; WANDB_MODE=offline works without network)
-    wandb_log: bool = False
-    wandb_project: str = "reduced-sync"
-    wandb_run_name: str = "run"
-    # data
-    dataset: str = "openwebtext"  # reads <data_dir>/<dataset>/{train,val}.bin
-    data_dir: str = ""  # '' = the repository's data/ (whatever the cwd); a path given here is taken as is
-    # 'random': each sequence starts at a uniform random offset (nanoGPT); 'one_pass': the train split is cut
-    # into block_size windows, read in a seeded random order, none twice (the run must fit in one pass)
-    data_order: str = "random"
-    gradient_accumulation_steps: int = 5 * 8  # TOTAL over data-parallel replicas, split across them
-    batch_size: int = 12  # micro-batch size per replica per micro-step
-    block_size: int = 1024
-    # model
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
-    dropout: float = 0.0
-    bias: bool = False
-    n_tracks: int = 1
-    sync_policy: str = "baseline"  # validated by the model (model/gpt.py)
-    # parallelism: world = dp * tp, dp is derived
-    tp: int = 1
-    bucket_cap_mb: float = 25.0  # data-parallel gradient bucket size
-    rendezvous_timeout: float = 300.0  # seconds to find the other ranks when launched without torchrun
-    # AdamW optimizer
-    learning_rate: float = 6e-4
-    max_iters: int = 600000
-    weight_decay: float = 1e-1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0  # clip gradients at this global norm, or disable if 0.0
-    # learning rate decay: linear warmup, then cosine down to min_lr
-    decay_lr: bool = True
-    warmup_iters: int = 2000
-    lr_decay_iters: int = 600000
-    min_lr: float = 6e-5
-    # system
-    device: str = "auto"  # 'auto' (cuda if available), 'cpu' or 'cuda'
-    dtype: str = "auto"  # 'auto' = bfloat16 autocast on CUDA, float32 on CPU
-    compile: bool = False  # torch.compile(model, fullgraph=True): a graph break is an error, not a silent fallback
-    compile_backend: str = "inductor"  # 'aot_eager' traces without code generation (fast on CPU, for checks)
-    # 'reduce-overhead': forward and backward replayed as CUDA graphs. At tp=2 on H200s it took a 124M step
-    # from 30.2 to 21.4 ms (bench/results/train_throughput_graphs.md); at tp=1 it changed nothing
-    compile_mode: str = "default"
-    seed: int = 1337
+    out_dir: str = option("out", IO, "directory of ckpt.pt, log.txt, metrics.jsonl and config.json")
+    eval_interval: int = option(2000, IO, "evaluate (and checkpoint) every this many iterations")
+    log_interval: int = option(1, IO, "log the training loss every this many iterations")
+    eval_iters: int = option(200, IO, "batches per split in each evaluation")
+    eval_only: bool = option(False, IO, "run one evaluation and exit")
+    always_save_checkpoint: bool = option(True, IO, "write ckpt.pt at every eval; False: only when val loss improves")
+    init_from: str = option("scratch", IO, "'scratch', 'resume' (out_dir/ckpt.pt) or path/to/ckpt.pt (fine-tune its weights)")
+    overwrite: bool = option(False, IO, "a fresh run in an out_dir that holds a run: move that run into "
+                                        "out_dir/replaced-<time>/ first (False: refuse)")
+    # wandb is imported only when enabled; WANDB_MODE=offline works without network
+    wandb_log: bool = option(False, WANDB, "log to Weights & Biases (pip install wandb)")
+    wandb_project: str = option("reduced-sync", WANDB, "wandb project name")
+    wandb_run_name: str = option("run", WANDB, "wandb run name")
+    dataset: str = option("openwebtext", DATA, "reads <data_dir>/<dataset>/{train,val}.bin")
+    data_dir: str = option("", DATA, "'' : the repository's data/, whatever the cwd; a path: taken from the cwd")
+    # 'one_pass' keeps the data order a pure function of (seed, iteration), so resuming stays exact
+    data_order: str = option("random", DATA, "'random': uniform random offsets (nanoGPT); "
+                                          "'one_pass': block_size windows in a seeded order, none twice")
+    gradient_accumulation_steps: int = option(5 * 8, DATA, "micro-steps per iteration, TOTAL over the dp replicas "
+                                                        "(each runs this / dp)")
+    batch_size: int = option(12, DATA, "sequences per micro-step per replica")
+    block_size: int = option(1024, DATA, "sequence length in tokens")
+    n_layer: int = option(12, MODEL, "transformer blocks")
+    n_head: int = option(12, MODEL, "attention heads (divisible by n_tracks)")
+    n_embd: int = option(768, MODEL, "width (divisible by n_head)")
+    dropout: float = option(0.0, MODEL, "dropout probability")
+    bias: bool = option(False, MODEL, "biases in Linear layers and LayerNorms")
+    n_tracks: int = option(1, MODEL, "tracks (head and MLP slices with their own residual stream between syncs)")
+    sync_policy: str = option("baseline", MODEL, "which sync points all-reduce: baseline, spd, parallel, ladder, "
+                                              "grouped:G, selective:SPEC (README)")
+    # tp does not change the function the model computes, only how it is split over processes
+    tp: "int|auto" = option("auto", PARALLEL, "tensor-parallel degree (divides world size and n_tracks); 'auto': "
+                                         "the largest divisor of n_tracks that divides the world size")
+    bucket_cap_mb: float = option(25.0, PARALLEL, "data-parallel gradient bucket size, MB")
+    rendezvous_timeout: float = option(300.0, PARALLEL, "seconds to find the other ranks when launched without torchrun")
+    learning_rate: float = option(6e-4, OPTIM, "peak learning rate")
+    max_iters: int = option(600000, OPTIM, "iterations to train")
+    weight_decay: float = option(1e-1, OPTIM, "AdamW weight decay of matrices and embeddings")
+    beta1: float = option(0.9, OPTIM, "AdamW beta1")
+    beta2: float = option(0.95, OPTIM, "AdamW beta2")
+    grad_clip: float = option(1.0, OPTIM, "clip gradients at this global norm; 0.0: no clipping")
+    decay_lr: bool = option(True, LR, "linear warmup, then cosine decay to min_lr; False: constant learning_rate")
+    warmup_iters: int = option(2000, LR, "warmup iterations")
+    lr_decay_iters: int = option(600000, LR, "iteration at which the learning rate reaches min_lr")
+    min_lr: float = option(6e-5, LR, "final learning rate")
+    device: str = option("auto", SYSTEM, "'auto' (CUDA when every local process gets a GPU, else CPU), 'cpu', 'cuda'")
+    dtype: str = option("auto", SYSTEM, "'auto': bfloat16 autocast on CUDA, float32 on CPU")
+    # fullgraph=True: a graph break is an error, never a silent eager fallback
+    compile: bool = option(False, SYSTEM, "torch.compile(model, fullgraph=True)")
+    compile_backend: str = option("inductor", SYSTEM, "'inductor'; 'aot_eager' traces without code generation "
+                                                   "(fast on CPU, for checks)")
+    # 'reduce-overhead' (CUDA graphs) took a 124M tp=2 step on H200s from 30.2 to 21.4 ms
+    # (bench/results/train_throughput_graphs.md); at tp=1 it changed nothing
+    compile_mode: str = option("default", SYSTEM, "'default' or 'reduce-overhead' (CUDA graphs; helps at tp >= 2)")
+    seed: int = option(1337, SYSTEM, "seed of the initial weights, the data order and dropout")
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -115,7 +125,7 @@ def _unknown_key_error(key, where):
     close = difflib.get_close_matches(key, VALID_KEYS, n=3)
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
     return ConfigError(f"unknown config key '{key}' ({where}).{hint} "
-                       f"Valid keys: {', '.join(VALID_KEYS)}")
+                       f"Valid keys (--help gives each one's type, default and meaning): {', '.join(VALID_KEYS)}")
 
 
 def coerce(key, value):
@@ -123,9 +133,11 @@ def coerce(key, value):
     if key not in FIELD_TYPES:
         raise _unknown_key_error(key, "coerce")
     want = FIELD_TYPES[key]
+    is_int = isinstance(value, int) and not isinstance(value, bool)
     ok = {
         # bool is a subclass of int: --n_layer=True must not pass as 1, nor --bias=1 as True.
-        "int": isinstance(value, int) and not isinstance(value, bool),
+        "int": is_int,
+        "int|auto": is_int or value == "auto",
         "float": isinstance(value, (int, float)) and not isinstance(value, bool),
         "bool": isinstance(value, bool),
         "str": isinstance(value, str),
@@ -150,7 +162,7 @@ def validate(cfg):
             also = " or a path ending in .pt" if key == "init_from" else ""
             raise ConfigError(f"invalid {key}={value!r}; allowed: {', '.join(allowed)}{also}")
     for key in AT_LEAST_ONE:
-        if getattr(cfg, key) < 1:
+        if getattr(cfg, key) != "auto" and getattr(cfg, key) < 1:
             raise ConfigError(f"invalid {key}={getattr(cfg, key)!r}; must be >= 1")
     for key in NON_NEGATIVE:
         if getattr(cfg, key) < 0:
@@ -264,12 +276,80 @@ def parse(argv):
 def micro_steps_per_replica(cfg, dp):
     """gradient_accumulation_steps is the total over the dp replicas (as nanoGPT divides by the
     DDP world size): each replica runs this many micro-steps per iteration."""
-    if cfg.gradient_accumulation_steps % dp != 0:
-        divisible = [n for n in range(dp, 8 * dp + 1, dp)]
-        raise ConfigError(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} (total over "
-                          f"data-parallel replicas) is not divisible by dp={dp}; use a multiple of "
-                          f"{dp}, e.g. {divisible[:4]}")
-    return cfg.gradient_accumulation_steps // dp
+    gas = cfg.gradient_accumulation_steps
+    if gas % dp != 0:
+        # the same sequences per iteration with an accumulation that dp divides, where one exists
+        same = [(g, gas * cfg.batch_size // g) for g in range(dp, gas * cfg.batch_size + 1, dp)
+                if gas * cfg.batch_size % g == 0]
+        fix = (f"--gradient_accumulation_steps={same[0][0]} --batch_size={same[0][1]} (the same "
+               f"{gas * cfg.batch_size} sequences per iteration)" if same else
+               f"a gradient_accumulation_steps that is a multiple of {dp}")
+        raise ConfigError(f"gradient_accumulation_steps={gas} (the total over the data-parallel replicas) "
+                          f"cannot be split over dp={dp} replicas; use {fix}")
+    return gas // dp
+
+
+@dataclass
+class Layout:
+    tp: int
+    dp: int
+    micro_steps: int  # per replica per iteration
+    why: str  # how tp was chosen, for the log's first line
+
+
+def divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def resolve_layout(cfg, world_size):
+    """The dp x tp layout of `world_size` processes for cfg, or ConfigError in one line.
+
+    tp='auto' takes the largest divisor of n_tracks that divides the world size, gcd(n_tracks, world):
+    the most tensor parallelism the model allows, so also the smallest dp. Any other valid tp gives a
+    multiple of that dp, so if gradient_accumulation_steps cannot be split over it, no tp can help."""
+    if cfg.tp == "auto":
+        tp = math.gcd(cfg.n_tracks, world_size)
+        why = f"tp='auto': the largest divisor of n_tracks={cfg.n_tracks} that divides world size {world_size}"
+    else:
+        tp, why = cfg.tp, f"tp={cfg.tp} as configured"
+        if world_size % tp != 0:
+            raise ConfigError(f"tp={tp} does not divide the world size {world_size} (processes); use --tp=auto or "
+                              f"one of {divisors(world_size)}, or launch a multiple of {tp} processes "
+                              f"(torchrun --nproc_per_node=N)")
+        # after a resume or fine-tune n_tracks comes from the checkpoint; the model checks it then
+        if cfg.init_from == "scratch" and cfg.n_tracks % tp != 0:
+            raise ConfigError(f"tp={tp} does not divide n_tracks={cfg.n_tracks}; use --tp=auto or one of "
+                              f"{[d for d in divisors(cfg.n_tracks) if world_size % d == 0]}")
+    dp = world_size // tp
+    try:
+        micro_steps = micro_steps_per_replica(cfg, dp)
+    except ConfigError as e:
+        raise ConfigError(f"world {world_size} = dp {dp} x tp {tp} ({why}): {e}") from None
+    return Layout(tp=tp, dp=dp, micro_steps=micro_steps, why=why)
+
+
+def help_text(argv=(), prog="train_reduced_sync.py"):
+    """--help: every key of TrainConfig by group, with its type, its default (after the config files and
+    --key=value overrides in argv, if any) and its meaning: the same table that parse() validates against."""
+    values = TrainConfig().to_dict()
+    given = [a for a in argv if a not in ("-h", "--help")]
+    for arg in given:
+        values.update([parse_override(arg)] if arg.startswith("--") else read_config_file(arg))
+    rows = [(f.metadata["group"], f.name, FIELD_TYPES[f.name], repr(values[f.name]), f.metadata["meaning"])
+            for f in fields(TrainConfig)]
+    widths = [max(len(r[i]) for r in rows) for i in (1, 2, 3)]
+    lines = [f"usage: python {prog} [CONFIG.py ...] [--key=value ...]",
+             f"       torchrun --standalone --nproc_per_node=N {prog} [CONFIG.py ...] [--key=value ...]",
+             "",
+             "Config files (flat Python assigning the keys below) are read in order, then --key=value overrides;",
+             "values are Python literals, or text for str keys (--out_dir=out-x).",
+             "Columns: key, type, default" + (f" (after {' '.join(given)})" if given else "")
+             + ", meaning."]
+    for group in dict.fromkeys(r[0] for r in rows):
+        lines += ["", group]
+        lines += [f"  {name:<{widths[0]}}  {kind:<{widths[1]}}  {value:<{widths[2]}}  {meaning}"
+                  for g, name, kind, value, meaning in rows if g == group]
+    return "\n".join(lines)
 
 
 def format_config(cfg):

@@ -174,6 +174,10 @@ def main(argv):
         fail("--start encodes to no tokens; give a non-empty prompt", mesh.rank)
     x = torch.tensor(ids, dtype=torch.long, device=mesh.device)[None, ...]
 
+    if args.decode != "eager" and mesh.is_master:  # sample 1 compiles silently otherwise
+        print(f"compiling the decode step (torch.compile, fullgraph=True"
+              f"{', then capturing a CUDA graph' if args.decode == 'graph' else ''}): sample 1 waits for it, "
+              f"about 3 minutes on a 2-core CPU (175 s in issue 30), less on a GPU", file=sys.stderr, flush=True)
     temperature, top_k = args.temperature, args.top_k or None
     if temperature < GREEDY_BELOW:  # greedy: only the most likely token is left to draw
         temperature, top_k = 1.0, 1

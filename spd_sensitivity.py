@@ -26,6 +26,7 @@ import os
 import sys
 
 import torch
+from tqdm import tqdm
 
 from checkpoint import CheckpointError, load_weights, read_checkpoint
 from configurator import OneLineArgumentParser, ascii_int, atomic_write
@@ -120,11 +121,13 @@ def main(argv=None):
                 else torch.autocast("cpu", enabled=False))
     measure = lambda: val_loss(model, data_dir, eval_iters, batch_size, args.device, autocast)
 
+    # 2 * (n_points - 1) + 1 evaluations of eval_iters batches: minutes on a CPU; the bars go to stderr
+    print(f"measuring {2 * (n_points - 1) + 1} val losses of {eval_iters} batches of {batch_size}", flush=True)
     base = measure()
     print(f"{args.ckpt}: iter {ckpt['iter_num']}, baseline val loss {base:.4f} ({n_points} syncs)")
     droppable = list(range(n_points - 2, -1, -1))  # last block toward the first; the final sync stays
     sensitivity = {}
-    for p in droppable:
+    for p in tqdm(droppable, desc="each point dropped alone", unit="eval"):
         model.set_sync_policy(selective_spec(set(range(n_points)) - {p}))
         sensitivity[p] = measure() - base
     print(f"\n{'point':>6} {'dropped alone: val loss':>24} {'increase':>9}  rank")
@@ -134,11 +137,12 @@ def main(argv=None):
 
     print(f"\n{'syncs':>6} {'cumulative drop (least sensitive first)':>40} {'val loss':>9}")
     kept, cumulative = set(range(n_points)), []
-    for p in reversed(ranked):
+    bar = tqdm(list(reversed(ranked)), desc="cumulative drop", unit="eval")
+    for p in bar:
         kept.discard(p)
         model.set_sync_policy(selective_spec(kept))
         cumulative.append({"syncs": len(kept), "dropped": point_name(p), "val_loss": measure()})
-        print(f"{len(kept):>6} {'- ' + point_name(p):>40} {cumulative[-1]['val_loss']:>9.4f}")
+        bar.write(f"{len(kept):>6} {'- ' + point_name(p):>40} {cumulative[-1]['val_loss']:>9.4f}", file=sys.stdout)
 
     policy = selective_spec(set(ranked[:args.syncs - 1]) | {n_points - 1})
     print(f"\nmost sensitive first: {', '.join(point_name(p) for p in ranked)}")

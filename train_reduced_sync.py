@@ -63,13 +63,13 @@ import torch.distributed as dist
 from checkpoint import (MODEL_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
                         read_plain_pickle, restore_rng_states, rng_states, set_aside,
                         write_checkpoint)
-from configurator import ConfigError, format_config, micro_steps_per_replica, parse, save_config
+from configurator import ConfigError, format_config, help_text, parse, resolve_layout, save_config
 from memory_check import check_memory
 from model.gpt import GPT, GPTConfig
 from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.grad import clip_grad_norm_
-from parallel.mesh import RendezvousError, env_int, init_mesh
+from parallel.mesh import RendezvousError, env_int, init_mesh, record_error_for_torchrun
 from run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
 from stop import Control, install_signal_handlers, report_fatal
 
@@ -461,6 +461,7 @@ def fail(message, mesh=None, code=1, every_rank=False):
         print(f"error: rank {rank}: {message}", file=sys.stderr, flush=True)
     elif rank <= 0:
         print(f"error: {message}", file=sys.stderr, flush=True)
+    record_error_for_torchrun(f"error: {message}")  # torchrun's summary, printed last, then names it
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
     sys.exit(code)
@@ -470,12 +471,22 @@ def fail(message, mesh=None, code=1, every_rank=False):
 def main(argv):
     # ---- configuration, layout, data and model: everything that can be wrong about the
     # request is checked before out_dir is created.
+    if "-h" in argv or "--help" in argv:
+        try:
+            text = help_text(argv)
+        except ConfigError as e:
+            fail(str(e))
+        if int(os.environ.get("RANK", "0")) == 0:  # once under torchrun
+            print(text)
+        return 0
     try:
         cfg = parse(argv)
-    except ConfigError as e:
+        layout = resolve_layout(cfg, env_int("WORLD_SIZE", 1))
+    except (ConfigError, ValueError) as e:
         fail(str(e))
     if cfg.data_dir:  # as typed, from the cwd; stored absolute, so sample.py finds meta.pkl from anywhere
         cfg.data_dir = os.path.abspath(cfg.data_dir)
+    tp_requested, cfg.tp = cfg.tp, layout.tp  # config.json and checkpoints record the tp that ran
     if cfg.device == "cuda" and not torch.cuda.is_available():
         fail("device='cuda' but CUDA is not available; use --device=cpu or --device=auto")
     # 'auto' takes CUDA only when every local process gets its own GPU (NCCL needs one each)
@@ -483,14 +494,14 @@ def main(argv):
         local_procs = env_int("LOCAL_WORLD_SIZE", 1)
         cuda_fits = torch.cuda.is_available() and torch.cuda.device_count() >= local_procs
         device_type = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and cuda_fits) else "cpu"
-        mesh = init_mesh(cfg.tp, device_type, cfg.rendezvous_timeout)
+        mesh = init_mesh(layout.tp, device_type, cfg.rendezvous_timeout)
     except ValueError as e:  # RendezvousError: only this rank may know, so every rank says it
         fail(str(e), every_rank=isinstance(e, RendezvousError))
     device = mesh.device
     control = Control(mesh)  # every rank, now: it creates a process group
     fresh = cfg.init_from != "resume"
     try:
-        micro_steps = micro_steps_per_replica(cfg, mesh.dp)
+        micro_steps = layout.micro_steps
         data_dir, vocab_size = check_data(cfg.dataset, cfg.block_size, cfg.data_dir)
         check_one_pass(cfg, data_dir)
         check_out_dir(cfg.out_dir)
@@ -579,15 +590,19 @@ def main(argv):
     derived = {"world_size": mesh.world_size, "dp": mesh.dp, "micro_steps_per_replica": micro_steps,
                "tokens_per_iter": tokens_per_iter, "device": device, "resolved_dtype": dtype,
                "vocab_size": model_args["vocab_size"], "n_params": raw_model.get_num_params(),
-               "declared_syncs_per_forward": raw_model.syncs_per_forward}
+               "declared_syncs_per_forward": raw_model.syncs_per_forward, "tp_requested": tp_requested}
     if mesh.is_master:
-        print(f"config:\n{format_config(cfg)}\nlayout: world {mesh.world_size} = dp {mesh.dp} x tp {mesh.tp}, "
-              f"{micro_steps} micro-steps per replica, {tokens_per_iter:,} tokens per iteration, "
-              f"{derived['n_params'] / 1e6:.2f}M parameters, {dtype} on {device_type}")
         save_config(cfg, os.path.join(cfg.out_dir, "config.json"), extra={"derived": derived})
     log = RunLog(cfg.out_dir, mesh.is_master, fresh=fresh)
     for note in claim_notes:
         log.write(f"note: {note}", {"type": "note", "note": note})
+    log.write(f"layout: world {mesh.world_size} = dp {mesh.dp} x tp {mesh.tp} ({layout.why}), {micro_steps} "
+              f"micro-step{'s' if micro_steps > 1 else ''} per replica, {tokens_per_iter:,} tokens per iteration, "
+              f"{derived['n_params'] / 1e6:.2f}M parameters, {dtype} on {device_type}",
+              {"type": "layout", "world_size": mesh.world_size, "dp": mesh.dp, "tp": mesh.tp,
+               "tp_requested": tp_requested})
+    if mesh.is_master:
+        print(f"config:\n{format_config(cfg)}", flush=True)
     comm.barrier()  # out_dir exists before any rank goes on
 
     if device_type == "cuda":
@@ -617,6 +632,9 @@ def main(argv):
 
     # fullgraph: a graph break would silently run eager; the model is built to trace whole (tests/test_compile.py)
     if cfg.compile:
+        if mesh.is_master:  # compiling happens at the first call, silently otherwise
+            print("compiling the model (torch.compile, fullgraph=True): the first eval and the first iteration "
+                  "wait for it, from under a minute to several minutes (longer on CPU)", flush=True)
         model = torch.compile(raw_model, fullgraph=True, backend=cfg.compile_backend,
                               mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
     else:

@@ -30,7 +30,7 @@ n_embd = 768
 dropout = 0.0
 bias = False
 n_tracks = 4
-tp = 1
+tp = 'auto'  # 1 process: tp 1 (as the study ran); 8: dp 2 x tp 4
 
 # AdamW, nanoGPT's GPT-2 values; warmup and cosine decay scaled to the 640 iterations (10% warmup)
 learning_rate = 6e-4

@@ -7,6 +7,11 @@
 # the narrower one (tests/test_configs.py checks what differs).
 # Prepare: python data/shakespeare_char/prepare.py
 # 1 process:  python train_reduced_sync.py config/shakespeare_char_384.py --n_tracks=6 --sync_policy=grouped:3
+# N processes: torchrun --standalone --nproc_per_node=N train_reduced_sync.py config/shakespeare_char_384.py \
+#     --gradient_accumulation_steps=8 --batch_size=8   (N = 1, 2, 4, 8; any n_tracks)
+#   the same 64 sequences per iteration in 8 micro-steps of 8: the recipe's one micro-step of 64 cannot be
+#   split over dp > 1 replicas (tp='auto' is at most 2 at n_tracks 2 or 6, so 4 processes make dp 2);
+#   evals then average eval_iters batches of 8, not of 64
 # n_head 6 is divisible by n_tracks 1, 2, 3 and 6; the function does not depend on tp.
 
 out_dir = 'out-shakespeare-char-384'
@@ -35,7 +40,7 @@ n_head = 6
 n_embd = 384
 dropout = 0.2
 bias = False  # nanoGPT's default
-tp = 1
+tp = 'auto'  # the largest divisor of n_tracks that divides the world size
 
 # AdamW, cosine decay to min_lr (nanoGPT's values; weight_decay, beta1, grad_clip are its train.py defaults)
 learning_rate = 1e-3

@@ -29,7 +29,7 @@ n_embd = 768
 dropout = 0.0
 bias = False
 n_tracks = 4
-tp = 4  # 8 GPUs = dp 2 x tp 4; 4 GPUs = dp 1 x tp 4
+tp = 'auto'  # 8 GPUs: dp 2 x tp 4; 4 GPUs: tp 4; 2: tp 2; 1: tp 1 (the accumulation of 40 splits over every dp)
 
 # AdamW, cosine decay to min_lr
 learning_rate = 6e-4

@@ -82,6 +82,8 @@ import sys
 import tarfile
 import time
 
+from tqdm import tqdm
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
@@ -104,8 +106,9 @@ CHAR_COMMON = ("--always_save_checkpoint=True", "--tp=1")
 
 # ---------------------------------------------------------------- the BPE sweep's extra seeds (issue item 5)
 BPE_SWEEP_DIR = "experiments/shakespeare-sweep"
-# experiments/shakespeare_sweep.sh's `common` with ITERS=3000, as EXPERIMENT_SUMMARY.md section 1 ran it
-BPE_COMMON = ("--batch_size=32", "--block_size=256", "--max_iters=3000", "--lr_decay_iters=3000", "--warmup_iters=100",
+# experiments/shakespeare_sweep.sh's `common` with ITERS=3000, as EXPERIMENT_SUMMARY.md section 1 ran it (at tp=1, with
+# the configs' one micro-step per iteration of that time: they now accumulate 2 x 4 so that 8 processes can split it)
+BPE_COMMON = ("--gradient_accumulation_steps=1", "--tp=1", "--batch_size=32", "--block_size=256", "--max_iters=3000", "--lr_decay_iters=3000", "--warmup_iters=100",
               "--eval_interval=100", "--eval_iters=20", "--log_interval=50", "--always_save_checkpoint=False")
 BPE_EXTRA_SEEDS = (1338, 1339)
 # part -> [(run name of the seed-1337 run, config name, sensitivity json holding the policy or None)]
@@ -199,7 +202,7 @@ def bpe_runs(part, sets=(), smoke=False):
 
 def docs_run(width, policy, seed, sets=(), smoke=False):
     tag = DOCS_POLICIES[policy]
-    args = [os.path.join(REPO, DOCS_CONFIGS[width]), f"--sync_policy={policy}", f"--seed={seed}"]
+    args = [os.path.join(REPO, DOCS_CONFIGS[width]), "--tp=1", f"--sync_policy={policy}", f"--seed={seed}"]
     if smoke:
         args += SMOKE_DOCS
     return Run(f"d{width}-{tag}-s{seed}", DOCS_SWEEP_DIR, [*args, *sets], policy, seed, f"d{width}", tag)
@@ -452,6 +455,10 @@ def sweep(runs, args):
                          "or --allow-cpu to train on CPU anyway)")
     threads = max(1, (os.cpu_count() or 1) // max(1, min(args.jobs, len(pending))))
     running, results, launched = {}, {}, 0
+    # runs take minutes each: a bar of finished runs (stderr, on a terminal only: a log keeps the event
+    # lines, which print above the bar)
+    bar = tqdm(total=len(pending), desc="runs finished", unit="run", disable=None)
+    say = lambda text: bar.write(text, file=sys.stdout)
     last_status = time.time()
     deadline = t0 + args.deadline if args.deadline else None
     try:
@@ -474,7 +481,7 @@ def sweep(runs, args):
                                         env=env, stdout=log, stderr=subprocess.STDOUT)
                 running[r.name] = (r, proc, log, time.time(), it0)
                 launched += 1
-                print(f"   {time.strftime('%H:%M:%S')} start {r.name}" + (" (resume)" if extra else ""), flush=True)
+                say(f"   {time.strftime('%H:%M:%S')} start {r.name}" + (" (resume)" if extra else ""))
             if not pending and not running:
                 break
             time.sleep(args.poll)
@@ -491,10 +498,10 @@ def sweep(runs, args):
                                      time.time() - started)
                 else:
                     results[name] = (f"failed (rc {proc.returncode})", time.time() - started)
-                    print(f"!! {name} failed (rc {proc.returncode}); the end of {r.scratch_dir(scratch)}.out:\n"
-                          f"{tail(r.scratch_dir(scratch) + '.out')}", flush=True)
-                print(f"   {time.strftime('%H:%M:%S')} {results[name][0]} {name} "
-                      f"({results[name][1]:.0f} s)", flush=True)
+                    say(f"!! {name} failed (rc {proc.returncode}); the end of {r.scratch_dir(scratch)}.out:\n"
+                        f"{tail(r.scratch_dir(scratch) + '.out')}")
+                say(f"   {time.strftime('%H:%M:%S')} {results[name][0]} {name} ({results[name][1]:.0f} s)")
+                bar.update(1)
             now = time.time()
             if running and now - last_status >= args.status_every:
                 last_status = now
@@ -503,11 +510,11 @@ def sweep(runs, args):
                     max_iters = planned_config(r, scratch)["max_iters"]
                     # wall-clock rate since launch (evals included)
                     eta = f", ETA {(now - started) / (it - it0) * (max_iters - it):.0f} s" if it and it > it0 else ""
-                    print(f"   .. {name}: " + (f"iter {it}/{max_iters}, median {ms:.1f} ms/iter" if it is not None
-                                               else "starting") + eta, flush=True)
+                    say(f"   .. {name}: " + (f"iter {it}/{max_iters}, median {ms:.1f} ms/iter" if it is not None
+                                             else "starting") + eta)
             if deadline is not None and now >= deadline:  # also when runs are left that never started
-                print(f"== deadline ({args.deadline} s) reached: stopping {len(running)} runs; the same command "
-                      f"resumes them from their last eval on this machine", flush=True)
+                say(f"== deadline ({args.deadline} s) reached: stopping {len(running)} runs; the same command "
+                    f"resumes them from their last eval on this machine")
                 for r, proc, log, started, it0 in running.values():
                     proc.terminate()
                 stop = time.time() + 20
@@ -522,6 +529,7 @@ def sweep(runs, args):
                 running = {}
                 break
     finally:
+        bar.close()
         for r, proc, log, started, it0 in running.values():  # an exception: do not leave our runs behind
             proc.kill()
             proc.wait()

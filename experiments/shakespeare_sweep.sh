@@ -14,22 +14,45 @@
 #   python compare_runs.py SWEEP_DIR/*
 # Environment: ITERS, FT_ITERS, EXTRA (more --key=value overrides), RUNS (a subset of the phase-1
 # run names, to split the sweep over several machines or calls; phases 2 and 3 run when RUNS
-# includes baseline_24sync).
+# includes baseline_24sync), PROGRESS_EVERY (seconds between the progress lines, 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 sweep=${1:-experiments/shakespeare-sweep}
 iters=${ITERS:-1500}
 ft_iters=${FT_ITERS:-300}
-# GPU-sized schedule on the config family's architecture: 32 x 256 tokens per iteration.
-common="--batch_size=32 --block_size=256 --max_iters=$iters --lr_decay_iters=$iters --warmup_iters=100
+# GPU-sized schedule on the config family's architecture: 32 x 256 tokens per iteration, in one micro-step
+# (as the stored sweep ran; the configs themselves accumulate 2 x 4 sequences so that 8 processes can split them).
+common="--gradient_accumulation_steps=1 --batch_size=32 --block_size=256 --max_iters=$iters --lr_decay_iters=$iters --warmup_iters=100
         --eval_interval=100 --eval_iters=20 --log_interval=50 --always_save_checkpoint=False ${EXTRA:-}"
 mkdir -p "$sweep"
 
+declare -A running  # pid -> run name
 train() {  # train NAME CONFIG [overrides...]: one run in the background, its stdout in SWEEP_DIR/NAME.out
     local name=$1 config=$2; shift 2
     python train_reduced_sync.py "config/$config.py" $common --out_dir="$sweep/$name" "$@" \
         > "$sweep/$name.out" 2>&1 &
+    running[$!]=$name
+}
+
+# Wait for the background runs. They log only to their .out files, so every PROGRESS_EVERY seconds (60)
+# print each running one's last eval or training line.
+wait_runs() {
+    local t=0 pid
+    while [ -n "$(jobs -rp)" ]; do
+        sleep 5
+        t=$((t + 5))
+        [ $((t % ${PROGRESS_EVERY:-60})) -eq 0 ] || continue
+        for pid in "${!running[@]}"; do
+            if kill -0 "$pid" 2>/dev/null; then
+                echo "   $(date -u +%T) ${running[$pid]}: $(grep -E '^(step|iter) [0-9]+' "$sweep/${running[$pid]}.out" \
+                    | tail -1 | cut -d, -f1,2)"
+            else
+                unset "running[$pid]"
+            fi
+        done
+    done
+    wait
 }
 
 runs=${RUNS:-baseline_24sync spd_12sync parallel_12sync selective_9sync grouped_6sync grouped_4sync
@@ -41,7 +64,7 @@ for run in $runs; do
         *) train "$run" "shakespeare_$run" ;;
     esac
 done
-wait
+wait_runs
 case " $runs " in *" baseline_24sync "*) ;; *) exit 0 ;; esac
 
 echo "== phase 2: $(date -u +%T)"
@@ -58,6 +81,6 @@ for n in 9 6; do
         --init_from="$sweep/baseline_24sync/ckpt_best.pt" --max_iters=$ft_iters --lr_decay_iters=$ft_iters \
         --warmup_iters=20 --learning_rate=3e-4 --min_lr=3e-5 --eval_interval=50
 done
-wait
+wait_runs
 echo "== done: $(date -u +%T)"
 python compare_runs.py "$sweep"/*/ --markdown --out "$sweep/compare_runs.png" | tee "$sweep/compare_runs.md"

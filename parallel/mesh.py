@@ -5,7 +5,9 @@
 TP ranks of one replica are adjacent (on one node they share NVLink); the DP group of a rank
 holds the ranks with its tp_rank in every replica. All TP ranks of one replica read the same batch.
 """
+import json
 import os
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -129,3 +131,18 @@ def init_mesh(tp, device=None, rendezvous_timeout=300.0):
                          f"launch with torchrun --nproc_per_node={tp} or set tp=1")
     return Mesh(rank=0, world_size=1, tp=1, dp=1, tp_rank=0, dp_rank=0, tp_group=None,
                 dp_group=None, device=device_for_local_rank(0, device))
+
+
+def record_error_for_torchrun(message):
+    """Under torchrun, write `message` to this worker's error file (TORCHELASTIC_ERROR_FILE, the file
+    torch.distributed.elastic's @record writes). torchrun prints a failed worker's error file as the
+    'traceback' of its ChildFailedError summary, the last lines it prints; without the file that
+    summary says only 'To enable traceback see ...', below our message. A no-op outside torchrun."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            json.dump({"message": message, "timestamp": int(time.time())}, f)
+    except OSError:
+        pass  # the message was printed; the summary only loses its copy

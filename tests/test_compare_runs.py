@@ -47,14 +47,14 @@ def test_table_against_mean_of_baselines(tmp_path, capsys):
     assert png.stat().st_size > 10_000
 
 
-def test_markdown_and_no_baseline_uses_first_run(tmp_path, capsys):
+def test_markdown_and_no_baseline_shows_no_delta(tmp_path, capsys):
     a = write_run(tmp_path, "a", "spd", [3.0, 2.0], 12)
     b = write_run(tmp_path, "b", "grouped:4", [3.0, 2.5], 3)
     assert compare_runs.main([a, b, "--markdown", "--out", str(tmp_path / "x.png")]) == 0
     out = capsys.readouterr().out
     assert "| run | policy | syncs/fwd |" in out
-    assert "| b | grouped:4 | 3 | 10 | 2.5000 | 2.5000 | +25.00% | +25.00% | 2,000 |" in out
-    assert "baseline first run (a; no 'baseline' policy among the runs)" in out
+    assert "| b | grouped:4 | 3 | 10 | 2.5000 | 2.5000 | — | — | 2,000 |" in out
+    assert "baseline: no 'baseline' run in this setting, so its Δ columns show —" in out
 
 
 def test_resumed_run_later_lines_win(tmp_path):
@@ -97,14 +97,43 @@ def test_each_setting_has_its_own_baseline(tmp_path, capsys):
     run("w2-base-s2", "baseline", 384, 1.12, 2)
     run("w2-spd", "spd", 384, 1.121, 1)
     os.makedirs(tmp_path / "w3")
-    run("w3/spd", "spd", 768, 1.42, 1)  # a setting without a baseline run: all baselines' mean, 1.21
+    run("w3/spd", "spd", 768, 1.42, 1)  # a setting without a baseline run: no Δ (not the other widths' 1.21)
     assert compare_runs.main([str(tmp_path / "w[12]-*"), str(tmp_path / "w3/spd"), "--out",
                               str(tmp_path / "x.png")]) == 0
     out = capsys.readouterr().out
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("w1-", "w2-", "spd"))}
     assert lines["w1-spd"][6:8] == ["+10.00%", "+10.00%"]  # 1.441 vs 1.31
     assert lines["w2-spd"][6:8] == ["+0.99%", "+0.99%"]  # 1.121 vs 1.11
-    assert lines["spd"][6] == "+17.36%"  # 1.42 vs 1.21
+    assert lines["spd"][6:8] == ["—", "—"]
     assert "baseline (w192 n2) final val: mean of 2 baseline run(s): 1.3100" in out
     assert "baseline (w384 n2) best val: mean of 2 baseline run(s): 1.1100" in out
-    assert "baseline of w768 n2 (no baseline run in that setting) final val: mean of 4 baseline run(s): 1.2100" in out
+    assert "baseline (w768 n2): no 'baseline' run in this setting, so its Δ columns show —" in out
+
+
+def test_single_seed_plots_show_no_spread_or_trend(tmp_path, monkeypatch):
+    """Issue 30: one seed per policy. The final-val panel's y-range covers ±margin around the baseline (two
+    points 0.5% apart do not fill it), a wall-clock panel exists, iteration 0 is left out of the curves, and
+    the trend plot joins no single seeds and claims no error bars."""
+    figures = []
+    monkeypatch.setattr(compare_runs, "save_figure", lambda fig, path: figures.append(fig))
+    runs = []
+    for name, policy, final, syncs in (("base", "baseline", 2.0, 24), ("g4", "grouped:4", 2.01, 3),
+                                       ("spd", "spd", 1.995, 12)):
+        run = write_run(tmp_path, name, policy, [10.8, 3.0, final], syncs)
+        with open(os.path.join(run, "metrics.jsonl"), "a") as f:  # eval times: 0, 5 and 10 s (iter 10: 30 s)
+            for i, v in enumerate([10.8, 3.0, final]):
+                f.write(json.dumps({"type": "eval", "iter": 10 * i, "val_loss": v, "syncs_per_fwd": syncs,
+                                    "time": 1000.0 + (5 if policy == "baseline" else 15) * i}) + "\n")
+        runs.append(run)
+    assert compare_runs.load_run(runs[1])["time_curve"] == [(0.0, 10.8), (15.0, 3.0), (30.0, 2.01)]
+    assert compare_runs.main([*runs, "--out", str(tmp_path / "x.png"), "--trend", str(tmp_path / "t.png")]) == 0
+    left, middle, right = figures[0].axes
+    low, high = left.get_ylim()
+    assert low <= 2.0 * 0.99 and high >= 2.0 * 1.01 and "ONE seed" in left.get_title()
+    assert "time" in right.get_title() and max(max(line.get_xdata()) for line in right.lines) == 30.0
+    assert all(min(line.get_xdata()) > 0 for line in middle.lines)  # no iteration 0
+    assert all(max(line.get_ydata()) < 10 for ax in (middle, right) for line in ax.lines)
+    for ax in figures[1].axes:
+        assert "no error bars" in ax.get_title()
+        data = [line for line in ax.lines if any(y != 0 for y in line.get_ydata())]  # the y = 0 rule aside
+        assert data and all(line.get_linestyle() == "None" for line in data)

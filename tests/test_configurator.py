@@ -1,10 +1,15 @@
 """configurator.parse: defaults, config files, --key=value overrides and the error messages (in-process, fast)."""
+import dataclasses
+import glob
 import json
+import os
+import re
 
 import pytest
 
-from configurator import (VALID_KEYS, ConfigError, TrainConfig, micro_steps_per_replica, parse,
-                          save_config)
+from configurator import (VALID_KEYS, ConfigError, TrainConfig, help_text, micro_steps_per_replica, parse,
+                          resolve_layout, save_config)
+from tests.conftest import REPO
 
 
 def test_defaults_are_nanogpt_defaults():
@@ -12,7 +17,7 @@ def test_defaults_are_nanogpt_defaults():
     assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.batch_size) == (12, 12, 768, 1024, 12)
     assert (cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters) == (6e-4, 6e-5, 2000, 600000)
     assert cfg.gradient_accumulation_steps == 40 and cfg.init_from == "scratch" and cfg.wandb_log is False
-    assert (cfg.device, cfg.dtype, cfg.tp, cfg.sync_policy) == ("auto", "auto", 1, "baseline")
+    assert (cfg.device, cfg.dtype, cfg.tp, cfg.sync_policy) == ("auto", "auto", "auto", "baseline")
 
 
 def test_config_file_then_overrides(tmp_path):
@@ -92,8 +97,73 @@ def test_malformed_argument():
 def test_gradient_accumulation_is_split_over_replicas():
     cfg = TrainConfig(gradient_accumulation_steps=8)
     assert [micro_steps_per_replica(cfg, dp) for dp in (1, 2, 4, 8)] == [8, 4, 2, 1]
-    with pytest.raises(ConfigError, match="gradient_accumulation_steps=8 .* not divisible by dp=3"):
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps=8 .* cannot be split over dp=3"):
         micro_steps_per_replica(cfg, 3)
+
+
+def test_tp_auto_is_the_largest_divisor_of_n_tracks_that_divides_the_world():
+    cfg = parse(["--n_tracks=4", "--n_head=12", "--gradient_accumulation_steps=24"])
+    layouts = {world: resolve_layout(cfg, world) for world in (1, 2, 3, 4, 6, 8, 12)}
+    assert {w: (l.tp, l.dp) for w, l in layouts.items()} == \
+        {1: (1, 1), 2: (2, 1), 3: (1, 3), 4: (4, 1), 6: (2, 3), 8: (4, 2), 12: (4, 3)}
+    assert layouts[8].micro_steps == 12 and "largest divisor of n_tracks=4" in layouts[8].why
+    assert parse(["--tp=4"]).tp == 4 and parse(["--tp=auto"]).tp == "auto"
+
+
+@pytest.mark.parametrize("args, world, message", [
+    (["--n_tracks=4", "--gradient_accumulation_steps=1", "--batch_size=8"], 8,
+     "world 8 = dp 2 x tp 4 (tp='auto': the largest divisor of n_tracks=4 that divides world size 8): "
+     "gradient_accumulation_steps=1 (the total over the data-parallel replicas) cannot be split over dp=2 "
+     "replicas; use --gradient_accumulation_steps=2 --batch_size=4 (the same 8 sequences per iteration)"),
+    (["--n_tracks=4", "--tp=4"], 6, "tp=4 does not divide the world size 6 (processes); use --tp=auto or one of "
+                                    "[1, 2, 3, 6]"),
+    (["--n_tracks=2", "--tp=4"], 4, "tp=4 does not divide n_tracks=2; use --tp=auto or one of [1, 2]"),
+    (["--tp=2"], 1, "tp=2 does not divide the world size 1"),
+])
+def test_impossible_layout_is_one_line_naming_the_fix(args, world, message):
+    with pytest.raises(ConfigError) as e:
+        resolve_layout(parse(args), world)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def header_flags(path):
+    """The --flags of the torchrun command in a config file's header comment (none: it needs none)."""
+    with open(path) as f:
+        header = "".join(line for line in f if line.startswith("#")).replace("\\\n#", " ")  # join continued lines
+    m = re.search(r"torchrun [^\n]*", header)
+    return re.findall(r"--[a-z_]+=\S+", m[0].split("train_reduced_sync.py")[1]) if m else []
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "config", "*.py"))),
+                         ids=lambda p: os.path.basename(p))
+def test_every_config_launches_on_1_2_4_8_processes(path):
+    """torchrun --nproc_per_node=N train_reduced_sync.py config/X.py works for N = 1, 2, 4 and 8 with no flags
+    beyond those its header comment names, at every n_tracks the file's n_head allows."""
+    base = parse([path, *header_flags(path)])
+    for n_tracks in [d for d in range(1, base.n_head + 1) if base.n_head % d == 0]:
+        cfg = dataclasses.replace(base, n_tracks=n_tracks)
+        if n_tracks != base.n_tracks and "--n_tracks" not in open(path).read():
+            continue  # only the n_tracks of the file, unless its comment invites changing it
+        for world in (1, 2, 4, 8):
+            layout = resolve_layout(cfg, world)
+            assert layout.tp * layout.dp == world and layout.micro_steps * layout.dp == cfg.gradient_accumulation_steps
+
+
+def test_help_lists_every_key_with_type_default_and_meaning(tmp_path):
+    text = help_text()
+    for f in dataclasses.fields(TrainConfig):
+        line = next(l for l in text.splitlines() if l.split()[:1] == [f.name])
+        assert repr(f.default) in line and f.metadata["meaning"] in line, line
+        assert f.metadata["group"] in text.splitlines()
+    assert [l for l in text.splitlines() if l and not l.startswith(" ")][-8:] == [
+        "I/O", "wandb logging", "data", "model", "parallelism (world = dp x tp)", "AdamW optimizer",
+        "learning rate decay", "system"]
+    path = tmp_path / "c.py"
+    path.write_text("n_layer = 3\n")
+    text = help_text([str(path), "--n_embd=64", "--help"])
+    values = {l.split()[0]: l.split()[1:3] for l in text.splitlines() if l[:2] == "  " and l[2] != " "}
+    assert values["n_layer"] == ["int", "3"] and values["n_embd"] == ["int", "64"]  # after the file and override
+    assert values["tp"] == ["int|auto", "'auto'"]
 
 
 def test_save_config_is_json_with_extras(tmp_path):
