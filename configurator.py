@@ -21,7 +21,6 @@ import tempfile
 import types
 from dataclasses import dataclass, fields
 
-from model.sync_policy import parse_sync_policy
 
 
 class ConfigError(ValueError):
@@ -110,9 +109,10 @@ CHOICES = {
     "compile_backend": ("inductor", "aot_eager", "eager"),
     "compile_mode": ("default", "reduce-overhead"),
 }
-# Integer keys that must be >= 1 and keys that must be >= 0.
+# Integer keys that must be >= 1 and keys that must be >= 0. The model keys are GPTConfig's to check
+# (model_args); block_size is here too because the data checks read it before the model is built.
 AT_LEAST_ONE = ("eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps",
-                "batch_size", "block_size", "n_layer", "n_head", "n_embd", "n_tracks", "tp")
+                "batch_size", "block_size", "tp")
 NON_NEGATIVE = ("max_iters", "warmup_iters", "lr_decay_iters", "learning_rate", "min_lr",
                 "weight_decay", "grad_clip", "seed")
 
@@ -167,8 +167,6 @@ def validate(cfg):
     for key in NON_NEGATIVE:
         if getattr(cfg, key) < 0:
             raise ConfigError(f"invalid {key}={getattr(cfg, key)!r}; must be >= 0")
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise ConfigError(f"invalid dropout={cfg.dropout!r}; must be in [0, 1)")
     for key in ("beta1", "beta2"):
         if not 0.0 <= getattr(cfg, key) < 1.0:
             raise ConfigError(f"invalid {key}={getattr(cfg, key)!r}; must be in [0, 1)")
@@ -185,16 +183,8 @@ def validate(cfg):
     if cfg.decay_lr and cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"min_lr={cfg.min_lr!r} is above learning_rate={cfg.learning_rate!r}: the schedule decays "
                           f"from learning_rate down to min_lr, so min_lr must be <= learning_rate")
-    if cfg.n_embd % cfg.n_head != 0:
-        raise ConfigError(f"n_embd={cfg.n_embd} must be divisible by n_head={cfg.n_head}")
-    if cfg.init_from == "scratch":  # else the checkpoint's architecture applies (checked when it is built)
-        if cfg.n_head % cfg.n_tracks != 0:
-            raise ConfigError(f"n_tracks={cfg.n_tracks} must divide n_head={cfg.n_head}; one of "
-                              f"{[d for d in range(1, cfg.n_head + 1) if cfg.n_head % d == 0]}")
-        try:
-            parse_sync_policy(cfg.sync_policy, cfg.n_layer)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+    if cfg.init_from == "scratch":  # else the checkpoint's architecture applies: checked once merged (merge)
+        model_args(cfg)
     if cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16"):
         # CPU autocast in half precision is slow and not what a user comparing runs expects.
         raise ConfigError(f"dtype={cfg.dtype!r} is only supported on CUDA; use float32 or auto on CPU")
@@ -273,6 +263,29 @@ def parse(argv):
     return cfg
 
 
+def merge(cfg, changes):
+    """A new TrainConfig: cfg with `changes` (the tp that runs, a checkpoint's architecture), validated
+    as a whole, model keys included. cfg itself is never rewritten once validated."""
+    merged = dataclasses.replace(cfg, **changes)
+    validate(merged)
+    if merged.init_from != "scratch":
+        model_args(merged)
+    return merged
+
+
+def model_args(cfg, vocab_size=None):
+    """GPTConfig's fields from the config (vocab_size from the dataset), checked by GPTConfig itself: the
+    model keys have one validator, and the sync policy one parser. ConfigError in one line."""
+    from model.gpt import GPTConfig  # here: reading configs (compare_runs, --help) needs no torch
+    args = {f.name: getattr(cfg, f.name) for f in fields(GPTConfig) if f.name != "vocab_size"}
+    args["vocab_size"] = GPTConfig.vocab_size if vocab_size is None else vocab_size
+    try:
+        GPTConfig(**args)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return args
+
+
 def micro_steps_per_replica(cfg, dp):
     """gradient_accumulation_steps is the total over the dp replicas (as nanoGPT divides by the
     DDP world size): each replica runs this many micro-steps per iteration."""
@@ -295,6 +308,7 @@ class Layout:
     dp: int
     micro_steps: int  # per replica per iteration
     why: str  # how tp was chosen, for the log's first line
+    requested: object = "auto"  # the tp asked for: 'auto' or a number
 
 
 def divisors(n):
@@ -325,7 +339,7 @@ def resolve_layout(cfg, world_size):
         micro_steps = micro_steps_per_replica(cfg, dp)
     except ConfigError as e:
         raise ConfigError(f"world {world_size} = dp {dp} x tp {tp} ({why}): {e}") from None
-    return Layout(tp=tp, dp=dp, micro_steps=micro_steps, why=why)
+    return Layout(tp=tp, dp=dp, micro_steps=micro_steps, why=why, requested=cfg.tp)
 
 
 def help_text(argv=(), prog="train_reduced_sync.py"):

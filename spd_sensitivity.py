@@ -31,7 +31,7 @@ from tqdm import tqdm
 from checkpoint import CheckpointError, load_weights, read_checkpoint
 from configurator import OneLineArgumentParser, ascii_int, atomic_write
 from model.gpt import GPT, GPTConfig
-from train_reduced_sync import RunError, check_data, eval_offsets, load_tokens, open_split
+from data.loader import DataError, check_data, eval_offsets, load_tokens, open_split
 
 
 def point_name(p):
@@ -90,7 +90,7 @@ def check_request(args):
     try:
         root = cfg.get("data_dir") if isinstance(cfg.get("data_dir"), str) else ""  # '' = the repository's data/
         data_dir, _ = check_data(cfg["dataset"], model_args["block_size"], root)
-    except RunError as e:
+    except DataError as e:
         fail(f"{args.ckpt} was trained on dataset {cfg['dataset']!r}: {e}")
     return ckpt, cfg, model_args, data_dir, args.eval_iters or cfg["eval_iters"], args.batch_size or cfg["batch_size"]
 

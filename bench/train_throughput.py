@@ -27,7 +27,7 @@ the issue's overlap ideas: compiled-overlap turns on inductor's compute/communic
 (OVERLAP_PASSES: collectives raised to where their input is ready, waits sunk to the first use,
 compute reordered into the gap), compiled-graphs is mode="reduce-overhead" (CUDA graphs).
 
-The loop. Every variant calls train_reduced_sync.train_step (bf16 autocast on CUDA, fp32 on CPU;
+The loop. Every variant calls training.train_step (the step of train_reduced_sync.py) (bf16 autocast on CUDA, fp32 on CPU;
 fused AdamW from configure_optimizer; gradient clipping at --grad_clip through parallel/grad.py;
 --micro_steps micro-batches of --batch_size x --seq_len per iteration, default 1). Every model but
 torch DDP's is wrapped in BucketedDDP as in the trainer: over a group of one rank for plain, tp1
@@ -405,7 +405,7 @@ def profile_table(step, cuda):
 def run_variant(v, args, env):
     """Build, warm up and time one variant on this rank: (per-iteration ms, syncs/fwd, n_params,
     profile or None). Raises whatever the variant raises."""
-    from train_reduced_sync import configure_optimizer, train_step
+    from training import configure_optimizer, train_step
     env.t_build = time.perf_counter()
     model, raw, syncs, tp_group = build_variant(v, args, env)
     opt_cfg = SimpleNamespace(learning_rate=6e-4, weight_decay=0.1, beta1=0.9, beta2=0.95)  # nanoGPT's
@@ -578,7 +578,7 @@ def exchange(env, ms, failed):
 
 
 def run(args, argv):
-    import train_reduced_sync as trs
+    import training as trs
     env = setup(args)
     n_layer, n_head, n_embd, vocab, _ = SIZES[args.size]
     plan = variant_plan(args, env.world)

@@ -57,6 +57,7 @@ model compiles with fullgraph=True; counts come from eager passes and from the p
 are this rank's shards under nanoGPT's names; state_dict() / load_state_dict() use full tensors
 (model/sharding.py). Sampling: model/generate.py.
 """
+import copy
 import dataclasses
 import math
 from collections import namedtuple
@@ -93,21 +94,21 @@ class GPTConfig:
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "n_tracks"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):  # bool is an int: True is not 1 here
-                raise ValueError(f"GPTConfig {name}={value!r} ({type(value).__name__}): must be an int >= 1")
+                raise ValueError(f"invalid {name}={value!r} ({type(value).__name__}); must be an int >= 1")
             if value < 1:
-                raise ValueError(f"GPTConfig {name}={value!r}: must be an int >= 1")
+                raise ValueError(f"invalid {name}={value!r}; must be >= 1")
         if self.n_embd % self.n_head != 0:
-            raise ValueError(f"GPTConfig n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+            raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
         if self.n_head % self.n_tracks != 0:
             divisors = [d for d in range(1, self.n_head + 1) if self.n_head % d == 0]
-            raise ValueError(f"GPTConfig n_head={self.n_head} is not divisible by n_tracks={self.n_tracks}; "
+            raise ValueError(f"n_head={self.n_head} is not divisible by n_tracks={self.n_tracks}; "
                              f"n_tracks must be one of {divisors}")
         dropout = self.dropout
         if (not isinstance(dropout, (int, float)) or isinstance(dropout, bool)
                 or not 0.0 <= dropout < 1.0):  # also rejects nan
-            raise ValueError(f"GPTConfig dropout={dropout!r}: must be a number in [0, 1)")
+            raise ValueError(f"invalid dropout={dropout!r}; must be in [0, 1)")
         if not isinstance(self.bias, bool):
-            raise ValueError(f"GPTConfig bias={self.bias!r} ({type(self.bias).__name__}): must be True or False")
+            raise ValueError(f"invalid bias={self.bias!r} ({type(self.bias).__name__}); must be True or False")
         self.policy = parse_sync_policy(self.sync_policy, self.n_layer)  # ValueError naming the spec
 
 
@@ -288,7 +289,7 @@ class GPT(nn.Module):
         """Full weights are drawn from the current global torch RNG (call torch.manual_seed with the
         same seed on every rank first), as nanoGPT does; this rank keeps its slice."""
         super().__init__()
-        c = dataclasses.replace(config)  # our copy: set_sync_policy replaces its policy only
+        c = copy.copy(config)  # ours: set_sync_policy replaces it; a copy keeps the parsed policy
         self.tp_group, self.tp, self.tp_rank = tp_group, comm.group_size(tp_group), comm.group_rank(tp_group)
         if c.n_tracks % self.tp != 0:
             divisors = [d for d in range(1, c.n_tracks + 1) if c.n_tracks % d == 0]
@@ -308,21 +309,21 @@ class GPT(nn.Module):
         self.shard_kind = sharding.shard_kinds(self)
         for name, p in self.named_parameters():
             p.tensor_parallel = self.shard_kind[name] is not None
-        self.set_sync_policy(c.sync_policy)
+        self._plan_sublayers()
         self.load_state_dict(self._init_full_weights())
 
     # ---------------------------------------------------------------- the policy as a plan
     def set_sync_policy(self, spec):
         """Switch to another sync policy (same parameters), e.g. to evaluate dropped syncs zero-shot."""
         self.config = dataclasses.replace(self.config, sync_policy=spec)  # parses and checks spec
-        self.policy = self.config.policy
-        self.syncs_per_forward = self.policy.n_syncs
         self._plan_sublayers()
 
     def _plan_sublayers(self):
         """Per layer, the Steps of its two sync points. A region's replicated parameters (LayerNorm
         weight and bias, c_proj bias) get slots in one list, summed over the TP group through one f
         (_partial_params). The forward reads only this plan, never names or the policy."""
+        self.policy = self.config.policy
+        self.syncs_per_forward = self.policy.n_syncs
         sync, parallel, ladder = self.policy.sync, self.policy.parallel, self.policy.ladder
         partial, steps = [], []
 

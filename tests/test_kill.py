@@ -138,7 +138,7 @@ def checkpoint_val_loss(path, data_dir):
     """(iter_num, val loss recomputed from the checkpoint's weights on the fixed eval batches)."""
     from contextlib import nullcontext
 
-    import train_reduced_sync as trs
+    import training as trs
     from checkpoint import load_weights
     from configurator import TrainConfig
     from model.gpt import GPT, GPTConfig

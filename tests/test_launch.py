@@ -10,7 +10,7 @@ from tests.conftest import TRAIN_SCRIPT, read_metrics, run_env, run_train, train
 
 # 4 tracks, 2 micro-steps per iteration: 8 processes make dp 2 x tp 4, one micro-step per replica.
 # warmup_iters=0 and a large learning rate so the weights move within the 3 iterations compared.
-TINY_8 = ["--dataset=syn", "--n_layer=1", "--n_head=4", "--n_embd=16", "--n_tracks=4", "--block_size=8",
+TINY_8 = ["--dataset=syn", "--data_dir=data", "--n_layer=1", "--n_head=4", "--n_embd=16", "--n_tracks=4", "--block_size=8",
           "--batch_size=2", "--gradient_accumulation_steps=2", "--max_iters=3", "--eval_interval=3",
           "--eval_iters=2", "--log_interval=1", "--learning_rate=1e-2", "--warmup_iters=0", "--lr_decay_iters=3",
           "--min_lr=1e-3", "--device=cpu"]
@@ -58,7 +58,7 @@ def test_impossible_layout_is_the_last_line_torchrun_prints(workdir):
     assert proc.stdout.count(f"\n{message}\n") + proc.stdout.startswith(f"{message}\n") == 1  # printed once
     assert not os.path.exists(out)
     # one process: the same kind of message is the whole output
-    proc = run_train(["--dataset=syn", "--tp=2", f"--out_dir={out}"], workdir, check=False)
+    proc = run_train(["--dataset=syn", "--data_dir=data", "--tp=2", f"--out_dir={out}"], workdir, check=False)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.splitlines() == ["error: tp=2 does not divide the world size 1 (processes); use --tp=auto or "
                                         "one of [1], or launch a multiple of 2 processes (torchrun --nproc_per_node=N)"]

@@ -3,8 +3,8 @@
 CUDA: the steps run under torch.cuda.set_sync_debug_mode("error"), which raises on any
 synchronizing call (skipped without CUDA). CPU: the Tensor methods that force a sync on a GPU
 (.item(), .tolist(), .cpu(), .numpy(), bool/float/int conversion) are wrapped to count calls made
-from project code (train_reduced_sync.py, model/, parallel/); a step must make none. PyTorch's own
-internals are not counted (e.g. CPU AdamW reads its CPU-resident step counter with .item()).
+from project code (train_reduced_sync.py, training.py, data/, model/, parallel/); a step must make
+none. PyTorch's own internals are not counted (e.g. CPU AdamW reads its CPU-resident step counter with .item()).
 """
 import os
 import sys
@@ -13,14 +13,17 @@ from contextlib import contextmanager, nullcontext
 import pytest
 import torch
 
-import train_reduced_sync as trs
+import training as trs
 from configurator import parse
+from data.loader import dropout_seed, get_train_batch
 from model.gpt import GPT, GPTConfig
 from parallel.ddp import BucketedDDP
+from parallel.mesh import init_mesh
 from tests.conftest import REPO, TINY
 
 SYNCING_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
-PROJECT_FILES = (os.path.join(REPO, "train_reduced_sync.py"), os.path.join(REPO, "model") + os.sep,
+PROJECT_FILES = (os.path.join(REPO, "train_reduced_sync.py"), os.path.join(REPO, "training.py"),
+                 os.path.join(REPO, "data") + os.sep, os.path.join(REPO, "model") + os.sep,
                  os.path.join(REPO, "parallel") + os.sep)
 
 
@@ -65,8 +68,8 @@ def make_training(workdir, device, dtype):
         """Everything the training loop does for a step that is not a log step."""
         for group in optimizer.param_groups:
             group["lr"] = trs.get_lr(it, cfg)
-        x, y, micro_batches = trs.get_train_batch(data_dir, cfg, it, 0, cfg.gradient_accumulation_steps, device)
-        seeds = [trs.dropout_seed(cfg.seed, it, g) for g in micro_batches]
+        x, y, micro_batches = get_train_batch(data_dir, cfg, it, 0, cfg.gradient_accumulation_steps, device)
+        seeds = [dropout_seed(cfg.seed, it, g) for g in micro_batches]
         loss, norm = trs.train_step(model, raw, optimizer, scaler, x, y, seeds, cfg.grad_clip, None,
                                     autocast, device)
         tracker.update(it, loss, norm)
@@ -87,10 +90,10 @@ def test_cpu_step_makes_no_syncing_calls(workdir):
 def test_detector_catches_a_sync(workdir):
     """The counter is not vacuous: evaluation reads its losses on the host, and is caught."""
     step, (model, raw, data_dir, cfg, autocast) = make_training(workdir, "cpu", "float32")
-    mesh = trs.init_mesh(1, "cpu")
+    mesh = init_mesh(1, "cpu")
     with count_project_syncs() as calls:
         trs.estimate_loss(model, raw, data_dir, cfg, mesh, autocast)
-    assert any("train_reduced_sync.py" in c and "item" in c for c in calls), calls
+    assert any("training.py" in c and "item" in c for c in calls), calls
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 
-from train_reduced_sync import RunError, check_one_pass, train_offsets
+from data.loader import DataError, check_one_pass, train_offsets
 
 
 def cfg(**kw):
@@ -26,7 +26,7 @@ def test_each_window_is_read_at_most_once():
     # a pure function of (seed, iteration): the same again, another seed another order
     assert np.array_equal(train_offsets(7, 4, n_tokens, c), train_offsets(7, 4, n_tokens, c))
     assert not np.array_equal(train_offsets(8, 0, n_tokens, c), train_offsets(7, 0, n_tokens, c))
-    with pytest.raises(RunError, match="needs more than the split's 40 windows"):
+    with pytest.raises(DataError, match="needs more than the split's 40 windows"):
         train_offsets(7, 6, n_tokens, c)  # sequences 36..41 of 40
 
 
@@ -39,7 +39,7 @@ def test_random_order_is_unchanged():
 def test_a_run_longer_than_one_pass_is_refused(tmp_path):
     np.zeros(8 * 30 + 1, dtype=np.uint16).tofile(tmp_path / "train.bin")  # 30 windows, 6 per iteration
     check_one_pass(cfg(max_iters=5), str(tmp_path))
-    with pytest.raises(RunError, match="reads 36 sequences .* holds 30 windows .* lower max_iters to 5"):
+    with pytest.raises(DataError, match="reads 36 sequences .* holds 30 windows .* lower max_iters to 5"):
         check_one_pass(cfg(max_iters=6), str(tmp_path))
     check_one_pass(cfg(max_iters=6, data_order="random"), str(tmp_path))
 

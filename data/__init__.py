@@ -1,0 +1,1 @@
+"""Datasets: data/<name>/prepare.py writes them; loader.py reads them for training."""

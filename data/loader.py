@@ -1,0 +1,172 @@
+"""The training data: checks of a prepared dataset, and which tokens each iteration reads.
+
+Files. data/<dataset>/{train,val}.bin are uint16 GPT-2 (or character) token ids written by the
+dataset's prepare.py; a char-level dataset also has meta.pkl with its vocab_size. The data root is
+the repository's data/ whatever the cwd, or --data_dir as the user typed it.
+
+Data order (deterministic, resumable, independent of the dp x tp layout).
+    Iteration `it` trains on gradient_accumulation_steps * batch_size sequences. Their start
+    offsets come from one numpy PCG64 stream seeded with (seed, it) (SeedSequence hashing), drawn
+    as a [gradient_accumulation_steps, batch_size] array: row g is global micro-batch g.
+    Replica r runs micro-batches g = r*M .. r*M + M-1 (M = gradient_accumulation_steps / dp).
+    So the sampler has no state: the data position is the iteration number, a resumed run sees
+    exactly the batches it would have seen, and changing tp or dp keeps the same samples in
+    every iteration (changing seed, batch_size, block_size or gradient_accumulation_steps
+    changes the stream). data_order='one_pass' reads the split's disjoint block_size windows in one
+    seeded permutation instead, none twice. Dropout is reseeded before each micro-batch from
+    (seed, it, g), so its masks do not depend on the layout either. Eval batches are a fixed set
+    per split, seeded independently of `seed`, so every run and every eval measures the same tokens.
+"""
+import functools
+import os
+
+import numpy as np
+import torch
+
+from checkpoint import read_plain_pickle
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Tags that keep the seed streams of different uses apart.
+TRAIN_DATA, EVAL_DATA, DROPOUT = 0, 1, 2
+EVAL_SPLIT_IDS = {"train": 0, "val": 1}
+DATA_SCHEME = "stateless-v1: offsets[it] = PCG64(seed, it) [grad_accum, batch]; replica r takes rows r*M..r*M+M-1"
+
+
+class DataError(Exception):
+    """A dataset that cannot be read as asked: one line for the user, naming the file and the fix."""
+
+
+def data_dir_for(dataset, root=""):
+    """<root>/<dataset>; root '' is the repository's data/, so the cwd does not matter (a root given by
+    the user, --data_dir, is a path as typed: relative to the cwd)."""
+    return os.path.join(root or os.path.join(REPO, "data"), dataset)
+
+
+def prepare_command(dataset):
+    """The command that prepares a dataset, as the user can type it from the cwd."""
+    script = os.path.join(REPO, "data", dataset, "prepare.py")
+    rel = os.path.relpath(script)
+    return f"`python {rel if not rel.startswith('..') else script}`"
+
+
+def check_data(dataset, block_size, root=""):
+    """Return (data_dir, vocab_size) or raise DataError naming the prepare script."""
+    data_dir = data_dir_for(dataset, root)
+    prepare = prepare_command(dataset)
+    vocab_size = 50304  # GPT-2 BPE's 50257 padded up to a multiple of 64 (nanoGPT)
+    meta_path = os.path.join(data_dir, "meta.pkl")
+    if os.path.exists(meta_path):  # char-level datasets store their vocabulary size
+        try:
+            meta = read_plain_pickle(meta_path)  # plain data only: unpickling it runs no code
+        except ValueError as e:
+            raise DataError(f"{e}; rerun {prepare}") from None
+        vocab_size = meta.get("vocab_size") if isinstance(meta, dict) else None
+        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 1:
+            raise DataError(f"{meta_path} has no valid 'vocab_size' (got {vocab_size!r}); rerun {prepare}")
+    for split in ("train", "val"):
+        path = os.path.join(data_dir, f"{split}.bin")
+        if not os.path.exists(path):
+            raise DataError(f"{path} not found: prepare the dataset first with {prepare}")
+        if not os.path.isfile(path):
+            raise DataError(f"{path} is not a file; rerun {prepare}")
+        size = os.path.getsize(path)
+        if size % 2:
+            raise DataError(f"{path} has an odd size ({size} bytes), so it is not uint16 tokens: the file is "
+                           f"corrupt or truncated; rerun {prepare}")
+        n_tokens = size // 2  # uint16 tokens
+        if n_tokens <= block_size + 1:
+            raise DataError(f"{path} holds {n_tokens} tokens, too few for block_size={block_size}")
+        check_token_ids(path, vocab_size, prepare)
+    return data_dir, vocab_size
+
+
+def check_token_ids(path, vocab_size, prepare, chunk=1 << 20, whole_up_to=1 << 27):
+    """DataError if a token id of the file is >= vocab_size (a corrupt file, or another tokenizer's).
+    Files of up to whole_up_to tokens are read whole; larger ones at 64 evenly spaced chunks."""
+    try:
+        data = np.memmap(path, dtype=np.uint16, mode="r")
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    n = len(data)
+    starts = range(0, n, chunk) if n <= whole_up_to else np.linspace(0, n - chunk, 64).astype(np.int64)
+    for start in starts:
+        top = int(data[start:start + chunk].max())
+        if top >= vocab_size:
+            raise DataError(f"{path} holds token id {top} (near offset {int(start)}), outside the vocabulary of "
+                           f"{vocab_size} ids: the file is corrupt or from another tokenizer; rerun {prepare}")
+
+
+def open_split(data_dir, split):
+    # A fresh memmap per batch, as nanoGPT does: a long-lived one grows in memory.
+    return np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
+
+
+def seeded_rng(*parts):
+    """An independent numpy stream for a tuple of non-negative ints (SeedSequence hashes them)."""
+    return np.random.default_rng([int(p) for p in parts])
+
+
+def train_offsets(seed, iter_num, n_tokens, cfg):
+    """Start offsets of every sequence of iteration iter_num: [gradient_accumulation_steps, batch_size].
+    data_order='one_pass': sequence i of the run is window perm[i] of the split's block_size windows, where
+    perm is a permutation drawn from the seed alone, so no window is read twice and the order stays a pure
+    function of (seed, iteration), as resuming needs."""
+    shape = (cfg.gradient_accumulation_steps, cfg.batch_size)
+    if cfg.data_order == "one_pass":
+        per_iter = shape[0] * shape[1]
+        windows = one_pass_order(seed, n_tokens, cfg.block_size)
+        if (iter_num + 1) * per_iter > len(windows):
+            raise DataError(f"data_order='one_pass': iteration {iter_num} needs more than the split's "
+                           f"{len(windows)} windows of block_size={cfg.block_size}")
+        return windows[iter_num * per_iter:(iter_num + 1) * per_iter].reshape(shape) * cfg.block_size
+    high = n_tokens - cfg.block_size
+    return seeded_rng(TRAIN_DATA, seed, iter_num).integers(0, high, size=shape)
+
+
+@functools.lru_cache(maxsize=2)
+def one_pass_order(seed, n_tokens, block_size):
+    """A seeded permutation of the (n_tokens - 1) // block_size disjoint windows (each needs block_size + 1
+    tokens: inputs and the next-token targets)."""
+    return seeded_rng(TRAIN_DATA, seed).permutation((n_tokens - 1) // block_size)
+
+
+def check_one_pass(cfg, data_dir):
+    """DataError unless a one_pass run's max_iters fit in the train split without reading a window twice."""
+    if cfg.data_order != "one_pass":
+        return
+    windows = (os.path.getsize(os.path.join(data_dir, "train.bin")) // 2 - 1) // cfg.block_size
+    need = cfg.max_iters * cfg.gradient_accumulation_steps * cfg.batch_size
+    if need > windows:
+        raise DataError(f"data_order='one_pass' with max_iters={cfg.max_iters}: the run reads {need:,} sequences "
+                       f"but {os.path.join(data_dir, 'train.bin')} holds {windows:,} windows of block_size={cfg.block_size}; "
+                       f"lower max_iters to {windows // (cfg.gradient_accumulation_steps * cfg.batch_size):,} or "
+                       f"use data_order='random'")
+
+
+def eval_offsets(split, k, n_tokens, block_size, batch_size):
+    """Offsets of eval batch k of a split: the same for every run, seed and eval."""
+    return seeded_rng(EVAL_DATA, EVAL_SPLIT_IDS[split], k).integers(0, n_tokens - block_size, size=batch_size)
+
+
+def load_tokens(data, offsets, block_size, device):
+    """x, y int64 tensors of shape offsets.shape + (block_size,), on device (pinned, async copy)."""
+    window = offsets[..., None] + np.arange(block_size + 1)
+    seqs = torch.from_numpy(data[window].astype(np.int64))
+    x, y = seqs[..., :-1], seqs[..., 1:]
+    if device.startswith("cuda"):
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.contiguous(), y.contiguous()
+
+
+def get_train_batch(data_dir, cfg, iter_num, dp_rank, micro_steps, device):
+    """This replica's micro-batches of iteration iter_num: x, y [micro_steps, batch_size, block_size],
+    and their global micro-batch indices (which seed dropout)."""
+    data = open_split(data_dir, "train")
+    offsets = train_offsets(cfg.seed, iter_num, len(data), cfg)
+    first = dp_rank * micro_steps
+    x, y = load_tokens(data, offsets[first:first + micro_steps], cfg.block_size, device)
+    return x, y, list(range(first, first + micro_steps))
+
+
+def dropout_seed(seed, iter_num, global_micro_batch):
+    return int(np.random.SeedSequence([DROPOUT, seed, iter_num, global_micro_batch]).generate_state(1)[0])
