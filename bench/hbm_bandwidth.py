@@ -1,0 +1,45 @@
+"""Device memory bandwidth as a copy sees it: the bytes-per-second behind EXPERIMENT_SUMMARY §3c's floor
+of what k separate residual streams cost.
+
+    python bench/hbm_bandwidth.py --out bench/results/hbm_bandwidth_h100.txt
+
+y.copy_(x) of --gib GiB of float32, timed with CUDA events; a copy reads and writes every byte, so the
+bandwidth is 2 * size / time. Median of --iters copies after 3 untimed ones.
+"""
+import argparse
+import statistics
+
+import torch
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gib", type=float, default=1.0, help="size of the copied tensor, GiB")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--out", default=None, help="also write the line to this file")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("hbm_bandwidth.py measures a CUDA device; none is available")
+    x = torch.empty(int(args.gib * 2**30) // 4, dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(args.iters):
+        start.record()
+        y.copy_(x)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    seconds = statistics.median(times)
+    line = (f"{torch.cuda.get_device_name()}: copy of {args.gib:g} GiB float32, median of {args.iters}: "
+            f"{seconds * 1e3:.3f} ms, {2 * x.numel() * 4 / seconds / 1e12:.2f} TB/s (read + write)")
+    print(line)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
