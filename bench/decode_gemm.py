@@ -127,9 +127,10 @@ def main(argv=None):
     where = torch.cuda.get_device_name() if cuda else "CPU"
     torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 10_000
     rows = []
+    command = command_line(__file__, sys.argv[1:] if argv is None else argv)
     header = (f"# One-row GEMMs of decode ({args.size}; {where}, torch {torch.__version__}, {dtype}, commit "
               f"{source_commit()}; µs per call, median of {args.repeats} replays of a graph of calls on distinct "
-              f"weight copies, >= 256 MiB of them on CUDA)\n\ncommand: `{command_line(__file__, argv or sys.argv[1:])}`\n")
+              f"weight copies, >= 256 MiB of them on CUDA)\n\ncommand: `{command}`\n")
     table = [md_row(["tp", "GEMM", "N × K", "M", *(f"{v} µs (GB/s, × cublas)" for v in variants)]),
              "|---:|---|---|---:|" + "---:|" * len(variants)]
     print(header)
