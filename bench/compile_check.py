@@ -25,8 +25,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from bench.common import split_policies  # noqa: E402
 from configurator import write_text  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel.mesh import build_groups, init_mesh  # noqa: E402
@@ -102,7 +102,7 @@ def main(argv=None):
              f"SGD steps, fp32; {where}, torch {torch.__version__}\n",
              "| policy | max loss gap | max rel. grad diff | worst parameter (step) | verdict |", "|---|---:|---:|---|---|"]
     failed = False
-    for policy in args.policies.split(","):
+    for policy in split_policies(args.policies):
         loss_gap, (rel, name, step) = check_policy(policy, args, mesh)
         ok = rel <= args.tol
         failed |= not ok

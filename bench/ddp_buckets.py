@@ -31,33 +31,30 @@ nanoGPT-shaped model below; auto (default) takes gpt if it imports.
 """
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-               ("NVSHMEM_DISABLE_NVLS", "1")):
-    os.environ.setdefault(_k, _v)  # before any NCCL communicator exists
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from configurator import save_figure, write_text  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from bench.common import GPT2_VOCAB, REPO, command_line, multicast_off, pyplot, save_results  # noqa: E402
+from configurator import save_figure  # noqa: E402
 from parallel.ddp import BucketedDDP  # noqa: E402
 from parallel.mesh import init_mesh  # noqa: E402
+
+multicast_off()  # before any NCCL communicator exists
 
 # (n_layer, n_head, n_embd, vocab_size, default batch_size, default seq_len)
 SIZES = {
     "tiny": (2, 2, 32, 128, 4, 64),
-    "124m": (12, 12, 768, 50304, 16, 1024),
-    "xl": (48, 25, 1600, 50304, 8, 1024),
+    "124m": (12, 12, 768, GPT2_VOCAB, 16, 1024),
+    "xl": (48, 25, 1600, GPT2_VOCAB, 8, 1024),
 }
 VARIANTS = ["naive", "flat", "overlap", "bucketed_1", "bucketed_10", "bucketed_25", "bucketed_100",
             "bucketed_1000", "torch_ddp"]
@@ -239,7 +236,7 @@ def parse_args(argv=None):
         raise ValueError(f"--device={args.device!r} not allowed; use cuda or cpu")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device=cuda but no CUDA device is visible; use --device cpu for a smoke run")
-    results_dir = ROOT / "bench" / "results"
+    results_dir = Path(REPO) / "bench" / "results"
     if args.out_dir is None:
         if args.device == "cpu":
             raise ValueError("--out_dir is required on CPU (CPU smoke results must not go to bench/results)")
@@ -251,8 +248,6 @@ def parse_args(argv=None):
 
 def write_report(results, meta, out_dir):
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_text(str(out_dir / "ddp_buckets.json"), json.dumps(dict(meta=meta, results=results), indent=1))
     lines = ["# Data-parallel gradient sync: bucket sizes vs torch DDP", "",
              f"- device: {meta['device']} x {meta['world_size']} (backend {meta['backend']})",
              f"- torch {meta['torch']}, model `{meta['model']}`, "
@@ -276,11 +271,9 @@ def write_report(results, meta, out_dir):
                          f"{r['fwd_bwd_ms']:.1f} | {fmt(r['wait_ms'], '.1f')} | "
                          f"{fmt(ref and r['step_ms'] / ref, '.3f')} | {fmt(r['peak_gib'], '.1f')} |")
         lines.append("")
-    write_text(str(out_dir / "ddp_buckets.md"), "\n".join(lines))
+    save_results(out_dir, "ddp_buckets", dict(meta=meta, results=results), "\n".join(lines))
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
     for ax, (size, rs) in zip(axes[0], results.items()):
         names = [r["variant"] for r in rs]
@@ -334,8 +327,8 @@ def main():
         meta = dict(device=torch.cuda.get_device_name() if cuda else "cpu", world_size=mesh.world_size,
                     backend=dist.get_backend() if dist.is_initialized() else "none",
                     torch=torch.__version__, model=kind, steps=args.steps, warmup=args.warmup,
-                    command="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 torchrun --standalone "
-                            f"--nproc_per_node={mesh.world_size} bench/ddp_buckets.py {' '.join(sys.argv[1:])}")
+                    command="NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 "
+                            + command_line(__file__, sys.argv[1:]))
         write_report(results, meta, args.out_dir)
         print(f"wrote {Path(args.out_dir) / 'ddp_buckets.md'} (.json, .png)")
     if dist.is_initialized():

@@ -26,21 +26,19 @@ overhead is not counted. Reported: median µs per call over --repeats graph repl
 bandwidth (weight bytes / time) and each variant's time over cublas's. Writes decode_gemm.md/.json.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench.tp_latency import source_commit  # noqa: E402
-from configurator import write_text  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, save_results,  # noqa: E402
+                          source_commit, use_cuda)
 from model.compile_modes import compile_step  # noqa: E402
 
-SIZES = {"124m": dict(n_embd=768, vocab=50304), "tiny": dict(n_embd=64, vocab=512)}
+SIZES = {"124m": dict(n_embd=768, vocab=GPT2_VOCAB), "tiny": dict(n_embd=64, vocab=512)}
 VARIANTS = ("cublas", "inductor", "autotune", "coordesc", "reduction")
 L2_FLUSH_BYTES = 256 * 2 ** 20
 
@@ -88,32 +86,9 @@ def time_variant(fn, x, weights, biases, repeats, cuda):
         for w, b in zip(weights, biases):
             fn(x, w, b)
     calls()  # compile / autotune outside the timing
-    if cuda:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            calls()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            calls()
-        graph.replay()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3 / len(weights))
-        return statistics.median(samples)
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        calls()
-        samples.append((time.perf_counter() - t0) * 1e6 / len(weights))
-    return statistics.median(samples)
+    replay = as_graph(calls) if cuda else calls
+    replay()  # a graph's first replay uploads it: outside the timing
+    return statistics.median(call_times(replay, repeats, cuda)) * 1e3 / len(weights)
 
 
 def max_error(fn, ref, x, w, b):
@@ -147,15 +122,16 @@ def main(argv=None):
     bad_tp = [t for t in tps if t < 1 or n_embd % t]
     if bad_tp or min(rows_m) < 1:
         p.error(f"--tps must divide n_embd={n_embd} (got {args.tps}) and --rows be >= 1 (got {args.rows})")
-    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    cuda = use_cuda(args.device)
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     where = torch.cuda.get_device_name() if cuda else "CPU"
     torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 10_000
     rows = []
+    command = command_line(__file__, sys.argv[1:] if argv is None else argv)
     header = (f"# One-row GEMMs of decode ({args.size}; {where}, torch {torch.__version__}, {dtype}, commit "
               f"{source_commit()}; µs per call, median of {args.repeats} replays of a graph of calls on distinct "
-              f"weight copies, >= 256 MiB of them on CUDA)\n\ncommand: `python {' '.join(['bench/decode_gemm.py', *(argv or sys.argv[1:])])}`\n")
-    table = ["| tp | GEMM | N × K | M | " + " | ".join(f"{v} µs (GB/s, × cublas)" for v in variants) + " |",
+              f"weight copies, >= 256 MiB of them on CUDA)\n\ncommand: `{command}`\n")
+    table = [md_row(["tp", "GEMM", "N × K", "M", *(f"{v} µs (GB/s, × cublas)" for v in variants)]),
              "|---:|---|---|---:|" + "---:|" * len(variants)]
     print(header)
     torch.manual_seed(0)
@@ -179,15 +155,14 @@ def main(argv=None):
                                      max_abs_err=err))
                     ratio = f", {us / base:.2f}" if base else ""
                     cells.append(f"{us:.2f} ({gbps:.0f}{ratio})")
-                line = f"| {tp} | {name}{' + gelu' if gelu else ''} | {N} × {K} | {M} | " + " | ".join(cells) + " |"
+                line = md_row([str(tp), name + (" + gelu" if gelu else ""), f"{N} × {K}", str(M), *cells])
                 table.append(line)
                 print(line, flush=True)
     worst = max((r["max_abs_err"] for r in rows), default=0.0)
     text = header + "\n" + "\n".join(table) + f"\n\nLargest |difference| from cublas over all rows: {worst:.2e}.\n"
     if args.out_dir:
-        write_text(os.path.join(args.out_dir, "decode_gemm.md"), text)
-        write_text(os.path.join(args.out_dir, "decode_gemm.json"),
-                   json.dumps(dict(device=where, torch=torch.__version__, commit=source_commit(), rows=rows), indent=1))
+        save_results(args.out_dir, "decode_gemm", dict(device=where, torch=torch.__version__, commit=source_commit(),
+                                                       rows=rows), text)
     print(f"\nLargest |difference| from cublas over all rows: {worst:.2e}")
     return 0
 

@@ -27,13 +27,14 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tp_latency import SIZES, as_graph, make_workload, torch_tp_model  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from bench.common import GPT2_VOCAB, as_graph, command_line, split_policies  # noqa: E402
+from bench.tp_latency import SIZES, make_workload, torch_tp_model  # noqa: E402
 from configurator import write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402
+from parallel.mesh import init_mesh  # noqa: E402
 
 CATEGORIES = [("nccl", ("nccl",)), ("attention", ("flash", "fmha", "attention", "sdpa")),
               ("gemm", ("gemm", "cublas", "cutlass", "sm90_xmma", "nvjet", "matmul", "splitk")),
@@ -128,7 +129,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", default="124m", choices=list(SIZES))
     p.add_argument("--n_tracks", type=int, default=4)
-    p.add_argument("--policies", default="baseline;spd;grouped:4;parallel;ladder", help="';'-separated")
+    p.add_argument("--policies", default="baseline;spd;grouped:4;parallel;ladder", help="';'-separated (or ',')")
     p.add_argument("--workload", default="prefill_b8", choices=["prefill_b1", "prefill_b8", "decode_b1",
                                                                 "decode_b8", "train_b8"])
     p.add_argument("--mode", default="graph", choices=["eager", "graph", "compiled", "compiled+graph"],
@@ -144,27 +145,22 @@ def main():
     p.add_argument("--out_dir", default="bench/results")
     args = p.parse_args()
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     cuda = torch.cuda.is_available()
-    if world > 1:
-        if cuda:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl" if cuda else "gloo")
-    group, rank = (dist.group.WORLD, dist.get_rank()) if world > 1 else (None, 0)
-    device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
+    mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), "cuda" if cuda else "cpu")  # tp = world size
+    world, group, rank, device = mesh.world_size, mesh.tp_group, mesh.rank, mesh.device
     graph = cuda and args.mode.endswith("graph") and not args.workload.startswith("train")
     backend = args.compile_backend if args.mode.startswith("compiled") else None
     mode_tag = {(False, False): "eager", (False, True): "graph", (True, False): "compiled",
                 (True, True): "compiled_graph"}[(backend is not None, graph)]  # no '+' in file names
     if backend is not None and args.compile_mode != "default":
         mode_tag += "_" + args.compile_mode.replace("-", "_")
-    vocab = 50304
+    vocab = GPT2_VOCAB
     header = (f"# profile: {args.size} n_tracks={args.n_tracks} {args.workload} "
               f"{mode_tag} tp={world}{' no bias' if args.no_bias else ''}, {args.calls} calls, "
               f"{torch.cuda.get_device_name() if cuda else 'CPU'}, torch {torch.__version__}\n"
-              f"command: {'torchrun --nproc_per_node=%d ' % world if world > 1 else 'python '}{' '.join(sys.argv)}\n")
+              f"command: {command_line(__file__, sys.argv[1:])}\n")
     sections = [header]
-    variants = args.policies.split(";")
+    variants = split_policies(args.policies)
     if args.torch_tp:
         variants.append("torch_tp")
     for policy in variants:

@@ -20,14 +20,12 @@ check runs in float32; the timed runs use --dtype.)
 import argparse
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from bench.tp_latency import source_commit  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from bench.common import REPO, source_commit, split_policies, use_cuda  # noqa: E402
 from configurator import write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 
@@ -92,7 +90,7 @@ def main(argv=None):
     if args.num_samples < 2:
         p.error(f"--num_samples must be >= 2 (sample 1 includes compilation), got {args.num_samples}")
     import torch
-    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    device = "cuda" if use_cuda(args.device) else "cpu"
     where = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     lines = [f"# sample.py decode speed ({args.shape}, n_tracks {args.n_tracks}, {args.max_new_tokens} tokens "
              f"x {args.num_samples} samples, dtype {args.dtype}; {where}, torch {torch.__version__}, "
@@ -101,7 +99,7 @@ def main(argv=None):
              + (f" same {args.check_tokens} tokens as eager (fp32) |" if args.check_tokens else ""),
              "|---|---:|---|---|---:|---:|---:|" + ("---|" if args.check_tokens else "")]
     with tempfile.TemporaryDirectory() as tmp:
-        for policy in args.policies.split(","):
+        for policy in split_policies(args.policies):
             ckpt_dir = os.path.join(tmp, policy.replace(":", ""))
             write_random_checkpoint(ckpt_dir, args.shape, policy, args.n_tracks)
             for nproc in nprocs:

@@ -50,10 +50,8 @@ device name, torch version and the exact command line.
     python bench/sync_frequency.py --device cpu --quick --out_dir /tmp/syncfreq   # CPU control
 """
 import argparse
-import json
 import os
 import platform
-import shlex
 import statistics
 import sys
 import time
@@ -62,9 +60,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from configurator import write_text  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from bench.common import REPO, command_line, save_results  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 
 SYNC_EVERY = [2 ** i for i in range(9)]  # 1, 2, 4, ..., 256
@@ -301,7 +298,7 @@ def parse_args(argv):
     p.add_argument("--item_trials", type=int, default=20)
     p.add_argument("--seconds_per_timing", type=float, default=0.5,
                    help="target length of one small/big matmul timing (sets its op count)")
-    p.add_argument("--out_dir", default=str(ROOT / "bench" / "results"))
+    p.add_argument("--out_dir", default=os.path.join(REPO, "bench", "results"))
     args = p.parse_args(argv)
     args.device = pick_device(args.device)
     cpu_quick = args.quick and args.device == "cpu"
@@ -335,7 +332,7 @@ def main(argv=None):
     res = {"device": device, "device_name": device_name(device), "torch": torch.__version__,
            "dtype": dtype_name, "sync": {"cuda": "torch.cuda.synchronize()", "mps": "torch.mps.synchronize()",
                                          "cpu": "no-op (CPU ops are synchronous)"}[device],
-           "command": " ".join(shlex.quote(a) for a in ["python", "bench/sync_frequency.py"] + argv),
+           "command": command_line(__file__, argv),
            "args": vars(args), "published_not_ours": {"apple_m4_max": PUBLISHED_M4_MAX,
                                                       "rtx_5070": PUBLISHED_RTX_5070},
            "sync_every": {}}
@@ -351,11 +348,8 @@ def main(argv=None):
     res["runtime_s"] = time.perf_counter() - t_start
     report = render(res)
     print("\n" + report)
-    out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_text(str(out_dir / f"sync_frequency_{device}.md"), report)
-    write_text(str(out_dir / f"sync_frequency_{device}.json"), json.dumps(res, indent=2))
-    print(f"wrote {out_dir}/sync_frequency_{device}.md and .json")
+    save_results(args.out_dir, f"sync_frequency_{device}", res, report, indent=2)
+    print(f"wrote {Path(args.out_dir)}/sync_frequency_{device}.md and .json")
     return res
 
 

@@ -38,7 +38,6 @@ import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from contextlib import nullcontext
@@ -49,12 +48,15 @@ import torch.nn as nn
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, pyplot, save_results,  # noqa: E402
+                          source_commit, split_policies, use_cuda)
 from configurator import save_figure, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES, compile_step  # noqa: E402
 from model.generate import KVCache, StaticKVCache  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402
+from parallel.mesh import init_mesh  # noqa: E402
 
 SIZES = {"124m": dict(n_layer=12, n_head=12, n_embd=768), "medium": dict(n_layer=24, n_head=16, n_embd=1024),
          "tiny": dict(n_layer=2, n_head=4, n_embd=64)}
@@ -65,25 +67,6 @@ MODES = ["eager", "graph", "compiled", "compiled+graph"]
 
 
 # ----------------------------------------------------------------------------- timing
-def call_times(fn, calls, cuda):
-    """ms of each of `calls` back-to-back calls of fn, bracketed by CUDA events (wall clock on CPU)."""
-    if not cuda:
-        times = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return times
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
-    torch.cuda.synchronize()
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in events]
-
-
 def time_interleaved(fns, warmup, repeats, rounds, cuda):
     """Median ms per key of fns (key -> callable) over `repeats` calls each, taken in `rounds` rounds
     that visit every key in turn. Eager calls are launch-bound, so their time follows the host's
@@ -105,21 +88,6 @@ def ctx_call(ctx, fn):
         fn()
 
 
-def as_graph(fn, pool=None):
-    """Capture fn() into a CUDA graph (after a warm-up on a side stream); returns its replay.
-    Graphs given one `pool` share their memory: only for graphs never replayed at the same time."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
-        fn()
-    return graph.replay
-
-
 def host_launch_us(device, cuda, launches=2000):
     """Host microseconds to launch one tiny kernel (median of 5 loops): the unit cost of eager
     mode. A launch-bound eager row costs about (kernels per call) x this, whatever the GPU does."""
@@ -134,19 +102,6 @@ def host_launch_us(device, cuda, launches=2000):
         samples.append((time.perf_counter() - t0) / launches * 1e6)
     sync()
     return statistics.median(samples)
-
-
-def source_commit():
-    """The commit the benchmark ran from: $BENCH_COMMIT (the device machines get a copy of the
-    working tree without .git), else `git rev-parse`, else 'unknown'."""
-    if os.environ.get("BENCH_COMMIT"):
-        return os.environ["BENCH_COMMIT"]
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=os.path.dirname(os.path.abspath(__file__)))
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -291,17 +246,10 @@ def torch_tp_model(size, vocab, seq, device, tp, bias=True):
 
 # ----------------------------------------------------------------------------- main
 def run(args):
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    if world > 1:
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        if cuda:
-            torch.cuda.set_device(local)
-        dist.init_process_group("nccl" if cuda else "gloo")
-    group = dist.group.WORLD if world > 1 else None
-    rank = dist.get_rank() if world > 1 else 0
-    device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
-    seq, vocab = args.seq_len, 50304
+    cuda = use_cuda(args.device)
+    mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), "cuda" if cuda else "cpu")  # tp = world size
+    world, group, rank, device = mesh.world_size, mesh.tp_group, mesh.rank, mesh.device
+    seq, vocab = args.seq_len, GPT2_VOCAB
     if args.no_cudnn_sdpa:
         torch.backends.cuda.enable_cudnn_sdp(False)
     graphs = cuda and not args.no_graphs
@@ -327,17 +275,15 @@ def run(args):
     meta = dict(device=name, tp=world, torch=torch.__version__, seq_len=seq, repeats=args.repeats, rounds=args.rounds,
                 commit=source_commit(), host_launch_us=round(launch_us, 2), compile_mode=args.compile_mode,
                 cudnn_sdpa=not args.no_cudnn_sdpa, bias=not args.no_bias,
-                command=("torchrun --nproc_per_node=%d " % world if "LOCAL_RANK" in os.environ else "python ")
-                + " ".join(sys.argv))
+                command=command_line(__file__, sys.argv[1:]))
     if rank == 0:
         print(f"{name}, tp={world}, commit {meta['commit']}: host time to launch one small kernel "
               f"{launch_us:.2f} us (slowest rank)", flush=True)
 
     def save():  # after every workload, so a run cut short still leaves its rows
         if rank == 0:
-            write_text(os.path.join(args.out_dir, f"tp_latency_tp{world}.json"),
-                       json.dumps(dict(meta=meta, rows=rows), indent=1))
-            write_text(os.path.join(args.out_dir, f"tp_latency_tp{world}.md"), markdown([dict(meta=meta, rows=rows)]))
+            save_results(args.out_dir, f"tp_latency_tp{world}", dict(meta=meta, rows=rows),
+                         markdown([dict(meta=meta, rows=rows)]))
 
     n_tracks_list = [int(n) for n in args.n_tracks.split(",")]
     for n in n_tracks_list:
@@ -346,7 +292,7 @@ def run(args):
     for size in args.sizes.split(","):
         # every variant of a size lives at once, so each workload times them all side by side
         models = {}
-        for n, policy in ((n, pol) for n in n_tracks_list if n % world == 0 for pol in args.policies.split(";")):
+        for n, policy in ((n, pol) for n in n_tracks_list if n % world == 0 for pol in split_policies(args.policies)):
             torch.manual_seed(0)
             models[(n, policy)] = GPT(GPTConfig(**SIZES[size], block_size=seq, vocab_size=vocab, n_tracks=n,
                                                 bias=not args.no_bias, dropout=0.0, sync_policy=policy),
@@ -443,8 +389,8 @@ def markdown(runs, with_runs=True):
         sel = [r for r in rows if (r["size"], r["workload"], r["mode"]) == (size, workload, mode)]
         ms_of = {(r["n_tracks"], r["policy"], r["floor"], r["tp"]): r["ms"] for r in sel}
         out.append(f"\n### {size} {workload} {mode}\n")
-        out.append("| n_tracks | policy | syncs/fwd | collectives fwd/bwd | " +
-                   " | ".join(f"tp={t} ms | ÷ floor | ÷ baseline" for t in tps) + " |")
+        out.append(md_row(["n_tracks", "policy", "syncs/fwd", "collectives fwd/bwd",
+                           *(f"tp={t} ms | ÷ floor | ÷ baseline" for t in tps)]))
         out.append("|---:|---|---:|---|" + "---:|---:|---:|" * len(tps))
         for n, policy in dict.fromkeys((r["n_tracks"], r["policy"]) for r in sel if not r["floor"]):
             cells = []
@@ -461,7 +407,7 @@ def markdown(runs, with_runs=True):
             counts = {r["tp"]: f"{r['fwd']}/{r['bwd']}" for r in mine}  # ours: the same at every tp
             counted = (next(iter(counts.values())) if len(set(counts.values())) == 1
                        else ", ".join(f"tp={t}: {c}" for t, c in sorted(counts.items())))
-            out.append(f"| {n} | {policy} | {mine[0]['syncs']} | {counted} | " + " | ".join(cells) + " |")
+            out.append(md_row([str(n), policy, str(mine[0]["syncs"]), counted, *cells]))
     return "\n".join(out) + "\n"
 
 
@@ -486,9 +432,9 @@ def summary(runs):
                     base, g3 = (ms.get((size, n, p, False, w, "graph", t)) for p in ("baseline", "grouped:3"))
                     cells += [f"{base:.3f}" if base else "-", f"{g3:.3f}" if g3 else "-", ratio(g3, base)]
                 if any(c != "-" for c in cells):
-                    out.append(f"| {size} | {n} | {t} | " + " | ".join(cells) + " |")
+                    out.append(md_row([size, str(n), str(t), *cells]))
     out += ["\n**Each policy ÷ its no-sync floor, decode batch 1 with CUDA graphs** (1.00: communication "
-            "costs nothing)\n", "| size | n_tracks | policy | " + " | ".join(f"tp={t}" for t in tps) + " |",
+            "costs nothing)\n", md_row(["size", "n_tracks", "policy", *(f"tp={t}" for t in tps)]),
             "|---|---:|---|" + "---:|" * len(tps)]
     for size in sizes:
         for n in tracks:
@@ -496,10 +442,10 @@ def summary(runs):
                                         and r["policy"] != "torch_tp"):
                 cells = [ratio(ms.get((size, n, policy, False, "decode_b1", "graph", t)),
                                ms.get((size, n, policy, True, "decode_b1", "graph", t))) for t in tps]
-                out.append(f"| {size} | {n} | {policy} | " + " | ".join(cells) + " |")
+                out.append(md_row([size, str(n), policy, *cells]))
     out += ["\n**PyTorch TP ÷ our baseline** (same shape and workload; our baseline with n_tracks = tp where "
             "measured, else n_tracks 4; > 1: ours is faster)\n",
-            "| size | workload | mode | " + " | ".join(f"tp={t}" for t in tps) + " |", "|---|---|---|" + "---:|" * len(tps)]
+            md_row(["size", "workload", "mode", *(f"tp={t}" for t in tps)]), "|---|---|---|" + "---:|" * len(tps)]
     for size in sizes:
         for w in WORKLOADS:
             for mode in ("eager", "graph"):
@@ -509,7 +455,7 @@ def summary(runs):
                                                                                        mode, t))
                     cells.append(ratio(ms.get((size, "-", "torch_tp", False, w, mode, t)), base))
                 if any(c != "-" for c in cells):
-                    out.append(f"| {size} | {w} | {mode} | " + " | ".join(cells) + " |")
+                    out.append(md_row([size, w, mode, *cells]))
     return "\n".join(out) + "\n"
 
 
@@ -526,9 +472,7 @@ def merge(out_dir):
                 "ms are CUDA-event medians. ÷ floor: the same policy with every collective skipped. "
                 "n_tracks = tp means one track per GPU.\n\n" + markdown_runs(runs) + summary(runs)
                 + "\n## All rows\n" + markdown(runs, with_runs=False)))
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, workload in zip(axes, ("decode_b1", "prefill_b8")):
         for run_ in runs:
@@ -556,7 +500,7 @@ def merge(out_dir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {list(SIZES)}")
-    parser.add_argument("--policies", default=";".join(POLICIES), help="';'-separated sync policies")
+    parser.add_argument("--policies", default=";".join(POLICIES), help="';'-separated sync policies (or ',')")
     parser.add_argument("--n_tracks", default="4", help="comma-separated; values not divisible by tp are skipped")
     parser.add_argument("--seq_len", type=int, default=1024)
     parser.add_argument("--warmup", type=int, default=5)

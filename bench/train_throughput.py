@@ -70,40 +70,36 @@ CPU smoke run (gloo, tiny model, never into bench/results):
 """
 import argparse
 import gc
-import json
 import math
 import os
 import re
-import shlex
 import statistics
 import sys
 import time
 from contextlib import nullcontext
 from types import SimpleNamespace
 
-for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")):
-    os.environ.setdefault(_k, _v)  # before any NCCL communicator exists
+import torch
+import torch._inductor.config  # compiled-overlap sets its scheduling passes
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn import functional as F
 
-import torch  # noqa: E402
-import torch._inductor.config  # noqa: E402  (compiled-overlap sets its scheduling passes)
-import torch.distributed as dist  # noqa: E402
-import torch.nn as nn  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from bench.common import (GPT2_VOCAB, call_times, command_line, md_row, multicast_off, save_results,  # noqa: E402
+                          source_commit, split_policies)
 from configurator import write_text  # noqa: E402
 from model.sync_policy import parse_sync_policy  # noqa: E402
 from parallel import comm  # noqa: E402
-from tp_latency import call_times, source_commit  # noqa: E402  (bench/ is on sys.path)
+
+multicast_off()  # before any NCCL communicator exists
 
 # (n_layer, n_head, n_embd, vocab_size, default seq_len). tiny has 4 layers so that grouped:4 and
 # grouped:2 are valid policies of it.
 # char192 / char384 / char768: the shapes of config/shakespeare_char_{192,384,768}.py (vocabulary 76,
 # block 256), so the study's loss can be set against measured time (issue 15: run with --batch_size 64;
 # tests/test_pareto.py checks them against the config files).
-SIZES = {"124m": (12, 12, 768, 50304, 1024), "tiny": (4, 4, 64, 512, 64), "char192": (6, 6, 192, 76, 256),
+SIZES = {"124m": (12, 12, 768, GPT2_VOCAB, 1024), "tiny": (4, 4, 64, 512, 64), "char192": (6, 6, 192, 76, 256),
          "char384": (6, 6, 384, 76, 256), "char768": (6, 12, 768, 76, 256)}
 POLICIES = ["baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:3", "grouped:4", "grouped:6",
             "selective:m0-3,m5,m7,m9-11"]
@@ -210,22 +206,6 @@ class TorchDDPAdapter(nn.Module):
 
 
 # ----------------------------------------------------------------------------- arguments
-def split_policies(text):
-    """Policies separated by ';', or by ',' where a comma inside a selective: spec is kept with it
-    ('baseline,selective:m0-3,m5,grouped:2' -> baseline, selective:m0-3,m5, grouped:2)."""
-    if ";" in text:
-        return [p.strip() for p in text.split(";") if p.strip()]
-    out = []
-    for token in (t.strip() for t in text.split(",")):
-        if not token:
-            continue
-        if out and out[-1].startswith("selective:") and re.fullmatch(r"[am]?[0-9]+(-[0-9]+)?", token):
-            out[-1] += "," + token
-        else:
-            out.append(token)
-    return out
-
-
 def int_list(name, text):
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -519,8 +499,8 @@ def markdown(meta, rows, ratios):
            ""]
     if meta.get("note"):
         out += [f"Note: {meta['note']}", ""]
-    out += ["| " + " | ".join(COLUMNS) + " |", "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|"]
-    out += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
+    out += [md_row(COLUMNS), "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|"]
+    out += [md_row(row_cells(r)) for r in rows]
     out += ["", "## Key ratios", "", "Throughput ratios: > 1 means the first named is faster."]
     section = None
     for q in ratios:
@@ -535,9 +515,8 @@ def markdown(meta, rows, ratios):
 
 def save(args, meta, rows):
     ratios = key_ratios(rows)
-    for name, text in (("train_throughput.json", json.dumps(dict(meta=meta, rows=rows, ratios=ratios), indent=1)),
-                       ("train_throughput.md", markdown(meta, rows, ratios))):
-        write_text(os.path.join(args.out_dir, name), text)
+    save_results(args.out_dir, "train_throughput", dict(meta=meta, rows=rows, ratios=ratios),
+                 markdown(meta, rows, ratios))
     return ratios
 
 
@@ -582,8 +561,7 @@ def run(args, argv):
     env = setup(args)
     n_layer, n_head, n_embd, vocab, _ = SIZES[args.size]
     plan = variant_plan(args, env.world)
-    command = (f"torchrun --standalone --nproc_per_node={env.world} " if "LOCAL_RANK" in os.environ
-               else "python ") + shlex.join([os.path.relpath(sys.argv[0], ROOT)] + argv)
+    command = command_line(__file__, argv)
     meta = dict(device=torch.cuda.get_device_name() if env.cuda else "CPU", n_gpus=env.world if env.cuda else 0,
                 world_size=env.world, torch=torch.__version__, commit=source_commit(), command=command,
                 size=args.size, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab,

@@ -84,9 +84,8 @@ import time
 
 from tqdm import tqdm
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from bench.common import REPO  # noqa: E402  (no torch import)
 from configurator import ConfigError, TrainConfig, parse  # noqa: E402  (no torch import)
 
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")

@@ -21,9 +21,8 @@ import re
 import statistics
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from bench.common import pyplot  # noqa: E402
 from compare_runs import load_run, mean_ci  # noqa: E402
 from configurator import save_figure, write_text  # noqa: E402
 
@@ -55,9 +54,7 @@ def load(sweep):
 
 
 def plot_curves(runs, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     widths = sorted(runs, reverse=True)
     fig, axes = plt.subplots(len(widths), 2, figsize=(13, 5 * len(widths)), squeeze=False)
     colors = plt.get_cmap("tab10")

@@ -19,7 +19,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from bench.common import pyplot  # noqa: E402
 from configurator import save_figure, write_text  # noqa: E402
 
 
@@ -64,9 +65,7 @@ def table(points, missing, meta, mode, metric):
 
 
 def plot(points, path, title):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for n in sorted({p["n_tracks"] for p in points}):
         mine = sorted((p for p in points if p["n_tracks"] == n), key=lambda p: p["ms"])

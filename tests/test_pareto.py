@@ -39,15 +39,14 @@ def test_pareto_without_a_matching_shape_is_an_error(tmp_path, capsys):
     assert not (tmp_path / "p.png").exists()
 
 
-def test_bench_char_shapes_are_the_config_files(monkeypatch):
+def test_bench_char_shapes_are_the_config_files():
     """The Pareto plot joins loss (the config files) with time (train_throughput's --size char*): same shapes."""
     import os
 
+    from bench import train_throughput
     from configurator import read_config_file
     from experiments import char_sweep
     from tests.conftest import REPO
-    monkeypatch.syspath_prepend(os.path.join(REPO, "bench"))  # train_throughput imports its bench/ siblings
-    import train_throughput
 
     for width, path in char_sweep.CHAR_CONFIGS.items():
         cfg = read_config_file(os.path.join(REPO, path))

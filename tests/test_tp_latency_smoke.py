@@ -12,7 +12,6 @@ import torch
 from parallel.launch import run_on_gloo
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
 TINY = ["--sizes", "tiny", "--seq_len", "16", "--warmup", "1", "--repeats", "1", "--n_tracks", "4,2"]
 
 
@@ -63,7 +62,7 @@ def test_tiny_profile_reports_each_policy(tmp_path):
 
 
 def _torch_tp_worker(rank, world):
-    import tp_latency
+    from bench import tp_latency
     from model.generate import KVCache
     sharded = tp_latency.torch_tp_model("tiny", 64, 16, "cpu", world)
     single = tp_latency.torch_tp_model("tiny", 64, 16, "cpu", 1)  # same seed: the full weights
@@ -90,7 +89,7 @@ def test_torch_tp_reference_is_tensor_parallel_and_exact():
 
 def test_nccl_by_position_finds_the_wait_of_the_first_all_reduce():
     from types import SimpleNamespace
-    import profile_policy
+    from bench import profile_policy
 
     def kernel(name, start, us):
         return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start), device_time=us)

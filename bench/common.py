@@ -1,0 +1,140 @@
+"""The helpers the benchmarks share: what ran (commit, command line), the device, timing, lists of
+sync policies, result files and plots.
+
+Every script under bench/ and experiments/ imports them one way, with these two lines after its own
+imports (`python bench/x.py` and `torchrun ... bench/x.py` put only bench/ on sys.path, not the
+repository root):
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+    from bench.common import call_times, source_commit  # noqa: E402
+
+A script that reuses another's benchmark definitions imports that script the same way
+(profile_policy.py profiles tp_latency.py's workloads: `from bench.tp_latency import make_workload`).
+
+torch is imported inside the functions that use it, so a script that only reads results and plots
+(experiments/pareto.py) does not pay for it.
+"""
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+
+from configurator import write_text
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPT2_VOCAB = 50304  # GPT-2's 50257 tokens padded to a multiple of 64, as nanoGPT trains it
+
+
+# ----------------------------------------------------------------------------- what ran
+def source_commit():
+    """The commit the benchmark ran from: $BENCH_COMMIT (the device machines get a copy of the
+    working tree without .git), else `git rev-parse`, else 'unknown'."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=REPO)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def command_line(script, argv):
+    """The command that ran `script` (its __file__) with `argv`, as typed from the repository root:
+    results record it so that a run can be repeated."""
+    launch = (f"torchrun --standalone --nproc_per_node={os.environ.get('WORLD_SIZE', '1')} "
+              if "LOCAL_RANK" in os.environ else "python ")
+    return launch + shlex.join([os.path.relpath(os.path.abspath(script), REPO), *argv])
+
+
+def multicast_off():
+    """Keep NVLink multicast off unless the environment says otherwise: the lent multi-GPU machines
+    need it off. Call before any NCCL communicator exists."""
+    for key, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                       ("NVSHMEM_DISABLE_NVLS", "1")):
+        os.environ.setdefault(key, value)
+
+
+# ----------------------------------------------------------------------------- device and timing
+def use_cuda(device):
+    """--device auto, cuda or cpu -> whether to run on CUDA; 'cuda' where there is none exits in one line."""
+    import torch
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: CUDA is not available here (use --device cpu or auto)")
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+
+def call_times(fn, calls, cuda):
+    """ms of each of `calls` back-to-back calls of fn, bracketed by CUDA events (wall clock on CPU)."""
+    import torch
+    if not cuda:
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return times
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+    torch.cuda.synchronize()
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in events]
+
+
+def as_graph(fn, pool=None):
+    """Capture fn() into a CUDA graph (after a warm-up on a side stream); returns its replay.
+    Graphs given one `pool` share their memory: only for graphs never replayed at the same time."""
+    import torch
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        fn()
+    return graph.replay
+
+
+# ----------------------------------------------------------------------------- arguments
+def split_policies(text):
+    """Policies separated by ';', or by ',' where a comma inside a selective: spec is kept with it
+    ('baseline,selective:m0-3,m5,grouped:2' -> baseline, selective:m0-3,m5, grouped:2)."""
+    if ";" in text:
+        return [p.strip() for p in text.split(";") if p.strip()]
+    out = []
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        if out and out[-1].startswith("selective:") and re.fullmatch(r"[am]?[0-9]+(-[0-9]+)?", token):
+            out[-1] += "," + token
+        else:
+            out.append(token)
+    return out
+
+
+# ----------------------------------------------------------------------------- results
+def md_row(cells):
+    """One row of a markdown table."""
+    return "| " + " | ".join(cells) + " |"
+
+
+def save_results(out_dir, name, data, markdown, indent=1):
+    """<out_dir>/<name>.json (data) and <name>.md (markdown), each replaced whole: a run that is cut
+    short leaves the files of its last save."""
+    write_text(os.path.join(out_dir, name + ".json"), json.dumps(data, indent=indent))
+    write_text(os.path.join(out_dir, name + ".md"), markdown)
+
+
+def pyplot():
+    """matplotlib.pyplot drawing to files only (no display on the GPU machines)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
