@@ -27,8 +27,8 @@ the issue's overlap ideas: compiled-overlap turns on inductor's compute/communic
 (OVERLAP_PASSES: collectives raised to where their input is ready, waits sunk to the first use,
 compute reordered into the gap), compiled-graphs is mode="reduce-overhead" (CUDA graphs).
 
-The loop. Every variant calls training.train_step (the step of train_reduced_sync.py) (bf16 autocast on CUDA, fp32 on CPU;
-fused AdamW from configure_optimizer; gradient clipping at --grad_clip through parallel/grad.py;
+The loop. Every variant calls training.train_step, the trainer's step (bf16 autocast on CUDA, fp32
+on CPU; fused AdamW from configure_optimizer; gradient clipping at --grad_clip through parallel/grad.py;
 --micro_steps micro-batches of --batch_size x --seq_len per iteration, default 1). Every model but
 torch DDP's is wrapped in BucketedDDP as in the trainer: over a group of one rank for plain, tp1
 and tp2 (whose data-parallel group has one replica; nothing is reduced), over the world for dp2.
