@@ -7,9 +7,14 @@ y.copy_(x) of --gib GiB of float32, timed with CUDA events; a copy reads and wri
 bandwidth is 2 * size / time. Median of --iters copies after 3 untimed ones.
 """
 import argparse
+import os
 import statistics
+import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from configurator import write_text  # noqa: E402
 
 
 def main():
@@ -37,8 +42,7 @@ def main():
             f"{seconds * 1e3:.3f} ms, {2 * x.numel() * 4 / seconds / 1e12:.2f} TB/s (read + write)")
     print(line)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(line + "\n")
+        write_text(args.out, line + "\n")
 
 
 if __name__ == "__main__":
