@@ -21,6 +21,7 @@ change of tp they agree to float32 rounding (tests/test_train.py allows rel 1e-4
 sharded matmuls are taken in another order). If ckpt.pt is unusable (truncated, corrupt), resume
 falls back to a valid ckpt_best.pt, says so, and keeps the bad file as ckpt.pt.invalid.
 """
+import dataclasses
 import importlib.util
 import math
 import os
@@ -219,6 +220,18 @@ def open_run(cfg, layout, mesh, control, raw_model, dtype):
     return log, derived
 
 
+def precision(device, dtype):
+    """(autocast context, GradScaler): bf16/fp16 autocast on CUDA (TF32 matmuls), fp32 on CPU; the
+    scaler is active for float16 only."""
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    autocast_ctx = (torch.amp.autocast(device_type="cuda", dtype=getattr(torch, dtype))
+                    if cuda and dtype != "float32" else nullcontext())
+    return autocast_ctx, torch.amp.GradScaler("cuda", enabled=(dtype == "float16"))
+
+
 def restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path):
     """Optimizer, scaler and RNG state of a resumed run: (iter_num, best_val_loss); (0, 1e9) otherwise."""
     checkpoint = init.checkpoint
@@ -268,17 +281,12 @@ def main(argv):
     log, derived = open_run(cfg, layout, mesh, control, raw_model, dtype)
     tokens_per_iter, ckpt_path = derived["tokens_per_iter"], os.path.join(cfg.out_dir, "ckpt.pt")
 
-    if device.startswith("cuda"):
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    autocast_ctx = (torch.amp.autocast(device_type="cuda", dtype=getattr(torch, dtype))
-                    if device.startswith("cuda") and dtype != "float32" else nullcontext())
-    scaler = torch.amp.GradScaler("cuda", enabled=(dtype == "float16"))
+    autocast_ctx, scaler = precision(device, dtype)
     optimizer = configure_optimizer(raw_model, cfg, device)
     iter_num, best_val_loss = restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path)
     start_iter = iter_num
     model = wrap(raw_model, cfg, mesh)
-    model_config = model_args(cfg, vocab_size)
+    model_config = dataclasses.asdict(raw_model.config)  # GPTConfig's fields, as checkpoints keep them
 
     wandb = None
     if cfg.wandb_log and mesh.is_master:
