@@ -125,10 +125,11 @@ def test_async_under_bf16_autocast_tp2():
             assert loss_diff < 1e-6 and grad_rel < 2e-2, (policy, loss_diff, grad_rel)
 
 
-def compiled_vs_sync_eager(policy, tp_group, backend, n_tracks=4):
+def compiled_vs_sync_eager(policy, tp_group, backend, n_tracks=4, **overrides):
     """Max |compiled async - eager sync| over losses and grads of two training steps and two evals,
     fullgraph; raises on a recompile after the first of each."""
-    eager, compiled = build(policy, n_tracks, tp_group, False), build(policy, n_tracks, tp_group, True)
+    eager = build(policy, n_tracks, tp_group, False, **overrides)
+    compiled = build(policy, n_tracks, tp_group, True, **overrides)
     run = torch.compile(compiled, fullgraph=True, backend=backend)
     idx, targets = batch()
     torch._dynamo.reset()
@@ -178,15 +179,23 @@ def test_compiled_async_fullgraph_no_recompile_equals_eager():
 
 
 def _inductor_worker(rank, world_size):
+    import torch._inductor.config as inductor_config
     import torch.distributed as dist
     group = dist.new_group([0, 1])
-    worst = {policy: compiled_vs_sync_eager(policy, group, "inductor") for policy in ("ladder", "grouped:2")}
+    # Inductor's peak-memory reordering (torch 2.13, CPU) put the TP sum of the region's partial
+    # parameter gradients (an all-reduce no data orders against the others) at another place in the
+    # backward on rank 0 than on rank 1, whose graphs differ (rank 0 adds the region's biases): the
+    # ranks then issue different collectives and gloo aborts. The synchronous model does the same
+    # (pre-existing, not this option's); an ORDERED effect on the ops did not stop that pass.
+    # two layers: layer 0 two Megatron sublayers, layer 1 a region (its entry fused with LN) and the LM head
+    with inductor_config.patch(reorder_for_peak_memory=False):
+        worst = compiled_vs_sync_eager("selective:0,m1", group, "inductor", n_layer=2)
     assert not comm._in_flight
     return worst
 
 
 def test_inductor_async_equals_eager():
-    """Generated code (CPU inductor): readers of the summed gradient run after the wait."""
-    for result in run_on_gloo(_inductor_worker, 2):
-        for policy, diff in result.items():
-            assert diff < 1e-10, (policy, diff)
+    """Generated code (CPU inductor, which fused readers of torch's functional collectives too early):
+    both fused kinds of entry and the LM head's, equal to the synchronous eager model."""
+    for diff in run_on_gloo(_inductor_worker, 2):
+        assert diff < 1e-10, diff
