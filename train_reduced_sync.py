@@ -563,7 +563,7 @@ def main(argv):
         model_args["vocab_size"] = checkpoint["model_args"]["vocab_size"]
     try:
         torch.manual_seed(cfg.seed)  # identical on every rank: GPT draws the full weights from it
-        raw_model = GPT(GPTConfig(**model_args), tp_group=mesh.tp_group)
+        raw_model = GPT(GPTConfig(**model_args), tp_group=mesh.tp_group, async_grad_allreduce=cfg.tp_async_grad)
     except ValueError as e:
         fail(str(e), mesh)
     try:
