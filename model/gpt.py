@@ -42,6 +42,11 @@ concatenation, whose backward sums them over the TP group once per backward. The
 are added into the all-reduce by TP rank 0 only, so the sum holds them once. Under autocast a
 replicated activation is cast to the compute dtype before it enters f, so f's backward all-reduces
 a bf16 gradient (the cast happens in the next matmul anyway).
+With async_grad_allreduce (a runtime option of GPT, off by default and not in GPTConfig) every f
+that sits directly before a column-parallel GEMM (a Megatron sublayer's f(LN x), a region's entry
+f(x) with its first sublayer's LayerNorm, the LM head's) is fused with that GEMM, so that f's backward
+all-reduce travels while the GEMM's weight gradient is computed (parallel/comm.py): the same function,
+collectives and counts.
 
 Shapes. While all tracks of a rank read the same input (right after a sync) each projection is
 one matmul over the rank's concatenated shards (plain Megatron TP). Diverged tracks carry a
