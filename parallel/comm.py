@@ -42,6 +42,10 @@ first sublayer's LayerNorm backward, so that sublayer's wgrad is deferred past i
 and the wait are two opaque custom ops (all_reduce_start, all_reduce_wait): the wait's output is a
 new tensor and every reader of the sum reads it, so no reader can be scheduled before the wait
 (the fusion bug above cannot recur); the start reduces a copy of its input, as the synchronous op.
+The wait also takes the weight gradients as inputs, so inductor cannot run it before them; nothing
+forces the start before the wgrad GEMM, and inductor's peak-memory reordering (torch 2.13, CPU) did
+hoist the wgrad GEMM above the dgrad on one rank, which loses the overlap (with it off, every fused
+node came out dgrad, start, wgrad, wait: tests/test_async_grad.py checks that order).
 Counted as the plain f: one `kind` per backward, with the same bytes.
 """
 from collections import Counter
@@ -139,8 +143,9 @@ def _(x, n, group_name):
 
 # Traced async all-reduce: all_reduce_start(x) reduces a copy of x in the background and returns a
 # ticket (an empty tensor on x's device: a data dependency for the wait, no kernel); all_reduce_wait
-# (ticket, x) waits and returns the reduced copy (a tensor no input aliases). Keyed by x's address:
-# x is alive until the wait, which takes it.
+# (ticket, x, after) waits and returns the reduced copy (a tensor no input aliases). Keyed by x's
+# address: x is alive until the wait, which takes it. `after`: tensors the wait is scheduled after (the
+# weight gradients computed while the all-reduce travels); inductor orders kernels by data only.
 _in_flight = {}
 
 
@@ -161,7 +166,7 @@ def _(x, group_name):
 
 
 @torch.library.custom_op("reduced_sync::all_reduce_wait", mutates_args=())
-def _traced_all_reduce_wait(ticket: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def _traced_all_reduce_wait(ticket: torch.Tensor, x: torch.Tensor, after: list[torch.Tensor]) -> torch.Tensor:
     try:
         work, out = _in_flight.pop(x.data_ptr())
     except KeyError:
@@ -172,7 +177,7 @@ def _traced_all_reduce_wait(ticket: torch.Tensor, x: torch.Tensor) -> torch.Tens
 
 
 @_traced_all_reduce_wait.register_fake
-def _(ticket, x):
+def _(ticket, x, after):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
@@ -186,12 +191,13 @@ def _start_all_reduce(x, group):
     return (dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group, async_op=True), x)
 
 
-def _wait_all_reduce(handle, group):
+def _wait_all_reduce(handle, group, after=()):
+    """The sum launched by _start_all_reduce; traced, the wait comes after the tensors of `after`."""
     pending, x = handle
     if pending is None:
         return x
     if torch.compiler.is_compiling():
-        return torch.ops.reduced_sync.all_reduce_wait(pending, x)
+        return torch.ops.reduced_sync.all_reduce_wait(pending, x, [t for t in after if t is not None])
     pending.wait()
     return x
 
@@ -355,7 +361,7 @@ class _CopyToTPRegionLinear(torch.autograd.Function):
         g2 = grad.reshape(-1, grad.shape[-1])
         gw = g2.t().mm(x.reshape(-1, x.shape[-1])).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
         gb = g2.sum(0).to(ctx.bias_dtype) if ctx.needs_input_grad[2] else None
-        return _wait_all_reduce(handle, ctx.group), gw, gb, None, None
+        return _wait_all_reduce(handle, ctx.group, (gw, gb)), gw, gb, None, None
 
 
 class _CopyToTPRegionLNLinear(torch.autograd.Function):
@@ -388,7 +394,7 @@ class _CopyToTPRegionLNLinear(torch.autograd.Function):
         g2 = grad.reshape(-1, grad.shape[-1])
         gw = g2.t().mm(h.reshape(-1, h.shape[-1])).to(ctx.weight_dtype) if need[3] else None
         gb = g2.sum(0).to(ctx.bias_dtype) if need[4] else None
-        return _wait_all_reduce(handle, ctx.group), gln_w, gln_b, gw, gb, None, None
+        return _wait_all_reduce(handle, ctx.group, (gw, gb)), gln_w, gln_b, gw, gb, None, None
 
 
 def copy_to_tp_region_linear(x, weight, bias, group, kind="tp_bwd"):

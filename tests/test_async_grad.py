@@ -6,6 +6,7 @@ gradient equal the synchronous model's (float64, to 1e-12), and an eager pass co
 collectives by kind and bytes. Compiled (fullgraph, aot_eager; inductor for two policies): no graph
 break, no recompile, equal to the eager synchronous model. At tp=1 the option stays off.
 """
+import re
 from contextlib import contextmanager
 
 import torch
@@ -190,7 +191,20 @@ def _inductor_worker(rank, world_size):
     # two layers: layer 0 two Megatron sublayers, layer 1 a region (its entry fused with LN) and the LM head
     with inductor_config.patch(reorder_for_peak_memory=False):
         worst = compiled_vs_sync_eager("selective:0,m1", group, "inductor", n_layer=2)
+        # the generated backward: dgrad GEMM, start, wgrad GEMM, wait, in each of the 4 fused nodes
+        from torch._inductor.utils import run_and_get_code
+        model = build("selective:0,m1", 4, group, True, n_layer=2)
+        compiled = torch.compile(model, fullgraph=True, backend="inductor")
+        idx, targets = batch()
+        torch._dynamo.reset()
+        _, codes = run_and_get_code(lambda: compiled(idx, targets)[1].backward())
     assert not comm._in_flight
+    calls = [line.strip() for code in codes for line in code.splitlines()
+             if re.match(r"\s*(buf\d+ = torch\.ops\.reduced_sync\.all_reduce_(start|wait)|extern_kernels\.(add)?mm\()", line)]
+    starts = [i for i, line in enumerate(calls) if "all_reduce_start" in line]
+    assert len(starts) == 4, calls
+    for i in starts:
+        assert "extern_kernels" in calls[i + 1] and "all_reduce_wait" in calls[i + 2], calls[i - 1:i + 3]
     return worst
 
 
