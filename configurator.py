@@ -75,6 +75,8 @@ class TrainConfig:
                                          "the largest divisor of n_tracks that divides the world size")
     bucket_cap_mb: float = option(25.0, PARALLEL, "data-parallel gradient bucket size, MB")
     rendezvous_timeout: float = option(300.0, PARALLEL, "seconds to find the other ranks when launched without torchrun")
+    tp_async_grad: bool = option(False, PARALLEL, "tp >= 2: launch f's backward all-reduce before the column GEMM's "
+                                              "weight gradient and wait after it (Megatron's async grad all-reduce)")
     learning_rate: float = option(6e-4, OPTIM, "peak learning rate")
     max_iters: int = option(600000, OPTIM, "iterations to train")
     weight_decay: float = option(1e-1, OPTIM, "AdamW weight decay of matrices and embeddings")

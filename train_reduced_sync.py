@@ -173,7 +173,8 @@ def build_model(cfg, vocab_size, init, mesh):
     """The model of cfg's model keys (GPTConfig validates them), with the initial or loaded weights."""
     try:
         torch.manual_seed(cfg.seed)  # identical on every rank: GPT draws the full weights from it
-        raw_model = GPT(GPTConfig(**model_args(cfg, vocab_size)), tp_group=mesh.tp_group)
+        raw_model = GPT(GPTConfig(**model_args(cfg, vocab_size)), tp_group=mesh.tp_group,
+                        async_grad_allreduce=cfg.tp_async_grad)
         if init.checkpoint is not None:
             load_weights(raw_model, init.checkpoint, init.path)
         elif init.weights is not None:

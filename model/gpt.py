@@ -42,6 +42,11 @@ concatenation, whose backward sums them over the TP group once per backward. The
 are added into the all-reduce by TP rank 0 only, so the sum holds them once. Under autocast a
 replicated activation is cast to the compute dtype before it enters f, so f's backward all-reduces
 a bf16 gradient (the cast happens in the next matmul anyway).
+With async_grad_allreduce (a runtime option of GPT, off by default and not in GPTConfig) every f
+that sits directly before a column-parallel GEMM (a Megatron sublayer's f(LN x), a region's entry
+f(x) with its first sublayer's LayerNorm, the LM head's) is fused with that GEMM, so that f's backward
+all-reduce travels while the GEMM's weight gradient is computed (parallel/comm.py): the same function,
+collectives and counts.
 
 Shapes. While all tracks of a rank read the same input (right after a sync) each projection is
 one matmul over the rank's concatenated shards (plain Megatron TP). Diverged tracks carry a
@@ -152,11 +157,13 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = RowParallelLinear(C * k // n, C, k, config.bias)
         self.dropout = config.dropout
 
-    def forward(self, h, per_track=False, bias=None, kv_cache=None):
+    def forward(self, h, per_track=False, bias=None, kv_cache=None, projected=None):
         """h: shared [B,T,C] -> heads [B, Hl, T, hs]; per track [k,B,T,C] -> the tracks go into the
-        batch, [k*B, Hl/k, T, hs], so q, k, v stay views of the projection (no copies)."""
+        batch, [k*B, Hl/k, T, hs], so q, k, v stay views of the projection (no copies).
+        projected: c_attn(h) already computed (the caller fused it with f; h is then unused)."""
         hs = self.head_size
-        qkv = self.c_attn(h)
+        qkv = self.c_attn(h) if projected is None else projected
+        lead = qkv.shape[:-1]
         diverged = qkv.dim() == 4
         T = qkv.shape[-2]
         qkv = qkv.reshape(-1, T, 3, qkv.shape[-1] // (3 * hs), hs)  # [B or k*B, T, 3, heads, hs]
@@ -166,7 +173,7 @@ class CausalSelfAttention(nn.Module):
             key, v = kv_cache.update(self.layer, key, v, self.block_size)
             mask = kv_cache.attention_mask()
         y = self.attend(q, key, v, self.dropout if self.training else 0.0, diverged, mask)
-        y = y.transpose(1, 2).reshape(*h.shape[:-1], -1)  # [B,T,Hl*hs] tracks concatenated, or [k,B,T,Hl/k*hs]
+        y = y.transpose(1, 2).reshape(*lead, -1)  # [B,T,Hl*hs] tracks concatenated, or [k,B,T,Hl/k*hs]
         return self.c_proj(y, per_track, bias)
 
     def attend(self, q, k, v, dropout_p, tracks_in_batch, key_mask=None):
@@ -203,8 +210,9 @@ class MLP(nn.Module):
         self.c_fc = ColumnParallelLinear(C, 4 * C * k // n, k, config.bias)
         self.c_proj = RowParallelLinear(4 * C * k // n, C, k, config.bias)
 
-    def forward(self, h, per_track=False, bias=None):
-        return self.c_proj(F.gelu(self.c_fc(h)), per_track, bias)
+    def forward(self, h, per_track=False, bias=None, projected=None):
+        """projected: c_fc(h) already computed (the caller fused it with f; h is then unused)."""
+        return self.c_proj(F.gelu(self.c_fc(h) if projected is None else projected), per_track, bias)
 
 
 class Block(nn.Module):
@@ -219,35 +227,52 @@ class Block(nn.Module):
         self.ln_2 = LayerNorm(config.n_embd, config.bias)
         self.mlp = MLP(config, k)
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.async_grad = False  # GPT.set_async_grad_allreduce: f fused with the next column GEMM
 
     def forward(self, streams, steps, partial, kv_cache=None):
-        attn = lambda h, per_track, bias=None: self.attn(h, per_track, bias, kv_cache)
+        attn = lambda h, per_track, bias=None, projected=None: self.attn(h, per_track, bias, kv_cache, projected)
         block_input = streams
-        streams = self.sublayer(streams, streams, steps[0], self.ln_1, attn, self.attn.c_proj.bias, partial)
+        streams = self.sublayer(streams, streams, steps[0], self.ln_1, attn, self.attn.c_attn, self.attn.c_proj.bias,
+                                partial)
         reads = block_input if steps[1].block_input else streams
-        return self.sublayer(streams, reads, steps[1], self.ln_2, self.mlp, self.mlp.c_proj.bias, partial)
+        return self.sublayer(streams, reads, steps[1], self.ln_2, self.mlp, self.mlp.c_fc, self.mlp.c_proj.bias,
+                             partial)
 
-    def sublayer(self, st, reads, step, ln, run, proj_bias, partial):
+    def sublayer(self, st, reads, step, ln, run, column, proj_bias, partial):
         """One sync point: run(h, per_track, bias) on the LayerNorm of the stream(s) that `reads` holds,
-        then sync or keep the output in the region, as `step` says."""
+        then sync or keep the output in the region, as `step` says. With self.async_grad, the f that
+        enters a region is fused with `column` (the sublayer's first, column-parallel GEMM, on the
+        shared input) so that its backward all-reduce overlaps that GEMM's weight gradient
+        (parallel/comm.py); run then gets the GEMM's output as `projected`."""
         group = self.tp_group
+        fuse = self.async_grad and torch.is_grad_enabled()
         if step.megatron:  # shared input: h = f(LN x) ... g(partial sum), Megatron's sublayer
-            h = comm.copy_to_tp_region(autocast_input(ln(st.x)), group)
             gemm_bias, bias = self.bias_into_partial(proj_bias)
-            out = run(h, False, gemm_bias)
+            if fuse:
+                h = autocast_input(ln(st.x))
+                out = run(h, False, gemm_bias, comm.copy_to_tp_region_linear(h, column.weight, column.bias, group))
+            else:
+                h = comm.copy_to_tp_region(autocast_input(ln(st.x)), group)
+                out = run(h, False, gemm_bias)
             if step.ladder:  # the all-reduce travels while the next sublayer computes from st.x
                 launched = comm.reduce_from_tp_region_async(out, group) + (bias,)
                 return Streams(self.add_pending(st), pending=launched)
             return Streams(self.residual(st.x, comm.reduce_from_tp_region(out, group), bias))
 
-        xin = st.xin if st.xin is not None else comm.copy_to_tp_region(st.x, group)
-        stream = xin  # what this sublayer reads: each track's x + beta + d_t (or the shared x + beta)
-        if reads.d is not None:
-            stream = stream + reads.d if reads.beta is None else stream + reads.beta + reads.d
-        elif reads.beta is not None:
-            stream = stream + reads.beta
-        h = ln(stream, partial[step.ln_weight], None if step.ln_bias is None else partial[step.ln_bias])
-        out = run(h, step.per_track)
+        ln_weight, ln_bias = partial[step.ln_weight], None if step.ln_bias is None else partial[step.ln_bias]
+        if fuse and st.xin is None and reads.d is None and reads.beta is None:
+            # the region's entry: its first sublayer reads LN(f(x)) of the shared x
+            xin, projected = comm.copy_to_tp_region_ln_linear(st.x, ln_weight, ln_bias, column.weight, column.bias,
+                                                              group)
+            out = run(None, step.per_track, None, projected)
+        else:
+            xin = st.xin if st.xin is not None else comm.copy_to_tp_region(st.x, group)
+            stream = xin  # what this sublayer reads: each track's x + beta + d_t (or the shared x + beta)
+            if reads.d is not None:
+                stream = stream + reads.d if reads.beta is None else stream + reads.beta + reads.d
+            elif reads.beta is not None:
+                stream = stream + reads.beta
+            out = run(ln(stream, ln_weight, ln_bias), step.per_track)
         bias = None if step.proj_bias is None else partial[step.proj_bias]
         beta = bias if st.beta is None else (st.beta if bias is None else st.beta + bias)
         d, summed = st.d, st.summed
@@ -285,9 +310,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, config, tp_group=None):
+    def __init__(self, config, tp_group=None, async_grad_allreduce=False):
         """Full weights are drawn from the current global torch RNG (call torch.manual_seed with the
-        same seed on every rank first), as nanoGPT does; this rank keeps its slice."""
+        same seed on every rank first), as nanoGPT does; this rank keeps its slice.
+        async_grad_allreduce: a runtime option, not part of the architecture (not in config, nor in
+        checkpoints): see set_async_grad_allreduce."""
         super().__init__()
         c = copy.copy(config)  # ours: set_sync_policy replaces it; a copy keeps the parsed policy
         self.tp_group, self.tp, self.tp_rank = tp_group, comm.group_size(tp_group), comm.group_rank(tp_group)
@@ -310,6 +337,7 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             p.tensor_parallel = self.shard_kind[name] is not None
         self._plan_sublayers()
+        self.set_async_grad_allreduce(async_grad_allreduce)
         self.load_state_dict(self._init_full_weights())
 
     # ---------------------------------------------------------------- the policy as a plan
@@ -317,6 +345,16 @@ class GPT(nn.Module):
         """Switch to another sync policy (same parameters), e.g. to evaluate dropped syncs zero-shot."""
         self.config = dataclasses.replace(self.config, sync_policy=spec)  # parses and checks spec
         self._plan_sublayers()
+
+    def set_async_grad_allreduce(self, on):
+        """Megatron's async grad all-reduce: every f that enters a region directly before a column-
+        parallel GEMM (each Megatron/ladder sublayer's, each track-local region's entry, and the LM
+        head's) is fused with that GEMM, so f's backward all-reduce of the input gradient is launched
+        before the GEMM's weight gradient and waited for after it (parallel/comm.py). The same function,
+        the same collectives and counts. At tp=1 there is nothing to overlap: it stays off."""
+        self.async_grad_allreduce = bool(on) and self.tp > 1
+        for block in self.transformer.h:
+            block.async_grad = self.async_grad_allreduce
 
     def _plan_sublayers(self):
         """Per layer, the Steps of its two sync points. A region's replicated parameters (LayerNorm
@@ -386,7 +424,10 @@ class GPT(nn.Module):
         if self.tp == 1:
             logits = F.linear(x, wte.weight)
             return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        logits = F.linear(comm.copy_to_tp_region(autocast_input(x), self.tp_group, "vocab"), wte.weight)
+        if self.async_grad_allreduce:
+            logits = comm.copy_to_tp_region_linear(autocast_input(x), wte.weight, None, self.tp_group, "vocab")
+        else:
+            logits = F.linear(comm.copy_to_tp_region(autocast_input(x), self.tp_group, "vocab"), wte.weight)
         return None, vocab_parallel_cross_entropy(logits, targets, wte.v0, self.tp_group)
 
     # ---------------------------------------------------------------- full tensors (model/sharding.py)

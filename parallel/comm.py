@@ -24,12 +24,36 @@ with an earlier, independent kernel and runs it before the collective has finish
 unreduced partial sum (the ladder at tp=2 computed another loss, EXPERIMENT_SUMMARY.md section 1d;
 experiments/inductor-collective-fusion/repro.py shows it in a few lines). The traced all-reduce
 therefore reduces a copy of its input and returns it.
+
+Asynchronous input-gradient all-reduce (Megatron's async grad all-reduce, off by default; GPT's
+async_grad_allreduce option). Where f is directly followed by a column-parallel GEMM z = x W^T + b,
+copy_to_tp_region_linear(x, W, b, group) is f and that GEMM in one autograd node, whose backward
+
+    dx = dz W              (dgrad GEMM)
+    start all_reduce(dx)   (async)
+    dW = dz^T x, db = sum dz   (wgrad GEMM, overlaps the all-reduce)
+    wait; return dx, dW, db
+
+so the all-reduce travels while the weight gradient is computed, and is waited for where the
+summed gradient is consumed: it is this node's output, read by the next backward node. A region's
+entry xin = f(x) feeding LN then the column GEMM is the same node with the LayerNorm inside
+(copy_to_tp_region_ln_linear): the summed gradient is the region's dx, complete only after the
+first sublayer's LayerNorm backward, so that sublayer's wgrad is deferred past it. Traced, the launch
+and the wait are two opaque custom ops (all_reduce_start, all_reduce_wait): the wait's output is a
+new tensor and every reader of the sum reads it, so no reader can be scheduled before the wait
+(the fusion bug above cannot recur); the start reduces a copy of its input, as the synchronous op.
+The wait also takes the weight gradients as inputs, so inductor cannot run it before them; nothing
+forces the start before the wgrad GEMM, and inductor's peak-memory reordering (torch 2.13, CPU) did
+hoist the wgrad GEMM above the dgrad on one rank, which loses the overlap (with it off, every fused
+node came out dgrad, start, wgrad, wait: tests/test_async_grad.py checks that order).
+Counted as the plain f: one `kind` per backward, with the same bytes.
 """
 from collections import Counter
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
+from torch.nn import functional as F
 from torch.distributed.distributed_c10d import _resolve_process_group
 
 
@@ -115,6 +139,67 @@ def _traced_all_gather(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor
 @_traced_all_gather.register_fake
 def _(x, n, group_name):
     return x.new_empty((n * x.shape[0], *x.shape[1:]))
+
+
+# Traced async all-reduce: all_reduce_start(x) reduces a copy of x in the background and returns a
+# ticket (an empty tensor on x's device: a data dependency for the wait, no kernel); all_reduce_wait
+# (ticket, x, after) waits and returns the reduced copy (a tensor no input aliases). Keyed by x's
+# address: x is alive until the wait, which takes it. `after`: tensors the wait is scheduled after (the
+# weight gradients computed while the all-reduce travels); inductor orders kernels by data only.
+_in_flight = {}
+
+
+@torch.library.custom_op("reduced_sync::all_reduce_start", mutates_args=())
+def _traced_all_reduce_start(x: torch.Tensor, group_name: str) -> torch.Tensor:
+    out = x.clone(memory_format=torch.contiguous_format)
+    key = x.data_ptr()
+    if key in _in_flight:
+        raise RuntimeError("reduced_sync::all_reduce_start: an all-reduce of this tensor is already in flight")
+    _in_flight[key] = (dist.all_reduce(out, op=dist.ReduceOp.SUM, group=_resolve_process_group(group_name),
+                                       async_op=True), out)
+    return x.new_empty(0)
+
+
+@_traced_all_reduce_start.register_fake
+def _(x, group_name):
+    return x.new_empty(0)
+
+
+@torch.library.custom_op("reduced_sync::all_reduce_wait", mutates_args=())
+def _traced_all_reduce_wait(ticket: torch.Tensor, x: torch.Tensor, after: list[torch.Tensor]) -> torch.Tensor:
+    try:
+        work, out = _in_flight.pop(x.data_ptr())
+    except KeyError:
+        raise RuntimeError("reduced_sync::all_reduce_wait: no all-reduce in flight for this tensor "
+                           "(the compiled graph passed another buffer than the start's)") from None
+    work.wait()
+    return out
+
+
+@_traced_all_reduce_wait.register_fake
+def _(ticket, x, after):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _start_all_reduce(x, group):
+    """Launch the SUM all-reduce of x (a fresh tensor nothing else reads); returns the handle for
+    _wait_all_reduce, which returns the sum. Not running (one rank, skipped): the handle is x."""
+    if not _runs(group):
+        return (None, x)
+    if torch.compiler.is_compiling():
+        return (torch.ops.reduced_sync.all_reduce_start(x, group.group_name), x)
+    return (dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group, async_op=True), x)
+
+
+def _wait_all_reduce(handle, group, after=()):
+    """The sum launched by _start_all_reduce; traced, the wait comes after the tensors of `after`."""
+    pending, x = handle
+    if pending is None:
+        return x
+    if torch.compiler.is_compiling():
+        return torch.ops.reduced_sync.all_reduce_wait(pending, x, [t for t in after if t is not None])
+    pending.wait()
+    return x
 
 
 def _all_reduce_value(x, group, op="sum"):
@@ -244,6 +329,89 @@ def wait_reduce(x, handle):
     if handle is None:
         return x
     return _WaitReduce.apply(x, handle)
+
+
+def _compute_dtype(x):
+    """The dtype autocast gives x in the next matmul (x's own without autocast)."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
+
+
+class _CopyToTPRegionLinear(torch.autograd.Function):
+    """f then the column-parallel GEMM, the all-reduce of dx overlapping dW (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, group, kind):
+        dtype = _compute_dtype(x)
+        with torch.autocast(x.device.type, enabled=False):
+            x, w = x.to(dtype), weight.to(dtype)
+            z = F.linear(x, w, None if bias is None else bias.to(dtype))
+        ctx.save_for_backward(x, w)
+        ctx.group, ctx.kind, ctx.weight_dtype = group, kind, weight.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return z
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        gx = grad.matmul(w)  # dgrad GEMM first
+        stats.add(ctx.kind, gx)
+        handle = _start_all_reduce(gx, ctx.group)
+        g2 = grad.reshape(-1, grad.shape[-1])
+        gw = g2.t().mm(x.reshape(-1, x.shape[-1])).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
+        gb = g2.sum(0).to(ctx.bias_dtype) if ctx.needs_input_grad[2] else None
+        return _wait_all_reduce(handle, ctx.group, (gw, gb)), gw, gb, None, None
+
+
+class _CopyToTPRegionLNLinear(torch.autograd.Function):
+    """A region's entry: (xin, z) = (f(x), LN(f(x)) W^T + b). The all-reduce of dx (the region's whole
+    input gradient: dxin from the region's later sublayers plus this LayerNorm's) overlaps dW."""
+
+    @staticmethod
+    def forward(ctx, x, ln_weight, ln_bias, weight, bias, group, kind):
+        dtype = _compute_dtype(x)
+        with torch.autocast(x.device.type, enabled=False):
+            h, mean, rstd = torch.native_layer_norm(x, (x.shape[-1],), ln_weight, ln_bias, 1e-5)
+            h, w = h.to(dtype), weight.to(dtype)
+            z = F.linear(h, w, None if bias is None else bias.to(dtype))
+        ctx.save_for_backward(x, ln_weight, ln_bias, mean, rstd, h, w)
+        ctx.group, ctx.kind, ctx.weight_dtype = group, kind, weight.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return x.view_as(x), z
+
+    @staticmethod
+    def backward(ctx, grad_xin, grad):
+        x, ln_weight, ln_bias, mean, rstd, h, w = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        gh = grad.matmul(w).to(x.dtype)  # dgrad GEMM, then the LayerNorm backward
+        gx, gln_w, gln_b = torch.ops.aten.native_layer_norm_backward(
+            gh, x, (x.shape[-1],), mean, rstd, ln_weight, ln_bias, [True, need[1], need[2]])
+        if grad_xin is not None:
+            gx = grad_xin + gx
+        stats.add(ctx.kind, gx)
+        handle = _start_all_reduce(gx, ctx.group)
+        g2 = grad.reshape(-1, grad.shape[-1])
+        gw = g2.t().mm(h.reshape(-1, h.shape[-1])).to(ctx.weight_dtype) if need[3] else None
+        gb = g2.sum(0).to(ctx.bias_dtype) if need[4] else None
+        return _wait_all_reduce(handle, ctx.group, (gw, gb)), gln_w, gln_b, gw, gb, None, None
+
+
+def copy_to_tp_region_linear(x, weight, bias, group, kind="tp_bwd"):
+    """F.linear(f(x), weight, bias) (autocast as F.linear's), with f's backward all-reduce launched
+    before the weight-gradient GEMM and waited for after it. x [..., C], weight [F, C]."""
+    if not torch.is_grad_enabled() or not x.requires_grad:
+        return F.linear(x, weight, bias)
+    return _CopyToTPRegionLinear.apply(x, weight, bias, group, kind)
+
+
+def copy_to_tp_region_ln_linear(x, ln_weight, ln_bias, weight, bias, group, kind="tp_bwd"):
+    """(xin, z) = (f(x), F.linear(layer_norm(xin, ln_weight, ln_bias), weight, bias)): a region's
+    entry and its first column-parallel GEMM, f's all-reduce overlapping that GEMM's weight gradient."""
+    if not torch.is_grad_enabled() or not x.requires_grad:
+        xin = copy_to_tp_region(x, group, kind)
+        return xin, F.linear(F.layer_norm(xin, (xin.shape[-1],), ln_weight, ln_bias, 1e-5), weight, bias)
+    return _CopyToTPRegionLNLinear.apply(x, ln_weight, ln_bias, weight, bias, group, kind)
 
 
 def copy_to_tp_region(x, group, kind="tp_bwd"):
