@@ -259,6 +259,11 @@ def wrap(raw_model, cfg, mesh):
     built to trace whole, tests/test_compile.py), then our data-parallel wrapper."""
     model = raw_model
     if cfg.compile:
+        if cfg.tp_async_grad and mesh.tp > 1:
+            # with it on, inductor (torch 2.13, CPU) ran the weight-gradient GEMM before the all-reduce's
+            # start instead of between start and wait: nothing overlapped (tests/test_async_grad.py)
+            import torch._inductor.config as inductor_config
+            inductor_config.reorder_for_peak_memory = False
         if mesh.is_master:  # compiling happens at the first call, silently otherwise
             print("compiling the model (torch.compile, fullgraph=True): the first eval and the first iteration "
                   "wait for it, from under a minute to several minutes (longer on CPU)", flush=True)

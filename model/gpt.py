@@ -227,6 +227,10 @@ class Block(nn.Module):
         self.ln_2 = LayerNorm(config.n_embd, config.bias)
         self.mlp = MLP(config, k)
         self.resid_dropout = nn.Dropout(config.dropout)
+        # 1 on TP rank 0, else 0: rank 0 alone adds a region's biases, by a multiply rather than an `if`, so
+        # every rank traces the same graph. With an `if`, inductor's peak-memory reordering placed the
+        # region's tp_grad all-reduce at different points on the two ranks (experiments/inductor-collective-order/)
+        self.register_buffer("adds_biases", torch.tensor(float(self.tp_rank == 0)), persistent=False)
         self.async_grad = False  # GPT.set_async_grad_allreduce: f fused with the next column GEMM
 
     def forward(self, streams, steps, partial, kv_cache=None):
@@ -285,8 +289,8 @@ class Block(nn.Module):
         change = summed  # a synced point's output is summed over the tracks (step.per_track is False)
         if d is not None:  # one track per rank: the sum over tracks is a view, not a reduce kernel
             change = change + (d[0] if self.k == 1 else d.sum(0))
-        if self.tp_rank == 0 and beta is not None:
-            change = change + beta.to(change.dtype)
+        if beta is not None:
+            change = change + (beta * self.adds_biases).to(change.dtype)
         return Streams(self.residual(st.x, comm.reduce_from_tp_region(change, group)))
 
     def residual(self, x, y, bias=None):

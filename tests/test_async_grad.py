@@ -126,11 +126,11 @@ def test_async_under_bf16_autocast_tp2():
             assert loss_diff < 1e-6 and grad_rel < 2e-2, (policy, loss_diff, grad_rel)
 
 
-def compiled_vs_sync_eager(policy, tp_group, backend, n_tracks=4, **overrides):
-    """Max |compiled async - eager sync| over losses and grads of two training steps and two evals,
-    fullgraph; raises on a recompile after the first of each."""
+def compiled_vs_sync_eager(policy, tp_group, backend, n_tracks=4, async_grad=True, **overrides):
+    """Max |compiled (async unless async_grad=False) - eager sync| over losses and grads of two training
+    steps and two evals, fullgraph; raises on a recompile after the first of each."""
     eager = build(policy, n_tracks, tp_group, False, **overrides)
-    compiled = build(policy, n_tracks, tp_group, True, **overrides)
+    compiled = build(policy, n_tracks, tp_group, async_grad, **overrides)
     run = torch.compile(compiled, fullgraph=True, backend=backend)
     idx, targets = batch()
     torch._dynamo.reset()
@@ -159,7 +159,7 @@ def compiled_vs_sync_eager(policy, tp_group, backend, n_tracks=4, **overrides):
     comm.stats.reset()
     _, loss = compiled(idx, targets)
     loss.backward()
-    expected = comm.stats.snapshot()["tp_bwd"] + 1
+    expected = comm.stats.snapshot()["tp_bwd"] + 1 if async_grad else 0
     assert n_async[0] == n_async[2] == 0 and n_async[1] == n_async[3] == expected, (policy, n_async, expected)
     return worst
 
@@ -183,11 +183,10 @@ def _inductor_worker(rank, world_size):
     import torch._inductor.config as inductor_config
     import torch.distributed as dist
     group = dist.new_group([0, 1])
-    # Inductor's peak-memory reordering (torch 2.13, CPU) put the TP sum of the region's partial
-    # parameter gradients (an all-reduce no data orders against the others) at another place in the
-    # backward on rank 0 than on rank 1, whose graphs differ (rank 0 adds the region's biases): the
-    # ranks then issue different collectives and gloo aborts. The synchronous model does the same
-    # (pre-existing, not this option's); an ORDERED effect on the ops did not stop that pass.
+    # With inductor's peak-memory reordering on (torch 2.13, CPU), the weight-gradient GEMM was
+    # scheduled before the all-reduce's start, not between start and wait: no overlap. (The pass also
+    # placed the region's tp_grad all-reduce differently on the two ranks while their graphs differed;
+    # they no longer do: test_inductor_issues_the_same_collectives_on_every_rank.)
     # two layers: layer 0 two Megatron sublayers, layer 1 a region (its entry fused with LN) and the LM head
     with inductor_config.patch(reorder_for_peak_memory=False):
         worst = compiled_vs_sync_eager("selective:0,m1", group, "inductor", n_layer=2)
@@ -212,4 +211,20 @@ def test_inductor_async_equals_eager():
     """Generated code (CPU inductor, which fused readers of torch's functional collectives too early):
     both fused kinds of entry and the LM head's, equal to the synchronous eager model."""
     for diff in run_on_gloo(_inductor_worker, 2):
+        assert diff < 1e-10, diff
+
+
+def _order_worker(rank, world_size):
+    import torch.distributed as dist
+    group = dist.new_group([0, 1])
+    # the synchronous model, peak-memory reordering on (inductor's default): a collective issued at another
+    # point on one rank pairs tensors of different sizes, which gloo refuses
+    return compiled_vs_sync_eager("selective:0,m1", group, "inductor", n_layer=2, async_grad=False)
+
+
+def test_inductor_issues_the_same_collectives_on_every_rank():
+    """Rank 0 alone adds a region's biases through a 0/1 buffer, not an `if`, so both ranks compile the
+    same graph; with the `if`, inductor placed the region's tp_grad all-reduce before layer 0's f
+    all-reduces on rank 0 and after them on rank 1 (experiments/inductor-collective-order/)."""
+    for diff in run_on_gloo(_order_worker, 2):
         assert diff < 1e-10, diff

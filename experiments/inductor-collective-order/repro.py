@@ -7,7 +7,12 @@ region's biases into its partial sum). Inductor's peak-memory reordering then pl
 rank 0 issues it before layer 0's f all-reduces, rank 1 after them. Real collectives then pair up
 tensors of different sizes (gloo aborts: "Received data size doesn't match expected size"; NCCL
 could hang or sum unrelated tensors). With torch._inductor.config.reorder_for_peak_memory = False the
-order is the same on both ranks.
+order is the same on both ranks. repro_cpu.txt is the output at ed244d9.
+
+Fixed since: rank 0 adds the region's biases through a 0/1 buffer (model/gpt.py, Block.adds_biases),
+so both ranks trace the same graph, and the order is the same with the pass on (repro_cpu_fixed.txt;
+tests/test_async_grad.py::test_inductor_issues_the_same_collectives_on_every_rank runs real gloo
+collectives that way).
 
     python experiments/inductor-collective-order/repro.py            # peak-memory reordering on (default)
     python experiments/inductor-collective-order/repro.py --no-peak  # off
