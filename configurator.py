@@ -22,7 +22,6 @@ import types
 from dataclasses import dataclass, fields
 
 
-
 class ConfigError(ValueError):
     """A bad config file, key or value. The message is meant to be shown to the user as is."""
 
