@@ -78,10 +78,10 @@ def test_bpe_extra_seeds_repeat_the_stored_runs(part):
         diff = sorted(k for k in stored if k not in ("seed", "out_dir", "derived") and planned.get(k) != stored[k])
         assert not diff, f"{r.name} differs from the stored {base} in {diff}"
         # keys the trainer gained after the stored runs: torch.compile settings, unused by these eager runs,
-        # data_order, whose default is the only order there was, and issue 28's out_dir/launch settings (where
-        # the data and the run live, not what is computed)
+        # data_order, whose default is the only order there was, issue 28's out_dir/launch settings (where
+        # the data and the run live, not what is computed), and tp_async_grad (off: how tp>1 communicates)
         assert set(planned) - set(stored) <= {"compile_backend", "compile_mode", "data_order", "overwrite",
-                                              "data_dir", "rendezvous_timeout"}
+                                              "data_dir", "rendezvous_timeout", "tp_async_grad"}
         assert planned["compile"] is False and planned["data_order"] == "random"
     assert sorted(r.name.split("_seed")[0] for p in ("bpe1", "bpe2", "bpe3") for r in char_sweep.runs_of(p)) == \
         sorted(2 * ["grouped_2sync", "grouped_3sync", "grouped_4sync", "grouped_6sync", "spd_12sync", "parallel_12sync",
