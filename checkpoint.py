@@ -6,7 +6,7 @@ other pickled object: reading a checkpoint never runs code the file carries. Eve
 through read_checkpoint() (train_reduced_sync.py's resume and init_from=path, sample.py,
 spd_sensitivity.py); every writer through write_checkpoint().
 
-Keys (train_reduced_sync.save_checkpoint builds them):
+Keys (training.save_checkpoint builds them):
     format         FORMAT_VERSION (absent in files written before it)
     model          full unsharded state_dict {nanoGPT name: tensor}, loadable at any tp
     optimizer      {'state': {param_name: {'step', 'exp_avg', 'exp_avg_sq'}}, 'param_groups': [...]}
