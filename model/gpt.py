@@ -342,7 +342,7 @@ class GPT(nn.Module):
             p.tensor_parallel = self.shard_kind[name] is not None
         self._plan_sublayers()
         self.set_async_grad_allreduce(async_grad_allreduce)
-        self.load_state_dict(self._init_full_weights())
+        self.load_state_dict(sharding.init_full_weights(self))
 
     # ---------------------------------------------------------------- the policy as a plan
     def set_sync_policy(self, spec):
@@ -451,24 +451,6 @@ class GPT(nn.Module):
     def load_state_dict(self, state_dict, strict=True, assign=False):
         """Load full nanoGPT-named tensors at any tp."""
         return sharding.load_full_state_dict(self, state_dict, strict)
-
-    def _init_full_weights(self):
-        """nanoGPT's init, drawn for the full model: N(0, 0.02), c_proj scaled by 1/sqrt(2*n_layer)."""
-        c = self.config
-        C, std, proj_std = c.n_embd, 0.02, 0.02 / math.sqrt(2 * c.n_layer)
-        normal = lambda *shape, s=std: torch.empty(*shape).normal_(0.0, s)
-        sd = {"transformer.wte.weight": normal(c.vocab_size, C), "transformer.wpe.weight": normal(c.block_size, C)}
-        shapes = {"attn.c_attn": (3 * C, C), "attn.c_proj": (C, C), "mlp.c_fc": (4 * C, C), "mlp.c_proj": (C, 4 * C)}
-        for layer in range(c.n_layer):
-            for ln in ("ln_1", "ln_2"):
-                sd[f"transformer.h.{layer}.{ln}.weight"] = torch.ones(C)
-                sd[f"transformer.h.{layer}.{ln}.bias"] = torch.zeros(C)
-            for mod, shape in shapes.items():
-                sd[f"transformer.h.{layer}.{mod}.weight"] = normal(*shape, s=proj_std if mod.endswith("c_proj") else std)
-                sd[f"transformer.h.{layer}.{mod}.bias"] = torch.zeros(shape[0])
-        sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = torch.ones(C), torch.zeros(C)
-        params = dict(self.named_parameters())
-        return {k: v for k, v in sd.items() if k in params}  # drops biases when bias=False
 
     # ---------------------------------------------------------------- utilities
     def get_num_params(self, non_embedding=True):

@@ -1,4 +1,5 @@
-"""Full (unsharded, nanoGPT) tensors <-> this rank's shards, and the state_dict adapter.
+"""Full (unsharded, nanoGPT) tensors <-> this rank's shards, the state_dict adapter, and nanoGPT's
+initialization drawn for the full model (so the weights do not depend on tp).
 
 Each tensor-parallel parameter says how it is split (its `shard`, set by the layer that owns it,
 model/tp_layers.py); n = n_tracks, and TP rank r holds tracks [r*k, (r+1)*k), k = n / tp:
@@ -12,6 +13,7 @@ model/tp_layers.py); n = n_tracks, and TP rank r holds tracks [r*k, (r+1)*k), k 
 Checkpoints and state_dict() hold full tensors under nanoGPT's names, so they load at any tp;
 gathering the shards is a collective over the TP group (counted as `checkpoint`).
 """
+import math
 from collections import OrderedDict
 
 import torch
@@ -94,3 +96,22 @@ def load_full_state_dict(model, state_dict, strict=True):
                                  f"this model needs the full shape {want}")
             p.copy_(local_tensor(model, name, sd[name].to(p.dtype)))
     return missing, unexpected
+
+
+def init_full_weights(model):
+    """nanoGPT's init, drawn for the full model: N(0, 0.02), c_proj scaled by 1/sqrt(2*n_layer)."""
+    c = model.config
+    C, std, proj_std = c.n_embd, 0.02, 0.02 / math.sqrt(2 * c.n_layer)
+    normal = lambda *shape, s=std: torch.empty(*shape).normal_(0.0, s)
+    sd = {"transformer.wte.weight": normal(c.vocab_size, C), "transformer.wpe.weight": normal(c.block_size, C)}
+    shapes = {"attn.c_attn": (3 * C, C), "attn.c_proj": (C, C), "mlp.c_fc": (4 * C, C), "mlp.c_proj": (C, 4 * C)}
+    for layer in range(c.n_layer):
+        for ln in ("ln_1", "ln_2"):
+            sd[f"transformer.h.{layer}.{ln}.weight"] = torch.ones(C)
+            sd[f"transformer.h.{layer}.{ln}.bias"] = torch.zeros(C)
+        for mod, shape in shapes.items():
+            sd[f"transformer.h.{layer}.{mod}.weight"] = normal(*shape, s=proj_std if mod.endswith("c_proj") else std)
+            sd[f"transformer.h.{layer}.{mod}.bias"] = torch.zeros(shape[0])
+    sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = torch.ones(C), torch.zeros(C)
+    params = dict(model.named_parameters())
+    return {k: v for k, v in sd.items() if k in params}  # drops biases when bias=False
