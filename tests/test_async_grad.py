@@ -14,6 +14,7 @@ import torch._dynamo
 
 from parallel import comm
 from parallel.launch import run_on_gloo
+from tests.test_compile import steps_diff
 from tests.test_model import POLICIES, batch, make
 
 # n_tracks per tp: one track per rank, and several (n_head=12: every n_tracks used here divides it)
@@ -133,28 +134,13 @@ def compiled_vs_sync_eager(policy, tp_group, backend, n_tracks=4, async_grad=Tru
     compiled = build(policy, n_tracks, tp_group, async_grad, **overrides)
     run = torch.compile(compiled, fullgraph=True, backend=backend)
     idx, targets = batch()
-    torch._dynamo.reset()
-    worst, n_async = 0.0, []
-    for i in range(2):
-        torch._dynamo.config.error_on_recompile = i > 0
-        try:
-            losses, grads = [], []
-            for model, raw in ((eager, eager), (run, compiled)):
-                raw.zero_grad(set_to_none=True)
-                _, loss = model(idx, targets)
-                with counting_async_all_reduces() as calls:
-                    loss.backward()
-                n_async.append(calls[0])
-                losses.append(loss.detach())
-                grads.append([p.grad for p in raw.parameters()])
-                raw.eval()
-                with torch.no_grad():
-                    losses.append(model(idx, targets)[1])
-                raw.train()
-            worst = max([worst, (losses[0] - losses[2]).abs().item(), (losses[1] - losses[3]).abs().item()]
-                        + [(a - b).abs().max().item() for a, b in zip(*grads)])
-        finally:
-            torch._dynamo.config.error_on_recompile = False
+    n_async = []
+
+    def backward(model, loss):
+        with counting_async_all_reduces() as calls:
+            loss.backward()
+        n_async.append(calls[0])
+    worst = steps_diff([(eager, eager), (run, compiled)], idx, targets, backward)
     # the compiled backward launched its all-reduces asynchronously: as many as the eager fused model's
     comm.stats.reset()
     _, loss = compiled(idx, targets)

@@ -11,24 +11,20 @@ from parallel.launch import run_on_gloo
 from tests.test_model import POLICIES, batch, make
 
 
-def compiled_vs_eager(policy, tp_group, wrap=lambda m: m):
-    """Max |compiled - eager| over the loss and every gradient, across two compiled training steps and
-    two compiled evals on the same weights; raises if a recompile happens after the first of each."""
-    eager, compiled = make(policy, n_tracks=4, tp_group=tp_group), make(policy, n_tracks=4, tp_group=tp_group)
-    ddp_eager, ddp_compiled = wrap(eager), wrap(torch.compile(compiled, fullgraph=True, backend="aot_eager"))
-    idx, targets = batch()
+def steps_diff(pairs, idx, targets, backward=lambda model, loss: loss.backward()):
+    """Max |second - first| of two (model, raw model) pairs over the loss and every gradient, across two
+    training steps and two evals on the same weights; raises if a recompile happens after the first of
+    each. backward(model, loss) runs each training step's backward."""
     torch._dynamo.reset()
     worst = 0.0
     for step in range(2):
         torch._dynamo.config.error_on_recompile = step > 0
         try:
             losses, grads = [], []
-            for model, raw in ((ddp_eager, eager), (ddp_compiled, compiled)):
+            for model, raw in pairs:
                 raw.zero_grad(set_to_none=True)
                 _, loss = model(idx, targets)
-                loss.backward()
-                if hasattr(model, "finish_gradient_synchronization"):
-                    model.finish_gradient_synchronization()
+                backward(model, loss)
                 losses.append(loss.detach())
                 grads.append([p.grad for p in raw.parameters()])
                 raw.eval()
@@ -40,6 +36,19 @@ def compiled_vs_eager(policy, tp_group, wrap=lambda m: m):
         finally:
             torch._dynamo.config.error_on_recompile = False
     return worst
+
+
+def compiled_vs_eager(policy, tp_group, wrap=lambda m: m):
+    """Max |compiled - eager| over the loss and every gradient, across two compiled training steps and
+    two compiled evals on the same weights; raises if a recompile happens after the first of each."""
+    eager, compiled = make(policy, n_tracks=4, tp_group=tp_group), make(policy, n_tracks=4, tp_group=tp_group)
+    ddp_eager, ddp_compiled = wrap(eager), wrap(torch.compile(compiled, fullgraph=True, backend="aot_eager"))
+
+    def backward(model, loss):
+        loss.backward()
+        if hasattr(model, "finish_gradient_synchronization"):
+            model.finish_gradient_synchronization()
+    return steps_diff([(ddp_eager, eager), (ddp_compiled, compiled)], *batch(), backward)
 
 
 def _worker(rank, world_size):
