@@ -120,9 +120,7 @@ class GPTConfig:
 def autocast_input(h):
     """h in the dtype autocast gives it in the next matmul. A replicated activation is cast before it
     enters f, so f's backward all-reduces a bf16 gradient, not the fp32 one of LayerNorm's output."""
-    if torch.is_autocast_enabled(h.device.type):
-        return h.to(torch.get_autocast_dtype(h.device.type))
-    return h
+    return h.to(comm.compute_dtype(h))  # without autocast, h itself
 
 
 # The plan of one sync point, built once per policy (constants under torch.compile):

@@ -331,7 +331,7 @@ def wait_reduce(x, handle):
     return _WaitReduce.apply(x, handle)
 
 
-def _compute_dtype(x):
+def compute_dtype(x):
     """The dtype autocast gives x in the next matmul (x's own without autocast)."""
     if torch.is_autocast_enabled(x.device.type):
         return torch.get_autocast_dtype(x.device.type)
@@ -343,7 +343,7 @@ class _CopyToTPRegionLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, group, kind):
-        dtype = _compute_dtype(x)
+        dtype = compute_dtype(x)
         with torch.autocast(x.device.type, enabled=False):
             x, w = x.to(dtype), weight.to(dtype)
             z = F.linear(x, w, None if bias is None else bias.to(dtype))
@@ -370,7 +370,7 @@ class _CopyToTPRegionLNLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, ln_weight, ln_bias, weight, bias, group, kind):
-        dtype = _compute_dtype(x)
+        dtype = compute_dtype(x)
         with torch.autocast(x.device.type, enabled=False):
             h, mean, rstd = torch.native_layer_norm(x, (x.shape[-1],), ln_weight, ln_bias, 1e-5)
             h, w = h.to(dtype), weight.to(dtype)
