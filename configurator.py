@@ -111,7 +111,7 @@ CHOICES = {
     "compile_mode": ("default", "reduce-overhead"),
 }
 # Integer keys that must be >= 1 and keys that must be >= 0. The model keys are GPTConfig's to check
-# (model_args); block_size is here too because the data checks read it before the model is built.
+# (model_config); block_size is here too because the data checks read it before the model is built.
 AT_LEAST_ONE = ("eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps",
                 "batch_size", "block_size", "tp")
 NON_NEGATIVE = ("max_iters", "warmup_iters", "lr_decay_iters", "learning_rate", "min_lr",
@@ -185,7 +185,7 @@ def validate(cfg):
         raise ConfigError(f"min_lr={cfg.min_lr!r} is above learning_rate={cfg.learning_rate!r}: the schedule decays "
                           f"from learning_rate down to min_lr, so min_lr must be <= learning_rate")
     if cfg.init_from == "scratch":  # else the checkpoint's architecture applies: checked once merged (merge)
-        model_args(cfg)
+        model_config(cfg)
     if cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16"):
         # CPU autocast in half precision is slow and not what a user comparing runs expects.
         raise ConfigError(f"dtype={cfg.dtype!r} is only supported on CUDA; use float32 or auto on CPU")
@@ -270,21 +270,19 @@ def merge(cfg, changes):
     merged = dataclasses.replace(cfg, **changes)
     validate(merged)
     if merged.init_from != "scratch":
-        model_args(merged)
+        model_config(merged)
     return merged
 
 
-def model_args(cfg, vocab_size=None):
-    """GPTConfig's fields from the config (vocab_size from the dataset), checked by GPTConfig itself: the
-    model keys have one validator, and the sync policy one parser. ConfigError in one line."""
+def model_config(cfg, vocab_size=None):
+    """The GPTConfig of the config's model keys (vocab_size from the dataset): GPTConfig itself checks
+    them, so the model keys have one validator and the sync policy one parser. ConfigError in one line."""
     from model.gpt import GPTConfig  # here: reading configs (compare_runs, --help) needs no torch
     args = {f.name: getattr(cfg, f.name) for f in fields(GPTConfig) if f.name != "vocab_size"}
-    args["vocab_size"] = GPTConfig.vocab_size if vocab_size is None else vocab_size
     try:
-        GPTConfig(**args)
+        return GPTConfig(**args, vocab_size=GPTConfig.vocab_size if vocab_size is None else vocab_size)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    return args
 
 
 def micro_steps_per_replica(cfg, dp):

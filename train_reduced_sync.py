@@ -36,11 +36,11 @@ import torch.distributed as dist
 
 from checkpoint import (MODEL_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
                         restore_rng_states, set_aside)
-from configurator import (ConfigError, format_config, help_text, merge, model_args, parse, resolve_layout,
+from configurator import (ConfigError, format_config, help_text, merge, model_config, parse, resolve_layout,
                           save_config)
 from data.loader import DataError, check_data, check_one_pass, dropout_seed, get_train_batch
 from memory_check import check_memory
-from model.gpt import GPT, GPTConfig
+from model.gpt import GPT
 from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.mesh import RendezvousError, env_int, init_mesh, record_error_for_torchrun
@@ -173,16 +173,14 @@ def build_model(cfg, vocab_size, init, mesh):
     """The model of cfg's model keys (GPTConfig validates them), with the initial or loaded weights."""
     try:
         torch.manual_seed(cfg.seed)  # identical on every rank: GPT draws the full weights from it
-        raw_model = GPT(GPTConfig(**model_args(cfg, vocab_size)), tp_group=mesh.tp_group,
+        raw_model = GPT(model_config(cfg, vocab_size), tp_group=mesh.tp_group,
                         async_grad_allreduce=cfg.tp_async_grad)
         if init.checkpoint is not None:
             load_weights(raw_model, init.checkpoint, init.path)
         elif init.weights is not None:
             load_weights(raw_model, {"model": init.weights}, init.path)
             init.weights = None
-    except ValueError as e:
-        fail(str(e), mesh)
-    except CheckpointError as e:
+    except (ValueError, CheckpointError) as e:
         fail(str(e), mesh)
     return raw_model.to(mesh.device)
 
@@ -292,7 +290,7 @@ def main(argv):
     iter_num, best_val_loss = restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path)
     start_iter = iter_num
     model = wrap(raw_model, cfg, mesh)
-    model_config = dataclasses.asdict(raw_model.config)  # GPTConfig's fields, as checkpoints keep them
+    model_args = dataclasses.asdict(raw_model.config)  # GPTConfig's fields, as checkpoints keep them
 
     wandb = None
     if cfg.wandb_log and mesh.is_master:
@@ -321,7 +319,7 @@ def main(argv):
         """save_checkpoint on every rank; a write that fails (a full disk) stops every rank, in one line."""
         error = None
         try:
-            save_checkpoint(paths, raw_model, optimizer, scaler, model_config, cfg, mesh, iter_num, best_val_loss)
+            save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss)
         except CheckpointError as e:
             error = str(e)
         if control.any_error(error is not None):
