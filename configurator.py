@@ -45,7 +45,12 @@ class TrainConfig:
     eval_iters: int = option(200, IO, "batches per split in each evaluation")
     eval_only: bool = option(False, IO, "run one evaluation and exit")
     always_save_checkpoint: bool = option(True, IO, "write ckpt.pt at every eval; False: only when val loss improves")
-    init_from: str = option("scratch", IO, "'scratch', 'resume' (out_dir/ckpt.pt) or path/to/ckpt.pt (fine-tune its weights)")
+    init_from: str = option("scratch", IO, "'scratch', 'resume' (out_dir/ckpt.pt), 'branch' (continue branch_from's run "
+                                           "into this out_dir) or path/to/ckpt.pt (fine-tune its weights)")
+    branch_from: str = option("", IO, "init_from='branch': the checkpoint (a WSD trunk's ckpt_<iter>.pt) whose weights, "
+                                      "optimizer, iteration and data position this run continues")
+    save_iters: str = option("", IO, "comma-separated iterations at which the checkpoint is also kept as "
+                                     "ckpt_<iter>.pt (a WSD trunk's branch points)")
     overwrite: bool = option(False, IO, "a fresh run in an out_dir that holds a run: move that run into "
                                         "out_dir/replaced-<time>/ first (False: refuse)")
     # wandb is imported only when enabled; WANDB_MODE=offline works without network
@@ -56,7 +61,8 @@ class TrainConfig:
     data_dir: str = option("", DATA, "'' : the repository's data/, whatever the cwd; a path: taken from the cwd")
     # 'one_pass' keeps the data order a pure function of (seed, iteration), so resuming stays exact
     data_order: str = option("random", DATA, "'random': uniform random offsets (nanoGPT); "
-                                          "'one_pass': block_size windows in a seeded order, none twice")
+                                          "'one_pass': block_size windows in a seeded order, none twice; "
+                                          "'passes': one_pass, then pass k in its own order keyed by (seed, k)")
     gradient_accumulation_steps: int = option(5 * 8, DATA, "micro-steps per iteration, TOTAL over the dp replicas "
                                                         "(each runs this / dp)")
     batch_size: int = option(12, DATA, "sequences per micro-step per replica")
@@ -82,7 +88,11 @@ class TrainConfig:
     beta1: float = option(0.9, OPTIM, "AdamW beta1")
     beta2: float = option(0.95, OPTIM, "AdamW beta2")
     grad_clip: float = option(1.0, OPTIM, "clip gradients at this global norm; 0.0: no clipping")
-    decay_lr: bool = option(True, LR, "linear warmup, then cosine decay to min_lr; False: constant learning_rate")
+    decay_lr: bool = option(True, LR, "linear warmup, then lr_schedule's decay to min_lr; False: constant learning_rate")
+    # wsd: one constant-lr trunk serves many budgets, each a short cooldown branch (training.get_lr)
+    lr_schedule: str = option("cosine", LR, "'cosine' (nanoGPT) or 'wsd': warmup, constant, then a 1-sqrt decay to "
+                                            "min_lr over the last cooldown_frac of lr_decay_iters")
+    cooldown_frac: float = option(0.2, LR, "lr_schedule='wsd': the share of lr_decay_iters spent decaying")
     warmup_iters: int = option(2000, LR, "warmup iterations")
     lr_decay_iters: int = option(600000, LR, "iteration at which the learning rate reaches min_lr")
     min_lr: float = option(6e-5, LR, "final learning rate")
@@ -103,8 +113,9 @@ class TrainConfig:
 
 # Allowed values of the string keys that have a fixed set of choices.
 CHOICES = {
-    "init_from": ("scratch", "resume"),
-    "data_order": ("random", "one_pass"),
+    "init_from": ("scratch", "resume", "branch"),
+    "data_order": ("random", "one_pass", "passes"),
+    "lr_schedule": ("cosine", "wsd"),
     "device": ("auto", "cpu", "cuda"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
     "compile_backend": ("inductor", "aot_eager", "eager"),
@@ -184,11 +195,47 @@ def validate(cfg):
     if cfg.decay_lr and cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"min_lr={cfg.min_lr!r} is above learning_rate={cfg.learning_rate!r}: the schedule decays "
                           f"from learning_rate down to min_lr, so min_lr must be <= learning_rate")
+    check_schedule(cfg)
+    if (cfg.init_from == "branch") != bool(cfg.branch_from):
+        raise ConfigError(f"init_from={cfg.init_from!r} with branch_from={cfg.branch_from!r}: a branch needs both "
+                          f"--init_from=branch and --branch_from=path/to/ckpt_<iter>.pt, and branch_from needs "
+                          f"init_from='branch'")
     if cfg.init_from == "scratch":  # else the checkpoint's architecture applies: checked once merged (merge)
         model_config(cfg)
     if cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16"):
         # CPU autocast in half precision is slow and not what a user comparing runs expects.
         raise ConfigError(f"dtype={cfg.dtype!r} is only supported on CUDA; use float32 or auto on CPU")
+
+
+def save_iter_set(cfg):
+    """The iterations of cfg.save_iters as a set of ints (ConfigError naming the bad item)."""
+    iters = set()
+    for item in filter(None, (x.strip() for x in cfg.save_iters.split(","))):
+        if not item.isdigit() or int(item) < 1:
+            raise ConfigError(f"invalid save_iters={cfg.save_iters!r}: {item!r} is not an iteration >= 1; "
+                              f"give comma-separated iterations, e.g. 256,512,1024")
+        iters.add(int(item))
+    return iters
+
+
+def wsd_decay_start(cfg):
+    """The first iteration of lr_schedule='wsd''s decay: lr_decay_iters less its cooldown_frac (rounded).
+    A trunk's checkpoint at this iteration is where a branch to the budget lr_decay_iters starts."""
+    return cfg.lr_decay_iters - round(cfg.cooldown_frac * cfg.lr_decay_iters)
+
+
+def check_schedule(cfg):
+    """ConfigError for a learning-rate schedule or save_iters that cannot be what the user meant."""
+    save_iter_set(cfg)
+    if cfg.lr_schedule != "wsd":
+        return
+    if not 0.0 < cfg.cooldown_frac <= 1.0:
+        raise ConfigError(f"invalid cooldown_frac={cfg.cooldown_frac!r}; must be in (0, 1] (the share of "
+                          f"lr_decay_iters spent decaying, e.g. 0.2)")
+    if cfg.decay_lr and wsd_decay_start(cfg) < cfg.warmup_iters:
+        raise ConfigError(f"lr_schedule='wsd': the decay would start at iteration {wsd_decay_start(cfg)}, inside the "
+                          f"warmup of warmup_iters={cfg.warmup_iters}; lower warmup_iters or cooldown_frac, or raise "
+                          f"lr_decay_iters={cfg.lr_decay_iters}")
 
 
 REPO = os.path.dirname(os.path.abspath(__file__))

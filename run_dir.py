@@ -12,10 +12,12 @@ start removes the temp files ('.tmp-*') that an atomic write cut short (a killed
 import fcntl
 import glob
 import os
+import re
 import time
 
 # The files a run writes; any of them means out_dir holds a run (ckpt.pt.invalid*: a resume set it aside).
 RUN_FILES = ("ckpt.pt", "ckpt_best.pt", "log.txt", "metrics.jsonl", "config.json")
+KEPT_CHECKPOINT = re.compile(r"ckpt_[0-9]+\.pt")  # save_iters' copies (a trunk's branch points)
 LOCK_NAME = ".lock"
 ASIDE_PREFIX = "replaced-"  # --overwrite=True moves an old run into out_dir/replaced-<UTC time>/
 
@@ -54,7 +56,7 @@ def run_files(out_dir):
         names = os.listdir(out_dir)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(n for n in names if n in RUN_FILES or n.startswith("ckpt.pt.invalid"))
+    return sorted(n for n in names if n in RUN_FILES or n.startswith("ckpt.pt.invalid") or KEPT_CHECKPOINT.fullmatch(n))
 
 
 def refuse_existing_run(out_dir, fresh, overwrite):

@@ -34,11 +34,11 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-from checkpoint import (MODEL_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
+from checkpoint import (MODEL_KEYS, RESUME_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
                         restore_rng_states, set_aside)
-from configurator import (ConfigError, format_config, help_text, merge, model_config, parse, resolve_layout,
-                          save_config)
-from data.loader import DataError, check_data, check_one_pass, dropout_seed, get_train_batch
+from configurator import (VALID_KEYS, ConfigError, TrainConfig, format_config, help_text, merge, model_config, parse,
+                          resolve_layout, save_config, save_iter_set)
+from data.loader import DataError, check_data, check_one_pass, dropout_seed, get_train_batch, passes_read
 from memory_check import check_memory
 from model.gpt import GPT
 from parallel import comm
@@ -133,7 +133,8 @@ def read_init(cfg, vocab_size, data_dir, mesh):
     """What the run starts from: (cfg, init). For a resume or a fine-tune, the checkpoint's architecture
     is merged into the config (as nanoGPT; a note for each key the request set otherwise) and the merged
     config is validated once. init holds the checkpoint (resume), the weights (fine-tune) and notes."""
-    init = SimpleNamespace(checkpoint=None, weights=None, path=None, fallback_note=None)
+    init = SimpleNamespace(checkpoint=None, weights=None, path=None, fallback_note=None,
+                           branch_from=cfg.branch_from or None)
     if cfg.init_from == "scratch":
         return cfg, init
     if cfg.init_from == "resume":
@@ -145,6 +146,14 @@ def read_init(cfg, vocab_size, data_dir, mesh):
             print(f"note: {init.fallback_note}", flush=True)
         saved, verb = init.checkpoint["model_args"], "resuming"
         keys = [k for k in saved if k not in ("dropout", "vocab_size")]
+    elif cfg.init_from == "branch":  # a WSD trunk's run, continued into this out_dir under this schedule
+        try:
+            init.checkpoint = read_checkpoint(cfg.branch_from, RESUME_KEYS)
+        except CheckpointError as e:
+            fail(f"branch_from: {e}", mesh)
+        init.path, saved, verb = cfg.branch_from, init.checkpoint["model_args"], "branching"
+        keys = [k for k in saved if k not in ("dropout", "vocab_size")]
+        check_branch(cfg, init.checkpoint, init.path, mesh)
     else:  # fine-tune: the weights (so the architecture) of a checkpoint; policy, dropout, optimizer are ours
         try:
             source = read_checkpoint(cfg.init_from, MODEL_KEYS)
@@ -161,12 +170,37 @@ def read_init(cfg, vocab_size, data_dir, mesh):
         cfg = merge(cfg, changes)
     except ConfigError as e:
         fail(f"{init.path}: {e}", mesh)
-    if init.checkpoint is not None and mesh.is_master:
+    if cfg.init_from == "resume" and mesh.is_master:
         data = init.checkpoint["data"]
         if any(data[k] != getattr(cfg, k) for k in ("seed", "batch_size", "block_size", "gradient_accumulation_steps")):
             print("note: seed/batch_size/block_size/gradient_accumulation_steps differ from the "
                   "checkpoint's: the data order after resuming differs from the original run's")
     return cfg, init
+
+
+# What a branch must share with its trunk: the data it read and the order it goes on reading them in.
+BRANCH_SAME = ("dataset", "seed", "batch_size", "block_size", "gradient_accumulation_steps", "data_order")
+
+
+def check_branch(cfg, checkpoint, path, mesh):
+    """A branch goes on with its trunk's run: the same data order, and the learning rate the trunk used
+    at every iteration it trained (a WSD branch point lies at or before the branch's decay start)."""
+    trunk = checkpoint["config"]
+    for key in BRANCH_SAME:
+        if key in trunk and trunk[key] != getattr(cfg, key):
+            fail(f"{path} was trained with {key}={trunk[key]!r}, this branch has {key}={getattr(cfg, key)!r}: a branch "
+                 f"continues its trunk's data order, so set --{key}={trunk[key]!r}", mesh)
+    try:
+        trunk_cfg = merge(TrainConfig(), {k: v for k, v in trunk.items() if k in VALID_KEYS and k != "data_dir"}
+                          | {"init_from": "scratch", "branch_from": "", "out_dir": cfg.out_dir})
+    except ConfigError as e:
+        fail(f"{path}: its config is not usable: {e}", mesh)
+    for it in range(checkpoint["iter_num"]):
+        if get_lr(it, trunk_cfg) != get_lr(it, cfg):
+            fail(f"{path} is at iteration {checkpoint['iter_num']}, but this branch's learning rate differs from the "
+                 f"trunk's before it (iteration {it}: {get_lr(it, cfg):.4g}, the trunk had {get_lr(it, trunk_cfg):.4g}): "
+                 f"a branch must share the trunk's warmup and constant rate; for lr_schedule='wsd' the branch point is "
+                 f"lr_decay_iters less cooldown_frac of it", mesh)
 
 
 def build_model(cfg, vocab_size, init, mesh):
@@ -231,7 +265,7 @@ def precision(device, dtype):
     return autocast_ctx, torch.amp.GradScaler("cuda", enabled=(dtype == "float16"))
 
 
-def restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path):
+def restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg):
     """Optimizer, scaler and RNG state of a resumed run: (iter_num, best_val_loss); (0, 1e9) otherwise."""
     checkpoint = init.checkpoint
     if checkpoint is None:
@@ -241,6 +275,12 @@ def restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path):
         scaler.load_state_dict(checkpoint["scaler"])
     restore_rng_states(checkpoint["rng"], mesh.device)
     iter_num = checkpoint["iter_num"]
+    if init.branch_from is not None:
+        log.write(f"branched from {init.path} at iter {iter_num}; this run's learning rate from here: "
+                  f"{get_lr(iter_num, cfg):.4g}, reaching {cfg.min_lr:.4g} at lr_decay_iters={cfg.lr_decay_iters}",
+                  {"type": "branch", "iter": iter_num, "from": os.path.abspath(init.path)})
+        init.checkpoint = None
+        return iter_num, 1e9  # this out_dir's own best
     if init.fallback_note:  # keep the unusable ckpt.pt: the next checkpoint would overwrite it
         kept = set_aside(ckpt_path) if mesh.is_master else None
         log.write(f"note: {init.fallback_note}" + (f"; the unusable file is kept as {kept}" if kept else ""),
@@ -284,10 +324,12 @@ def main(argv):
     raw_model = build_model(cfg, vocab_size, init, mesh)
     log, derived = open_run(cfg, layout, mesh, control, raw_model, dtype)
     tokens_per_iter, ckpt_path = derived["tokens_per_iter"], os.path.join(cfg.out_dir, "ckpt.pt")
+    keep_iters = save_iter_set(cfg)  # a trunk's branch points: ckpt_<iter>.pt besides ckpt.pt
+    train_tokens = os.path.getsize(os.path.join(data_dir, "train.bin")) // 2
 
     autocast_ctx, scaler = precision(device, dtype)
     optimizer = configure_optimizer(raw_model, cfg, device)
-    iter_num, best_val_loss = restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path)
+    iter_num, best_val_loss = restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg)
     start_iter = iter_num
     model = wrap(raw_model, cfg, mesh)
     model_args = dataclasses.asdict(raw_model.config)  # GPTConfig's fields, as checkpoints keep them
@@ -329,24 +371,27 @@ def main(argv):
     control.start()
     while True:
         # Evaluate and checkpoint at an iteration boundary (weights after iter_num steps).
-        if iter_num % cfg.eval_interval == 0 or iter_num >= cfg.max_iters or cfg.eval_only:
+        if iter_num % cfg.eval_interval == 0 or iter_num in keep_iters or iter_num >= cfg.max_iters or cfg.eval_only:
             check_finite(iter_num)
             losses, syncs = estimate_loss(model, raw_model, data_dir, cfg, mesh, autocast_ctx)
             if not all(math.isfinite(v) for v in losses.values()):
                 log.write(f"step {iter_num}: non-finite eval loss {losses}: stopping without saving",
                           {"type": "error", "iter": iter_num, "error": "non-finite eval loss"})
                 fail(f"training diverged: non-finite eval loss at iter {iter_num}", mesh, code=2)
+            passes = passes_read(cfg, train_tokens, iter_num)
             log.write(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
-                      f"syncs/fwd {syncs}",
+                      f"syncs/fwd {syncs}, passes {passes:.2f}",
                       {"type": "eval", "iter": iter_num, "train_loss": losses["train"], "val_loss": losses["val"],
-                       "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg), "time": time.time()})
+                       "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg), "passes": passes, "time": time.time()})
             if wandb is not None:
                 wandb.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"],
                            "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg)})
             is_best = losses["val"] < best_val_loss
             best_val_loss = min(best_val_loss, losses["val"])
-            if iter_num > start_iter and not cfg.eval_only and (is_best or cfg.always_save_checkpoint):
-                paths = [ckpt_path] + ([os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best else [])
+            keep = iter_num in keep_iters and not cfg.eval_only
+            if iter_num > start_iter and not cfg.eval_only and (is_best or cfg.always_save_checkpoint or keep):
+                paths = ([ckpt_path] + ([os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best else [])
+                         + ([os.path.join(cfg.out_dir, f"ckpt_{iter_num}.pt")] if keep else []))
                 save(paths)
             timer_start, timed_iters = time.time(), 0
         if cfg.eval_only or iter_num >= cfg.max_iters:

@@ -26,6 +26,7 @@ from contextlib import nullcontext
 import torch
 
 from checkpoint import rng_states, write_checkpoint
+from configurator import wsd_decay_start
 from data.loader import DATA_SCHEME, eval_offsets, load_tokens, open_split
 from parallel import comm
 from parallel.grad import clip_grad_norm_
@@ -42,13 +43,24 @@ def seed_dropout(seed, device):
 
 
 def get_lr(it, cfg):
-    """nanoGPT: linear warmup, cosine decay to min_lr at lr_decay_iters, then min_lr."""
+    """Linear warmup (nanoGPT), then down to min_lr at lr_decay_iters, then min_lr. The way down:
+      cosine (nanoGPT)   min_lr + (lr - min_lr) * (1 + cos(pi * r)) / 2 with r = (it - warmup) / (decay - warmup)
+      wsd                lr until s = wsd_decay_start(cfg) (lr_decay_iters less cooldown_frac of it), then the
+                         '1-sqrt' cooldown min_lr + (lr - min_lr) * (1 - sqrt((it - s) / (lr_decay_iters - s)))
+                         (warmup-stable-decay: Hägele et al., arXiv 2405.18392, found 1-sqrt beats a linear
+                         cooldown). Up to s the rate does not depend on lr_decay_iters, so a constant-rate trunk
+                         checkpointed at s is the start of every budget's run (a branch)."""
     if not cfg.decay_lr:
         return cfg.learning_rate
     if it < cfg.warmup_iters:
         return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
     if it >= cfg.lr_decay_iters:
         return cfg.min_lr
+    if cfg.lr_schedule == "wsd":
+        start = wsd_decay_start(cfg)
+        if it < start:
+            return cfg.learning_rate
+        return cfg.min_lr + (1.0 - math.sqrt((it - start) / (cfg.lr_decay_iters - start))) * (cfg.learning_rate - cfg.min_lr)
     decay_ratio = (it - cfg.warmup_iters) / (cfg.lr_decay_iters - cfg.warmup_iters)
     coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
     return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)

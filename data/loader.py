@@ -13,7 +13,10 @@ Data order (deterministic, resumable, independent of the dp x tp layout).
     exactly the batches it would have seen, and changing tp or dp keeps the same samples in
     every iteration (changing seed, batch_size, block_size or gradient_accumulation_steps
     changes the stream). data_order='one_pass' reads the split's disjoint block_size windows in one
-    seeded permutation instead, none twice. Dropout is reseeded before each micro-batch from
+    seeded permutation instead, none twice. data_order='passes' goes on where one_pass would stop:
+    sequence i of the run is window perm_k[i mod W] with k = i // W (W windows), perm_0 the one_pass
+    order and perm_k (k >= 1) a permutation keyed by (seed, k); so every window is read once per pass,
+    and up to one pass the batches are one_pass's. Dropout is reseeded before each micro-batch from
     (seed, it, g), so its masks do not depend on the layout either. Eval batches are a fixed set
     per split, seeded independently of `seed`, so every run and every eval measures the same tokens.
 """
@@ -27,7 +30,7 @@ from checkpoint import read_plain_pickle
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Tags that keep the seed streams of different uses apart.
-TRAIN_DATA, EVAL_DATA, DROPOUT = 0, 1, 2
+TRAIN_DATA, EVAL_DATA, DROPOUT, LATER_PASS = 0, 1, 2, 3
 EVAL_SPLIT_IDS = {"train": 0, "val": 1}
 DATA_SCHEME = "stateless-v1: offsets[it] = PCG64(seed, it) [grad_accum, batch]; replica r takes rows r*M..r*M+M-1"
 
@@ -112,13 +115,21 @@ def train_offsets(seed, iter_num, n_tokens, cfg):
     perm is a permutation drawn from the seed alone, so no window is read twice and the order stays a pure
     function of (seed, iteration), as resuming needs."""
     shape = (cfg.gradient_accumulation_steps, cfg.batch_size)
+    per_iter = shape[0] * shape[1]
     if cfg.data_order == "one_pass":
-        per_iter = shape[0] * shape[1]
         windows = one_pass_order(seed, n_tokens, cfg.block_size)
         if (iter_num + 1) * per_iter > len(windows):
             raise DataError(f"data_order='one_pass': iteration {iter_num} needs more than the split's "
                            f"{len(windows)} windows of block_size={cfg.block_size}")
         return windows[iter_num * per_iter:(iter_num + 1) * per_iter].reshape(shape) * cfg.block_size
+    if cfg.data_order == "passes":
+        n_windows = (n_tokens - 1) // cfg.block_size
+        sequence = np.arange(iter_num * per_iter, (iter_num + 1) * per_iter)
+        windows = np.empty_like(sequence)
+        for k in np.unique(sequence // n_windows):  # one pass, or two where an iteration straddles them
+            at = sequence // n_windows == k
+            windows[at] = pass_order(seed, int(k), n_tokens, cfg.block_size)[sequence[at] % n_windows]
+        return windows.reshape(shape) * cfg.block_size
     high = n_tokens - cfg.block_size
     return seeded_rng(TRAIN_DATA, seed, iter_num).integers(0, high, size=shape)
 
@@ -128,6 +139,23 @@ def one_pass_order(seed, n_tokens, block_size):
     """A seeded permutation of the (n_tokens - 1) // block_size disjoint windows (each needs block_size + 1
     tokens: inputs and the next-token targets)."""
     return seeded_rng(TRAIN_DATA, seed).permutation((n_tokens - 1) // block_size)
+
+
+@functools.lru_cache(maxsize=4)
+def pass_order(seed, k, n_tokens, block_size):
+    """data_order='passes': the window order of pass k; pass 0 is one_pass's."""
+    if k == 0:
+        return one_pass_order(seed, n_tokens, block_size)
+    return seeded_rng(LATER_PASS, seed, k).permutation((n_tokens - 1) // block_size)
+
+
+def passes_read(cfg, n_tokens, iters):
+    """How many passes over the train split's windows `iters` iterations read (a fraction; for
+    data_order='random', the tokens read over the split's tokens)."""
+    sequences = iters * cfg.gradient_accumulation_steps * cfg.batch_size
+    if cfg.data_order == "random":
+        return sequences * cfg.block_size / n_tokens
+    return sequences / ((n_tokens - 1) // cfg.block_size)
 
 
 def check_one_pass(cfg, data_dir):

@@ -1,0 +1,128 @@
+"""Many budgets from one run: the WSD learning rate, a trunk's branch points (save_iters), a branch
+(init_from='branch') that equals a single WSD run bit for bit, and data_order='passes'."""
+import math
+import os
+import types
+
+import numpy as np
+import pytest
+
+from configurator import ConfigError, parse, wsd_decay_start
+from data.loader import passes_read, train_offsets
+from tests.conftest import TINY, eval_records, read_metrics, run_train, train_losses
+from training import get_lr
+
+
+def wsd(**kw):
+    return parse(["--lr_schedule=wsd", "--learning_rate=1e-3", "--min_lr=1e-4", "--warmup_iters=10",
+                  "--lr_decay_iters=100", *[f"--{k}={v}" for k, v in kw.items()]])
+
+
+def test_wsd_learning_rate_at_fixed_iterations():
+    cfg = wsd()
+    assert wsd_decay_start(cfg) == 80
+    assert get_lr(0, cfg) == pytest.approx(1e-3 * 1 / 11)  # nanoGPT's warmup
+    assert get_lr(9, cfg) == pytest.approx(1e-3 * 10 / 11)
+    assert get_lr(10, cfg) == get_lr(50, cfg) == get_lr(79, cfg) == 1e-3  # stable
+    assert get_lr(80, cfg) == 1e-3  # the decay's first step is still the peak: 1 - sqrt(0)
+    assert get_lr(85, cfg) == pytest.approx(1e-4 + 0.9e-3 * (1 - math.sqrt(0.25)))  # 1 - sqrt
+    assert get_lr(99, cfg) == pytest.approx(1e-4 + 0.9e-3 * (1 - math.sqrt(19 / 20)))
+    assert get_lr(100, cfg) == get_lr(500, cfg) == 1e-4
+    # before its decay a WSD schedule does not depend on the budget: the trunk is every budget's start
+    longer = wsd(lr_decay_iters=400)
+    assert all(get_lr(it, longer) == get_lr(it, cfg) for it in range(80))
+    assert get_lr(80, parse(["--lr_decay_iters=100", "--warmup_iters=10"])) < get_lr(80, cfg)  # cosine is the default
+
+
+def test_wsd_and_branch_settings_are_checked():
+    with pytest.raises(ConfigError, match=r"cooldown_frac=1\.5.*\(0, 1\]"):
+        wsd(cooldown_frac=1.5)
+    with pytest.raises(ConfigError, match="decay would start at iteration 50, inside the warmup of warmup_iters=60"):
+        wsd(cooldown_frac=0.5, warmup_iters=60)
+    with pytest.raises(ConfigError, match=r"save_iters='256,x'.*'x' is not an iteration"):
+        parse(["--save_iters=256,x"])
+    with pytest.raises(ConfigError, match="a branch needs both --init_from=branch and --branch_from"):
+        parse(["--init_from=branch"])
+    with pytest.raises(ConfigError, match="branch_from needs init_from='branch'"):
+        parse(["--branch_from=out/ckpt_8.pt"])
+    with pytest.raises(ConfigError, match="invalid lr_schedule='linear'; allowed: cosine, wsd"):
+        parse(["--lr_schedule=linear"])
+
+
+# a WSD schedule whose budgets 10 and 20 decay from iterations 8 and 16; the trunk goes to 16 at constant rate
+WSD_TINY = [*TINY, "--lr_schedule=wsd", "--cooldown_frac=0.2", "--eval_interval=4", "--data_order=passes"]
+
+
+def test_a_branch_equals_a_single_wsd_run_bit_for_bit(workdir):
+    single = os.path.join(workdir, "out-wsd-single")
+    trunk, branch = os.path.join(workdir, "out-wsd-trunk"), os.path.join(workdir, "out-wsd-branch")
+    run_train([*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", f"--out_dir={single}"], workdir)
+    run_train([*WSD_TINY, "--max_iters=16", "--lr_decay_iters=20", "--save_iters=8,16", f"--out_dir={trunk}"], workdir)
+    assert sorted(n for n in os.listdir(trunk) if n.startswith("ckpt_") and n[5].isdigit()) == ["ckpt_16.pt", "ckpt_8.pt"]
+    trunk_files = {n: os.path.getmtime(os.path.join(trunk, n)) for n in os.listdir(trunk)}
+    proc = run_train([*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", "--init_from=branch",
+                      f"--branch_from={os.path.join(trunk, 'ckpt_8.pt')}", f"--out_dir={branch}"], workdir)
+    assert "branched from" in proc.stdout
+    # the trunk is left as it was
+    assert {n: os.path.getmtime(os.path.join(trunk, n)) for n in os.listdir(trunk)} == trunk_files
+    whole, cut = train_losses(single), train_losses(branch)
+    assert sorted(cut) == list(range(8, 10)) and all(cut[i] == whole[i] for i in cut)  # bit-equal losses
+    assert eval_records(branch)[10]["val_loss"] == eval_records(single)[10]["val_loss"]
+    lrs = {r["iter"]: r["lr"] for r in read_metrics(branch) if r["type"] == "train"}
+    assert lrs == {i: r["lr"] for i, r in ((r["iter"], r) for r in read_metrics(single) if r["type"] == "train")
+                   if i >= 8}
+    # the trunk's losses up to the branch point are the single run's too (constant rate until 8)
+    assert all(train_losses(trunk)[i] == whole[i] for i in range(8))
+    assert eval_records(trunk)[16]["passes"] == pytest.approx(16 * 16 / ((60_000 - 1) // 32))
+
+
+def test_a_branch_must_continue_its_trunk(workdir):
+    trunk = os.path.join(workdir, "out-wsd-trunk2")
+    run_train([*WSD_TINY, "--max_iters=8", "--lr_decay_iters=20", "--save_iters=8", f"--out_dir={trunk}"], workdir)
+    source = f"--branch_from={os.path.join(trunk, 'ckpt_8.pt')}"
+    proc = run_train([*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", "--init_from=branch", source, "--seed=7",
+                      f"--out_dir={os.path.join(workdir, 'out-b1')}"], workdir, check=False)
+    assert proc.returncode == 1 and "was trained with seed=1337, this branch has seed=7" in proc.stderr
+    # budget 5 decays from iteration 4, before the branch point 8: not the trunk's rate
+    proc = run_train([*WSD_TINY, "--max_iters=5", "--lr_decay_iters=5", "--init_from=branch", source,
+                      f"--out_dir={os.path.join(workdir, 'out-b2')}"], workdir, check=False)
+    assert proc.returncode == 1 and "learning rate differs from the trunk's before it (iteration 4" in proc.stderr
+    assert not os.path.exists(os.path.join(workdir, "out-b1")) and not os.path.exists(os.path.join(workdir, "out-b2"))
+
+
+def passes_cfg(**kw):
+    return types.SimpleNamespace(**{**dict(data_order="passes", gradient_accumulation_steps=2, batch_size=3,
+                                           block_size=8), **kw})
+
+
+def test_passes_read_every_window_once_per_pass():
+    n_tokens = 8 * 30 + 1  # 30 windows, 6 sequences per iteration: 5 iterations a pass
+    c = passes_cfg()
+    seq = np.concatenate([train_offsets(7, it, n_tokens, c).ravel() for it in range(20)]) // 8  # 4 passes
+    passes = seq.reshape(4, 30)
+    for k in range(4):
+        assert sorted(passes[k].tolist()) == list(range(30))  # every window once in each pass
+    assert len({tuple(p) for p in passes.tolist()}) == 4  # each pass its own order
+    one_pass = passes_cfg(data_order="one_pass")
+    assert all(np.array_equal(train_offsets(7, it, n_tokens, c), train_offsets(7, it, n_tokens, one_pass))
+               for it in range(5))  # the first pass is one_pass's order
+    assert not np.array_equal(train_offsets(8, 5, n_tokens, c), train_offsets(7, 5, n_tokens, c))  # keyed by seed
+    # 7 sequences a step over 30 windows: iteration 4 straddles passes 0 and 1, and still reads each once
+    odd = passes_cfg(gradient_accumulation_steps=1, batch_size=7)
+    seq = np.concatenate([train_offsets(7, it, n_tokens, odd).ravel() for it in range(60)]) // 8
+    assert all(sorted(seq[30 * k:30 * (k + 1)].tolist()) == list(range(30)) for k in range(14))
+    assert passes_read(c, n_tokens, 10) == 2.0 and passes_read(odd, n_tokens, 6) == pytest.approx(42 / 30)
+
+
+def test_passes_resume_mid_pass_is_exact(workdir):
+    """syn's train split holds 1,874 windows of 32 and an iteration reads 16: 150 iterations are 1.28
+    passes; a run stopped mid-pass (iteration 130, in pass 1) and resumed reads what the whole run reads."""
+    args = [*TINY, "--data_order=passes", "--max_iters=150", "--eval_interval=65", "--log_interval=5",
+            "--lr_decay_iters=150"]
+    whole, split = os.path.join(workdir, "out-passes"), os.path.join(workdir, "out-passes-split")
+    run_train([*args, f"--out_dir={whole}"], workdir)
+    run_train([*args, f"--out_dir={split}", "--max_iters=130"], workdir)
+    run_train([*args, f"--out_dir={split}", "--init_from=resume"], workdir)
+    assert train_losses(split) == train_losses(whole) and max(train_losses(whole)) == 145
+    assert eval_records(whole)[150]["passes"] == pytest.approx(150 * 16 / 1874)
+    assert "passes 1.28" in open(os.path.join(whole, "log.txt")).read()
