@@ -136,16 +136,33 @@ def _check_plain(obj, where="checkpoint"):
                     f"dicts, lists, tuples, str, int, float, bool and None")
 
 
-def write_checkpoint(paths, checkpoint):
+def write_checkpoint(paths, checkpoint, links=()):
     """Write `checkpoint` (a dict in this format) to every path, each atomically: a reader, or a run
-    killed midway, sees the old file or the new one."""
+    killed midway, sees the old file or the new one. Each of `links` becomes a hard link of paths[0] (no
+    second write: a trunk's kept branch points), or a written copy where the file system cannot link.
+    ckpt_best.pt stays a copy of its own: it is the fallback for a damaged ckpt.pt."""
     checkpoint = {"format": FORMAT_VERSION, **checkpoint}
     _check_plain(checkpoint)
-    for path in paths:
+    for path in [*paths, *links]:
         try:
-            atomic_write(path, lambda f: torch.save(checkpoint, f))
+            if path not in links or not _link_atomically(paths[0], path):
+                atomic_write(path, lambda f: torch.save(checkpoint, f))
         except (OSError, RuntimeError) as e:  # RuntimeError: torch.save's writer on a full disk ("unexpected pos")
             raise CheckpointError(path, _write_problem(path, e), "unwritable") from None
+
+
+def _link_atomically(source, path):
+    """Make path a hard link of source (the same bytes, no second write or copy on disk; replacing either
+    name later leaves the other as it was), atomically. False where the file system cannot link."""
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".tmp-link-{os.getpid()}-{os.path.basename(path)}")
+    try:
+        os.link(source, tmp)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+        return False
 
 
 def _write_problem(path, error):

@@ -357,11 +357,11 @@ def main(argv):
             fail(f"training diverged (non-finite loss/grad norm at {where}); "
                  f"try a lower learning_rate or grad_clip", mesh, code=2)
 
-    def save(paths):
+    def save(paths, links=()):
         """save_checkpoint on every rank; a write that fails (a full disk) stops every rank, in one line."""
         error = None
         try:
-            save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss)
+            save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss, links)
         except CheckpointError as e:
             error = str(e)
         if control.any_error(error is not None):
@@ -390,9 +390,8 @@ def main(argv):
             best_val_loss = min(best_val_loss, losses["val"])
             keep = iter_num in keep_iters and not cfg.eval_only
             if iter_num > start_iter and not cfg.eval_only and (is_best or cfg.always_save_checkpoint or keep):
-                paths = ([ckpt_path] + ([os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best else [])
-                         + ([os.path.join(cfg.out_dir, f"ckpt_{iter_num}.pt")] if keep else []))
-                save(paths)
+                paths = [ckpt_path] + ([os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best else [])
+                save(paths, [os.path.join(cfg.out_dir, f"ckpt_{iter_num}.pt")] if keep else [])
             timer_start, timed_iters = time.time(), 0
         if cfg.eval_only or iter_num >= cfg.max_iters:
             break

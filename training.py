@@ -207,8 +207,9 @@ def load_full_optimizer_state(optimizer, raw_model, saved):
     optimizer.load_state_dict(local)  # casts to each parameter's device and dtype
 
 
-def save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss):
-    """Write the checkpoint (checkpoint.py's format), atomically, to every path in `paths`.
+def save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss, links=()):
+    """Write the checkpoint (checkpoint.py's format), atomically, to every path in `paths`, and hard-link
+    `links` to the first.
     Only data-parallel replica 0 gathers (its TP ranks all must call this); rank 0 writes."""
     if mesh.dp_rank != 0:
         return
@@ -230,7 +231,7 @@ def save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, 
         "rng": rng_states(mesh.device),
         "scaler": scaler.state_dict(),
     }
-    write_checkpoint(paths, checkpoint)
+    write_checkpoint(paths, checkpoint, links)
 
 
 # ----------------------------------------------------------------------------- logging

@@ -140,7 +140,7 @@ SMOKE_BPE = ("--max_iters=4", "--lr_decay_iters=4", "--warmup_iters=1", "--eval_
              "--log_interval=1", "--batch_size=2", "--block_size=16", "--device=cpu")
 
 # config.json keys that may differ between a done run and the plan (they do not change what is computed)
-IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "overwrite", "always_save_checkpoint", "wandb_log", "wandb_project", "wandb_run_name"}
+IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "branch_from", "overwrite", "always_save_checkpoint", "wandb_log", "wandb_project", "wandb_run_name"}
 PACK_NAME = "sweep-logs.tgz"
 
 
@@ -151,9 +151,13 @@ class SweepError(Exception):
 class Run:
     """One training run of the grid: where its logs go, and the trainer's arguments but the out_dir."""
 
-    def __init__(self, name, sweep_dir, args, policy, seed, group, tag=None):
+    def __init__(self, name, sweep_dir, args, policy, seed, group, tag=None, needs=None, keep=()):
+        """needs: a file that must exist before the run starts (a branch's trunk checkpoint), removed once the
+        run is collected; keep: names in its scratch dir that collecting it leaves there (a trunk's branch
+        points, until their branches have run)."""
         self.name, self.sweep_dir, self.args = name, sweep_dir, list(args)
         self.policy, self.seed, self.group, self.tag = policy, seed, group, tag
+        self.needs, self.keep = needs, set(keep)
 
     def final_dir(self, root):
         return os.path.join(root, self.sweep_dir, self.name)
@@ -327,6 +331,10 @@ def run_state(run, root, scratch):
     'start'. SweepError if the sweep directory holds this run with another config."""
     planned = planned_config(run, scratch)
     final, tmp = run.final_dir(root), run.scratch_dir(scratch)
+    if run.keep and not all(os.path.exists(os.path.join(tmp, name)) for name in run.keep):
+        # a trunk whose branch points are gone (another machine) is trained again for the branches that need them
+        if finished(final, planned["max_iters"]) or finished(tmp, planned["max_iters"]):
+            return "start"
     if finished(final, planned["max_iters"]):
         diff = config_mismatch(final, planned)
         if diff:
@@ -355,9 +363,11 @@ def collect(run, root, scratch):
             shutil.copyfile(src, os.path.join(final, name) + ".tmp")
             os.replace(os.path.join(final, name) + ".tmp", os.path.join(final, name))
     for name in os.listdir(tmp):
-        if name not in RUN_LOGS:
+        if name not in RUN_LOGS and name not in run.keep:
             path = os.path.join(tmp, name)
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    if run.needs and os.path.exists(run.needs):  # a branch point serves one branch
+        os.remove(run.needs)
 
 
 def progress(run, scratch):
@@ -462,8 +472,12 @@ def sweep(runs, args):
     deadline = t0 + args.deadline if args.deadline else None
     try:
         while pending or running:
-            while pending and len(running) < args.jobs and (deadline is None or time.time() < deadline):
-                r = pending.pop(0)
+            while len(running) < args.jobs and (deadline is None or time.time() < deadline):
+                # the first pending run that can start: a branch waits for its trunk's checkpoint
+                r = next((r for r in pending if r.needs is None or os.path.exists(r.needs)), None)
+                if r is None:
+                    break
+                pending.remove(r)
                 tmp = r.scratch_dir(scratch)
                 os.makedirs(os.path.dirname(tmp), exist_ok=True)
                 if run_state(r, root, scratch) == "resume":
@@ -481,7 +495,11 @@ def sweep(runs, args):
                 running[r.name] = (r, proc, log, time.time(), it0)
                 launched += 1
                 say(f"   {time.strftime('%H:%M:%S')} start {r.name}" + (" (resume)" if extra else ""))
-            if not pending and not running:
+            if not running:
+                if deadline is None or time.time() < deadline:
+                    for r in pending:  # nothing runs that could write what they wait for
+                        results[r.name] = (f"blocked: no {os.path.basename(r.needs)}", 0)
+                        say(f"!! {r.name} cannot start: {r.needs} does not exist and no running trunk writes it")
                 break
             time.sleep(args.poll)
             for name, (r, proc, log, started, it0) in list(running.items()):
@@ -541,7 +559,7 @@ def sweep(runs, args):
         print(f"   {r.name:40} {state[0]:22} " + (f"{state[1]:6.0f} s" if state[1] else "        ")
               + (f"  median {ms:.1f} ms/iter (concurrent runs)" if ms else ""))
     left = [r.name for r in runs if finished(r.final_dir(root), planned_config(r, scratch)["max_iters"]) is None]
-    if any(s.startswith("failed") for s, _ in results.values()):
+    if any(s.startswith(("failed", "blocked")) for s, _ in results.values()):
         return 1
     return 3 if left else 0
 

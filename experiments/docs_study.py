@@ -1,17 +1,34 @@
 #!/usr/bin/env python3
-"""The study's part 3 (issue 26): val-loss curves and the GPU time of each run, from experiments/docs-sweep/.
+"""The 124M study on data/debian_docs: the gap against the training budget (part 4, issue 37) and the
+val-loss curves and GPU time of the one-budget sweep (part 3, issue 26).
 
-    python experiments/docs_study.py            # writes val_curves.png and gpu_seconds.md there
+    python experiments/docs_study.py run --budgets 320,640,1280,2560 --policies baseline,ladder,grouped:12 \
+        --seeds 1337,1338,1339 --jobs 8 --deadline 540 --scratch /tmp/scratch --pack "$OUT"   # on the GPU machine
+    python experiments/docs_study.py run --budgets 10,20 --smoke --set dataset=syn      # CPU: a check of the machinery
+    python experiments/docs_study.py report      # part 3's val_curves.png and gpu_seconds.md (experiments/docs-sweep)
 
-val_curves.png: val loss against training tokens for each policy of each width (d768, d384), the mean over
-its seeds as a line, the seeds as points at the final eval, and a band of the 95% Student-t interval of
-the mean (n - 1 degrees of freedom) at each eval. The verdicts and the gap-vs-syncs figure come from
-compare_runs.py (--stats, --trend); this script only draws what the table cannot show.
+Many budgets from one run (`run`). Each (policy, seed) is a warmup-stable-decay (WSD) trunk and one cooldown
+branch per budget B (iterations of the config's tokens per iteration):
+    trunk      lr_schedule='wsd', lr_decay_iters = the largest budget, max_iters = its decay start, so the
+               whole trunk runs at the constant peak rate after warmup; save_iters keeps a checkpoint at
+               every budget's branch point s(B) = B - round(cooldown_frac * B) (0.8 B by default);
+    branch B   init_from='branch' from the trunk's ckpt_<s(B)>.pt, max_iters = lr_decay_iters = B: the
+               1-sqrt cooldown of a WSD run of budget B, which it equals bit for bit
+               (tests/test_budgets.py), in its own run directory.
+data_order='passes': every training window once per pass, the first pass in the one_pass order of the
+one-budget sweep, so a branch of up to one pass reads the batches the cosine runs of part 3 read. Runs land
+in --sweep (default experiments/budget-sweep): <d768>-trunk-<policy>-s<seed> and <d768>-b<B>-<policy>-s<seed>,
+logs only. The runner is experiments/char_sweep.py's: finished runs are skipped, a run stopped at --deadline
+resumes from its scratch checkpoint on the same machine, a branch starts as soon as its trunk has written
+its branch point (trunk and branches run side by side), a branch point is deleted once its branch is
+collected, and a finished trunk whose branch points are gone (another machine) is trained again for the
+branches still missing. Runs are launched chain by chain (a trunk, then its branches).
 
-gpu_seconds.md: per run, the wall seconds it ran on the shared GPU, summed over the sweep commands that ran
-it (experiments/docs-sweep/gpu-call-*.log: 'complete NAME (N s)' and 'stopped at deadline N s' lines),
-with the number of runs that shared the GPU and the median ms/iter from its metrics.jsonl. Several runs
-shared one GPU, so a run's seconds are not its cost alone: the calls' total is.
+Part 3's figures (`report`): val_curves.png, val loss against training tokens for each policy of each width,
+the mean over seeds as a line with a band of the 95% Student-t interval of the mean (n - 1 degrees of
+freedom) at each eval; gpu_seconds.md, per run the wall seconds it ran on the shared GPU, summed over the
+sweep commands that ran it (gpu-call-*.log), with the number of runs that shared the GPU and the median
+ms/iter. The verdicts come from compare_runs.py (--stats, --trend, --budgets).
 """
 import argparse
 import glob
@@ -22,11 +39,14 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
-from bench.common import pyplot  # noqa: E402
+from bench.common import REPO, pyplot  # noqa: E402
 from compare_runs import load_run, mean_ci  # noqa: E402
-from configurator import save_figure, write_text  # noqa: E402
+from configurator import ConfigError, parse, save_figure, write_text  # noqa: E402
+from experiments.char_sweep import (DOCS_POLICIES, SMOKE_DOCS, Run, SweepError, pack, run_state,  # noqa: E402
+                                    sweep)
 
 SWEEP = os.path.join("experiments", "docs-sweep")
+BUDGET_SWEEP = os.path.join("experiments", "budget-sweep")
 RUN_NAME = re.compile(r"^d(\d+)-(\w+)-s(\d+)$")
 SEGMENT = re.compile(r"^\s+(d\d+-\w+-s\d+)\s+(?:complete|stopped at deadline)\s+(\d+) s")
 JOBS = re.compile(r"jobs (\d+)")
@@ -119,7 +139,98 @@ def gpu_seconds(sweep, runs):
     return "\n".join(lines) + "\n"
 
 
+def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), cooldown_frac=0.2):
+    """The trunk and branches of every (seed, policy), chain by chain. Each trunk keeps the branch points
+    of its branches (Run.keep); each branch needs its own (Run.needs)."""
+    cfg = parse([config, *sets])
+    width = f"d{cfg.n_embd}"
+    points = {b: b - round(cooldown_frac * b) for b in budgets}
+    top = max(budgets)
+    bad = [b for b in budgets if points[b] <= cfg.warmup_iters]
+    if bad:
+        raise SweepError(f"--budgets {bad}: the branch point {points[bad[0]]} of budget {bad[0]} is inside the warmup "
+                         f"({cfg.warmup_iters} iterations); use budgets whose cooldown starts after it")
+    common = [config, "--tp=1", "--lr_schedule=wsd", f"--cooldown_frac={cooldown_frac}", "--data_order=passes",
+              "--always_save_checkpoint=True"]
+    runs = []
+    for seed in seeds:
+        for policy in policies:
+            tag = DOCS_POLICIES.get(policy) or re.sub(r"[^A-Za-z0-9]", "", policy)
+            base = [*common, f"--sync_policy={policy}", f"--seed={seed}", *sets]
+            trunk = Run(f"{width}-trunk-{tag}-s{seed}", sweep_dir,
+                        [*base, f"--max_iters={points[top]}", f"--lr_decay_iters={top}",
+                         f"--save_iters={','.join(str(points[b]) for b in sorted(budgets))}"],
+                        policy, seed, width, tag, keep={f"ckpt_{points[b]}.pt" for b in budgets})
+            runs.append(trunk)
+            for b in sorted(budgets):
+                source = os.path.join(trunk.scratch_dir(scratch), f"ckpt_{points[b]}.pt")
+                runs.append(Run(f"{width}-b{b}-{tag}-s{seed}", sweep_dir,
+                                [*base, f"--max_iters={b}", f"--lr_decay_iters={b}", "--init_from=branch",
+                                 f"--branch_from={source}"], policy, seed, width, tag, needs=source))
+    return runs
+
+
+def trim_keeps(runs, root, scratch):
+    """A trunk keeps only the branch points whose branches are not done yet."""
+    done = {r.needs for r in runs if r.needs and run_state(r, root, scratch) == "done"}
+    for r in runs:
+        r.keep = {name for name in r.keep if os.path.join(r.scratch_dir(scratch), name) not in done}
+
+
+def run_main(argv):
+    parser = argparse.ArgumentParser(prog="docs_study.py run", description="train the budget sweep (see the module docstring)")
+    parser.add_argument("--config", default=os.path.join("config", "docs_124m.py"))
+    parser.add_argument("--budgets", default="320,640,1280,2560", help="iterations, comma-separated")
+    parser.add_argument("--policies", default="baseline,ladder,spd,grouped:4,grouped:12")
+    parser.add_argument("--seeds", default="1337,1338,1339")
+    parser.add_argument("--cooldown-frac", type=float, default=0.2)
+    parser.add_argument("--sweep", default=BUDGET_SWEEP, help="where the runs' logs go (default %(default)s)")
+    parser.add_argument("--jobs", type=int, default=8, help="runs at once on the GPU (trunks and branches)")
+    parser.add_argument("--deadline", type=float, default=None, help="stop (resumably) after this many seconds")
+    parser.add_argument("--pack", default=None, help="write DIR/sweep-logs.tgz with the runs' logs at the end")
+    parser.add_argument("--scratch", default="out-sweep", help="out_dirs and checkpoints (default %(default)s)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a trainer override for every run")
+    parser.add_argument("--smoke", action="store_true", help="tiny model on CPU, logs under out-sweep-smoke/")
+    parser.add_argument("--dry-run", action="store_true", help="print each run's state and command; run nothing")
+    parser.add_argument("--status-every", type=float, default=60.0)
+    parser.add_argument("--poll", type=float, default=2.0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    os.chdir(REPO)
+    sets = [f"--{s.lstrip('-')}" for s in args.set]
+    args.root, args.allow_cpu = ".", False
+    if args.smoke:
+        sets = [*SMOKE_DOCS, "--eval_interval=4", "--warmup_iters=2", *sets]
+        args.scratch, args.root = os.path.join("out-sweep-smoke", "scratch"), "out-sweep-smoke"
+    if args.pack:
+        args.pack = os.path.abspath(args.pack)
+    try:
+        budgets = [int(b) for b in args.budgets.split(",")]
+        seeds = [int(s) for s in args.seeds.split(",")]
+        policies = args.policies.split(",")
+        if any(b < 1 for b in budgets) or len(set(budgets)) != len(budgets):
+            raise SweepError(f"--budgets {args.budgets}: give distinct iteration counts >= 1")
+        runs = budget_runs(args.config, budgets, policies, seeds, args.sweep, args.scratch, sets, args.cooldown_frac)
+        trim_keeps(runs, args.root, args.scratch)
+        code = sweep(runs, args)
+        if args.pack and not args.dry_run:
+            pack(runs, args)
+        if code == 3:
+            print("incomplete: run the same command again to go on (finished runs are skipped)")
+        return code
+    except (SweepError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"error: --budgets and --seeds take comma-separated integers ({e})", file=sys.stderr)
+        return 1
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        return run_main(argv[1:])
+    if argv[:1] == ["report"]:
+        argv = argv[1:]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweep", default=SWEEP)
     args = parser.parse_args(argv)

@@ -53,9 +53,9 @@ def test_wsd_and_branch_settings_are_checked():
 WSD_TINY = [*TINY, "--lr_schedule=wsd", "--cooldown_frac=0.2", "--eval_interval=4", "--data_order=passes"]
 
 
-def test_a_branch_equals_a_single_wsd_run_bit_for_bit(workdir):
-    single = os.path.join(workdir, "out-wsd-single")
-    trunk, branch = os.path.join(workdir, "out-wsd-trunk"), os.path.join(workdir, "out-wsd-branch")
+def test_a_branch_equals_a_single_wsd_run_bit_for_bit(workdir, tmp_path):
+    single = os.path.join(tmp_path, "out-wsd-single")
+    trunk, branch = os.path.join(tmp_path, "out-wsd-trunk"), os.path.join(tmp_path, "out-wsd-branch")
     run_train([*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", f"--out_dir={single}"], workdir)
     run_train([*WSD_TINY, "--max_iters=16", "--lr_decay_iters=20", "--save_iters=8,16", f"--out_dir={trunk}"], workdir)
     assert sorted(n for n in os.listdir(trunk) if n.startswith("ckpt_") and n[5].isdigit()) == ["ckpt_16.pt", "ckpt_8.pt"]
@@ -76,18 +76,18 @@ def test_a_branch_equals_a_single_wsd_run_bit_for_bit(workdir):
     assert eval_records(trunk)[16]["passes"] == pytest.approx(16 * 16 / ((60_000 - 1) // 32))
 
 
-def test_a_branch_must_continue_its_trunk(workdir):
-    trunk = os.path.join(workdir, "out-wsd-trunk2")
+def test_a_branch_must_continue_its_trunk(workdir, tmp_path):
+    trunk = os.path.join(tmp_path, "out-wsd-trunk2")
     run_train([*WSD_TINY, "--max_iters=8", "--lr_decay_iters=20", "--save_iters=8", f"--out_dir={trunk}"], workdir)
     source = f"--branch_from={os.path.join(trunk, 'ckpt_8.pt')}"
     proc = run_train([*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", "--init_from=branch", source, "--seed=7",
-                      f"--out_dir={os.path.join(workdir, 'out-b1')}"], workdir, check=False)
+                      f"--out_dir={os.path.join(tmp_path, 'out-b1')}"], workdir, check=False)
     assert proc.returncode == 1 and "was trained with seed=1337, this branch has seed=7" in proc.stderr
     # budget 5 decays from iteration 4, before the branch point 8: not the trunk's rate
     proc = run_train([*WSD_TINY, "--max_iters=5", "--lr_decay_iters=5", "--init_from=branch", source,
-                      f"--out_dir={os.path.join(workdir, 'out-b2')}"], workdir, check=False)
+                      f"--out_dir={os.path.join(tmp_path, 'out-b2')}"], workdir, check=False)
     assert proc.returncode == 1 and "learning rate differs from the trunk's before it (iteration 4" in proc.stderr
-    assert not os.path.exists(os.path.join(workdir, "out-b1")) and not os.path.exists(os.path.join(workdir, "out-b2"))
+    assert not os.path.exists(os.path.join(tmp_path, "out-b1")) and not os.path.exists(os.path.join(tmp_path, "out-b2"))
 
 
 def passes_cfg(**kw):
@@ -114,12 +114,12 @@ def test_passes_read_every_window_once_per_pass():
     assert passes_read(c, n_tokens, 10) == 2.0 and passes_read(odd, n_tokens, 6) == pytest.approx(42 / 30)
 
 
-def test_passes_resume_mid_pass_is_exact(workdir):
+def test_passes_resume_mid_pass_is_exact(workdir, tmp_path):
     """syn's train split holds 1,874 windows of 32 and an iteration reads 16: 150 iterations are 1.28
     passes; a run stopped mid-pass (iteration 130, in pass 1) and resumed reads what the whole run reads."""
     args = [*TINY, "--data_order=passes", "--max_iters=150", "--eval_interval=65", "--log_interval=5",
             "--lr_decay_iters=150"]
-    whole, split = os.path.join(workdir, "out-passes"), os.path.join(workdir, "out-passes-split")
+    whole, split = os.path.join(tmp_path, "out-passes"), os.path.join(tmp_path, "out-passes-split")
     run_train([*args, f"--out_dir={whole}"], workdir)
     run_train([*args, f"--out_dir={split}", "--max_iters=130"], workdir)
     run_train([*args, f"--out_dir={split}", "--init_from=resume"], workdir)

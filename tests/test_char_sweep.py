@@ -79,9 +79,12 @@ def test_bpe_extra_seeds_repeat_the_stored_runs(part):
         assert not diff, f"{r.name} differs from the stored {base} in {diff}"
         # keys the trainer gained after the stored runs: torch.compile settings, unused by these eager runs,
         # data_order, whose default is the only order there was, issue 28's out_dir/launch settings (where
-        # the data and the run live, not what is computed), and tp_async_grad (off: how tp>1 communicates)
+        # the data and the run live, not what is computed), tp_async_grad (off: how tp>1 communicates), and
+        # issue 37's WSD and branch keys (off by default: cosine, no branch, no kept checkpoints)
         assert set(planned) - set(stored) <= {"compile_backend", "compile_mode", "data_order", "overwrite",
-                                              "data_dir", "rendezvous_timeout", "tp_async_grad"}
+                                              "data_dir", "rendezvous_timeout", "tp_async_grad", "lr_schedule",
+                                              "cooldown_frac", "branch_from", "save_iters"}
+        assert planned["lr_schedule"] == "cosine" and planned["save_iters"] == planned["branch_from"] == ""
         assert planned["compile"] is False and planned["data_order"] == "random"
     assert sorted(r.name.split("_seed")[0] for p in ("bpe1", "bpe2", "bpe3") for r in char_sweep.runs_of(p)) == \
         sorted(2 * ["grouped_2sync", "grouped_3sync", "grouped_4sync", "grouped_6sync", "spd_12sync", "parallel_12sync",
