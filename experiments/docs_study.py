@@ -17,7 +17,7 @@ branch per budget B (iterations of the config's tokens per iteration):
                (tests/test_budgets.py), in its own run directory.
 data_order='passes': every training window once per pass, the first pass in the one_pass order of the
 one-budget sweep, so a branch of up to one pass reads the batches the cosine runs of part 3 read. Runs land
-in --sweep (default experiments/budget-sweep): <d768>-trunk-<policy>-s<seed> and <d768>-b<B>-<policy>-s<seed>,
+in --sweep (default experiments/budget-sweep): d768-trunk2048-<policy>-s<seed> and d768-b<B>-<policy>-s<seed>,
 logs only. The runner is experiments/char_sweep.py's: finished runs are skipped, a run stopped at --deadline
 resumes from its scratch checkpoint on the same machine, a branch starts as soon as its trunk has written
 its branch point (trunk and branches run side by side), a branch point is deleted once its branch is
@@ -157,7 +157,7 @@ def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), c
         for policy in policies:
             tag = DOCS_POLICIES.get(policy) or re.sub(r"[^A-Za-z0-9]", "", policy)
             base = [*common, f"--sync_policy={policy}", f"--seed={seed}", *sets]
-            trunk = Run(f"{width}-trunk-{tag}-s{seed}", sweep_dir,
+            trunk = Run(f"{width}-trunk{points[top]}-{tag}-s{seed}", sweep_dir,
                         [*base, f"--max_iters={points[top]}", f"--lr_decay_iters={top}",
                          f"--save_iters={','.join(str(points[b]) for b in sorted(budgets))}"],
                         policy, seed, width, tag, keep={f"ckpt_{points[b]}.pt" for b in budgets})
