@@ -196,7 +196,7 @@ def validate(cfg):
         raise ConfigError(f"min_lr={cfg.min_lr!r} is above learning_rate={cfg.learning_rate!r}: the schedule decays "
                           f"from learning_rate down to min_lr, so min_lr must be <= learning_rate")
     check_schedule(cfg)
-    if (cfg.init_from == "branch") != bool(cfg.branch_from):
+    if (cfg.init_from == "branch" and not cfg.branch_from) or (cfg.branch_from and cfg.init_from not in ("branch", "resume")):
         raise ConfigError(f"init_from={cfg.init_from!r} with branch_from={cfg.branch_from!r}: a branch needs both "
                           f"--init_from=branch and --branch_from=path/to/ckpt_<iter>.pt, and branch_from needs "
                           f"init_from='branch'")

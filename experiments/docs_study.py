@@ -171,10 +171,17 @@ def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), c
 
 
 def trim_keeps(runs, root, scratch):
-    """A trunk keeps only the branch points whose branches are not done yet."""
+    """The runs still needed: a trunk keeps only the branch points whose branches are not done yet, and a
+    trunk none of whose branches is left is not trained again."""
     done = {r.needs for r in runs if r.needs and run_state(r, root, scratch) == "done"}
+    needed = []
     for r in runs:
-        r.keep = {name for name in r.keep if os.path.join(r.scratch_dir(scratch), name) not in done}
+        if r.keep:
+            r.keep = {name for name in r.keep if os.path.join(r.scratch_dir(scratch), name) not in done}
+            if not r.keep and run_state(r, root, scratch) != "done":
+                continue
+        needed.append(r)
+    return needed
 
 
 def run_main(argv):
@@ -210,7 +217,7 @@ def run_main(argv):
         if any(b < 1 for b in budgets) or len(set(budgets)) != len(budgets):
             raise SweepError(f"--budgets {args.budgets}: give distinct iteration counts >= 1")
         runs = budget_runs(args.config, budgets, policies, seeds, args.sweep, args.scratch, sets, args.cooldown_frac)
-        trim_keeps(runs, args.root, args.scratch)
+        runs = trim_keeps(runs, args.root, args.scratch)
         code = sweep(runs, args)
         if args.pack and not args.dry_run:
             pack(runs, args)
