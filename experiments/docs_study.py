@@ -173,12 +173,13 @@ def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), c
 def trim_keeps(runs, root, scratch):
     """The runs still needed: a trunk keeps only the branch points whose branches are not done yet, and a
     trunk none of whose branches is left is not trained again."""
-    done = {r.needs for r in runs if r.needs and run_state(r, root, scratch) == "done"}
+    # 'collect': finished in scratch, its logs not yet copied (the device tool sends a fresh tree each call)
+    done = {r.needs for r in runs if r.needs and run_state(r, root, scratch) in ("done", "collect")}
     needed = []
     for r in runs:
         if r.keep:
             r.keep = {name for name in r.keep if os.path.join(r.scratch_dir(scratch), name) not in done}
-            if not r.keep and run_state(r, root, scratch) != "done":
+            if not r.keep and run_state(r, root, scratch) not in ("done", "collect"):
                 continue
         needed.append(r)
     return needed
