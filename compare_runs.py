@@ -185,6 +185,7 @@ def load_run(run_dir):
     syncs = [evals[i].get("syncs_per_fwd") for i in iters if evals[i].get("syncs_per_fwd") is not None]
     tok_per_s = [r["tok_per_s"] for r in train.values() if r.get("tok_per_s")]
     max_iters = config.get("max_iters")
+    per_iter = [config.get(k) for k in ("batch_size", "block_size", "gradient_accumulation_steps")]
     return {
         "name": os.path.basename(os.path.normpath(run_dir)),
         "dir": run_dir,
@@ -203,6 +204,8 @@ def load_run(run_dir):
         "time_curve": [(evals[i]["time"] - evals[iters[0]]["time"], evals[i]["val_loss"]) for i in iters]
         if all(_number(evals[i].get("time")) for i in iters) else [],
         "tok_per_s": statistics.median(tok_per_s) if tok_per_s else None,
+        # the training budget in tokens (None without the keys that give it)
+        "tokens": max_iters * math.prod(per_iter) if all(isinstance(v, int) for v in [max_iters, *per_iter]) else None,
     }
 
 
@@ -523,7 +526,8 @@ def seed_statistics(runs, level=0.95, margin=MARGIN):
         seeds = sorted(cell["runs"], key=lambda x: (x is None, str(x)))
         row = {"setting": list(setting), "label": labels[setting], "policy": policy,
                "syncs": max(cell["syncs"]) if cell["syncs"] else None, "interval": sync_interval(policy),
-               "seeds": seeds, "runs": [cell["runs"][x]["name"] for x in seeds]}
+               "seeds": seeds, "runs": [cell["runs"][x]["name"] for x in seeds],
+               "tokens": cell["runs"][seeds[0]]["tokens"]}
         if len(cell["syncs"]) > 1:
             notes.append(f"{labels[setting]} {policy}: the runs logged different syncs/fwd {sorted(cell['syncs'])}")
         base = cells.get((setting, "baseline"))
@@ -791,6 +795,233 @@ def plot_trend(stats, path):
     save_figure(fig, path)
 
 
+# ----------------------------------------------------------------------------- the gap against the budget
+# The seed's experiment (config/train_*.py): 20,000 iterations of 491,520 tokens on OpenWebText, where the only
+# expectation on record is a reduced-sync val loss <= 3.35 against the baseline's 3.28 (+2.1%).
+SEED_TOKENS, SEED_GAP = 20_000 * 491_520, 100 * (3.35 / 3.28 - 1)
+
+
+def line_fit(xs, ys):
+    """Least-squares (intercept, slope) of y = a + b x."""
+    b = _slope(xs, ys)
+    return statistics.fmean(ys) - b * statistics.fmean(xs), b
+
+
+def fieller(fits, level=0.95):
+    """Where the mean over seeds of a_s + b_s x is 0, with its interval: the x at which the t-interval
+    (n - 1 df) of that mean contains 0 (Fieller's interval for -mean(a) / mean(b), from the seeds'
+    spread of (a, b)). Returns (x0 or None, (lo, hi) or None, 'bounded'/'unbounded')."""
+    n = len(fits)
+    a = statistics.fmean(f[0] for f in fits)
+    b = statistics.fmean(f[1] for f in fits)
+    x0 = -a / b if b != 0 else None
+    if n < 2:
+        return x0, None, "unbounded"
+    saa = statistics.variance([f[0] for f in fits])
+    sbb = statistics.variance([f[1] for f in fits])
+    sab = sum((f[0] - a) * (f[1] - b) for f in fits) / (n - 1)
+    c = t_quantile(0.5 + level / 2, n - 1) ** 2 / n
+    qa, qb, qc = b * b - c * sbb, 2 * (a * b - c * sab), a * a - c * saa  # (a + b x)^2 <= c Var(a + b x)
+    disc = qb * qb - 4 * qa * qc
+    if qa <= 0 or disc < 0:  # the slope is not told from 0 at this level: no finite interval
+        return x0, None, "unbounded"
+    root = math.sqrt(disc)
+    return x0, ((-qb - root) / (2 * qa), (-qb + root) / (2 * qa)), "bounded"
+
+
+def budget_analysis(stats, metric="final_val", target_tokens=SEED_TOKENS):
+    """The gap against the training budget, per (setting but its budget, policy). The stated model:
+    gap_s(T) = a_s + b_s log2(T) in % (T: training tokens), fitted by least squares for each seed s that has
+    two budgets or more; b (percentage points per doubling of tokens) is the mean over seeds with its
+    t-interval (n - 1 df); the crossover is where the mean line is 0 (Fieller's interval); the gap at
+    target_tokens (default the seed's 9.8B) is an extrapolation with a prediction interval for one seed,
+    mean +- t * sd * sqrt(1 + 1/n). Returns a list of dicts, one per (group, policy)."""
+    level = stats["level"]
+    max_i = SETTING_KEYS.index("max_iters")
+    groups = {}
+    for c in stats["cells"]:
+        if c["policy"] == "baseline" or "gaps" not in c[metric] or not c.get("tokens"):
+            continue
+        key = (tuple(x for i, x in enumerate(c["setting"]) if i != max_i), c["policy"])
+        groups.setdefault(key, []).append(c)
+    out = []
+    for (setting, policy), cells in groups.items():
+        cells.sort(key=lambda c: c["tokens"])
+        entry = {"setting": list(setting), "label": " ".join(cells[0]["label"].split(" ")[:2]), "policy": policy,
+                 "syncs": cells[0]["syncs"], "budgets": [
+                     {"tokens": c["tokens"], "iters": c["setting"][max_i], "n": len(c[metric]["gaps"]),
+                      "gap": c[metric]["gap"], "gap_ci": c[metric]["gap_ci"], "verdict": c[metric].get("verdict"),
+                      "p_diff_holm": c[metric].get("p_diff_holm"), "p_noninf_holm": c[metric].get("p_noninf_holm"),
+                      "p_tost_holm": c[metric].get("p_tost_holm"), "gaps": dict(zip(c[metric]["paired_seeds"],
+                                                                                    c[metric]["gaps"]))}
+                     for c in cells]}
+        per_seed = {}
+        for bud in entry["budgets"]:
+            for seed, gap in bud["gaps"].items():
+                per_seed.setdefault(seed, []).append((math.log2(bud["tokens"]), gap))
+        fits = {seed: line_fit(*zip(*pts)) for seed, pts in sorted(per_seed.items(), key=lambda kv: str(kv[0]))
+                if len({x for x, _ in pts}) >= 2}
+        entry["fits"] = {str(seed): {"a": a, "b": b, "budgets": len(per_seed[seed])} for seed, (a, b) in fits.items()}
+        if fits:
+            slope, slope_half, _ = mean_ci([b for _, b in fits.values()], level)
+            x0, interval, kind = fieller(list(fits.values()), level)
+            xs = [math.log2(b["tokens"]) for b in entry["budgets"]]
+            at_target = [a + b * math.log2(target_tokens) for a, b in fits.values()]
+            pred, _, pred_sd = mean_ci(at_target, level)
+            n = len(fits)
+            entry.update(
+                seeds_fitted=n, slope=slope, slope_ci=slope_half,
+                trend=None if slope_half is None else "grows" if slope - slope_half > 0 else
+                "shrinks" if slope + slope_half < 0 else "flat",
+                crossover_tokens=None if x0 is None else 2 ** x0,
+                crossover_interval=None if interval is None else [2 ** interval[0], 2 ** interval[1]],
+                crossover_kind=kind,
+                crossover_in_range=x0 is not None and min(xs) <= x0 <= max(xs),
+                target_tokens=target_tokens, target_gap=pred,
+                target_pi=None if pred_sd is None else t_quantile(0.5 + level / 2, n - 1) * pred_sd * math.sqrt(1 + 1 / n))
+        out.append(entry)
+    out.sort(key=lambda e: ([str(x) for x in e["setting"]], -(e["syncs"] or 0), e["policy"]))
+    return out
+
+
+def _tokens(t):
+    if t >= 1e15:
+        return f"10^{math.log10(t):.0f}"
+    return f"{t / 1e9:.2f}B" if t >= 1e9 else f"{t / 1e6:.1f}M"
+
+
+def crossover_text(e):
+    """The crossover of one budget_analysis entry in words."""
+    if "slope" not in e:
+        return "one budget: no trend"
+    if e["slope_ci"] is None:
+        return "one seed: no interval"
+    if e["crossover_tokens"] is None:
+        return "flat line: no crossover"
+    where = _tokens(e["crossover_tokens"])
+    interval = e["crossover_interval"]
+    span = f" [{_tokens(interval[0])}, {_tokens(interval[1])}]" if interval else " (interval unbounded: slope not told from 0)"
+    if e["crossover_in_range"]:
+        return f"crosses 0 at {where}{span}, within the range"
+    return f"not crossed within the range (the line reaches 0 at {where}{span}, an extrapolation)"
+
+
+def budget_table(analysis, margin):
+    """Markdown: policy x budget (gap, interval, verdict), then slope, crossover and the extrapolation."""
+    budgets = sorted({(b["iters"], b["tokens"]) for e in analysis for b in e["budgets"]})
+    header = ["width", "policy", "syncs/fwd"] + [f"{it} it ({_tokens(t)})" for it, t in budgets] + [
+        "slope, points per doubling (95% CI)", "crossover (gap = 0)", f"at {_tokens(SEED_TOKENS)} (extrapolated, 95% PI)"]
+    rows = []
+    for e in analysis:
+        by = {(b["iters"], b["tokens"]): b for b in e["budgets"]}
+        cells = []
+        for key in budgets:
+            b = by.get(key)
+            cells.append("—" if b is None else f"{_fmt_ci(b['gap'], b['gap_ci'], '%')} ({b['n']}) "
+                         + (b["verdict"] or "1 seed"))
+        slope = "—" if "slope" not in e else _fmt_ci(e["slope"], e["slope_ci"]) + f" ({e['seeds_fitted']} seeds)"
+        target = "—" if "target_gap" not in e else _fmt_ci(e["target_gap"], e["target_pi"], "%")
+        rows.append([e["label"], e["policy"], str(e["syncs"]), *cells, slope, crossover_text(e), target])
+    note = (f"Each budget cell: paired gap to the baseline, mean ± 95% t half-width (n seeds), verdict at that budget "
+            f"(Holm over the policies of the budget; 'keeps the loss' needs TOST within ±{margin:g}%). Slope: "
+            f"gap_s = a_s + b_s·log2(tokens) fitted per seed, b averaged over seeds with its t-interval. Crossover: "
+            f"Fieller's 95% interval for the budget where the mean line is 0. The last column extrapolates the line to "
+            f"the seed's {_tokens(SEED_TOKENS)} tokens (its expectation on record: {SEED_GAP:+.1f}%), with a 95% "
+            f"prediction interval for one seed: an extrapolation, not a measurement.")
+    return format_table(header, rows, True) + "\n\n" + note
+
+
+def plot_budgets(analysis, path, margin, trunk_curves=None):
+    """Gap to baseline (%) against training tokens (log2 axis), one panel per width: each policy's mean over
+    seeds with its 95% t band and the seeds as points, the fitted mean line dashed, 0 and the margin.
+    trunk_curves: {width label: {policy: [(tokens, mean gap, n seeds)]}}, drawn thin and dotted: the gap
+    along the constant-rate trunk, which is not an end-of-schedule gap."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = sorted({e["label"] for e in analysis})
+    fig, axes = plt.subplots(1, len(labels), figsize=(8 * len(labels), 5.5), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    policies = sorted({e["policy"] for e in analysis}, key=lambda p: -max(e["syncs"] or 0 for e in analysis
+                                                                         if e["policy"] == p))
+    for ax, label in zip(axes[0], labels):
+        for e in (e for e in analysis if e["label"] == label):
+            color = colors[policies.index(e["policy"]) % len(colors)]
+            tok = [b["tokens"] for b in e["budgets"]]
+            gap = [b["gap"] for b in e["budgets"]]
+            half = [b["gap_ci"] or 0.0 for b in e["budgets"]]
+            ns = "/".join(str(b["n"]) for b in e["budgets"])
+            ax.plot(tok, gap, "o-", color=color, lw=1.8, label=f"{e['policy']} ({e['syncs']} syncs; seeds {ns})")
+            ax.fill_between(tok, [g - h for g, h in zip(gap, half)], [g + h for g, h in zip(gap, half)],
+                            color=color, alpha=0.12, lw=0)
+            for b in e["budgets"]:
+                ax.scatter([b["tokens"]] * len(b["gaps"]), list(b["gaps"].values()), color=color, s=10, alpha=0.6)
+            if "slope" in e:
+                a = statistics.fmean(f["a"] for f in e["fits"].values())
+                xs = [min(tok), max(tok)]
+                ax.plot(xs, [a + e["slope"] * math.log2(x) for x in xs], "--", color=color, lw=1, alpha=0.8)
+            curve = (trunk_curves or {}).get(label, {}).get(e["policy"])
+            if curve:
+                ax.plot([t for t, _, _ in curve], [g for _, g, _ in curve], ":", color=color, lw=1, alpha=0.7)
+        ax.axhline(0.0, color="black", lw=1)
+        ax.axhspan(-margin, margin, color="gray", alpha=0.12, lw=0, label=f"±{margin:g}% margin")
+        ax.set_xscale("log", base=2)
+        ticks = sorted({b["tokens"] for e in analysis for b in e["budgets"]})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([_tokens(t) for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("training budget, tokens (log scale)")
+        ax.set_ylabel("final val loss: gap to baseline, % (paired over seeds)")
+        title = f"{label}: gap at the end of each budget's schedule; band 95% t, dashed: fitted a + b·log2(tokens)"
+        if trunk_curves and trunk_curves.get(label):
+            title += "\ndotted: gap along the constant-lr trunk (not an end-of-schedule gap)"
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def versus(runs, other_runs, metric="final_val", level=0.95, margin=MARGIN):
+    """Per policy and budget present in both sets: the paired gap in `runs` minus the paired gap in
+    `other_runs`, seed by seed (e.g. WSD against cosine), its mean and t-interval (n - 1 df)."""
+    mine, theirs = seed_statistics(runs, level, margin), seed_statistics(other_runs, level, margin)
+    key = lambda c: (c["setting"][SETTING_KEYS.index("n_embd")], c["setting"][SETTING_KEYS.index("max_iters")],
+                     c["policy"])
+    other = {key(c): c for c in theirs["cells"] if "gaps" in c[metric]}
+    rows = []
+    for c in mine["cells"]:
+        o = other.get(key(c))
+        if o is None or "gaps" not in c[metric]:
+            continue
+        a, b = dict(zip(c[metric]["paired_seeds"], c[metric]["gaps"])), dict(zip(o[metric]["paired_seeds"],
+                                                                                  o[metric]["gaps"]))
+        seeds = sorted(set(a) & set(b), key=str)
+        if not seeds:
+            continue
+        diffs = [a[s] - b[s] for s in seeds]
+        mean, half, _ = mean_ci(diffs, level)
+        rows.append({"policy": c["policy"], "n_embd": key(c)[0], "iters": key(c)[1], "seeds": seeds,
+                     "gap": statistics.fmean(a[s] for s in seeds), "other_gap": statistics.fmean(b[s] for s in seeds),
+                     "diff": mean, "diff_ci": half, "diffs": diffs,
+                     "differ": half is not None and abs(mean) > half})
+    return rows
+
+
+def versus_table(rows, other):
+    header = ["width", "budget (iters)", "policy", "seeds", "gap here", f"gap in {other}", "here minus there (95% CI)",
+              "differ?"]
+    body = [[str(r["n_embd"]), str(r["iters"]), r["policy"], ",".join(map(str, r["seeds"])), f"{r['gap']:+.2f}%",
+             f"{r['other_gap']:+.2f}%", _fmt_ci(r["diff"], r["diff_ci"], " points"),
+             "n/a (1 seed)" if r["diff_ci"] is None else "yes" if r["differ"] else "no: within the seeds' noise"]
+            for r in rows]
+    return (format_table(header, body, True) + "\n\nEach seed's paired gap (policy vs the baseline of the same seed and "
+            "set) here minus the same seed's gap there; 95% t-interval over seeds (n - 1 df). 'differ' when it "
+            "excludes 0.")
+
+
 def stats_report(runs, metric, markdown, margin=MARGIN):
     """(text, stats dict, analysis dict): the seed-statistics table, exclusions, notes and the verdict."""
     stats = seed_statistics(runs, margin=margin)
@@ -846,12 +1077,20 @@ def main(argv=None):
                              f"before looking at the runs")
     parser.add_argument("--metric", choices=("final", "best"), default="final",
                         help="the val loss the verdict sentence uses (default final; see the module docstring)")
+    parser.add_argument("--budgets", default=None, metavar="PNG",
+                        help="runs of several budgets (max_iters): the gap against training tokens per policy, its "
+                             "fitted slope, crossover and extrapolation (a table), and this plot; implies --stats")
+    parser.add_argument("--versus", default=None, metavar="GLOB",
+                        help="other runs of the same policies, seeds and budgets (e.g. another schedule): each "
+                             "policy's paired gap here minus its gap there, seed by seed, with a 95%% t-interval")
     args = parser.parse_args(argv)
     try:
         check_out(args.out)
-        if args.trend:
-            check_out(args.trend)
+        for path in (args.trend, args.budgets):
+            if path:
+                check_out(path)
         runs = [load_run(d) for d in expand(args.runs)]
+        other_runs = [load_run(d) for d in expand([args.versus])] if args.versus else None
     except RunError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -864,7 +1103,7 @@ def main(argv=None):
         print("note: the runs end at different iterations; compare final losses with care")
     plot(runs, args.out, args.margin)
     print(f"wrote {args.out}")
-    if args.stats or args.trend or args.stats_json:
+    if args.stats or args.trend or args.stats_json or args.budgets:
         if not args.margin > 0:
             print(f"error: --margin={args.margin}: must be > 0 (a percentage of the baseline's val loss)",
                   file=sys.stderr)
@@ -874,8 +1113,16 @@ def main(argv=None):
         if args.trend:
             plot_trend(stats, args.trend)
             print(f"wrote {args.trend}")
+        budgets = None
+        if args.budgets:
+            budgets = budget_analysis(stats, f"{args.metric}_val")
+            print("\ngap against the training budget (final val loss):\n" + budget_table(budgets, args.margin))
+            plot_budgets(budgets, args.budgets, args.margin)
+            print(f"wrote {args.budgets}")
+        if other_runs is not None:
+            print("\n" + versus_table(versus(runs, other_runs, f"{args.metric}_val", margin=args.margin), args.versus))
         if args.stats_json:
-            payload = json.dumps({"stats": stats, "trend": analysis, "verdict": verdict}, indent=1)
+            payload = json.dumps({"stats": stats, "trend": analysis, "verdict": verdict, "budgets": budgets}, indent=1)
             write_text(args.stats_json, payload)
             print(f"wrote {args.stats_json}")
     return 0
