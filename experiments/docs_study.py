@@ -5,6 +5,7 @@ val-loss curves and GPU time of the one-budget sweep (part 3, issue 26).
     python experiments/docs_study.py run --budgets 320,640,1280,2560 --policies baseline,ladder,grouped:12 \
         --seeds 1337,1338,1339 --jobs 8 --deadline 540 --scratch /tmp/scratch --pack "$OUT"   # on the GPU machine
     python experiments/docs_study.py run --budgets 10,20 --smoke --set dataset=syn      # CPU: a check of the machinery
+    python experiments/docs_study.py budgets     # part 4's budget_table.md, budget.png, stats.json, wsd_check.md
     python experiments/docs_study.py report      # part 3's val_curves.png and gpu_seconds.md (experiments/docs-sweep)
 
 Many budgets from one run (`run`). Each (policy, seed) is a warmup-stable-decay (WSD) trunk and one cooldown
@@ -233,10 +234,73 @@ def run_main(argv):
         return 1
 
 
+STOPPED_LINE = re.compile(r"^step ([0-9]+): train loss \S+, val loss ([0-9.]+)")
+TRUNK_NAME = re.compile(r"^(d\d+)-trunk\d+-(\w+)-s(\d+)(?:\.out)?$")
+
+
+def trunk_curves(sweep):
+    """{width label: {policy: [(tokens, mean paired gap %, n seeds)]}}: each trunk's val loss against the baseline
+    trunk of the same seed at the same iteration, at the constant learning rate (not an end-of-schedule gap).
+    Finished trunks from their metrics.jsonl; trunks stopped with a lost machine from their stdout (stopped/)."""
+    val = {}  # (width, tag, seed) -> {iter: val}
+    tokens_per_iter, policy_of = {}, {}
+    for path in sorted(glob.glob(os.path.join(sweep, "d*-trunk*-*-s*")) + glob.glob(os.path.join(sweep, "stopped", "*.out"))):
+        match = TRUNK_NAME.match(os.path.basename(path))
+        if not match:
+            continue
+        key = (match[1], match[2], int(match[3]))
+        curve = val.setdefault(key, {})
+        if path.endswith(".out"):
+            with open(path) as f:
+                for line in f:
+                    m = STOPPED_LINE.match(line)
+                    if m:
+                        curve[int(m[1])] = float(m[2])
+            continue
+        run = load_run(path)
+        curve.update(dict(run["curve"]))
+        tokens_per_iter[match[1]] = run["tokens"] // run["final_iter"] if run["complete"] else tokens_per_iter.get(match[1])
+        policy_of[match[2]] = run["policy"]
+    out = {}
+    for (width, tag, seed), curve in val.items():
+        base = val.get((width, "baseline", seed))
+        if tag == "baseline" or base is None or tag not in policy_of:
+            continue
+        for it in sorted(set(curve) & set(base) - {0}):
+            out.setdefault(width, {}).setdefault(policy_of[tag], {}).setdefault(it, []).append(
+                100.0 * (curve[it] / base[it] - 1.0))
+    return {f"w{width[1:]} n4": {policy: [(it * tokens_per_iter[width], statistics.fmean(g), len(g))
+                                         for it, g in sorted(points.items())]
+                                for policy, points in policies.items()}
+            for width, policies in out.items()}
+
+
+def budget_report(sweep, versus_glob):
+    """budget_table.md, budget.png, stats.json and wsd_check.md in the budget sweep's directory."""
+    from compare_runs import budget_analysis, budget_table, plot_budgets, seed_statistics, versus, versus_table
+    branches = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "d*-b*-*-s*")))]
+    stats = seed_statistics(branches)
+    budgets = budget_analysis(stats)
+    curves = trunk_curves(sweep)
+    plot_budgets(budgets, os.path.join(sweep, "budget.png"), stats["margin"], curves)
+    write_text(os.path.join(sweep, "budget_table.md"), budget_table(budgets, stats["margin"]) + "\n")
+    write_text(os.path.join(sweep, "stats.json"), json.dumps({"stats": stats, "budgets": budgets}, indent=1))
+    others = [load_run(d) for d in sorted(glob.glob(versus_glob))]
+    write_text(os.path.join(sweep, "wsd_check.md"), versus_table(versus(branches, others), versus_glob) + "\n")
+    print(f"wrote {sweep}/budget.png, budget_table.md, stats.json, wsd_check.md")
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["run"]:
         return run_main(argv[1:])
+    if argv[:1] == ["budgets"]:
+        parser = argparse.ArgumentParser(prog="docs_study.py budgets")
+        parser.add_argument("--sweep", default=BUDGET_SWEEP)
+        parser.add_argument("--versus", default=os.path.join(SWEEP, "d768-*"), help="the cosine runs of one budget")
+        args = parser.parse_args(argv[1:])
+        return budget_report(args.sweep, args.versus)
     if argv[:1] == ["report"]:
         argv = argv[1:]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
