@@ -126,3 +126,43 @@ def test_passes_resume_mid_pass_is_exact(workdir, tmp_path):
     assert train_losses(split) == train_losses(whole) and max(train_losses(whole)) == 145
     assert eval_records(whole)[150]["passes"] == pytest.approx(150 * 16 / 1874)
     assert "passes 1.28" in open(os.path.join(whole, "log.txt")).read()
+
+
+def finish(run, root, scratch):
+    """Lay out a finished run's logs in the sweep directory, as the runner collects them."""
+    import json
+    from experiments.char_sweep import planned_config
+    final = run.final_dir(root)
+    os.makedirs(final)
+    cfg = planned_config(run, scratch)
+    with open(os.path.join(final, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    with open(os.path.join(final, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"type": "eval", "iter": cfg["max_iters"], "val_loss": 3.0}) + "\n")
+
+
+def test_budget_plan_chains_branch_points_and_what_is_left(tmp_path):
+    """docs_study.py run: one trunk and a branch per budget, each branch needing its trunk's checkpoint at 0.8 of
+    its budget; a trunk keeps only the branch points of branches not done, is not trained when none is left,
+    and is trained again when a branch still needs a branch point that is gone."""
+    from experiments.char_sweep import run_state
+    from experiments.docs_study import budget_runs, trim_keeps
+    root, scratch = str(tmp_path), str(tmp_path / "scratch")
+    runs = budget_runs("config/docs_124m.py", [320, 640], ["grouped:12"], [1338], "sweep", scratch)
+    trunk, b320, b640 = runs
+    assert [r.name for r in runs] == ["d768-trunk512-grouped12-s1338", "d768-b320-grouped12-s1338",
+                                      "d768-b640-grouped12-s1338"]
+    assert b320.needs == os.path.join(trunk.scratch_dir(scratch), "ckpt_256.pt") and trunk.keep == {"ckpt_256.pt",
+                                                                                                 "ckpt_512.pt"}
+    assert "--save_iters=256,512" in trunk.args and "--lr_decay_iters=640" in trunk.args
+    assert "--max_iters=512" in trunk.args and "--lr_decay_iters=320" in b320.args and "--init_from=branch" in b320.args
+    finish(b320, root, scratch)
+    assert trim_keeps(runs, root, scratch) == runs and trunk.keep == {"ckpt_512.pt"}
+    finish(trunk, root, scratch)  # finished on a machine that is gone: its branch point for b640 with it
+    assert run_state(trunk, root, scratch) == "start"
+    finish(b640, root, scratch)
+    assert trim_keeps(budget_runs("config/docs_124m.py", [320, 640], ["grouped:12"], [1338], "sweep", scratch),
+                      root, scratch)[0].keep == set()  # nothing left to keep: the finished trunk stays done
+    os.rename(trunk.final_dir(root), trunk.final_dir(root) + "-away")
+    assert [r.name for r in trim_keeps(budget_runs("config/docs_124m.py", [320, 640], ["grouped:12"], [1338],
+                                                   "sweep", scratch), root, scratch)] == [b320.name, b640.name]
