@@ -199,7 +199,7 @@ def validate(cfg):
     if (cfg.init_from == "branch" and not cfg.branch_from) or (cfg.branch_from and cfg.init_from not in ("branch", "resume")):
         raise ConfigError(f"init_from={cfg.init_from!r} with branch_from={cfg.branch_from!r}: a branch needs both "
                           f"--init_from=branch and --branch_from=path/to/ckpt_<iter>.pt, and branch_from needs "
-                          f"init_from='branch'")
+                          f"init_from='branch' (or 'resume', which goes on with a branch from its own out_dir)")
     if cfg.init_from == "scratch":  # else the checkpoint's architecture applies: checked once merged (merge)
         model_config(cfg)
     if cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16"):

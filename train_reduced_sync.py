@@ -134,7 +134,7 @@ def read_init(cfg, vocab_size, data_dir, mesh):
     is merged into the config (as nanoGPT; a note for each key the request set otherwise) and the merged
     config is validated once. init holds the checkpoint (resume), the weights (fine-tune) and notes."""
     init = SimpleNamespace(checkpoint=None, weights=None, path=None, fallback_note=None,
-                           branch_from=cfg.branch_from or None)
+                           branch=cfg.init_from == "branch")  # a resumed branch is a resume
     if cfg.init_from == "scratch":
         return cfg, init
     if cfg.init_from == "resume":
@@ -275,7 +275,7 @@ def restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg
         scaler.load_state_dict(checkpoint["scaler"])
     restore_rng_states(checkpoint["rng"], mesh.device)
     iter_num = checkpoint["iter_num"]
-    if init.branch_from is not None:
+    if init.branch:
         log.write(f"branched from {init.path} at iter {iter_num}; this run's learning rate from here: "
                   f"{get_lr(iter_num, cfg):.4g}, reaching {cfg.min_lr:.4g} at lr_decay_iters={cfg.lr_decay_iters}",
                   {"type": "branch", "iter": iter_num, "from": os.path.abspath(init.path)})

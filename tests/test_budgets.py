@@ -71,6 +71,14 @@ def test_a_branch_equals_a_single_wsd_run_bit_for_bit(workdir, tmp_path):
     lrs = {r["iter"]: r["lr"] for r in read_metrics(branch) if r["type"] == "train"}
     assert lrs == {i: r["lr"] for i, r in ((r["iter"], r) for r in read_metrics(single) if r["type"] == "train")
                    if i >= 8}
+    # a branch stopped at 9 and resumed in its own out_dir (the same command plus --init_from=resume) goes on exactly
+    split = os.path.join(tmp_path, "out-wsd-branch-split")
+    branch_args = [*WSD_TINY, "--lr_decay_iters=10", "--init_from=branch",
+                   f"--branch_from={os.path.join(trunk, 'ckpt_8.pt')}", f"--out_dir={split}"]
+    run_train([*branch_args, "--max_iters=9"], workdir)
+    proc = run_train([*branch_args, "--max_iters=10", "--init_from=resume"], workdir)
+    assert "resumed from" in proc.stdout and "branched from" not in proc.stdout
+    assert train_losses(split) == cut
     # the trunk's losses up to the branch point are the single run's too (constant rate until 8)
     assert all(train_losses(trunk)[i] == whole[i] for i in range(8))
     assert eval_records(trunk)[16]["passes"] == pytest.approx(16 * 16 / ((60_000 - 1) // 32))
