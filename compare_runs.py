@@ -847,7 +847,7 @@ def budget_analysis(stats, metric="final_val", target_tokens=SEED_TOKENS):
     out = []
     for (setting, policy), cells in groups.items():
         cells.sort(key=lambda c: c["tokens"])
-        entry = {"setting": list(setting), "label": " ".join(cells[0]["label"].split(" ")[:2]), "policy": policy,
+        entry = {"setting": list(setting), "label": re.sub(r" [0-9]+ it$", "", cells[0]["label"]), "policy": policy,
                  "syncs": cells[0]["syncs"], "budgets": [
                      {"tokens": c["tokens"], "iters": c["setting"][max_i], "n": len(c[metric]["gaps"]),
                       "gap": c[metric]["gap"], "gap_ci": c[metric]["gap_ci"], "verdict": c[metric].get("verdict"),
