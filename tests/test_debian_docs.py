@@ -192,3 +192,41 @@ def test_prepared_corpus_matches_manifest():
         pytest.skip("run python data/debian_docs/prepare.py first")
     for name, sha in manifest["sha256"].items():
         assert prepare.sha256_file(os.path.join(here, name)) == sha
+
+
+def test_bad_packs_and_arguments_are_one_line_before_any_work(fake_packages, capsys):
+    """Each bad --from-pack or --pack: exit 1, one 'error:' line naming the file and the fix, no train.bin."""
+    tmp = fake_packages
+    assert prepare.main(["--update-manifest", "--pack", str(tmp / "good.tar.xz"), "--workers", "1"]) == 0
+    os.remove(tmp / "train.bin")
+    os.remove(tmp / "val.bin")
+    good = (tmp / "good.tar.xz").read_bytes()
+    gz = io.BytesIO()
+    with tarfile.open(fileobj=gz, mode="w:gz") as tar:
+        tar.addfile(tarfile.TarInfo("pack.json"), io.BytesIO(b""))
+    without = io.BytesIO()  # a pack whose pack.json lacks one package's pin
+    with tarfile.open(fileobj=io.BytesIO(good), mode="r:xz") as src, tarfile.open(fileobj=without, mode="w:xz") as dst:
+        for member in src:
+            data = src.extractfile(member).read()
+            if member.name == "pack.json":
+                pins = json.loads(data)
+                pins.pop(prepare.PACKAGES[0][1])
+                data = json.dumps(pins).encode()
+                member.size = len(data)
+            dst.addfile(member, io.BytesIO(data))
+    import lzma
+    bad = {"empty.tar.xz": b"", "truncated.tar.xz": good[:len(good) // 2], "gzip.tar.xz": gz.getvalue(),
+           "malformed.tar.xz": lzma.compress(b"not a tar archive at all" * 40), "missing.tar.xz": without.getvalue()}
+    for name, data in bad.items():
+        (tmp / name).write_bytes(data)
+    (tmp / "adir.tar.xz").mkdir()
+    cases = [[f"--from-pack={tmp / name}"] for name in [*bad, "adir.tar.xz", "absent.tar.xz"]]
+    cases += [["--pack", str(tmp / "nowhere" / "p.tar.xz")], ["--pack", str(tmp / "adir.tar.xz")], ["--workers", "0"]]
+    for args in cases:
+        capsys.readouterr()
+        assert prepare.main([*args, "--force"]) == 1, args
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, (args, err)
+        assert not os.path.exists(tmp / "train.bin") and not os.path.exists(tmp / "val.bin"), args
+    assert prepare.main(["--pack", str(tmp / "nowhere" / "p.tar.xz")]) == 1
+    assert "does not exist; create it first" in capsys.readouterr().err

@@ -187,19 +187,29 @@ def write_pack(members, path):
 
 
 def read_members_from_pack(path):
-    if not os.path.exists(path):
-        raise PrepareError(f"--from-pack {path}: no such file; build it on a machine with the .debs: "
-                           f"python data/debian_docs/prepare.py --pack {path}")
     members = {package: [] for _, package, _, _, _, _ in PACKAGES}
     pins = {}
-    with tarfile.open(path, mode="r:xz") as tar:
-        for member in tar:
-            data = tar.extractfile(member).read()
-            if member.name == "pack.json":
-                pins = json.loads(data)
-                continue
-            package, name = member.name.split("/", 1)
-            members.setdefault(package, []).append(("./" + name, data))
+    remedy = f"build it again on a machine with the .debs: python data/debian_docs/prepare.py --pack {path}"
+    try:
+        with tarfile.open(path, mode="r:xz") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                data = tar.extractfile(member).read()
+                if member.name == "pack.json":
+                    pins = json.loads(data)
+                    continue
+                if "/" not in member.name:
+                    raise PrepareError(f"--from-pack {path}: member {member.name!r} is not <package>/<file>: not a pack "
+                                       f"of this script; {remedy}")
+                package, name = member.name.split("/", 1)
+                members.setdefault(package, []).append(("./" + name, data))
+    except (tarfile.TarError, lzma.LZMAError, EOFError, OSError, ValueError) as e:
+        # a truncated or foreign file, a gzip named .tar.xz, a malformed tar, a broken pack.json
+        raise PrepareError(f"--from-pack {path}: not a readable pack ({type(e).__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else 'truncated'}); {remedy}") from None
+    if not isinstance(pins, dict):
+        raise PrepareError(f"--from-pack {path}: its pack.json is not an object; {remedy}")
     for _, package, version, sha256, _, _ in PACKAGES:
         if pins.get(package) != {"version": version, "sha256": sha256}:
             raise PrepareError(f"{path} was packed from {package} {pins.get(package)}, not the pinned "
@@ -446,6 +456,26 @@ def outputs_match_manifest():
                for name, sha in recorded.items())
 
 
+def check_arguments(args):
+    """PrepareError, before any work, for an argument that would fail later: a pack that is not a file, a
+    --pack whose directory does not exist or cannot be written, fewer than one worker."""
+    if args.workers is None or args.workers < 1:
+        raise PrepareError(f"--workers {args.workers}: give 1 or more tokenizer processes")
+    if args.from_pack and not os.path.isfile(args.from_pack):
+        what = "is a directory" if os.path.isdir(args.from_pack) else "no such file"
+        raise PrepareError(f"--from-pack {args.from_pack}: {what}; build the pack on a machine with the .debs: "
+                           f"python data/debian_docs/prepare.py --pack {args.from_pack}")
+    if args.pack:
+        parent = os.path.dirname(os.path.abspath(args.pack))
+        if os.path.isdir(args.pack):
+            raise PrepareError(f"--pack {args.pack} is a directory; give the file to write, e.g. {args.pack}/pack.tar.xz")
+        if not os.path.isdir(parent):
+            raise PrepareError(f"--pack {args.pack}: the directory {parent} does not exist; create it first "
+                               f"(mkdir -p {parent})")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise PrepareError(f"--pack {args.pack}: the directory {parent} is not writable")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -458,6 +488,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     t0 = time.time()
     try:
+        check_arguments(args)
         if not (args.force or args.pack or args.update_manifest) and outputs_match_manifest():
             print(f"{HERE}/train.bin and val.bin exist and match corpus.json: nothing to do")
             return 0
