@@ -292,6 +292,18 @@ def restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg
     return iter_num, checkpoint["best_val_loss"]
 
 
+def say_done(log, cfg, trained, iter_num, tokens_per_iter, passes, seconds, final_val, best_val, ckpt_path, mesh):
+    """The run's last line: what was trained, the losses, where the checkpoint is and what to run next."""
+    saved = os.path.exists(ckpt_path) if mesh.is_master else False
+    took = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+    log.write(f"done: {trained} iterations in {took} (iter {iter_num}, {iter_num * tokens_per_iter:,} "
+              f"tokens, {passes:.2f} passes); final val loss {final_val:.4f}, best {best_val:.4f}; "
+              + (f"checkpoint {ckpt_path}. Next: python sample.py --out_dir={cfg.out_dir}, "
+                 if saved else "no checkpoint written. Next: ")
+              + f"python compare_runs.py {cfg.out_dir} <other out_dirs>",
+              {"type": "done", "iter": iter_num, "seconds": seconds, "final_val": final_val, "best_val": best_val})
+
+
 def wrap(raw_model, cfg, mesh):
     """torch.compile (fullgraph: a graph break is an error, never a silent eager fallback; the model is
     built to trace whole, tests/test_compile.py), then our data-parallel wrapper."""
@@ -368,6 +380,7 @@ def main(argv):
             fail(error or "rank 0 could not write the checkpoint", mesh)
 
     signum = 0
+    run_start = time.time()
     control.start()
     while True:
         # Evaluate and checkpoint at an iteration boundary (weights after iter_num steps).
@@ -432,6 +445,9 @@ def main(argv):
                       {"type": "stop", "iter": iter_num, "signal": name})
             break
 
+    if not signum and not cfg.eval_only:
+        say_done(log, cfg, iter_num - start_iter, iter_num, tokens_per_iter, passes_read(cfg, train_tokens, iter_num),
+                 time.time() - run_start, losses["val"], best_val_loss, ckpt_path, mesh)
     control.finish()
     if wandb is not None:
         wandb.finish()
