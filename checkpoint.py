@@ -324,8 +324,11 @@ def read_for_resume(out_dir):
     except CheckpointError as e:
         if e.kind == "old_format" or not os.path.exists(best):
             if e.kind == "missing":
-                raise CheckpointError(last, "does not exist: there is no run to resume in this out_dir",
-                                      "missing") from None
+                logs = [n for n in ("log.txt", "metrics.jsonl") if os.path.exists(os.path.join(out_dir, n))]
+                why = ("the run there stopped before its first checkpoint; start it again with the same command "
+                       "without --init_from=resume (its logs are moved aside into replaced-<time>/)" if logs else
+                       "there is no run to resume in this out_dir")
+                raise CheckpointError(last, f"does not exist: {why}", "missing") from None
             raise
         try:
             checkpoint = read_checkpoint(best, RESUME_KEYS)

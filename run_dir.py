@@ -59,11 +59,17 @@ def run_files(out_dir):
     return sorted(n for n in names if n in RUN_FILES or n.startswith("ckpt.pt.invalid") or KEPT_CHECKPOINT.fullmatch(n))
 
 
+def has_checkpoint(names):
+    return any(n.endswith(".pt") or ".pt.invalid" in n for n in names)
+
+
 def refuse_existing_run(out_dir, fresh, overwrite):
     """OutDirError if a fresh run (not a resume) would write into an out_dir that holds a run, unless
-    overwrite (then claim() moves that run aside). Reads only; every rank may call it."""
+    overwrite (then claim() moves that run aside). A run that stopped before its first checkpoint has
+    nothing to resume: a fresh start is let through, and claim() keeps its logs aside. Reads only; every
+    rank may call it."""
     found = run_files(out_dir) if fresh and not overwrite else []
-    if found:
+    if found and has_checkpoint(found):
         raise OutDirError(f"out_dir={out_dir!r} already holds a run ({', '.join(found)}): continue it with "
                           f"--init_from=resume, choose another --out_dir, or pass --overwrite=True to move the old "
                           f"run aside into {os.path.join(out_dir, ASIDE_PREFIX + '<time>')}/")
@@ -96,11 +102,12 @@ def remove_orphans(out_dir):
 
 
 def move_aside(out_dir):
-    """Move everything in out_dir but the lock and earlier set-aside runs into out_dir/replaced-<UTC time>/
-    (nothing is deleted); returns that directory, or None if there was nothing to move."""
-    names = [n for n in os.listdir(out_dir) if n != LOCK_NAME and not n.startswith(ASIDE_PREFIX)]
+    """Move the files of the run in out_dir (run_files: what the trainer writes; a user's own files stay)
+    into out_dir/replaced-<UTC time>/ (nothing is deleted); returns (that directory, the names moved), or
+    (None, []) if there was nothing to move."""
+    names = run_files(out_dir)
     if not names:
-        return None
+        return None, []
     base = os.path.join(out_dir, ASIDE_PREFIX + time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
     aside, n = base, 1
     while os.path.exists(aside):
@@ -108,7 +115,7 @@ def move_aside(out_dir):
     os.mkdir(aside)
     for name in names:  # renames within one directory tree: atomic, no copies
         os.rename(os.path.join(out_dir, name), os.path.join(aside, name))
-    return aside
+    return aside, names
 
 
 def claim(out_dir, fresh, overwrite):
@@ -123,8 +130,12 @@ def claim(out_dir, fresh, overwrite):
             notes.append(f"removed {len(orphans)} temp file(s) of writes a killed run cut short: {', '.join(orphans)}")
         if fresh:
             refuse_existing_run(out_dir, fresh, overwrite)  # again, now under the lock
-            if overwrite and run_files(out_dir):
-                notes.append(f"--overwrite=True: moved the previous run in {out_dir} to {move_aside(out_dir)}/")
+            found = run_files(out_dir)
+            if found:
+                why = ("--overwrite=True" if overwrite else
+                       "the previous run here stopped before its first checkpoint (nothing to resume)")
+                aside, moved = move_aside(out_dir)
+                notes.append(f"{why}: moved its files ({', '.join(moved)}) to {aside}/")
         return notes
     except OSError as e:
         raise OutDirError(f"out_dir={out_dir!r}: cannot create or lock it: {e.strerror or e}"

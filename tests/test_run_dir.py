@@ -1,0 +1,33 @@
+"""run_dir.py in the corners a user reaches: a run stopped before its first checkpoint starts again (its logs kept
+aside) and a resume of it says what to run; --overwrite moves only the trainer's files and names them."""
+import os
+
+from tests.conftest import TINY, run_train
+
+
+def test_a_run_without_a_checkpoint_starts_again_and_keeps_its_logs(workdir, tmp_path):
+    out = tmp_path / "out-no-ckpt"
+    out.mkdir()
+    for name, text in (("log.txt", "layout: ...\n"), ("metrics.jsonl", '{"type": "layout"}\n'), ("config.json", "{}")):
+        (out / name).write_text(text)  # what a run killed while compiling leaves
+    proc = run_train([*TINY, "--max_iters=2", f"--out_dir={out}", "--init_from=resume"], workdir, check=False)
+    assert proc.returncode == 1
+    assert "stopped before its first checkpoint; start it again with the same command without --init_from=resume" \
+        in proc.stderr and proc.stderr.count("\n") == 1
+    proc = run_train([*TINY, "--max_iters=2", f"--out_dir={out}"], workdir)
+    assert "stopped before its first checkpoint (nothing to resume): moved its files (config.json, log.txt, " \
+           "metrics.jsonl)" in proc.stdout
+    (aside,) = [n for n in os.listdir(out) if n.startswith("replaced-")]
+    assert (out / aside / "log.txt").read_text() == "layout: ...\n" and (out / "ckpt.pt").exists()
+
+
+def test_overwrite_moves_only_the_runs_files(workdir, tmp_path):
+    out = tmp_path / "out-overwrite"
+    run_train([*TINY, "--max_iters=2", f"--out_dir={out}"], workdir)
+    (out / "notes.txt").write_text("mine")
+    (out / "plots").mkdir()
+    proc = run_train([*TINY, "--max_iters=2", f"--out_dir={out}", "--overwrite=True"], workdir)
+    assert "--overwrite=True: moved its files (ckpt.pt, ckpt_best.pt, config.json, log.txt, metrics.jsonl)" in proc.stdout
+    (aside,) = [n for n in os.listdir(out) if n.startswith("replaced-")]
+    assert sorted(os.listdir(out / aside)) == ["ckpt.pt", "ckpt_best.pt", "config.json", "log.txt", "metrics.jsonl"]
+    assert (out / "notes.txt").read_text() == "mine" and (out / "plots").is_dir()
