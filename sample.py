@@ -15,6 +15,7 @@ stderr each sample's decode time and tokens/s (the first sample's includes compi
 cache, one torch.compile(fullgraph=True) decode step for every position, captured once as a CUDA
 graph and replayed per token; compiled = the same without the graph; eager = nanoGPT's loop.
 """
+import argparse
 import os
 import statistics
 import sys
@@ -33,20 +34,22 @@ REPO = os.path.dirname(os.path.abspath(__file__))
 
 
 def parse_args(argv):
-    p = OneLineArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # --help shows the defaults
     p.add_argument("--out_dir", default="out", help="run directory holding ckpt.pt")
     p.add_argument("--ckpt", default="ckpt.pt", help="checkpoint file name in out_dir (e.g. ckpt_best.pt)")
     p.add_argument("--start", "--prompt", dest="start", default="\n",
-                   help='prompt text, or "FILE:path" to read it from a file')
-    p.add_argument("--num_samples", type=ascii_int, default=10)
-    p.add_argument("--max_new_tokens", type=ascii_int, default=500)
+                   help='prompt text, or "FILE:path" to read it from a file (default: %(default)r)')
+    p.add_argument("--num_samples", type=ascii_int, default=10, help="samples to draw")
+    p.add_argument("--max_new_tokens", type=ascii_int, default=500, help="tokens generated per sample")
     p.add_argument("--temperature", type=ascii_float, default=0.8,
                    help=f"< 1 sharpens, > 1 flattens the distribution; below {GREEDY_BELOW:g}: greedy")
     p.add_argument("--top_k", type=ascii_int, default=200, help="keep the top_k most likely tokens (0: all)")
-    p.add_argument("--seed", type=ascii_int, default=1337)
-    p.add_argument("--tp", type=ascii_int, default=None, help="tensor-parallel degree (default: the world size)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
+    p.add_argument("--seed", type=ascii_int, default=1337, help="seed of the sampling")
+    p.add_argument("--tp", type=ascii_int, default=None, help="tensor-parallel degree; %(default)s: the world size")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: CUDA when available")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+                   help="auto: bfloat16 on a GPU that has it, float32 on CPU")
     p.add_argument("--decode", choices=("auto", "eager", "compiled", "graph"), default="auto",
                    help="auto: graph on CUDA, eager on CPU; compiled: a static KV cache and one "
                         "torch.compile(fullgraph=True) decode step; graph: that step as a CUDA graph")

@@ -21,6 +21,7 @@ Data order (deterministic, resumable, independent of the dp x tp layout).
     per split, seeded independently of `seed`, so every run and every eval measures the same tokens.
 """
 import functools
+import glob
 import os
 
 import numpy as np
@@ -46,8 +47,13 @@ def data_dir_for(dataset, root=""):
 
 
 def prepare_command(dataset):
-    """The command that prepares a dataset, as the user can type it from the cwd."""
+    """The command that prepares a dataset, as the user can type it from the cwd; for a dataset the
+    repository has no prepare script for, the datasets it has."""
     script = os.path.join(REPO, "data", dataset, "prepare.py")
+    if not os.path.isfile(script):
+        known = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(REPO, "data", "*", "prepare.py")))
+        return (f"its prepare.py, which the repository does not have for dataset={dataset!r} (datasets with one: "
+                f"{', '.join(known)}; or prepare your own into data/{dataset}/train.bin and val.bin)")
     rel = os.path.relpath(script)
     return f"`python {rel if not rel.startswith('..') else script}`"
 

@@ -182,7 +182,7 @@ def test_nonfinite_loss_stops_and_keeps_checkpoint(workdir, reference_run):
     (["--n_layr=3"], 1, "unknown config key 'n_layr'"),
     (["--n_layer=abc"], 1, "config key 'n_layer' expects int, got 'abc'"),
     (["--sync_policy=fastest"], 1, "bad sync_policy 'fastest'"),
-    (["--dataset=nonexistent"], 1, "data/nonexistent/prepare.py`"),
+    (["--dataset=nonexistent"], 1, "does not have for dataset='nonexistent' (datasets with one: "),
     (["--tp=4"], 2, "tp=4 does not divide the world size 2"),
 ])
 def test_bad_requests_fail_cleanly_without_out_dir(workdir, extra, nproc, message):
