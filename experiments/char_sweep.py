@@ -594,6 +594,16 @@ def pack(runs, args):
           f"with: tar xzf {PACK_NAME}")
 
 
+def run_and_pack(runs, args):
+    """sweep(), then the pack of the runs' logs (--pack); exit code 3 when runs are left for another command."""
+    code = sweep(runs, args)
+    if args.pack and not args.dry_run:
+        pack(runs, args)
+    if code == 3:
+        print("incomplete: run the same command again to go on (finished runs are skipped)")
+    return code
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -647,13 +657,7 @@ def main(argv=None):
             raise SweepError(f"give a PART (one of {', '.join(part_names())}) or --list")
         policies = set(args.policies.split(",")) if args.policies else None
         seeds = {int(s) for s in args.seeds.split(",")} if args.seeds else None
-        runs = runs_of(args.part, sets, args.smoke, policies, seeds)
-        code = sweep(runs, args)
-        if args.pack and not args.dry_run:
-            pack(runs, args)
-        if code == 3:
-            print("incomplete: run the same command again to go on (finished runs are skipped)")
-        return code
+        return run_and_pack(runs_of(args.part, sets, args.smoke, policies, seeds), args)
     except (SweepError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

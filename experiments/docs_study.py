@@ -43,8 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from bench.common import REPO, pyplot  # noqa: E402
 from compare_runs import load_run, mean_ci  # noqa: E402
 from configurator import ConfigError, parse, save_figure, write_text  # noqa: E402
-from experiments.char_sweep import (DOCS_POLICIES, SMOKE_DOCS, Run, SweepError, pack, run_state,  # noqa: E402
-                                    sweep)
+from experiments.char_sweep import (DOCS_POLICIES, SMOKE_DOCS, Run, SweepError, run_and_pack,  # noqa: E402
+                                    run_state)
 
 SWEEP = os.path.join("experiments", "docs-sweep")
 BUDGET_SWEEP = os.path.join("experiments", "budget-sweep")
@@ -219,13 +219,7 @@ def run_main(argv):
         if any(b < 1 for b in budgets) or len(set(budgets)) != len(budgets):
             raise SweepError(f"--budgets {args.budgets}: give distinct iteration counts >= 1")
         runs = budget_runs(args.config, budgets, policies, seeds, args.sweep, args.scratch, sets, args.cooldown_frac)
-        runs = trim_keeps(runs, args.root, args.scratch)
-        code = sweep(runs, args)
-        if args.pack and not args.dry_run:
-            pack(runs, args)
-        if code == 3:
-            print("incomplete: run the same command again to go on (finished runs are skipped)")
-        return code
+        return run_and_pack(trim_keeps(runs, args.root, args.scratch), args)
     except (SweepError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
