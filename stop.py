@@ -1,6 +1,7 @@
 """Stopping every rank together: on SIGINT/SIGTERM, and when one rank hits an error the others must share.
 
     install_signal_handlers()          first: until training starts, SIGINT/SIGTERM exit at once
+    watch_parent()                     under torchrun: a worker whose launcher died stops (SIGTERM to itself)
     control = Control(mesh)            every rank, once (creates a gloo group over the world)
     control.start()                    the loop begins: a signal now sets a flag; a second SIGINT exits at once
     signum = control.agreed_stop()     once per training step, every rank: 0, or the signal all stop on
@@ -25,6 +26,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 import zlib
 
@@ -45,6 +47,24 @@ def install_signal_handlers():
     """First thing in main: until the training loop starts there is nothing to save, so a signal stops at once."""
     for s in SIGNALS:
         signal.signal(s, _handle)
+
+
+def watch_parent(interval=1.0):
+    """Under torchrun: a worker whose launcher died (kill -9 of torchrun) would train on and hold its GPU. A
+    daemon thread notices that the parent changed and sends this process SIGTERM, which stops it as any SIGTERM
+    does: at once before training, else after a step agreed by every rank, with a checkpoint."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    launcher = os.getppid()
+
+    def watch():
+        while os.getppid() == launcher:
+            time.sleep(interval)
+        print(f"error: rank {os.environ.get('RANK', '?')}: its launcher (pid {launcher}) is gone: stopping",
+              file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="watch-launcher", daemon=True).start()
 
 
 def _say(line):

@@ -45,7 +45,7 @@ from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.mesh import RendezvousError, env_int, init_mesh, record_error_for_torchrun
 from run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
-from stop import Control, install_signal_handlers, report_fatal
+from stop import Control, install_signal_handlers, report_fatal, watch_parent
 from training import (NonFiniteTracker, RunLog, configure_optimizer, estimate_loss, estimate_mfu, get_lr,
                       load_full_optimizer_state, peak_flops_total, save_checkpoint, train_step)
 
@@ -462,4 +462,5 @@ def main(argv):
 
 if __name__ == "__main__":
     install_signal_handlers()  # SIGINT/SIGTERM: at once until training starts, then after a step with a checkpoint
+    watch_parent()  # kill -9 of torchrun: its workers stop too, instead of training on as orphans
     sys.exit(report_fatal(main, sys.argv[1:]))

@@ -379,3 +379,31 @@ def test_a_signal_during_setup_stops_at_once(workdir):
     assert proc.returncode == 143
     assert error_lines(proc.stderr) == ["error: SIGTERM before training began: stopped, nothing to save"]
     assert not os.path.exists(out)
+
+
+def test_workers_stop_when_torchrun_is_killed(workdir):
+    """kill -9 of torchrun: its workers notice their launcher is gone, stop together after a step with a
+    checkpoint (as on SIGTERM) and exit, instead of training on as orphans."""
+    out = os.path.join(workdir, "out-orphans")
+    proc = start_train([*STOP_ARGS, f"--out_dir={out}", "--max_iters=100000"], workdir, nproc=2)  # dp=2
+    assert wait_until(lambda: os.path.exists(os.path.join(out, "ckpt_best.pt")), proc, timeout=120)
+    workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                              text=True).stdout.split()]
+    assert len(workers) == 2, workers
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
+        except FileNotFoundError:
+            return False
+    deadline = time.time() + 60
+    while any(alive(pid) for pid in workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in workers), "workers outlived torchrun"
+    _, err = proc.communicate(timeout=30)
+    assert "its launcher (pid" in err and "is gone: stopping" in err, err[-2000:]
+    assert any(r["type"] == "stop" for r in read_metrics(out))  # stopped after a step, with a checkpoint
+    assert_checkpoints_intact(out, workdir)
