@@ -48,6 +48,11 @@ def check_out_dir(out_dir):
         raise OutDirError(f"out_dir={out_dir!r}: {path} exists and is not a directory")
     if not os.access(path, os.W_OK | os.X_OK):
         raise OutDirError(f"out_dir={out_dir!r}: {path} is not writable")
+    for name in RUN_FILES:  # the trainer writes these as files: a directory in the way fails only later
+        where = os.path.join(out_dir, name)
+        if os.path.isdir(where):
+            raise OutDirError(f"out_dir={out_dir!r}: {where} is a directory, but the run writes a file of that name "
+                              f"there; move it away or choose another --out_dir")
 
 
 def run_files(out_dir):

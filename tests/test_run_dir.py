@@ -31,3 +31,14 @@ def test_overwrite_moves_only_the_runs_files(workdir, tmp_path):
     (aside,) = [n for n in os.listdir(out) if n.startswith("replaced-")]
     assert sorted(os.listdir(out / aside)) == ["ckpt.pt", "ckpt_best.pt", "config.json", "log.txt", "metrics.jsonl"]
     assert (out / "notes.txt").read_text() == "mine" and (out / "plots").is_dir()
+
+
+def test_a_directory_where_the_run_writes_a_file_is_one_line(workdir, tmp_path):
+    for name in ("metrics.jsonl", "config.json", "ckpt.pt"):
+        out = tmp_path / f"out-dir-{name}"
+        (out / name).mkdir(parents=True)
+        for extra in ([], ["--init_from=resume"]):
+            proc = run_train([*TINY, "--max_iters=2", f"--out_dir={out}", *extra], workdir, check=False)
+            assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+            assert f"{out / name} is a directory, but the run writes a file of that name there" in proc.stderr
+        assert sorted(os.listdir(out)) == [name]  # nothing written
