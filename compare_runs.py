@@ -204,7 +204,8 @@ def load_run(run_dir):
         "time_curve": [(evals[i]["time"] - evals[iters[0]]["time"], evals[i]["val_loss"]) for i in iters]
         if all(_number(evals[i].get("time")) for i in iters) else [],
         "tok_per_s": statistics.median(tok_per_s) if tok_per_s else None,
-        # the training budget in tokens (None without the keys that give it)
+        # tokens per iteration and the training budget in tokens (None without the keys that give them)
+        "tokens_per_iter": math.prod(per_iter) if all(isinstance(v, int) for v in per_iter) else None,
         "tokens": max_iters * math.prod(per_iter) if all(isinstance(v, int) for v in [max_iters, *per_iter]) else None,
     }
 

@@ -41,7 +41,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import REPO, pyplot  # noqa: E402
-from compare_runs import load_run, mean_ci  # noqa: E402
+from compare_runs import load_run, mean_ci, records_from_log  # noqa: E402
 from configurator import ConfigError, parse, save_figure, write_text  # noqa: E402
 from experiments.char_sweep import (DOCS_POLICIES, SMOKE_DOCS, Run, SweepError, run_and_pack,  # noqa: E402
                                     run_state)
@@ -67,9 +67,6 @@ def load(sweep):
             continue
         run = load_run(path)
         if run["complete"] and not run["diverged"]:
-            with open(os.path.join(path, "config.json")) as f:
-                cfg = json.load(f)
-            run["tokens_per_iter"] = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
             runs.setdefault(int(match.group(1)), {}).setdefault(match.group(2), []).append(run)
     return runs
 
@@ -228,7 +225,6 @@ def run_main(argv):
         return 1
 
 
-STOPPED_LINE = re.compile(r"^step ([0-9]+): train loss \S+, val loss ([0-9.]+)")
 TRUNK_NAME = re.compile(r"^(d\d+)-trunk\d+-(\w+)-s(\d+)(?:\.out)?$")
 
 
@@ -244,16 +240,12 @@ def trunk_curves(sweep):
             continue
         key = (match[1], match[2], int(match[3]))
         curve = val.setdefault(key, {})
-        if path.endswith(".out"):
-            with open(path) as f:
-                for line in f:
-                    m = STOPPED_LINE.match(line)
-                    if m:
-                        curve[int(m[1])] = float(m[2])
+        if path.endswith(".out"):  # its eval lines are log.txt's
+            curve.update((r["iter"], r["val_loss"]) for r in records_from_log(path) if r["type"] == "eval")
             continue
         run = load_run(path)
         curve.update(dict(run["curve"]))
-        tokens_per_iter[match[1]] = run["tokens"] // run["final_iter"] if run["complete"] else tokens_per_iter.get(match[1])
+        tokens_per_iter[match[1]] = run["tokens_per_iter"]
         policy_of[match[2]] = run["policy"]
     out = {}
     for (width, tag, seed), curve in val.items():
