@@ -45,6 +45,8 @@ class TrainConfig:
     eval_iters: int = option(200, IO, "batches per split in each evaluation")
     eval_only: bool = option(False, IO, "run one evaluation and exit")
     always_save_checkpoint: bool = option(True, IO, "write ckpt.pt at every eval; False: only when val loss improves")
+    keep_best: bool = option(True, IO, "also keep ckpt_best.pt, a copy at the best val loss and the fallback for a "
+                                       "damaged ckpt.pt (False: one checkpoint less on disk, for sweeps on scratch)")
     init_from: str = option("scratch", IO, "'scratch', 'resume' (out_dir/ckpt.pt), 'branch' (continue branch_from's run "
                                            "into this out_dir) or path/to/ckpt.pt (fine-tune its weights)")
     branch_from: str = option("", IO, "init_from='branch': the checkpoint (a WSD trunk's ckpt_<iter>.pt) whose weights, "

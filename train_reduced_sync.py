@@ -403,7 +403,7 @@ def main(argv):
             best_val_loss = min(best_val_loss, losses["val"])
             keep = iter_num in keep_iters and not cfg.eval_only
             if iter_num > start_iter and not cfg.eval_only and (is_best or cfg.always_save_checkpoint or keep):
-                paths = [ckpt_path] + ([os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best else [])
+                paths = [ckpt_path] + ([os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best and cfg.keep_best else [])
                 save(paths, [os.path.join(cfg.out_dir, f"ckpt_{iter_num}.pt")] if keep else [])
             timer_start, timed_iters = time.time(), 0
         if cfg.eval_only or iter_num >= cfg.max_iters:

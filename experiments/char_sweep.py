@@ -140,7 +140,7 @@ SMOKE_BPE = ("--max_iters=4", "--lr_decay_iters=4", "--warmup_iters=1", "--eval_
              "--log_interval=1", "--batch_size=2", "--block_size=16", "--device=cpu")
 
 # config.json keys that may differ between a done run and the plan (they do not change what is computed)
-IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "branch_from", "overwrite", "always_save_checkpoint", "wandb_log", "wandb_project", "wandb_run_name"}
+IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "branch_from", "overwrite", "always_save_checkpoint", "keep_best", "save_iters", "wandb_log", "wandb_project", "wandb_run_name"}
 PACK_NAME = "sweep-logs.tgz"
 
 

@@ -149,7 +149,7 @@ def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), c
         raise SweepError(f"--budgets {bad}: the branch point {points[bad[0]]} of budget {bad[0]} is inside the warmup "
                          f"({cfg.warmup_iters} iterations); use budgets whose cooldown starts after it")
     common = [config, "--tp=1", "--lr_schedule=wsd", f"--cooldown_frac={cooldown_frac}", "--data_order=passes",
-              "--always_save_checkpoint=True"]
+              "--always_save_checkpoint=True", "--keep_best=False"]
     runs = []
     for seed in seeds:
         for policy in policies:
@@ -179,6 +179,10 @@ def trim_keeps(runs, root, scratch):
             r.keep = {name for name in r.keep if os.path.join(r.scratch_dir(scratch), name) not in done}
             if not r.keep and run_state(r, root, scratch) not in ("done", "collect"):
                 continue
+            # a point kept for a finished branch would hold 1.5 GB of disk until the trunk ends
+            points = sorted(int(re.fullmatch(r"ckpt_(\d+)\.pt", name).group(1)) for name in r.keep)
+            r.args = [a for a in r.args if not a.startswith("--save_iters=")] + \
+                     [f"--save_iters={','.join(map(str, points))}"]
         needed.append(r)
     return needed
 
