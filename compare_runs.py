@@ -808,6 +808,18 @@ def line_fit(xs, ys):
     return statistics.fmean(ys) - b * statistics.fmean(xs), b
 
 
+def bend_fit(xs, ys):
+    """Least-squares c of y = a + b x + c x^2: how far the gap bends away from a line in log2(tokens)
+    (x^2 is first made orthogonal to 1 and x, so c is the multiple-regression coefficient)."""
+    mx = statistics.fmean(xs)
+    u = [x - mx for x in xs]
+    mq = statistics.fmean(v * v for v in u)
+    q = [v * v - mq for v in u]
+    beta = sum(a * b for a, b in zip(q, u)) / sum(v * v for v in u)
+    r = [a - beta * b for a, b in zip(q, u)]
+    return sum(a * y for a, y in zip(r, ys)) / sum(a * a for a in r)
+
+
 def fieller(fits, level=0.95):
     """Where the mean over seeds of a_s + b_s x is 0, with its interval: the x at which the t-interval
     (n - 1 df) of that mean contains 0 (Fieller's interval for -mean(a) / mean(b), from the seeds'
@@ -863,6 +875,10 @@ def budget_analysis(stats, metric="final_val", target_tokens=SEED_TOKENS):
         fits = {seed: line_fit(*zip(*pts)) for seed, pts in sorted(per_seed.items(), key=lambda kv: str(kv[0]))
                 if len({x for x, _ in pts}) >= 2}
         entry["fits"] = {str(seed): {"a": a, "b": b, "budgets": len(per_seed[seed])} for seed, (a, b) in fits.items()}
+        bends = [bend_fit(*zip(*pts)) for pts in per_seed.values() if len({x for x, _ in pts}) >= 3]
+        if len(bends) >= 2:  # the seeds are the replicates: their bends' t-interval, as for the slope
+            entry["bend"], entry["bend_ci"], _ = mean_ci(bends, level)
+            entry["bend_seeds"] = len(bends)
         if fits:
             slope, slope_half, _ = mean_ci([b for _, b in fits.values()], level)
             x0, interval, kind = fieller(list(fits.values()), level)
@@ -911,7 +927,7 @@ def budget_table(analysis, margin):
     """Markdown: policy x budget (gap, interval, verdict), then slope, crossover and the extrapolation."""
     budgets = sorted({(b["iters"], b["tokens"]) for e in analysis for b in e["budgets"]})
     header = ["width", "policy", "syncs/fwd"] + [f"{it} it ({_tokens(t)})" for it, t in budgets] + [
-        "slope, points per doubling (95% CI)", "crossover (gap = 0)", f"at {_tokens(SEED_TOKENS)} (extrapolated, 95% PI)"]
+        "slope, points per doubling (95% CI)", "bend, points per doubling² (95% CI)", "crossover (gap = 0)", f"at {_tokens(SEED_TOKENS)} (extrapolated, 95% PI)"]
     rows = []
     for e in analysis:
         by = {(b["iters"], b["tokens"]): b for b in e["budgets"]}
@@ -921,11 +937,14 @@ def budget_table(analysis, margin):
             cells.append("—" if b is None else f"{_fmt_ci(b['gap'], b['gap_ci'], '%')} ({b['n']}) "
                          + (b["verdict"] or "1 seed"))
         slope = "—" if "slope" not in e else _fmt_ci(e["slope"], e["slope_ci"]) + f" ({e['seeds_fitted']} seeds)"
+        bend = "—" if "bend" not in e else _fmt_ci(e["bend"], e["bend_ci"]) + f" ({e['bend_seeds']} seeds)"
         target = "—" if "target_gap" not in e else _fmt_ci(e["target_gap"], e["target_pi"], "%")
-        rows.append([e["label"], e["policy"], str(e["syncs"]), *cells, slope, crossover_text(e), target])
+        rows.append([e["label"], e["policy"], str(e["syncs"]), *cells, slope, bend, crossover_text(e), target])
     note = (f"Each budget cell: paired gap to the baseline, mean ± 95% t half-width (n seeds), verdict at that budget "
             f"(Holm over the policies of the budget; 'keeps the loss' needs TOST within ±{margin:g}%). Slope: "
-            f"gap_s = a_s + b_s·log2(tokens) fitted per seed, b averaged over seeds with its t-interval. Crossover: "
+            f"gap_s = a_s + b_s·log2(tokens) fitted per seed, b averaged over seeds with its t-interval. Bend: c_s of "
+            f"a_s + b_s·x + c_s·x² (x = log2 tokens) per seed with 3 budgets or more, averaged likewise; an interval "
+            f"that holds 0 means the budgets do not show the line bending. Crossover: "
             f"Fieller's 95% interval for the budget where the mean line is 0. The last column extrapolates the line to "
             f"the seed's {_tokens(SEED_TOKENS)} tokens (its expectation on record: {SEED_GAP:+.1f}%), with a 95% "
             f"prediction interval for one seed: an extrapolation, not a measurement.")

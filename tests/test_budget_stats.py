@@ -5,13 +5,22 @@ import math
 
 import pytest
 
-from compare_runs import budget_analysis, fieller, line_fit, seed_statistics, t_quantile, versus
+from compare_runs import bend_fit, budget_analysis, fieller, line_fit, seed_statistics, t_quantile, versus
 
 
 def test_line_fit_by_hand():
     # y = 1 + 2x through (0, 1), (1, 3), (2, 5); with a kink the slope is sum(dx dy) / sum(dx^2)
     assert line_fit([0, 1, 2], [1, 3, 5]) == pytest.approx((1.0, 2.0))
     assert line_fit([0, 1, 2], [0, 0, 3]) == pytest.approx((-0.5, 1.5))  # dx = -1, 0, 1; dy = -1, -1, 2
+
+
+def test_bend_fit_by_hand():
+    # an exact parabola gives its c back whatever its line part; a straight line bends by 0
+    xs = [14.0, 15.0, 16.0, 17.0]
+    assert bend_fit(xs, [3 - 2 * x + 0.25 * x * x for x in xs]) == pytest.approx(0.25)
+    assert bend_fit(xs, [1 + 2 * x for x in xs]) == pytest.approx(0.0, abs=1e-12)
+    # three points: the parabola through them; y = 0, 0, 1 at x = -1, 0, 1 is (x^2 + x) / 2
+    assert bend_fit([-1, 0, 1], [0, 0, 1]) == pytest.approx(0.5)
 
 
 def scan(fits, level=0.95, lo=-50.0, hi=50.0, steps=200001):
@@ -62,6 +71,8 @@ def test_budget_analysis_slope_crossover_and_extrapolation_by_hand():
     assert e["target_gap"] == pytest.approx(18.5)
     assert e["target_pi"] == pytest.approx(4.302653 * 7.5 * math.sqrt(1 + 1 / 3), rel=1e-5)
     assert [b["n"] for b in e["budgets"]] == [3, 3, 3] and e["seeds_fitted"] == 3
+    # straight lines per seed: no bend, and the interval of three zeros is zero
+    assert e["bend"] == pytest.approx(0.0, abs=1e-9) and e["bend_seeds"] == 3
 
 
 def test_versus_pairs_seed_by_seed():
