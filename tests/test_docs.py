@@ -7,6 +7,8 @@ The documents stay checkable (issue 27): in README.md, TRAINING_INSTRUCTIONS.md 
   (in a block that launches nothing, some config's out_dir), and a tail never uses -f on a log that a
   resume rewrites;
 - nothing is cited from a shared/ folder, which a reader of this repository does not have;
+- the README and docs/ cite no issue number and no § of another file (a reader cannot open either), and the
+  counts the README states (tests, syncs per policy, configs per family) are the repository's;
 - a summary table introduced by a paragraph that cites one results file holds only numbers of that file.
 """
 import glob
@@ -18,9 +20,11 @@ import subprocess
 import pytest
 
 from configurator import VALID_KEYS, read_config_file
+from model.sync_policy import parse_sync_policy
 from tests.conftest import REPO
 
-DOCS = ("README.md", "TRAINING_INSTRUCTIONS.md", "EXPERIMENT_SUMMARY.md")
+GUIDES = ("README.md", *sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md"))))
+DOCS = (*GUIDES, "TRAINING_INSTRUCTIONS.md", "EXPERIMENT_SUMMARY.md")
 TOP_DIRS = ("config", "data", "experiments", "bench", "tests", "scripts", "model", "parallel", ".ci", "shared")
 PATH = re.compile(r"(?<![\w./$-])((?:%s)/[\w./*<>{}$-]*)" % "|".join(re.escape(d) for d in TOP_DIRS))
 ROOT_FILE = re.compile(r"(?<![\w./$*<>-])([\w-]+\.(?:py|sh|md|txt|ini))(?![\w.-])")
@@ -68,7 +72,8 @@ def as_pattern(path):
 def test_named_paths_exist(doc):
     text = read(doc)
     spans = inline_code(text) + [line for b in code_blocks(text) for line in command_lines(b)]
-    links = re.findall(r"\]\(([^)#]+)\)", text)  # markdown links and images
+    # markdown links and images, relative to the document's folder
+    links = [os.path.normpath(os.path.join(os.path.dirname(doc), link)) for link in re.findall(r"\]\(([^)#:]+)\)", text)]
     missing = []
     for span in spans + links:
         for path in PATH.findall(span) + ROOT_FILE.findall(span):
@@ -192,3 +197,33 @@ def test_summary_tables_match_their_results_file():
         i = end
     assert checked > 100, checked  # the check reads real tables
     assert not problems, problems
+
+
+@pytest.mark.parametrize("doc", GUIDES)
+def test_guides_cite_no_issue_and_no_section_sign(doc):
+    hits = re.findall(r".{0,30}(?:\bissues? #?\d+|§).{0,30}", read(doc))
+    assert not hits, f"{doc} cites what a reader cannot open (cite a file and its heading instead): {hits}"
+
+
+def test_readme_test_count_is_the_suites():
+    stated = re.findall(r"(\d+) tests\b", read("README.md"))
+    assert stated, "README.md states no test count"
+    out = subprocess.run(["python", "-m", "pytest", "--collect-only", "-q", "tests/"], cwd=REPO,
+                         capture_output=True, text=True).stdout
+    collected = int(re.search(r"(\d+) tests? collected", out).group(1))
+    assert {int(n) for n in stated} == {collected}, f"README.md says {stated} tests; pytest collects {collected}"
+
+
+def test_readme_policy_table_counts_are_the_plans():
+    rows = re.findall(r"^\| `(baseline|spd|parallel|ladder)`\s*\| (\d+) \|", read("README.md"), re.M)
+    assert len(rows) == 4, rows
+    for name, syncs in rows:
+        assert parse_sync_policy(name, 12).n_syncs == int(syncs), name
+    assert re.search(r"^\| `grouped:G`\s*\| 12 / G \|", read("README.md"), re.M)
+    assert all(parse_sync_policy(f"grouped:{g}", 12).n_syncs == 12 // g for g in (1, 2, 3, 4, 6, 12))
+
+
+def test_config_families_hold_the_stated_number_of_policies():
+    stated = re.search(r"the same (\d+) policies", read("docs/configs.md"))
+    families = [glob.glob(os.path.join(REPO, "config", f"{prefix}_*sync.py")) for prefix in ("train", "shakespeare")]
+    assert stated and all(len(f) == int(stated.group(1)) for f in families), [len(f) for f in families]
