@@ -83,7 +83,7 @@ def test_bpe_extra_seeds_repeat_the_stored_runs(part):
         # issue 37's WSD and branch keys (off by default: cosine, no branch, no kept checkpoints)
         assert set(planned) - set(stored) <= {"compile_backend", "compile_mode", "data_order", "overwrite",
                                               "data_dir", "rendezvous_timeout", "tp_async_grad", "lr_schedule",
-                                              "cooldown_frac", "branch_from", "save_iters"}
+                                              "cooldown_frac", "branch_from", "save_iters", "keep_best"}
         assert planned["lr_schedule"] == "cosine" and planned["save_iters"] == planned["branch_from"] == ""
         assert planned["compile"] is False and planned["data_order"] == "random"
     assert sorted(r.name.split("_seed")[0] for p in ("bpe1", "bpe2", "bpe3") for r in char_sweep.runs_of(p)) == \
