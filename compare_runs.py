@@ -12,11 +12,22 @@ the mean over the runs of the same setting (below) whose sync_policy is 'baselin
 one shows — in the Δ columns, and a line says why (another setting's baseline is no reference).
 A resumed run logs some iterations twice: the later line wins.
 
-The PNG (matplotlib, no display needed): left, final val loss against syncs per forward, one colour
-per setting, each seed a point and each policy's mean a short line (no line joins policies, no
-interval: those are the --trend PNG's; a ±--margin band around the baseline keeps single seeds from
-filling the y-axis); middle and right, the val-loss curves against iterations and against wall-clock
-seconds, coloured by setting, without the iteration-0 eval.
+Timings (tok/s) depend on the machine as much as on the policy. Each run's layout record says its device
+(name), processes (world, dp, tp), CPU cores and load average at the start; its end record the load at the
+end. A speed ratio (each policy's median tok/s over its seeds against the baseline's) is printed only
+between runs of one setting on the same device at the same layout; where runs differ, or their conditions
+are unknown (runs logged before these fields, or log.txt only), one line says so instead. Where any run
+was on CPU, or its load average exceeded its CPU cores, one line says that the timing measures the machine,
+not the policy, and the PNG's wall-clock panel says so too.
+
+The PNG (matplotlib, no display needed): one colour per policy and one line style per seed in every panel,
+a legend naming both (and each setting's marker when there are several). Left: final val loss against
+syncs per forward, each seed a point and each policy's mean a short line (no line joins policies; a
+±--margin band around the baseline keeps single seeds from filling the y-axis); middle and right, the
+val-loss curves against iterations and against wall-clock seconds, without the iteration-0 eval. With
+--stats, each policy's 95% t-interval over its seeds is drawn as a band: of the final val loss (left, a box
+around the mean line) and of the val loss at every iteration all its seeds logged (middle, around the
+bold mean curve).
 
 Statistics over seeds (--stats, --trend PNG, --stats-json FILE). Runs are grouped into settings
 (dataset, n_layer, n_embd, n_tracks, max_iters, from config.json) and, within a setting, cells of one
