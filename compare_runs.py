@@ -12,11 +12,22 @@ the mean over the runs of the same setting (below) whose sync_policy is 'baselin
 one shows — in the Δ columns, and a line says why (another setting's baseline is no reference).
 A resumed run logs some iterations twice: the later line wins.
 
-The PNG (matplotlib, no display needed): left, final val loss against syncs per forward, one colour
-per setting, each seed a point and each policy's mean a short line (no line joins policies, no
-interval: those are the --trend PNG's; a ±--margin band around the baseline keeps single seeds from
-filling the y-axis); middle and right, the val-loss curves against iterations and against wall-clock
-seconds, coloured by setting, without the iteration-0 eval.
+Timings (tok/s) depend on the machine as much as on the policy. Each run's layout record says its device
+(name), processes (world, dp, tp), CPU cores and load average at the start; its end record the load at the
+end. A speed ratio (each policy's median tok/s over its seeds against the baseline's) is printed only
+between runs of one setting on the same device at the same layout; where runs differ, or their conditions
+are unknown (runs logged before these fields, or log.txt only), one line says so instead. Where any run
+was on CPU, or its load average exceeded its CPU cores, one line says that the timing measures the machine,
+not the policy, and the PNG's wall-clock panel says so too.
+
+The PNG (matplotlib, no display needed): one colour per policy and one line style per seed in every panel,
+a legend naming both (and each setting's marker when there are several). Left: final val loss against
+syncs per forward, each seed a point and each policy's mean a short line (no line joins policies; a
+±--margin band around the baseline keeps single seeds from filling the y-axis); middle and right, the
+val-loss curves against iterations and against wall-clock seconds, without the iteration-0 eval. With
+--stats, each policy's 95% t-interval over its seeds is drawn as a band: of the final val loss (left, a box
+around the mean line) and of the val loss at every iteration all its seeds logged (middle, around the
+bold mean curve).
 
 Statistics over seeds (--stats, --trend PNG, --stats-json FILE). Runs are grouped into settings
 (dataset, n_layer, n_embd, n_tracks, max_iters, from config.json) and, within a setting, cells of one
@@ -185,6 +196,7 @@ def load_run(run_dir):
     syncs = [evals[i].get("syncs_per_fwd") for i in iters if evals[i].get("syncs_per_fwd") is not None]
     tok_per_s = [r["tok_per_s"] for r in train.values() if r.get("tok_per_s")]
     max_iters = config.get("max_iters")
+    ends = [r for r in records if r["type"] in ("summary", "done")]  # 'done': the last record before issue 42
     per_iter = [config.get(k) for k in ("batch_size", "block_size", "gradient_accumulation_steps")]
     return {
         "name": os.path.basename(os.path.normpath(run_dir)),
@@ -207,7 +219,80 @@ def load_run(run_dir):
         # tokens per iteration and the training budget in tokens (None without the keys that give them)
         "tokens_per_iter": math.prod(per_iter) if all(isinstance(v, int) for v in per_iter) else None,
         "tokens": max_iters * math.prod(per_iter) if all(isinstance(v, int) for v in [max_iters, *per_iter]) else None,
+        # how the run ended: True finished, False stopped by a signal, None no end record (running, killed, old log)
+        "finished": (ends[-1].get("finished", True) is not False) if ends else None,
+        **run_conditions(records, ends[-1] if ends else None),
     }
+
+
+def run_conditions(records, end):
+    """What the run's timings depend on besides the policy, from its layout records (one per start or resume)
+    and its end record: {"device": device name or None (unknown: logged before issue 42, or log.txt only, or
+    the starts differ), "device_type", "layout": (world, dp, tp) or None, "cores": CPU cores or None, "load":
+    the highest 1-minute load average at a start or at the end, or None}."""
+    starts = [r for r in records if r["type"] == "layout"]
+    names = {(r.get("device_type"), r.get("device_name")) for r in starts}
+    layouts = {(r.get("world_size"), r.get("dp"), r.get("tp")) for r in starts}
+    cores = {r.get("cpu_cores") for r in starts}
+    loads = [r["load_avg_start"][0] for r in starts if isinstance(r.get("load_avg_start"), list)]
+    if end and isinstance(end.get("load_avg_end"), list):
+        loads.append(end["load_avg_end"][0])
+    known = len(names) == 1 and None not in next(iter(names))
+    return {"device": next(iter(names))[1] if known else None,
+            "device_type": next(iter(names))[0] if known else None,
+            "layout": next(iter(layouts)) if len(layouts) == 1 and None not in next(iter(layouts)) else None,
+            "cores": next(iter(cores)) if len(cores) == 1 and _number(next(iter(cores))) else None,
+            "load": max(loads) if loads else None}
+
+
+def timing_lines(runs):
+    """What compare_runs.py may say about speed. A tok/s ratio only between runs of one setting on the same
+    device (by name) at the same layout (world, dp, tp), each policy's median tok/s over its seeds against the
+    baseline's; where runs differ, or their conditions are unknown, one line says so instead. One line warns
+    that the timings measure the machine, not the policy, where any run was on CPU or had a load average above
+    its CPU cores (other processes shared them)."""
+    timed = [r for r in runs if r["tok_per_s"] is not None]
+    if not timed:
+        return []
+    lines = []
+    unknown = [r["name"] for r in timed if r["device"] is None or r["layout"] is None]
+    if unknown:
+        lines.append(f"timing: conditions unknown (no device or layout logged: runs from before issue 42, or "
+                     f"log.txt only) for {_names(unknown)}: no speed ratio involving them")
+    known = [r for r in timed if r["device"] is not None and r["layout"] is not None]
+    on_cpu = [r["name"] for r in known if r["device_type"] == "cpu"]
+    loaded = [f"{r['name']} ({r['load']:g} > {r['cores']})" for r in known
+              if r["load"] is not None and r["cores"] is not None and r["load"] > r["cores"]]
+    if on_cpu or loaded:
+        why = "; ".join(x for x in (f"on CPU: {_names(on_cpu)}" if on_cpu else "",
+                                    f"load average above the CPU cores: {_names(loaded)}" if loaded else "") if x)
+        lines.append(f"timing: the timing measures the machine, not the policy ({why})")
+    groups = {}
+    for r in known:
+        groups.setdefault((r["device"], r["layout"]), []).append(r)
+    if len(groups) > 1:
+        parts = [f"{device}, world {w} = dp {dp} x tp {tp}: {_names([r['name'] for r in own])}"
+                 for (device, (w, dp, tp)), own in groups.items()]
+        lines.append(f"timing: the runs differ in device or layout, so no speed ratio between them ({'; '.join(parts)})")
+    for (device, (w, dp, tp)), own in groups.items():
+        for setting in sorted_settings(r["setting"] for r in own):
+            cell = [r for r in own if r["setting"] == setting]
+            base = [r["tok_per_s"] for r in cell if r["policy"] == "baseline"]
+            others = sorted({r["policy"] for r in cell} - {"baseline"})
+            if not base or not others:
+                continue
+            ref = statistics.median(base)
+            ratios = []
+            for policy in others:
+                ratio = statistics.median(r["tok_per_s"] for r in cell if r["policy"] == policy) / ref
+                ratios.append(f"{policy} x{ratio:.2f} tok/s (time per token x{1 / ratio:.2f})")
+            lines.append(f"speed vs baseline ({device}, world {w} = dp {dp} x tp {tp}, median tok/s over seeds): "
+                         + ", ".join(ratios))
+    return lines
+
+
+def _names(names, most=4):
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def baseline_stats(runs, key="final_val"):
@@ -270,83 +355,130 @@ def format_table(header, rows, markdown):
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows])
 
 
-def plot(runs, path, margin=None):
-    """Left: final val loss against measured syncs per forward, one colour per setting, each run (seed) a
-    point, each policy's mean over its seeds a short horizontal line; policies that share a sync count sit
-    side by side. No line joins different policies, and no interval is drawn: the paired intervals and
-    verdicts are --trend's. The band (setting's colour) is ±margin % around its baseline mean, so the y-range
-    is never narrower than the margin: two single-seed points 0.3% apart do not fill the axis. Middle and
-    right: every run's val-loss curve against iterations and against wall-clock seconds (tok/s differ between
-    policies), coloured by setting (baseline dashed), from the first eval after iteration 0 (whose loss,
-    ~ln(vocab), would squash the rest)."""
+SEED_STYLES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)), (0, (3, 1, 1, 1))]
+SETTING_MARKERS = ["o", "s", "^", "v", "P", "X", "D", "*"]
+
+
+def wall_clock_caveat(runs):
+    """The wall-clock panel's warning: '' when every timed run's conditions are known, alike and fair."""
+    timed = [r for r in runs if r["time_curve"]]
+    if any(r["device"] is None or r["layout"] is None for r in timed):
+        return "run conditions unknown (device, layout, load not logged)"
+    if any(r["device_type"] == "cpu" or (r["load"] is not None and r["cores"] is not None and r["load"] > r["cores"])
+           for r in timed):
+        return "CPU or loaded machine: the timing measures the machine, not the policy"
+    if len({(r["device"], r["layout"]) for r in timed}) > 1:
+        return "runs on different devices or layouts: not comparable"
+    return ""
+
+
+def plot(runs, path, margin=None, bands=False):
+    """One colour per policy, one line style per seed, the same in every panel; a legend names both (and the
+    settings' markers when there are several). Left: final val loss against measured syncs per forward, each
+    run (seed) a point, each policy's mean over its seeds a short horizontal line; policies that share a sync
+    count sit side by side. The band (the baseline's colour) is ±margin % around each setting's baseline mean,
+    so the y-range is never narrower than the margin: two single-seed points 0.3% apart do not fill the axis.
+    Middle and right: every run's val-loss curve against iterations and against wall-clock seconds, from the
+    first eval after iteration 0 (whose loss, ~ln(vocab), would squash the rest); the wall-clock panel says
+    when its timings measure the machine rather than the policy (wall_clock_caveat). bands (--stats): each
+    policy's 95% t-interval over its seeds, of the final val loss (left, a box) and of the val loss at every
+    iteration that all its seeds logged (middle, a band around the mean curve)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     margin = MARGIN if margin is None else margin
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(19, 5))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(21, 5.5))
     settings = sorted_settings(r["setting"] for r in runs)
     labels = setting_labels(settings)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    crowded = len(runs) > MAX_LABELLED  # a whole grid: no per-run labels, which would overlap
+    policies = sorted({r["policy"] for r in runs}, key=lambda p: (p != "baseline", sync_interval(p) or 0, p))
+    palette = plt.get_cmap("tab10" if len(policies) <= 10 else "tab20").colors
+    if len(policies) <= 10:  # tab10's grey last: the margin band is grey
+        palette = [c for k, c in enumerate(palette) if k != 7] + [palette[7]]
+    color = {p: palette[k % len(palette)] for k, p in enumerate(policies)}
+    seeds = sorted({r["seed"] for r in runs}, key=natural)
+    style = {sd: SEED_STYLES[k % len(SEED_STYLES)] for k, sd in enumerate(seeds)}
+    marker = {st: SETTING_MARKERS[k % len(SETTING_MARKERS)] for k, st in enumerate(settings)}
     for k, setting in enumerate(settings):
-        color = colors[k % len(colors)]
         own = [r for r in runs if r["setting"] == setting and r["syncs"] is not None]
-        policies = sorted({r["policy"] for r in own}, key=lambda p: (p != "baseline", p))
+        here_policies = [p for p in policies if any(r["policy"] == p for r in own)]
         base = [r["final_val"] for r in own if r["policy"] == "baseline"]
         if base:
             mean = statistics.fmean(base)
-            left.axhspan(mean * (1 - margin / 100), mean * (1 + margin / 100), color=color, alpha=0.1, lw=0,
-                         label=f"±{margin:g}% of the baseline mean (the --margin of --stats; not a noise band)"
-                         if k == 0 else None)
+            left.axhspan(mean * (1 - margin / 100), mean * (1 + margin / 100), color="0.5", alpha=0.12,
+                         lw=0)
         for syncs in sorted({r["syncs"] for r in own}):
-            here = [p for p in policies if any(r["policy"] == p and r["syncs"] == syncs for r in own)]
+            here = [p for p in here_policies if any(r["policy"] == p and r["syncs"] == syncs for r in own)]
             for j, policy in enumerate(here):
                 x = syncs * 2 ** (0.06 * (j - (len(here) - 1) / 2) + 0.02 * (k - (len(settings) - 1) / 2))
                 values = [r["final_val"] for r in own if r["policy"] == policy and r["syncs"] == syncs]
-                marker = "D" if policy == "baseline" else "o"
-                left.scatter([x] * len(values), values, color=color, marker=marker, s=16, alpha=0.7,
-                             label=labels[setting] if (syncs, j) == (min(r["syncs"] for r in own), 0) else None)
+                left.scatter([x] * len(values), values, color=color[policy], marker=marker[setting], s=18, alpha=0.8)
                 if len(values) > 1:
-                    left.hlines(statistics.fmean(values), x / 1.04, x * 1.04, color=color, linewidth=2)
-                if not crowded:
-                    left.annotate(policy, (x, max(values)), textcoords="offset points", xytext=(3, 3), fontsize=7)
-        for r in runs:
-            if r["setting"] != setting:
-                continue
+                    mean, half, _ = mean_ci(values)
+                    left.hlines(mean, x / 1.04, x * 1.04, color=color[policy], linewidth=2)
+                    if bands and half is not None:
+                        left.fill_between([x / 1.04, x * 1.04], mean - half, mean + half, color=color[policy],
+                                          alpha=0.2, lw=0)
+        for r in (r for r in runs if r["setting"] == setting):
             after_0 = [n for n, (i, _) in enumerate(r["curve"]) if i > 0] or [0]
             for ax, curve in ((middle, r["curve"]), (right, r["time_curve"])):
                 if curve:
                     xs, losses = zip(*(curve[n] for n in after_0))
-                    ax.plot(xs, losses, color=color, linewidth=1, alpha=0.7, marker="." if len(xs) < 10 else None,
-                            linestyle="--" if r["policy"] == "baseline" else "-",
-                            label=r["name"] if ax is middle and not crowded else None)
+                    ax.plot(xs, losses, color=color[r["policy"]], linestyle=style[r["seed"]],
+                            linewidth=0.8 if bands else 1.2, alpha=0.6 if bands else 0.85,
+                            marker="." if len(xs) < 10 else None, markersize=4)
+        if bands:
+            for policy in here_policies:
+                cell = [r for r in runs if r["setting"] == setting and r["policy"] == policy]
+                common = sorted(set.intersection(*({i for i, _ in r["curve"] if i > 0} for r in cell)))
+                if len(cell) < 2 or not common:
+                    continue
+                stats = [mean_ci([dict(r["curve"])[i] for r in cell]) for i in common]
+                low = [m - (h or 0) for m, h, _ in stats]
+                high = [m + (h or 0) for m, h, _ in stats]
+                middle.fill_between(common, low, high, color=color[policy], alpha=0.2, lw=0)
+                middle.plot(common, [m for m, _, _ in stats], color=color[policy], linewidth=2)
     left.set_xscale("log", base=2)
     ticks = sorted({r["syncs"] for r in runs if r["syncs"]})
     left.set_xticks(ticks)
     left.set_xticklabels([str(t) for t in ticks])
     left.minorticks_off()
-    left.set_xlabel("all-reduces per forward pass (measured); diamonds: baseline")
+    left.set_xlabel("all-reduces per forward pass (measured)")
     left.set_ylabel("final val loss")
-    seeds = [sum(r["policy"] == p and r["setting"] == s for r in runs) for s, p in {(r["setting"], r["policy"])
-                                                                                 for r in runs}]
-    left.set_title("final val per run (points) and per policy (mean of seeds: line)" if max(seeds) > 1 else
+    per_cell = [sum(r["policy"] == p and r["setting"] == s for r in runs) for s, p in {(r["setting"], r["policy"])
+                                                                                    for r in runs}]
+    left.set_title(("final val per run (points) and per policy (mean of seeds: line"
+                    + ("; 95% t-interval: box)" if bands else ")")) if max(per_cell) > 1 else
                    "final val, ONE seed per policy: no spread measured,\nso no difference here is shown to be real",
                    fontsize=10)
     left.grid(alpha=0.3)
-    left.legend(fontsize=7)
     middle.set_xlabel("iteration")
     middle.set_ylabel("val loss")
-    middle.set_title("val loss from the first eval after iteration 0 (baseline dashed)", fontsize=10)
+    middle.set_title("val loss from the first eval after iteration 0" +
+                     (";\nbold: mean of a policy's seeds, band: its 95% t-interval" if bands else ""), fontsize=10)
     middle.grid(alpha=0.3)
-    if not crowded:
-        middle.legend(fontsize=7)
-    right.set_xlabel("wall-clock seconds since the iteration-0 eval (this machine, evals included)")
+    right.set_xlabel("wall-clock seconds since the iteration-0 eval (evals included)")
     right.set_ylabel("val loss")
+    caveat = wall_clock_caveat(runs)
     right.set_title("val loss against time" + ("" if any(r["time_curve"] for r in runs) else
-                                               ": no eval times logged (log.txt only)"), fontsize=10)
+                                               ": no eval times logged (log.txt only)")
+                    + (f"\n{caveat}" if caveat else ""),
+                    fontsize=10, color="firebrick" if caveat else "black")
     right.grid(alpha=0.3)
-    fig.tight_layout()
+    handles = [Line2D([], [], color=color[p], linewidth=2.5, label=p) for p in policies]
+    handles += [Line2D([], [], color="0.3", linestyle=style[sd], linewidth=1.5, label=f"seed {sd}") for sd in seeds]
+    if len(settings) > 1:
+        handles += [Line2D([], [], color="0.3", marker=marker[st], linestyle="None", label=labels[st])
+                    for st in settings]
+    if any(r["policy"] == "baseline" for r in runs):
+        handles.append(Patch(color="0.5", alpha=0.2,
+                             label=f"±{margin:g}% of the baseline mean\n(the --margin of --stats)"))
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.86, 0.5), fontsize=8,
+               title="colour: policy; line: seed" + ("; marker: setting" if len(settings) > 1 else ""),
+               title_fontsize=8)
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
     save_figure(fig, path)
 
 
@@ -1121,7 +1253,10 @@ def main(argv=None):
     print("one run per row: no verdict here; --stats gives the paired tests over seeds")
     if len({r["final_iter"] for r in runs}) > 1:
         print("note: the runs end at different iterations; compare final losses with care")
-    plot(runs, args.out, args.margin)
+    timing = timing_lines(runs)
+    if timing:
+        print("\n".join(timing))
+    plot(runs, args.out, args.margin, bands=bool(args.stats or args.trend or args.stats_json or args.budgets))
     print(f"wrote {args.out}")
     if args.stats or args.trend or args.stats_json or args.budgets:
         if not args.margin > 0:

@@ -23,8 +23,10 @@ falls back to a valid ckpt_best.pt, says so, and keeps the bad file as ckpt.pt.i
 """
 import dataclasses
 import importlib.util
+import json
 import math
 import os
+import platform
 import signal
 import sys
 import time
@@ -232,21 +234,24 @@ def open_run(cfg, layout, mesh, control, raw_model, dtype):
     if control.any_error(claim_error is not None):
         fail(claim_error or "rank 0 could not claim out_dir", mesh)
     tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
+    where = run_conditions(mesh.device)  # device name, CPU cores, load average: what a timing depends on
     derived = {"world_size": mesh.world_size, "dp": mesh.dp, "micro_steps_per_replica": layout.micro_steps,
                "tokens_per_iter": tokens_per_iter, "device": mesh.device, "resolved_dtype": dtype,
                "vocab_size": raw_model.config.vocab_size, "n_params": raw_model.get_num_params(),
-               "declared_syncs_per_forward": raw_model.syncs_per_forward, "tp_requested": layout.requested}
+               "declared_syncs_per_forward": raw_model.syncs_per_forward, "tp_requested": layout.requested, **where}
     if mesh.is_master:
         save_config(cfg, os.path.join(cfg.out_dir, "config.json"), extra={"derived": derived})
     log = RunLog(cfg.out_dir, mesh.is_master, fresh=fresh)
     for note in claim_notes:
         log.write(f"note: {note}", {"type": "note", "note": note})
     steps = layout.micro_steps
+    load = "unknown" if where["load_avg_start"] is None else f"{where['load_avg_start'][0]:.2f}"
     log.write(f"layout: world {mesh.world_size} = dp {mesh.dp} x tp {mesh.tp} ({layout.why}), {steps} "
               f"micro-step{'s' if steps > 1 else ''} per replica, {tokens_per_iter:,} tokens per iteration, "
-              f"{derived['n_params'] / 1e6:.2f}M parameters, {dtype} on {mesh.device.split(':')[0]}",
+              f"{derived['n_params'] / 1e6:.2f}M parameters, {dtype} on {mesh.device.split(':')[0]} "
+              f"({where['device_name']}; {where['cpu_cores']} CPU cores for rank 0, load average {load})",
               {"type": "layout", "world_size": mesh.world_size, "dp": mesh.dp, "tp": mesh.tp,
-               "tp_requested": layout.requested})
+               "tp_requested": layout.requested, **where})
     if mesh.is_master:
         print(f"config:\n{format_config(cfg)}", flush=True)
     comm.barrier()  # out_dir exists before any rank goes on
@@ -292,16 +297,85 @@ def restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg
     return iter_num, checkpoint["best_val_loss"]
 
 
-def say_done(log, cfg, trained, iter_num, tokens_per_iter, passes, seconds, final_val, best_val, ckpt_path, mesh):
-    """The run's last line: what was trained, the losses, where the checkpoint is and what to run next."""
+def cpu_model():
+    """The CPU's model name (/proc/cpuinfo on Linux), else what platform knows, else 'unknown CPU'."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def load_average():
+    """os.getloadavg() (1, 5, 15 minutes), rounded; None where the system has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def run_conditions(device):
+    """What a timing depends on besides the policy (rank 0's view, in the layout record): the device's name,
+    the CPU cores this process may run on and the load average when the run starts."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count()
+    cuda = device.startswith("cuda")
+    return {"device_type": device.split(":")[0],
+            "device_name": torch.cuda.get_device_name(torch.device(device)) if cuda else cpu_model(),
+            "cpu_cores": cores, "load_avg_start": load_average()}
+
+
+def best_eval_iter(metrics_path, best_val, up_to):
+    """The first iteration whose logged val loss is best_val (a resumed run's later lines win), or None:
+    a resumed run's best may come from before the resume, which only the log remembers."""
+    evals = {}
+    try:
+        with open(metrics_path) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(r, dict) and r.get("type") == "eval" and isinstance(r.get("iter"), int):
+                    evals[r["iter"]] = r.get("val_loss")
+    except OSError:
+        return None
+    return min((i for i, v in evals.items() if v == best_val and i <= up_to), default=None)
+
+
+def say_summary(log, cfg, mesh, *, trained, iter_num, tokens_per_iter, passes, seconds, final, best_val, best_iter,
+                syncs, ckpt_path, stopped):
+    """The run's last block (at most 4 lines, rank 0) and metrics.jsonl's last record (type 'summary'): what
+    was trained, the losses, the measured syncs per forward, the checkpoint and what to run next.
+    final: (iteration, val loss) of this process's last eval, or None; stopped: the signal's name or None."""
     saved = os.path.exists(ckpt_path) if mesh.is_master else False
-    took = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
-    log.write(f"done: {trained} iterations in {took} (iter {iter_num}, {iter_num * tokens_per_iter:,} "
-              f"tokens, {passes:.2f} passes); final val loss {final_val:.4f}, best {best_val:.4f}; "
-              + (f"checkpoint {ckpt_path}. Next: python sample.py --out_dir={cfg.out_dir}, "
-                 if saved else "no checkpoint written. Next: ")
-              + f"python compare_runs.py {cfg.out_dir} <other out_dirs>",
-              {"type": "done", "iter": iter_num, "seconds": seconds, "final_val": final_val, "best_val": best_val})
+    took = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+    tokens = iter_num * tokens_per_iter
+    final_iter, final_val = final if final else (None, None)
+    best_val = best_val if best_val < 1e9 else None
+    load_end = load_average()
+    how = f"stopped by {stopped}" if stopped else "finished"
+    lines = [
+        f"summary: {how} at iter {iter_num} ({trained} iterations in this process, {took} wall time), "
+        f"{tokens:,} tokens seen ({passes:.2f} passes)",
+        "val loss: " + ("no eval in this process" if final_val is None else f"final {final_val:.4f} (iter {final_iter})")
+        + ("" if best_val is None else f", best {best_val:.4f} (iter {'?' if best_iter is None else best_iter})"),
+        f"syncs per forward (measured): {'?' if syncs is None else syncs}",
+        (f"checkpoint {ckpt_path}; next: python sample.py --out_dir={cfg.out_dir}; " if saved else
+         "no checkpoint written; next: ") + f"python compare_runs.py {cfg.out_dir} <other out_dirs>",
+    ]
+    for line in lines[:-1]:
+        log.write(line)
+    log.write(lines[-1], {"type": "summary", "finished": not stopped, "stopped_by": stopped, "iter": iter_num,
+                          "trained_iters": trained, "seconds": seconds, "tokens": tokens, "passes": passes,
+                          "final_val": final_val, "final_iter": final_iter, "best_val": best_val,
+                          "best_iter": best_iter, "syncs_per_fwd": syncs, "ckpt": ckpt_path if saved else None,
+                          "load_avg_end": load_end})
 
 
 def wrap(raw_model, cfg, mesh):
@@ -379,7 +453,7 @@ def main(argv):
         if control.any_error(error is not None):
             fail(error or "rank 0 could not write the checkpoint", mesh)
 
-    signum = 0
+    signum, losses, syncs, final, best_iter = 0, None, None, None, None
     run_start = time.time()
     control.start()
     while True:
@@ -400,6 +474,7 @@ def main(argv):
                 wandb.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"],
                            "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg)})
             is_best = losses["val"] < best_val_loss
+            final, best_iter = (iter_num, losses["val"]), iter_num if is_best else best_iter
             best_val_loss = min(best_val_loss, losses["val"])
             keep = iter_num in keep_iters and not cfg.eval_only
             if iter_num > start_iter and not cfg.eval_only and (is_best or cfg.always_save_checkpoint or keep):
@@ -445,9 +520,13 @@ def main(argv):
                       {"type": "stop", "iter": iter_num, "signal": name})
             break
 
-    if not signum and not cfg.eval_only:
-        say_done(log, cfg, iter_num - start_iter, iter_num, tokens_per_iter, passes_read(cfg, train_tokens, iter_num),
-                 time.time() - run_start, losses["val"], best_val_loss, ckpt_path, mesh)
+    if not cfg.eval_only:  # finished, or stopped by a signal (with a checkpoint): the last block and record
+        if best_iter is None and mesh.is_master:  # a resumed run's best from before the resume: from the log
+            best_iter = best_eval_iter(os.path.join(cfg.out_dir, "metrics.jsonl"), best_val_loss, iter_num)
+        say_summary(log, cfg, mesh, trained=iter_num - start_iter, iter_num=iter_num, tokens_per_iter=tokens_per_iter,
+                    passes=passes_read(cfg, train_tokens, iter_num), seconds=time.time() - run_start, final=final,
+                    best_val=best_val_loss, best_iter=best_iter, syncs=syncs, ckpt_path=ckpt_path,
+                    stopped=signal.Signals(signum).name if signum else None)
     control.finish()
     if wandb is not None:
         wandb.finish()

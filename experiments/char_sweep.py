@@ -305,9 +305,14 @@ def read_records(path):
 
 
 def finished(run_dir, max_iters):
-    """'complete' (eval at max_iters logged), 'diverged' (the trainer stopped it), or None."""
+    """'complete' (eval at max_iters logged, or an end record that finished there: 'summary' with finished true,
+    or a 'done' of a run logged before issue 42), 'diverged' (the trainer stopped it), or None. A run stopped by a
+    signal ends with a 'summary' record too (finished false, iter < max_iters): not complete, it is resumed."""
     records = read_records(os.path.join(run_dir, "metrics.jsonl"))
     if any(r.get("type") == "eval" and r.get("iter") == max_iters for r in records):
+        return "complete"
+    if any(r.get("type") in ("summary", "done") and r.get("finished", True) is True and r.get("iter") == max_iters
+           for r in records):
         return "complete"
     if any(r.get("type") == "error" for r in records):
         return "diverged"
