@@ -45,7 +45,7 @@ from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.mesh import RendezvousError, env_int, init_mesh, record_error_for_torchrun
 from run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
-from stop import Control, install_signal_handlers, report_fatal, watch_parent
+from stop import Control, install_signal_handlers, report_fatal, waiting, watch_parent
 from training import (NonFiniteTracker, RunLog, configure_optimizer, estimate_loss, estimate_mfu, get_lr,
                       load_full_optimizer_state, peak_flops_total, save_checkpoint, train_step)
 
@@ -103,7 +103,7 @@ def start_processes(cfg, layout):
         local_procs = env_int("LOCAL_WORLD_SIZE", 1)  # checked also where there is no GPU to share
         cuda_fits = torch.cuda.is_available() and torch.cuda.device_count() >= local_procs
         device_type = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and cuda_fits) else "cpu"
-        return init_mesh(layout.tp, device_type, cfg.rendezvous_timeout)
+        return init_mesh(layout.tp, device_type, cfg.rendezvous_timeout, on_wait=waiting)
     except ValueError as e:  # RendezvousError: only this rank may know, so every rank says it
         fail(str(e), every_rank=isinstance(e, RendezvousError))
 
