@@ -390,6 +390,10 @@ def resolve_layout(cfg, world_size):
     return Layout(tp=tp, dp=dp, micro_steps=micro_steps, why=why, requested=cfg.tp)
 
 
+# What a resumed run (and a branch) keeps from its checkpoint's run: the data it reads and their order.
+SAME_DATA_KEYS = ("dataset", "seed", "batch_size", "block_size", "gradient_accumulation_steps", "data_order")
+
+
 def help_text(argv=(), prog="train_reduced_sync.py"):
     """--help: every key of TrainConfig by group, with its type, its default (after the config files and
     --key=value overrides in argv, if any) and its meaning: the same table that parse() validates against."""
@@ -411,6 +415,16 @@ def help_text(argv=(), prog="train_reduced_sync.py"):
         lines += ["", group]
         lines += [f"  {name:<{widths[0]}}  {kind:<{widths[1]}}  {value:<{widths[2]}}  {meaning}"
                   for g, name, kind, value, meaning in rows if g == group]
+    lines += ["",
+              "Resuming (--init_from=resume): the checkpoint's model keys replace the requested ones (a note for",
+              f"each), and a run is refused if it would read other data or another order: {', '.join(SAME_DATA_KEYS)}",
+              "must equal the checkpoint's (a branch shares them with its trunk). Other keys may change.",
+              "",
+              "Stopping: SIGINT (Ctrl-C) or SIGTERM; every rank stops after the same step, writes ckpt.pt and exits",
+              "130/143 ('stopped by SIGTERM at iter N: saved ...'); before training (the rendezvous, the data",
+              "checks) it stops at once. Under torchrun, send SIGTERM to the workers, not to torchrun (which prints",
+              "its own SignalException traceback after our line): pkill -TERM -P <torchrun pid>; a second",
+              "SIGINT stops at once without a checkpoint (the previous one is intact)."]
     return "\n".join(lines)
 
 
