@@ -466,8 +466,9 @@ def main(argv):
         if signum:
             save([ckpt_path])
             name = signal.Signals(signum).name
-            log.write(f"stopped by {name} at iter {iter_num}: saved {ckpt_path}; continue with --init_from=resume",
-                      {"type": "stop", "iter": iter_num, "signal": name})
+            stopped = f"stopped by {name} at iter {iter_num}: saved {ckpt_path}; continue with --init_from=resume"
+            log.write(stopped, {"type": "stop", "iter": iter_num, "signal": name})
+            record_error_for_torchrun(stopped)  # torchrun's summary of the exit code 128+signum names it
             break
 
     if not signum and not cfg.eval_only:
