@@ -140,8 +140,8 @@ def _rendezvous(backend, timeout_s, on_wait=None):
             if on_wait is not None:
                 on_wait(f"waiting for {waiting}")
         now = time.monotonic()
-        if now >= next_note:
-            print(f"{prefix}waiting for {state['waiting']} (timeout in {max(deadline - now, 0):.0f} s)",
+        if next_note <= now < deadline - 1:  # past the deadline, the timeout's own line comes next
+            print(f"{prefix}waiting for {state['waiting']} (timeout in {deadline - now:.0f} s)",
                   file=sys.stderr, flush=True)  # the terminal's, while fd 2 is hidden
             next_note = now + WAIT_NOTE_EVERY
 
