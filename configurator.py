@@ -409,22 +409,25 @@ def help_text(argv=(), prog="train_reduced_sync.py"):
              "",
              "Config files (flat Python assigning the keys below) are read in order, then --key=value overrides;",
              "values are Python literals, or text for str keys (--out_dir=out-x).",
+             "",
+             "Resuming (--init_from=resume): the checkpoint's model keys replace the requested ones (a note for",
+             "each). A resume reads what its run would have read next, so it is refused unless these equal the",
+             f"checkpoint's: {', '.join(SAME_DATA_KEYS)} (a branch shares",
+             "them with its trunk). Other keys may change.",
+             "",
+             "Stopping: SIGINT (Ctrl-C) or SIGTERM. In training every rank stops after the same step, writes",
+             "ckpt.pt and exits 130/143 ('stopped by SIGTERM at iter N: saved ...'); before it (the rendezvous,",
+             "the data checks) it stops at once. Under torchrun send SIGTERM to the workers,",
+             "pkill -TERM -P <torchrun pid>: torchrun's failure summary then quotes our line; SIGTERM to torchrun",
+             "stops them the same way but ends with torchrun's own SignalException traceback. A second SIGINT",
+             "stops at once, without a checkpoint (the previous one is intact).",
+             "",
              "Columns: key, type, default" + (f" (after {' '.join(given)})" if given else "")
              + ", meaning."]
     for group in dict.fromkeys(r[0] for r in rows):
         lines += ["", group]
         lines += [f"  {name:<{widths[0]}}  {kind:<{widths[1]}}  {value:<{widths[2]}}  {meaning}"
                   for g, name, kind, value, meaning in rows if g == group]
-    lines += ["",
-              "Resuming (--init_from=resume): the checkpoint's model keys replace the requested ones (a note for",
-              f"each), and a run is refused if it would read other data or another order: {', '.join(SAME_DATA_KEYS)}",
-              "must equal the checkpoint's (a branch shares them with its trunk). Other keys may change.",
-              "",
-              "Stopping: SIGINT (Ctrl-C) or SIGTERM; every rank stops after the same step, writes ckpt.pt and exits",
-              "130/143 ('stopped by SIGTERM at iter N: saved ...'); before training (the rendezvous, the data",
-              "checks) it stops at once. Under torchrun, send SIGTERM to the workers, not to torchrun (which prints",
-              "its own SignalException traceback after our line): pkill -TERM -P <torchrun pid>; a second",
-              "SIGINT stops at once without a checkpoint (the previous one is intact)."]
     return "\n".join(lines)
 
 
