@@ -390,6 +390,10 @@ def resolve_layout(cfg, world_size):
     return Layout(tp=tp, dp=dp, micro_steps=micro_steps, why=why, requested=cfg.tp)
 
 
+# What a resumed run (and a branch) keeps from its checkpoint's run: the data it reads and their order.
+SAME_DATA_KEYS = ("dataset", "seed", "batch_size", "block_size", "gradient_accumulation_steps", "data_order")
+
+
 def help_text(argv=(), prog="train_reduced_sync.py"):
     """--help: every key of TrainConfig by group, with its type, its default (after the config files and
     --key=value overrides in argv, if any) and its meaning: the same table that parse() validates against."""
@@ -405,6 +409,19 @@ def help_text(argv=(), prog="train_reduced_sync.py"):
              "",
              "Config files (flat Python assigning the keys below) are read in order, then --key=value overrides;",
              "values are Python literals, or text for str keys (--out_dir=out-x).",
+             "",
+             "Resuming (--init_from=resume): the checkpoint's model keys replace the requested ones (a note for",
+             "each). A resume reads what its run would have read next, so it is refused unless these equal the",
+             f"checkpoint's: {', '.join(SAME_DATA_KEYS)} (a branch shares",
+             "them with its trunk). Other keys may change.",
+             "",
+             "Stopping: SIGINT (Ctrl-C) or SIGTERM. In training every rank stops after the same step, writes",
+             "ckpt.pt and exits 130/143 ('stopped by SIGTERM at iter N: saved ...'); before it (the rendezvous,",
+             "the data checks) it stops at once. Under torchrun send SIGTERM to the workers,",
+             "pkill -TERM -P <torchrun pid>: torchrun's failure summary then quotes our line; SIGTERM to torchrun",
+             "stops them the same way but ends with torchrun's own SignalException traceback. A second SIGINT",
+             "stops at once, without a checkpoint (the previous one is intact).",
+             "",
              "Columns: key, type, default" + (f" (after {' '.join(given)})" if given else "")
              + ", meaning."]
     for group in dict.fromkeys(r[0] for r in rows):

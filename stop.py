@@ -1,6 +1,7 @@
 """Stopping every rank together: on SIGINT/SIGTERM, and when one rank hits an error the others must share.
 
-    install_signal_handlers()          first: until training starts, SIGINT/SIGTERM exit at once
+    install_signal_handlers()          first: until training starts, SIGINT/SIGTERM exit at once (the
+                                       rendezvous included: init_mesh(on_wait=waiting) waits in Python)
     watch_parent()                     under torchrun: a worker whose launcher died stops (SIGTERM to itself)
     control = Control(mesh)            every rank, once (creates a gloo group over the world)
     control.start()                    the loop begins: a signal now sets a flag; a second SIGINT exits at once
@@ -39,7 +40,8 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 FORWARD_WINDOW = 2.0
 
 
-_signal = {"num": 0, "at": 0.0, "training": False}  # what the handler saw; set only by it and Control.start
+_signal = {"num": 0, "at": 0.0, "training": False,  # what the handler saw; set only by it and Control.start
+           "waiting": None}  # what the rendezvous waits for (waiting()), named if a signal stops it
 _peers = []  # (host hash, pid) of every rank, by rank
 
 
@@ -47,6 +49,12 @@ def install_signal_handlers():
     """First thing in main: until the training loop starts there is nothing to save, so a signal stops at once."""
     for s in SIGNALS:
         signal.signal(s, _handle)
+
+
+def waiting(text):
+    """on_wait of parallel.mesh.init_mesh: what this rank waits for now (None: no longer waiting). A signal
+    during the wait names it, on every rank (outside torchrun each rank is a terminal of its own)."""
+    _signal["waiting"] = text
 
 
 def watch_parent(interval=1.0):
@@ -74,6 +82,11 @@ def _say(line):
 
 def _handle(signum, frame):
     name = signal.Signals(signum).name
+    if _signal["waiting"]:
+        rank = os.environ.get("RANK", "0")
+        print(f"error: {'' if rank in ('0', '') else f'rank {rank}: '}{name} while {_signal['waiting']}: stopped, "
+              f"nothing to save", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
     if not _signal["training"]:
         _say(f"error: {name} before training began: stopped, nothing to save")
         os._exit(128 + signum)

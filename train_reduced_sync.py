@@ -38,8 +38,8 @@ import torch.distributed as dist
 
 from checkpoint import (MODEL_KEYS, RESUME_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
                         restore_rng_states, set_aside)
-from configurator import (VALID_KEYS, ConfigError, TrainConfig, format_config, help_text, merge, model_config, parse,
-                          resolve_layout, save_config, save_iter_set)
+from configurator import (SAME_DATA_KEYS, VALID_KEYS, ConfigError, TrainConfig, format_config, help_text, merge,
+                          model_config, parse, resolve_layout, save_config, save_iter_set)
 from data.loader import DataError, check_data, check_one_pass, dropout_seed, get_train_batch, passes_read
 from memory_check import check_memory
 from model.gpt import GPT
@@ -47,7 +47,7 @@ from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.mesh import RendezvousError, env_int, init_mesh, record_error_for_torchrun
 from run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
-from stop import Control, install_signal_handlers, report_fatal, watch_parent
+from stop import Control, install_signal_handlers, report_fatal, waiting, watch_parent
 from training import (NonFiniteTracker, RunLog, configure_optimizer, estimate_loss, estimate_mfu, get_lr,
                       load_full_optimizer_state, peak_flops_total, save_checkpoint, train_step)
 
@@ -105,7 +105,7 @@ def start_processes(cfg, layout):
         local_procs = env_int("LOCAL_WORLD_SIZE", 1)  # checked also where there is no GPU to share
         cuda_fits = torch.cuda.is_available() and torch.cuda.device_count() >= local_procs
         device_type = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and cuda_fits) else "cpu"
-        return init_mesh(layout.tp, device_type, cfg.rendezvous_timeout)
+        return init_mesh(layout.tp, device_type, cfg.rendezvous_timeout, on_wait=waiting)
     except ValueError as e:  # RendezvousError: only this rank may know, so every rank says it
         fail(str(e), every_rank=isinstance(e, RendezvousError))
 
@@ -148,6 +148,7 @@ def read_init(cfg, vocab_size, data_dir, mesh):
             print(f"note: {init.fallback_note}", flush=True)
         saved, verb = init.checkpoint["model_args"], "resuming"
         keys = [k for k in saved if k not in ("dropout", "vocab_size")]
+        check_same_data(cfg, init.checkpoint.get("config", {}), init.path, mesh)
     elif cfg.init_from == "branch":  # a WSD trunk's run, continued into this out_dir under this schedule
         try:
             init.checkpoint = read_checkpoint(cfg.branch_from, RESUME_KEYS)
@@ -164,6 +165,8 @@ def read_init(cfg, vocab_size, data_dir, mesh):
         init.path, init.weights, saved, verb = cfg.init_from, source["model"], source["model_args"], "fine-tuning"
         keys = ["n_layer", "n_head", "n_embd", "block_size", "bias", "n_tracks"]
     check_vocab(saved["vocab_size"], vocab_size, init.path, data_dir, mesh)
+    if cfg.tp > 1 and saved["n_tracks"] % cfg.tp != 0:
+        check_tracks_fit(cfg, saved["n_tracks"], init.path, verb, mesh)
     changes = {k: saved[k] for k in keys if getattr(cfg, k) != saved[k]}
     for key, value in changes.items():
         if mesh.is_master:
@@ -172,16 +175,35 @@ def read_init(cfg, vocab_size, data_dir, mesh):
         cfg = merge(cfg, changes)
     except ConfigError as e:
         fail(f"{init.path}: {e}", mesh)
-    if cfg.init_from == "resume" and mesh.is_master:
-        data = init.checkpoint["data"]
-        if any(data[k] != getattr(cfg, k) for k in ("seed", "batch_size", "block_size", "gradient_accumulation_steps")):
-            print("note: seed/batch_size/block_size/gradient_accumulation_steps differ from the "
-                  "checkpoint's: the data order after resuming differs from the original run's")
     return cfg, init
 
 
-# What a branch must share with its trunk: the data it read and the order it goes on reading them in.
-BRANCH_SAME = ("dataset", "seed", "batch_size", "block_size", "gradient_accumulation_steps", "data_order")
+def check_tracks_fit(cfg, n_tracks, path, verb, mesh):
+    """The checkpoint's n_tracks (which a resume or fine-tune keeps) against the launch's tp: name both,
+    and the layouts of this many processes that would work."""
+    world, gas = mesh.world_size, cfg.gradient_accumulation_steps
+    fits = [t for t in range(1, world + 1) if world % t == 0 and n_tracks % t == 0 and gas % (world // t) == 0]
+    fix = (f"layouts of {world} processes that fit it: " + ", ".join(f"tp={t} (dp={world // t})" for t in fits)
+           + f"; relaunch with --tp={max(fits)}, or --tp=auto --n_tracks={n_tracks}" if fits else
+           f"no layout of {world} processes fits it with gradient_accumulation_steps={gas}")
+    fail(f"{path} has n_tracks={n_tracks} (the checkpoint's architecture, kept when {verb}; requested "
+         f"n_tracks={cfg.n_tracks}), but this launch splits the model over tp={cfg.tp} (world size {world}), which "
+         f"does not divide n_tracks={n_tracks}: {fix}", mesh)
+
+
+# What a branch must share with its trunk, and a resumed run with its checkpoint: the data it read and the
+# order it goes on reading them in (--help states the rule).
+BRANCH_SAME = SAME_DATA_KEYS
+
+
+def check_same_data(cfg, saved_config, path, mesh):
+    """A resume goes on reading what the checkpoint's run would have read next: refuse any data key changed."""
+    for key in SAME_DATA_KEYS:
+        if key in saved_config and saved_config[key] != getattr(cfg, key):
+            fail(f"{path} was trained with {key}={saved_config[key]!r}, this resume has {key}={getattr(cfg, key)!r}: "
+                 f"a resumed run keeps the data it reads and their order ({', '.join(SAME_DATA_KEYS)}), so set "
+                 f"--{key}={saved_config[key]!r}, or start a new run in another out_dir", mesh)
+
 
 
 def check_branch(cfg, checkpoint, path, mesh):
@@ -243,6 +265,9 @@ def open_run(cfg, layout, mesh, control, raw_model, dtype):
         save_config(cfg, os.path.join(cfg.out_dir, "config.json"), extra={"derived": derived})
     log = RunLog(cfg.out_dir, mesh.is_master, fresh=fresh)
     for note in claim_notes:
+        log.write(f"note: {note}", {"type": "note", "note": note})
+    if cfg.tp_async_grad and mesh.tp == 1:
+        note = "tp_async_grad=True does nothing at tp=1: there is no tensor-parallel all-reduce to overlap"
         log.write(f"note: {note}", {"type": "note", "note": note})
     steps = layout.micro_steps
     load = "unknown" if where["load_avg_start"] is None else f"{where['load_avg_start'][0]:.2f}"
@@ -516,8 +541,9 @@ def main(argv):
         if signum:
             save([ckpt_path])
             name = signal.Signals(signum).name
-            log.write(f"stopped by {name} at iter {iter_num}: saved {ckpt_path}; continue with --init_from=resume",
-                      {"type": "stop", "iter": iter_num, "signal": name})
+            stopped = f"stopped by {name} at iter {iter_num}: saved {ckpt_path}; continue with --init_from=resume"
+            log.write(stopped, {"type": "stop", "iter": iter_num, "signal": name})
+            record_error_for_torchrun(stopped)  # torchrun's summary of the exit code 128+signum names it
             break
 
     if not cfg.eval_only:  # finished, or stopped by a signal (with a checkpoint): the last block and record

@@ -239,6 +239,9 @@ def build_parser():
     p.add_argument("--tp1_policies", default="baseline,grouped:4", help="tp1 sync policies")
     p.add_argument("--tp1_n_tracks", default="2", help="comma-separated n_tracks of the tp1 rows")
     p.add_argument("--tp2_n_tracks", default="2,4", help="comma-separated n_tracks of the tp2 rows (even)")
+    p.add_argument("--tp_async_grad", default="off",
+                   help="comma-separated of off, on: tp2 rows with the trainer's --tp_async_grad (f's backward "
+                        "all-reduce overlapped with the weight-gradient GEMM); 'on' rows end in ' async'")
     p.add_argument("--modes", default="compiled", help="comma-separated of " + ", ".join(MODES) + " (see Modes)")
     p.add_argument("--no_fullgraph", action="store_true",
                    help="compile without fullgraph=True (graph breaks fall back to eager instead of failing)")
@@ -273,6 +276,7 @@ def parse_args(argv):
         raise ArgError(f"--warmup={args.warmup}: must be at least 0")
     args.groups = choice_list("variants", args.variants, GROUPS)
     args.mode_list = choice_list("modes", args.modes, MODES)
+    args.async_list = list(dict.fromkeys(choice_list("tp_async_grad", args.tp_async_grad, ("off", "on"))))
     args.policy_list = split_policies(args.policies)
     args.tp1_policy_list = split_policies(args.tp1_policies)
     for flag, policies, group in (("policies", args.policy_list, "tp2"), ("tp1_policies", args.tp1_policy_list, "tp1")):
@@ -308,9 +312,9 @@ def variant_plan(args, world):
     base_modes = ["eager"] + extra  # plain, tp1, dp2: eager always, compiled when asked
     plan = []
 
-    def add(group, impl, tp, dp, n_tracks, policy, mode, name):
+    def add(group, impl, tp, dp, n_tracks, policy, mode, name, async_grad="off"):
         plan.append(dict(group=group, impl=impl, tp=tp, dp=dp, n_tracks=n_tracks, policy=policy, mode=mode,
-                         name=name, gpus=tp * dp))
+                         name=name, gpus=tp * dp, async_grad=async_grad))
 
     for group in args.groups:
         if group == "plain":
@@ -327,7 +331,9 @@ def variant_plan(args, world):
             for mode in args.mode_list:
                 for n in args.tp2_tracks:
                     for policy in args.policy_list:
-                        add("tp2", "ours", 2, 1, n, policy, mode, f"ours tp2 n{n} {policy} {mode}")
+                        for on in args.async_list:  # tp1 rows have no tp all-reduce: the flag does nothing there
+                            add("tp2", "ours", 2, 1, n, policy, mode,
+                                f"ours tp2 n{n} {policy} {mode}" + (" async" if on == "on" else ""), on)
         elif group == "dp2":
             for mode in base_modes:
                 add("dp2", "ours", 1, 2, 1, "baseline", mode, f"ours dp2 {mode}")
@@ -347,13 +353,17 @@ def build_variant(v, args, env):
     torch._inductor.config.reorder_for_compute_comm_overlap_passes = (
         OVERLAP_PASSES if v["mode"] == "compiled-overlap" else [])
     compile_mode = "reduce-overhead" if v["mode"] == "compiled-graphs" else None
+    async_grad = v.get("async_grad") == "on"
+    # as the trainer does: with it on, inductor's peak-memory reordering undid the overlap (tests/test_async_grad.py)
+    torch._inductor.config.reorder_for_peak_memory = not (async_grad and compiled)
     torch.manual_seed(0)  # the same full weights on every rank (GPT draws them from the global RNG)
     if v["impl"] == "plain":
         raw = PlainGPT(**shape).to(env.device)
         inner = torch.compile(raw, fullgraph=not args.no_fullgraph, mode=compile_mode) if compiled else raw
         return BucketedDDP(inner, process_group=env.solo_group, bucket_cap_mb=args.bucket_cap_mb), raw, None, None
     tp_group = env.tp_group if v["tp"] == 2 else None
-    raw = GPT(GPTConfig(**shape, n_tracks=v["n_tracks"], sync_policy=v["policy"]), tp_group=tp_group).to(env.device)
+    raw = GPT(GPTConfig(**shape, n_tracks=v["n_tracks"], sync_policy=v["policy"]), tp_group=tp_group,
+              async_grad_allreduce=async_grad).to(env.device)
     if v["impl"] == "torch_ddp":
         ddp = torch.nn.parallel.DistributedDataParallel(
             raw, device_ids=[env.device_index] if env.cuda else None, bucket_cap_mb=args.bucket_cap_mb)
@@ -441,7 +451,8 @@ def _ok(row):
 def key_ratios(rows):
     """[{section, label, value or None}], each value a throughput ratio (> 1: the first is faster)."""
     out = []
-    by = {(r["group"], r["impl"], r["n_tracks"], r["policy"], r["mode"]): r for r in rows}
+    by = {(r["group"], r["impl"], r["n_tracks"], r["policy"], r["mode"]): r for r in rows
+          if r.get("async_grad", "off") == "off"}
 
     def add(section, label, a, b):
         value = a["tok_s"] / b["tok_s"] if _ok(a) and _ok(b) else None
@@ -453,6 +464,12 @@ def key_ratios(rows):
         plain = next((p for p in plains if p["mode"] == r["mode"]), None)
         if plain is not None:
             add("ours tp1 / plain (speedup = plain ms / ours ms)", f"{r['name']} vs {plain['name']}", r, plain)
+    for r in (r for r in rows if r.get("async_grad") == "on"):
+        sync = by.get(("tp2", "ours", r["n_tracks"], r["policy"], r["mode"]))
+        if sync is not None:
+            add("tp2 async grad / tp2 (tokens/s, same n_tracks, policy and mode)",
+                f"{r['policy']} n_tracks {r['n_tracks']} {r['mode']}", r, sync)
+    rows = [r for r in rows if r.get("async_grad", "off") == "off"]  # the other ratios: the default rows
     for r in (r for r in rows if r["group"] == "tp2" and r["policy"] == "baseline"):
         base1 = by.get(("tp1", "ours", r["n_tracks"], "baseline", r["mode"]))
         if base1 is not None:

@@ -7,6 +7,8 @@ holds the ranks with its tp_rank in every replica. All TP ranks of one replica r
 """
 import json
 import os
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -76,11 +78,42 @@ def env_int(name, default):
         raise ValueError(f"environment variable {name}={text!r} is not an integer") from None
 
 
-def _rendezvous(backend, timeout_s):
+JOINED_KEY = "reduced_sync/joined"  # every rank adds 1 once it reached the store
+FIRST_WAIT_NOTE, WAIT_NOTE_EVERY = 5.0, 30.0  # seconds: the first 'waiting for' line, then one each
+
+
+def _in_thread(fn, poll):
+    """fn() run in a daemon thread while this (main) thread calls poll() every 0.1 s: a C++ call that blocks
+    (a TCPStore client connecting, which retries until its timeout) would keep Python's signal handlers from
+    running, since they run only in the main thread between bytecodes. fn's exception is raised here."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 -- handed to the main thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="rendezvous", daemon=True)
+    t.start()
+    while t.is_alive():
+        t.join(0.1)  # interruptible: SIGINT/SIGTERM handlers run here
+        poll()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _rendezvous(backend, timeout_s, on_wait=None):
     """init_process_group; outside torchrun with a time limit on finding the other ranks. Under torchrun
     its agent has already gathered every worker (workers use the agent's store), so nothing waits there.
     Only the store gets the limit: collectives keep torch's default timeout (a long checkpoint write of
-    rank 0 must not time out the others' next collective)."""
+    rank 0 must not time out the others' next collective).
+
+    Outside torchrun the wait happens in Python (a C++ wait would hold off SIGINT/SIGTERM until its end):
+    rank 0 opens the store at once, the others connect to it in a thread, then every rank adds itself to a
+    counter and polls it until all are there. Every FIRST_WAIT_NOTE, then WAIT_NOTE_EVERY seconds a rank
+    says what it waits for; on_wait(text) is told each change of it (stop.py names it if a signal comes)."""
     if "TORCHELASTIC_RUN_ID" in os.environ or dist.is_initialized():
         if not dist.is_initialized():
             dist.init_process_group(backend=backend)
@@ -93,36 +126,76 @@ def _rendezvous(backend, timeout_s):
     if not 0 <= rank < world:
         raise RendezvousError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
     addr, port = os.environ["MASTER_ADDR"], env_int("MASTER_PORT", 0)
+    start = time.monotonic()
+    deadline, next_note = start + timeout_s, start + FIRST_WAIT_NOTE
+    state = {"waiting": f"rank 0 to open the rendezvous at {addr}:{port}" if rank else
+             f"{world - 1} of {world} ranks at {addr}:{port}"}
+    prefix = f"rank {rank}: " if rank else ""
+    stderr = sys.stderr
+
+    def poll(waiting=None):
+        nonlocal next_note
+        if waiting is not None and waiting != state["waiting"]:
+            state["waiting"] = waiting
+            if on_wait is not None:
+                on_wait(f"waiting for {waiting}")
+        now = time.monotonic()
+        if next_note <= now < deadline - 1:  # past the deadline, the timeout's own line comes next
+            print(f"{prefix}waiting for {state['waiting']} (timeout in {deadline - now:.0f} s)",
+                  file=sys.stderr, flush=True)  # the terminal's, while fd 2 is hidden
+            next_note = now + WAIT_NOTE_EVERY
+
+    def give_up(reason):
+        return RendezvousError(f"no rendezvous of the {world} ranks at {addr}:{port} within {timeout_s:g} s "
+                               f"(rendezvous_timeout): {reason}")
+
+    if on_wait is not None:
+        on_wait(f"waiting for {state['waiting']}")
     saved = os.dup(2)  # c10d logs each failed try to fd 2 with a C++ backtrace: the error below says it in a line
     try:
+        sys.stderr = os.fdopen(os.dup(saved), "w")  # our lines (and a signal's) still reach the terminal
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)
         os.close(devnull)
-        store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=timedelta(seconds=timeout_s),
-                              wait_for_workers=True)
-    except Exception as e:  # DistNetworkError, DistStoreError, RuntimeError: one line, whatever it is
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise RendezvousError(f"no rendezvous of the {world} ranks at {addr}:{port} within {timeout_s:g} s "
-                              f"(rendezvous_timeout): {reason}") from None
+        try:
+            store = _in_thread(lambda: dist.TCPStore(addr, port, world, is_master=rank == 0,
+                                                     timeout=timedelta(seconds=timeout_s), wait_for_workers=False),
+                               poll)
+            store.add(JOINED_KEY, 1)
+            while (joined := store.add(JOINED_KEY, 0)) < world:
+                if time.monotonic() >= deadline:
+                    raise give_up(f"{joined} of {world} ranks joined")
+                poll(f"{world - joined} of {world} ranks at {addr}:{port}")
+                time.sleep(0.1)
+        except RendezvousError:
+            raise
+        except Exception as e:  # DistNetworkError, DistStoreError, RuntimeError: one line, whatever it is
+            raise give_up((str(e).strip().splitlines() or [type(e).__name__])[0][:200]) from None
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+        if sys.stderr is not stderr:
+            sys.stderr.close()
+            sys.stderr = stderr
+    if on_wait is not None:
+        on_wait(None)
     dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world)
 
 
-def init_mesh(tp, device=None, rendezvous_timeout=300.0):
+def init_mesh(tp, device=None, rendezvous_timeout=300.0, on_wait=None):
     """Initialize torch.distributed from torchrun's environment (or a single process without it).
 
     NCCL on CUDA, gloo otherwise. Returns the Mesh; mesh.device is this rank's device string.
     Outside torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by hand), finding the other ranks
-    gives up after rendezvous_timeout seconds with a RendezvousError.
+    gives up after rendezvous_timeout seconds with a RendezvousError, saying what it waits for meanwhile
+    (on_wait: see _rendezvous).
     """
     if env_int("WORLD_SIZE", 1) > 1 or dist.is_initialized():
         local_rank = env_int("LOCAL_RANK", 0)
         device = device_for_local_rank(local_rank, device)
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
-        _rendezvous("nccl" if device.startswith("cuda") else "gloo", rendezvous_timeout)
+        _rendezvous("nccl" if device.startswith("cuda") else "gloo", rendezvous_timeout, on_wait)
         mesh = build_groups(tp)
         mesh.device = device
         return mesh

@@ -63,7 +63,7 @@ def test_one_process_skips_two_rank_groups(tmp_path):
 
 def test_bad_arguments_exit_with_one_line():
     for bad in (["--policies", "grouped:5"], ["--size", "huge"], ["--modes", "graph"], ["--tp2_n_tracks", "3"],
-                ["--no_such_flag"]):
+                ["--tp_async_grad", "maybe"], ["--no_such_flag"]):
         proc = subprocess.run([sys.executable, SCRIPT, *bad, "--out_dir", "/nonexistent/never-written"], cwd=REPO,
                               env=run_env(), capture_output=True, text=True, timeout=60)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
