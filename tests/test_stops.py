@@ -126,7 +126,10 @@ def test_signal_during_training_and_during_a_checkpoint_write_stops_with_a_check
         took, stdout, err = stop_time(proc, signal.SIGTERM)
         assert proc.returncode == 143 and took <= STOP_S, (phase, took, err[-3000:])
         assert "Traceback" not in err and not [s for s in err.splitlines() if s.startswith("error:")], err
-        assert last_line(stdout).startswith("stopped by SIGTERM at iter ") and "--init_from=resume" in stdout
+        # the stop line, then the run's summary block, whose last line names the checkpoint
+        lines = stdout.strip().splitlines()
+        assert lines[-5].startswith("stopped by SIGTERM at iter ") and "--init_from=resume" in lines[-5], lines[-6:]
+        assert lines[-4].startswith("summary: stopped by SIGTERM") and lines[-1].startswith("checkpoint "), lines[-6:]
         assert temp_files(out) == []
     assert tree_digests(os.path.join(workdir, "data")) == data_before
 
