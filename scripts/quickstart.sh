@@ -41,7 +41,7 @@ cat <<'TEXT'
 
 What this shows: the workflow (2-process tensor parallelism, syncs per forward measured, logs, the
 comparison table and out-quickstart/compare_runs.png), not a result. These are one seed per policy
-after 150 iterations of a barely trained model: one seed cannot tell the Δ above from run-to-run
-noise, so it measures nothing. The measured answer (3 seeds per policy, paired tests against a stated
-margin, longer runs and GPT-2 124M) is in EXPERIMENT_SUMMARY.md.
+after 150 iterations (or your --max_iters) of a barely trained model: one seed cannot tell the Δ
+above from run-to-run noise, so it measures nothing. The measured answer (3 seeds per policy, paired
+tests against a stated margin, longer runs and GPT-2 124M) is in EXPERIMENT_SUMMARY.md.
 TEXT
