@@ -37,4 +37,5 @@ else
 fi
 unset _env_python _env_state
 
-python -m pip install -q -r requirements.txt
+# no check for a newer pip: that is a network call, and the notice is noise on an offline machine
+python -m pip install -q --disable-pip-version-check -r requirements.txt
