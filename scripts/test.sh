@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The project's test command (README.md): install the requirements, prepare the offline
-# Shakespeare datasets if they are missing, then run the unit tests and the
-# all-architectures check. Run from anywhere:  bash scripts/test.sh
+# The project's test command (README.md): set up the Python environment and install the requirements
+# (scripts/env.sh: the active virtual environment, else the project's .venv/), prepare the offline
+# Shakespeare datasets if they are missing, then run the unit tests and the all-architectures check.
+# Run from anywhere:  bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python -m pip install -q -r requirements.txt
+source scripts/env.sh
 
 # tests/test_data.py checks the prepared .bin files when they exist; preparing is offline and fast
 for name in shakespeare shakespeare_char; do
