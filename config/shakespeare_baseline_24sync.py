@@ -1,5 +1,6 @@
 # config/shakespeare_baseline_24sync.py
 # Small 12-layer model on Shakespeare (GPT-2 BPE), 24 syncs per forward pass: standard Megatron TP: all-reduce after every attention and every MLP (2 per layer).
+# The name counts syncs: 24sync = 24 all-reduces per forward pass, here sync_policy = 'baseline'.
 # Prepare: python data/shakespeare/prepare.py
 # 1 process:  python train_reduced_sync.py config/shakespeare_baseline_24sync.py
 # N processes: torchrun --standalone --nproc_per_node=N train_reduced_sync.py config/shakespeare_baseline_24sync.py

@@ -1,5 +1,6 @@
 # config/shakespeare_grouped_3sync.py
 # Small 12-layer model on Shakespeare (GPT-2 BPE), 3 syncs per forward pass: grouped tracks: one all-reduce after the MLP of every 4th layer.
+# The name counts syncs: 3sync = 3 all-reduces per forward pass, here sync_policy = 'grouped:4'.
 # Prepare: python data/shakespeare/prepare.py
 # 1 process:  python train_reduced_sync.py config/shakespeare_grouped_3sync.py
 # N processes: torchrun --standalone --nproc_per_node=N train_reduced_sync.py config/shakespeare_grouped_3sync.py

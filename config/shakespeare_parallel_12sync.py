@@ -1,5 +1,6 @@
 # config/shakespeare_parallel_12sync.py
 # Small 12-layer model on Shakespeare (GPT-2 BPE), 12 syncs per forward pass: parallel attention+MLP blocks (PaLM/GPT-J): one exact all-reduce per layer.
+# The name counts syncs: 12sync = 12 all-reduces per forward pass, here sync_policy = 'parallel'.
 # Prepare: python data/shakespeare/prepare.py
 # 1 process:  python train_reduced_sync.py config/shakespeare_parallel_12sync.py
 # N processes: torchrun --standalone --nproc_per_node=N train_reduced_sync.py config/shakespeare_parallel_12sync.py

@@ -1,5 +1,6 @@
 # config/shakespeare_selective_9sync.py
 # Small 12-layer model on Shakespeare (GPT-2 BPE), 9 syncs per forward pass: selective sync points: MLP points of layers 0-3, 5, 7, 9-11.
+# The name counts syncs: 9sync = 9 all-reduces per forward pass, here sync_policy = 'selective:m0-3,m5,m7,m9-11'.
 # Prepare: python data/shakespeare/prepare.py
 # 1 process:  python train_reduced_sync.py config/shakespeare_selective_9sync.py
 # N processes: torchrun --standalone --nproc_per_node=N train_reduced_sync.py config/shakespeare_selective_9sync.py

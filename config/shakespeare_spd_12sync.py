@@ -1,5 +1,6 @@
 # config/shakespeare_spd_12sync.py
 # Small 12-layer model on Shakespeare (GPT-2 BPE), 12 syncs per forward pass: Sync-Point Drop: no all-reduce after attention, one after every MLP.
+# The name counts syncs: 12sync = 12 all-reduces per forward pass, here sync_policy = 'spd'.
 # Prepare: python data/shakespeare/prepare.py
 # 1 process:  python train_reduced_sync.py config/shakespeare_spd_12sync.py
 # N processes: torchrun --standalone --nproc_per_node=N train_reduced_sync.py config/shakespeare_spd_12sync.py

@@ -1,5 +1,6 @@
 # config/train_baseline_24sync.py
 # GPT-2 124M on OpenWebText, 24 syncs per forward pass: standard Megatron TP: all-reduce after every attention and every MLP (2 per layer).
+# The name counts syncs: 24sync = 24 all-reduces per forward pass, here sync_policy = 'baseline'.
 # 8 GPUs: torchrun --standalone --nproc_per_node=8 train_reduced_sync.py config/train_baseline_24sync.py
 # The 8 config/train_*.py files differ only in sync_policy and out_dir (tests/test_configs.py checks).
 

@@ -1,5 +1,6 @@
 # config/train_grouped_2sync.py
 # GPT-2 124M on OpenWebText, 2 syncs per forward pass: grouped tracks: one all-reduce after the MLP of every 6th layer.
+# The name counts syncs: 2sync = 2 all-reduces per forward pass, here sync_policy = 'grouped:6'.
 # 8 GPUs: torchrun --standalone --nproc_per_node=8 train_reduced_sync.py config/train_grouped_2sync.py
 # The 8 config/train_*.py files differ only in sync_policy and out_dir (tests/test_configs.py checks).
 

@@ -1,5 +1,6 @@
 # config/train_grouped_3sync.py
 # GPT-2 124M on OpenWebText, 3 syncs per forward pass: grouped tracks: one all-reduce after the MLP of every 4th layer.
+# The name counts syncs: 3sync = 3 all-reduces per forward pass, here sync_policy = 'grouped:4'.
 # 8 GPUs: torchrun --standalone --nproc_per_node=8 train_reduced_sync.py config/train_grouped_3sync.py
 # The 8 config/train_*.py files differ only in sync_policy and out_dir (tests/test_configs.py checks).
 

@@ -1,5 +1,6 @@
 # config/train_grouped_6sync.py
 # GPT-2 124M on OpenWebText, 6 syncs per forward pass: grouped tracks: one all-reduce after the MLP of every 2nd layer.
+# The name counts syncs: 6sync = 6 all-reduces per forward pass, here sync_policy = 'grouped:2'.
 # 8 GPUs: torchrun --standalone --nproc_per_node=8 train_reduced_sync.py config/train_grouped_6sync.py
 # The 8 config/train_*.py files differ only in sync_policy and out_dir (tests/test_configs.py checks).
 

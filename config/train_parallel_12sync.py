@@ -1,5 +1,6 @@
 # config/train_parallel_12sync.py
 # GPT-2 124M on OpenWebText, 12 syncs per forward pass: parallel attention+MLP blocks (PaLM/GPT-J): one exact all-reduce per layer.
+# The name counts syncs: 12sync = 12 all-reduces per forward pass, here sync_policy = 'parallel'.
 # 8 GPUs: torchrun --standalone --nproc_per_node=8 train_reduced_sync.py config/train_parallel_12sync.py
 # The 8 config/train_*.py files differ only in sync_policy and out_dir (tests/test_configs.py checks).
 

@@ -1,5 +1,6 @@
 # config/train_selective_9sync.py
 # GPT-2 124M on OpenWebText, 9 syncs per forward pass: selective sync points: MLP points of layers 0-3, 5, 7, 9-11.
+# The name counts syncs: 9sync = 9 all-reduces per forward pass, here sync_policy = 'selective:m0-3,m5,m7,m9-11'.
 # 8 GPUs: torchrun --standalone --nproc_per_node=8 train_reduced_sync.py config/train_selective_9sync.py
 # The 8 config/train_*.py files differ only in sync_policy and out_dir (tests/test_configs.py checks).
 

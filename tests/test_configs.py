@@ -237,3 +237,13 @@ def test_sync_counts_match_model_parser():
             cfg = load_config(path)
             assert parse_sync_policy(cfg["sync_policy"], cfg["n_layer"]).n_syncs == \
                 count_syncs(cfg["sync_policy"], cfg["n_layer"]), os.path.basename(path)
+
+
+def test_each_sync_named_config_explains_its_name_in_its_header():
+    """Users read the digit in grouped_3sync as G; the header says it counts syncs, and names the policy."""
+    for path in sorted(glob.glob(os.path.join(CONFIG_DIR, "*_*sync.py"))):
+        n = re.search(r"_(\d+)sync\.py$", path).group(1)
+        text = open(path).read()
+        policy = re.search(r"^sync_policy = '([^']+)'", text, re.M).group(1)
+        header = text.split("\n\n", 1)[0]
+        assert f"{n}sync = {n} all-reduces per forward pass, here sync_policy = '{policy}'" in header, path
