@@ -98,11 +98,12 @@ def check_request(args):
 def main(argv=None):
     parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("ckpt", help="checkpoint of a baseline run (out_dir/ckpt.pt or ckpt_best.pt)")
-    parser.add_argument("--syncs", type=ascii_int, default=9, help="sync points of the printed selective policy")
+    parser.add_argument("--syncs", type=ascii_int, default=9, help="sync points of the printed selective policy (default %(default)s)")
     parser.add_argument("--eval_iters", type=ascii_int, default=None, help="val batches (default: the run's)")
     parser.add_argument("--batch_size", type=ascii_int, default=None, help="default: the run's")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default=None, help="write the table and policy as JSON here")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="default %(default)s (CUDA when available, else CPU)")
+    parser.add_argument("--out", default=None, help="write the table and policy as JSON here (default: print only)")
     args = parser.parse_args(argv)
 
     ckpt, cfg, model_args, data_dir, eval_iters, batch_size = check_request(args)
