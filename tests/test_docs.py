@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 
 import pytest
 
@@ -208,7 +209,7 @@ def test_guides_cite_no_issue_and_no_section_sign(doc):
 def test_readme_test_count_is_the_suites():
     stated = re.findall(r"(\d+) tests\b", read("README.md"))
     assert stated, "README.md states no test count"
-    out = subprocess.run(["python", "-m", "pytest", "--collect-only", "-q", "tests/"], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/"], cwd=REPO,
                          capture_output=True, text=True).stdout
     collected = int(re.search(r"(\d+) tests? collected", out).group(1))
     assert {int(n) for n in stated} == {collected}, f"README.md says {stated} tests; pytest collects {collected}"
