@@ -6,6 +6,7 @@ deterministic; prepared .bin files (when present) decode to that text.
 """
 import os
 import re
+import subprocess
 import sys
 
 import numpy as np
@@ -75,3 +76,16 @@ def test_prepared_bins_decode(name):
             itos = pickle.load(f)["itos"]
         decoded = "".join(itos[i] for i in ids)
     assert train.startswith(decoded)
+
+
+@pytest.mark.parametrize("name", ["shakespeare", "shakespeare_char"])
+def test_shakespeare_prepare_refuses_arguments_in_one_line(name):
+    """The scripts take no options: an argument given by mistake is one line, before any work or write."""
+    script = os.path.join(ROOT, "data", name, "prepare.py")
+    bins = [os.path.join(ROOT, "data", name, f) for f in ("train.bin", "val.bin")]
+    before = [os.path.getmtime(b) if os.path.exists(b) else None for b in bins]
+    proc = subprocess.run([sys.executable, script, "--pack", "x"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"error: data/{name}/prepare.py takes no arguments (got --pack x); run: python data/{name}/prepare.py"]
+    assert [os.path.getmtime(b) if os.path.exists(b) else None for b in bins] == before

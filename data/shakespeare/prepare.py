@@ -46,4 +46,7 @@ def main():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1:  # it has no options; an argument given by mistake would otherwise pass unnoticed
+        sys.exit(f"error: data/shakespeare/prepare.py takes no arguments (got {' '.join(sys.argv[1:])}); "
+                 f"run: python data/shakespeare/prepare.py")
     main()
