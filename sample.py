@@ -24,8 +24,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from checkpoint import MODEL_KEYS, load_weights, read_checkpoint, read_plain_pickle
-from configurator import OneLineArgumentParser, ascii_float, ascii_int
+from training.checkpoint import MODEL_KEYS, load_weights, read_checkpoint, read_plain_pickle
+from training.config import OneLineArgumentParser, ascii_float, ascii_int
 from model.compile_modes import COMPILE_MODES
 from model.gpt import GPT, GPTConfig
 from parallel.mesh import init_mesh

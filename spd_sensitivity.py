@@ -28,8 +28,8 @@ import sys
 import torch
 from tqdm import tqdm
 
-from checkpoint import CheckpointError, load_weights, read_checkpoint
-from configurator import OneLineArgumentParser, ascii_int, atomic_write
+from training.checkpoint import CheckpointError, load_weights, read_checkpoint
+from training.config import OneLineArgumentParser, ascii_int, atomic_write
 from model.gpt import GPT, GPTConfig
 from data.loader import DataError, check_data, eval_offsets, load_tokens, open_split
 

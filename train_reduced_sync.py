@@ -36,19 +36,19 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-from checkpoint import (MODEL_KEYS, RESUME_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
+from training.checkpoint import (MODEL_KEYS, RESUME_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
                         restore_rng_states, set_aside)
-from configurator import (SAME_DATA_KEYS, VALID_KEYS, ConfigError, TrainConfig, format_config, help_text, merge,
+from training.config import (SAME_DATA_KEYS, VALID_KEYS, ConfigError, TrainConfig, format_config, help_text, merge,
                           model_config, parse, resolve_layout, save_config, save_iter_set)
 from data.loader import DataError, check_data, check_one_pass, dropout_seed, get_train_batch, passes_read
-from memory_check import check_memory
+from training.memory_check import check_memory
 from model.gpt import GPT
 from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.mesh import RendezvousError, env_int, init_mesh, record_error_for_torchrun
-from run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
-from stop import Control, install_signal_handlers, report_fatal, waiting, watch_parent
-from training import (NonFiniteTracker, RunLog, configure_optimizer, estimate_loss, estimate_mfu, get_lr,
+from training.run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
+from training.stop import Control, install_signal_handlers, report_fatal, waiting, watch_parent
+from training.step import (NonFiniteTracker, RunLog, configure_optimizer, estimate_loss, estimate_mfu, get_lr,
                       load_full_optimizer_state, peak_flops_total, save_checkpoint, train_step)
 
 

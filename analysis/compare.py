@@ -67,7 +67,7 @@ import re
 import statistics
 import sys
 
-from configurator import ConfigError, OneLineArgumentParser, coerce, save_figure, write_text
+from training.config import ConfigError, OneLineArgumentParser, coerce, save_figure, write_text
 
 # [0-9], not \d: digits are ASCII only (\d would also match e.g. Arabic-Indic digits)
 EVAL_LINE = re.compile(r"^step ([0-9]+): train loss ([0-9.eE+-]+|nan|inf), val loss ([0-9.eE+-]+|nan|inf), "

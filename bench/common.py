@@ -21,7 +21,7 @@ import shlex
 import subprocess
 import time
 
-from configurator import write_text
+from training.config import write_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2_VOCAB = 50304  # GPT-2's 50257 tokens padded to a multiple of 64, as nanoGPT trains it

@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import split_policies  # noqa: E402
-from configurator import write_text  # noqa: E402
+from training.config import write_text  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel.mesh import build_groups, init_mesh  # noqa: E402
 

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import GPT2_VOCAB, REPO, command_line, multicast_off, pyplot, save_results  # noqa: E402
-from configurator import save_figure  # noqa: E402
+from training.config import save_figure  # noqa: E402
 from parallel.ddp import BucketedDDP  # noqa: E402
 from parallel.mesh import init_mesh  # noqa: E402
 

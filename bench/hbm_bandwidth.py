@@ -14,7 +14,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
-from configurator import write_text  # noqa: E402
+from training.config import write_text  # noqa: E402
 
 
 def main():

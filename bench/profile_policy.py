@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import GPT2_VOCAB, as_graph, command_line, split_policies  # noqa: E402
 from bench.tp_latency import SIZES, make_workload, torch_tp_model  # noqa: E402
-from configurator import write_text  # noqa: E402
+from training.config import write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402

@@ -26,7 +26,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import REPO, source_commit, split_policies, use_cuda  # noqa: E402
-from configurator import write_text  # noqa: E402
+from training.config import write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 
 SHAPES = {  # model_args of the checkpoint sample.py loads
@@ -39,7 +39,7 @@ RATE = re.compile(r"^decode: median ([0-9.]+) tokens/s", re.M)
 
 def write_random_checkpoint(out_dir, shape, policy, n_tracks):
     import torch
-    from checkpoint import write_checkpoint
+    from training.checkpoint import write_checkpoint
     from model.gpt import GPT, GPTConfig
     args = dict(SHAPES[shape], bias=False, dropout=0.0, n_tracks=n_tracks, sync_policy=policy)
     torch.manual_seed(0)

@@ -51,7 +51,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, pyplot, save_results,  # noqa: E402
                           source_commit, split_policies, use_cuda)
-from configurator import save_figure, write_text  # noqa: E402
+from training.config import save_figure, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES, compile_step  # noqa: E402
 from model.generate import KVCache, StaticKVCache  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402

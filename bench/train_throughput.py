@@ -88,7 +88,7 @@ from torch.nn import functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import (GPT2_VOCAB, call_times, command_line, md_row, multicast_off, save_results,  # noqa: E402
                           source_commit, split_policies)
-from configurator import write_text  # noqa: E402
+from training.config import write_text  # noqa: E402
 from model.sync_policy import parse_sync_policy  # noqa: E402
 from parallel import comm  # noqa: E402
 
@@ -395,7 +395,7 @@ def profile_table(step, cuda):
 def run_variant(v, args, env):
     """Build, warm up and time one variant on this rank: (per-iteration ms, syncs/fwd, n_params,
     profile or None). Raises whatever the variant raises."""
-    from training import configure_optimizer, train_step
+    from training.step import configure_optimizer, train_step
     env.t_build = time.perf_counter()
     model, raw, syncs, tp_group = build_variant(v, args, env)
     opt_cfg = SimpleNamespace(learning_rate=6e-4, weight_decay=0.1, beta1=0.9, beta2=0.95)  # nanoGPT's
@@ -574,7 +574,7 @@ def exchange(env, ms, failed):
 
 
 def run(args, argv):
-    import training as trs
+    import training.step as trs
     env = setup(args)
     n_layer, n_head, n_embd, vocab, _ = SIZES[args.size]
     plan = variant_plan(args, env.world)

@@ -27,7 +27,7 @@ import os
 import numpy as np
 import torch
 
-from checkpoint import read_plain_pickle
+from training.checkpoint import read_plain_pickle
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Tags that keep the seed streams of different uses apart.

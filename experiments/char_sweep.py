@@ -86,7 +86,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import REPO  # noqa: E402  (no torch import)
-from configurator import ConfigError, TrainConfig, parse  # noqa: E402  (no torch import)
+from training.config import ConfigError, TrainConfig, parse  # noqa: E402  (no torch import)
 
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
 

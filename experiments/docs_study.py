@@ -41,8 +41,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import REPO, pyplot  # noqa: E402
-from compare_runs import load_run, mean_ci, records_from_log  # noqa: E402
-from configurator import ConfigError, parse, save_figure, write_text  # noqa: E402
+from analysis.compare import load_run, mean_ci, records_from_log  # noqa: E402
+from training.config import ConfigError, parse, save_figure, write_text  # noqa: E402
 from experiments.char_sweep import (DOCS_POLICIES, SMOKE_DOCS, Run, SweepError, run_and_pack,  # noqa: E402
                                     run_state)
 
@@ -267,7 +267,7 @@ def trunk_curves(sweep):
 
 def budget_report(sweep, versus_glob):
     """budget_table.md, budget.png, stats.json and wsd_check.md in the budget sweep's directory."""
-    from compare_runs import budget_analysis, budget_table, plot_budgets, seed_statistics, versus, versus_table
+    from analysis.compare import budget_analysis, budget_table, plot_budgets, seed_statistics, versus, versus_table
     branches = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "d*-b*-*-s*")))]
     stats = seed_statistics(branches)
     budgets = budget_analysis(stats)

@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import pyplot  # noqa: E402
-from configurator import save_figure, write_text  # noqa: E402
+from training.config import save_figure, write_text  # noqa: E402
 
 
 def load_points(stats_path, throughput_path, mode, metric):

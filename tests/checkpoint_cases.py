@@ -10,7 +10,7 @@ import random
 import numpy as np
 import torch
 
-from checkpoint import write_checkpoint
+from training.checkpoint import write_checkpoint
 from model.gpt import GPT, GPTConfig
 
 # The architecture of conftest.TINY on the synthetic dataset (vocabulary of 32 characters).

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from compare_runs import bend_fit, budget_analysis, fieller, line_fit, seed_statistics, t_quantile, versus
+from analysis.compare import bend_fit, budget_analysis, fieller, line_fit, seed_statistics, t_quantile, versus
 
 
 def test_line_fit_by_hand():

@@ -7,10 +7,10 @@ import types
 import numpy as np
 import pytest
 
-from configurator import ConfigError, parse, wsd_decay_start
+from training.config import ConfigError, parse, wsd_decay_start
 from data.loader import passes_read, train_offsets
 from tests.conftest import TINY, eval_records, read_metrics, run_train, train_losses
-from training import get_lr
+from training.step import get_lr
 
 
 def wsd(**kw):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint as ckpt_mod
-from checkpoint import RESUME_KEYS, CheckpointError, read_checkpoint, restore_rng_states, rng_states
+import training.checkpoint as ckpt_mod
+from training.checkpoint import RESUME_KEYS, CheckpointError, read_checkpoint, restore_rng_states, rng_states
 from tests.checkpoint_cases import (tree_state, write_malicious, write_old_format, write_random_bytes,
                                     write_truncated, write_valid)
 from tests.conftest import TINY, read_metrics, run_train, start_train, train_losses
@@ -120,9 +120,9 @@ def test_old_format_says_how_to_convert_and_converts(tmp_path, workdir, monkeypa
     numpy_state = torch.load(old, weights_only=False)["rng"]["numpy"]  # the test's own trusted file
     with pytest.raises(CheckpointError) as e:
         read_checkpoint(old)
-    assert e.value.kind == "old_format" and f"python checkpoint.py --convert {old}" in str(e.value)
+    assert e.value.kind == "old_format" and f"python -m training.checkpoint --convert {old}" in str(e.value)
     line = run_main(sample.main, [f"--out_dir={run_dir}", "--num_samples=1", "--max_new_tokens=2"], capsys)
-    assert "checkpoint.py --convert" in line
+    assert "python -m training.checkpoint --convert" in line
 
     assert ckpt_mod.main(["--convert", old]) == 0
     assert os.path.exists(old + ".old")  # the original is kept

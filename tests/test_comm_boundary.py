@@ -2,7 +2,7 @@
 
 - every collective goes through parallel/comm.py (which counts it): no other module of the project
   calls a torch.distributed collective (or a functional collective) directly;
-- checkpoints are loaded safely: every torch.load outside checkpoint.py passes weights_only=True;
+- checkpoints are loaded safely: every torch.load outside training/checkpoint.py passes weights_only=True;
 - result files are written atomically (configurator.write_text / save_figure), never in place.
 
 tests/ is not scanned: tests may cross-check against raw torch.distributed.
@@ -125,8 +125,8 @@ def torch_loads_without_weights_only(source, filename="<src>"):
 
 
 def test_checkpoints_load_with_weights_only_everywhere():
-    # checkpoint.py: --convert --trust is the one explicit weights_only=False.
-    allowed = {"checkpoint.py"}
+    # training/checkpoint.py: --convert --trust is the one explicit weights_only=False.
+    allowed = {os.path.join("training", "checkpoint.py")}
     assert torch_loads_without_weights_only("import torch\ntorch.load(p, weights_only=False)\ntorch.load(p)") == [2, 3]
     offenders = []
     for rel, path in python_files():
@@ -155,9 +155,10 @@ def non_atomic_writes(source, filename="<src>"):
 
 def test_result_files_are_written_atomically():
     # The writers themselves (a temp file, then os.replace), logs appended line by line on purpose:
-    # training.py's RunLog (a killed run's partial line is ended on resume) and char_sweep.py's
+    # training/step.py's RunLog (a killed run's partial line is ended on resume) and char_sweep.py's
     # per-run stdout, and the error file torchrun reads once the process has exited (parallel/mesh.py).
-    allowed = {"configurator.py": 1, os.path.join("data", "prepare_utils.py"): 1, "training.py": 4,
+    allowed = {os.path.join("training", "config.py"): 1, os.path.join("data", "prepare_utils.py"): 1,
+               os.path.join("training", "step.py"): 4,
                os.path.join("experiments", "char_sweep.py"): 1, os.path.join("parallel", "mesh.py"): 1}
     assert non_atomic_writes("open(p, 'w')\nopen(p)\nopen(p, mode='ab')\nopen(p, 'rb')\nfig.savefig(p)\n"
                              "Path(p).write_text(t)") == [1, 3, 5, 6]
@@ -167,5 +168,5 @@ def test_result_files_are_written_atomically():
             lines = non_atomic_writes(f.read(), rel)
         if len(lines) > allowed.get(rel, 0):
             offenders.append(f"{rel}: lines {lines}")
-    assert not offenders, ("write result files with configurator.write_text / save_figure (a temp file and "
+    assert not offenders, ("write result files with training.config.write_text / save_figure (a temp file and "
                            "os.replace), so a killed run leaves no half-written file:\n" + "\n".join(offenders))

@@ -4,9 +4,7 @@ import os
 
 import pytest
 
-import compare_runs
-
-
+import analysis.compare as compare_runs
 def write_run(root, name, policy, val_losses, syncs, seed=1337, tok_per_s=(1000.0, 3000.0, 2000.0),
               as_log=False):
     run = os.path.join(root, name)

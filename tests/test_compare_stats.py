@@ -9,8 +9,7 @@ import re
 
 import pytest
 
-import compare_runs
-
+import analysis.compare as compare_runs
 T975 = {1: 12.706204736, 2: 4.302652730, 4: 2.776445105, 10: 2.228138852, 30: 2.042272456}  # t_{0.975, df}
 
 

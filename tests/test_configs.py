@@ -214,7 +214,7 @@ def test_keys_match_trainconfig():
         import sys
         sys.path.insert(0, ROOT)
         import dataclasses
-        from configurator import TrainConfig
+        from training.config import TrainConfig
         fields = {f.name for f in dataclasses.fields(TrainConfig)}
     except Exception as e:  # not written yet, or not a dataclass
         pytest.skip(f"configurator.TrainConfig not available: {e!r}")

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from configurator import (VALID_KEYS, ConfigError, TrainConfig, help_text, micro_steps_per_replica, parse,
+from training.config import (VALID_KEYS, ConfigError, TrainConfig, help_text, micro_steps_per_replica, parse,
                           resolve_layout, save_config)
 from tests.conftest import REPO
 

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from configurator import VALID_KEYS, read_config_file
+from training.config import VALID_KEYS, read_config_file
 from model.sync_policy import parse_sync_policy
 from tests.conftest import REPO
 
@@ -92,6 +92,10 @@ def script_options(script):
     """The --options a script's argparse accepts, read from its source."""
     with open(os.path.join(REPO, script), encoding="utf-8") as f:
         source = f.read()
+    # a thin command line (compare_runs.py) parses its options in the module whose main it runs
+    for module in re.findall(r"^from ([\w.]+) import main$", source, re.M):
+        with open(os.path.join(REPO, *module.split(".")) + ".py", encoding="utf-8") as f:
+            source += f.read()
     return set(re.findall(r"""["'](--[\w-]+)["']""", source))
 
 

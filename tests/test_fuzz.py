@@ -19,8 +19,8 @@ import sys
 import numpy as np
 import pytest
 
-from checkpoint import write_checkpoint
-from configurator import ConfigError, parse
+from training.checkpoint import write_checkpoint
+from training.config import ConfigError, parse
 from model.gpt import GPTConfig
 from model.sync_policy import parse_sync_policy
 from tests.checkpoint_cases import (Payload, marker_code, tiny_checkpoint, tree_state, write_malicious,
@@ -212,8 +212,8 @@ def fuzz_root(workdir, tmp_path_factory):
 
 
 def entry_points():
-    import checkpoint
-    import compare_runs
+    import training.checkpoint as checkpoint
+    import analysis.compare as compare_runs
     import sample
     import spd_sensitivity
     import train_reduced_sync
@@ -328,13 +328,15 @@ SUBPROCESS_CASES = [  # the user's view: real processes, exit code and stderr
     ["sample.py", "--out_dir=runs/resume_evil"],
     ["spd_sensitivity.py", "ckpts/trunc.pt", "--device", "cpu"],
     ["compare_runs.py", "cr/badjson"],
-    ["checkpoint.py", "--convert", "ckpts/evil.pt"],
+    ["-m", "training.checkpoint", "--convert", "ckpts/evil.pt"],
 ]
 
 
 def test_cli_processes_reject_cleanly(fuzz_root):
     before = tree_state(fuzz_root)
-    procs = [subprocess.Popen([sys.executable, os.path.join(REPO, script), *args], cwd=fuzz_root, env=run_env(),
+    env = dict(run_env(), PYTHONPATH=REPO)  # python -m training.checkpoint from another directory
+    procs = [subprocess.Popen([sys.executable, *(["-m"] if script == "-m" else [os.path.join(REPO, script)]), *args],
+                              cwd=fuzz_root, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for script, *args in SUBPROCESS_CASES]
     for case, proc in zip(SUBPROCESS_CASES, procs):
@@ -417,7 +419,7 @@ def test_sample_tiny_temperature_is_greedy(fuzz_root, monkeypatch, capsys):
 def test_wrong_shaped_ckpt_falls_back_to_ckpt_best(fuzz_root, tmp_path):
     import torch
 
-    from checkpoint import read_for_resume
+    from training.checkpoint import read_for_resume
     run = tmp_path / "run"
     shutil.copytree(os.path.join(fuzz_root, "runs", "trained"), run)
     bad = torch.load(run / "ckpt.pt", weights_only=True)
@@ -444,8 +446,8 @@ def test_fatal_errors_of_one_rank_are_one_line(capsys, monkeypatch, tmp_path):
     import socket
     import zlib
 
-    import stop
-    from stop import report_fatal
+    import training.stop as stop
+    from training.stop import report_fatal
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "3")
     gone = subprocess.Popen([sys.executable, "-c", ""])

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from checkpoint import RESUME_KEYS, read_checkpoint
+from training.checkpoint import RESUME_KEYS, read_checkpoint
 from tests.conftest import (REPO, TINY, TRAIN_SCRIPT, eval_records, read_metrics, run_env, run_train, start_train,
                             train_command, train_losses)
 
@@ -138,9 +138,9 @@ def checkpoint_val_loss(path, data_dir):
     """(iter_num, val loss recomputed from the checkpoint's weights on the fixed eval batches)."""
     from contextlib import nullcontext
 
-    import training as trs
-    from checkpoint import load_weights
-    from configurator import TrainConfig
+    import training.step as trs
+    from training.checkpoint import load_weights
+    from training.config import TrainConfig
     from model.gpt import GPT, GPTConfig
     from parallel.mesh import Mesh
     saved = read_checkpoint(path, RESUME_KEYS)
@@ -356,8 +356,7 @@ def test_full_disk_during_a_checkpoint_keeps_the_old_ones(workdir, stop_referenc
 SIGNAL_IN_SETUP_LAUNCHER = """\
 import os, runpy, signal, sys
 sys.path.insert(0, {repo!r})
-import run_dir
-
+import training.run_dir as run_dir
 _claim = run_dir.claim
 
 def claim(*args, **kwargs):  # the signal comes while the run is being set up, just before out_dir is made

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from configurator import VALID_KEYS
+from training.config import VALID_KEYS
 from tests.conftest import TRAIN_SCRIPT, read_metrics, run_env, run_train, train_command, train_losses
 
 # 4 tracks, 2 micro-steps per iteration: 8 processes make dp 2 x tp 4, one micro-step per replica.

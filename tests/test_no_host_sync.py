@@ -3,7 +3,7 @@
 CUDA: the steps run under torch.cuda.set_sync_debug_mode("error"), which raises on any
 synchronizing call (skipped without CUDA). CPU: the Tensor methods that force a sync on a GPU
 (.item(), .tolist(), .cpu(), .numpy(), bool/float/int conversion) are wrapped to count calls made
-from project code (train_reduced_sync.py, training.py, data/, model/, parallel/); a step must make
+from project code (train_reduced_sync.py, training/step.py, data/, model/, parallel/); a step must make
 none. PyTorch's own internals are not counted (e.g. CPU AdamW reads its CPU-resident step counter with .item()).
 """
 import os
@@ -13,8 +13,8 @@ from contextlib import contextmanager, nullcontext
 import pytest
 import torch
 
-import training as trs
-from configurator import parse
+import training.step as trs
+from training.config import parse
 from data.loader import dropout_seed, get_train_batch
 from model.gpt import GPT, GPTConfig
 from parallel.ddp import BucketedDDP
@@ -22,7 +22,7 @@ from parallel.mesh import init_mesh
 from tests.conftest import REPO, TINY
 
 SYNCING_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
-PROJECT_FILES = (os.path.join(REPO, "train_reduced_sync.py"), os.path.join(REPO, "training.py"),
+PROJECT_FILES = (os.path.join(REPO, "train_reduced_sync.py"), os.path.join(REPO, "training", "step.py"),
                  os.path.join(REPO, "data") + os.sep, os.path.join(REPO, "model") + os.sep,
                  os.path.join(REPO, "parallel") + os.sep)
 
@@ -93,7 +93,7 @@ def test_detector_catches_a_sync(workdir):
     mesh = init_mesh(1, "cpu")
     with count_project_syncs() as calls:
         trs.estimate_loss(model, raw, data_dir, cfg, mesh, autocast)
-    assert any("training.py" in c and "item" in c for c in calls), calls
+    assert any(os.path.join("training", "step.py") in c and "item" in c for c in calls), calls
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

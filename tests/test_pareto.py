@@ -44,7 +44,7 @@ def test_bench_char_shapes_are_the_config_files():
     import os
 
     from bench import train_throughput
-    from configurator import read_config_file
+    from training.config import read_config_file
     from experiments import char_sweep
     from tests.conftest import REPO
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-import compare_runs
+import analysis.compare as compare_runs
 from tests.conftest import REPO, TINY, read_metrics, run_train, start_train
 
 sys.path.insert(0, os.path.join(REPO, "experiments"))

@@ -24,8 +24,8 @@ Every problem raises CheckpointError, a ValueError whose message is one line tha
 Old checkpoints. Files written before this format pickled numpy's RNG state (a numpy array),
 which weights_only refuses; reading one says how to convert it, once:
 
-    python checkpoint.py --convert out-x/ckpt.pt          # in place; the original is kept as out-x/ckpt.pt.old
-    python checkpoint.py --convert old.pt --out new.pt
+    python -m training.checkpoint --convert out-x/ckpt.pt          # in place; the original is kept as out-x/ckpt.pt.old
+    python -m training.checkpoint --convert old.pt --out new.pt
 
 Conversion loads the old file with weights_only=True and numpy's array reconstruction allowed
 (still no code can run). Only a file that holds other pickled objects needs --trust, which
@@ -45,7 +45,7 @@ import zipfile
 import numpy as np
 import torch
 
-from configurator import OneLineArgumentParser, atomic_write
+from training.config import OneLineArgumentParser, atomic_write
 
 FORMAT_VERSION = 2
 # What each reader needs. RESUME_KEYS is everything save_checkpoint writes.
@@ -199,7 +199,7 @@ def _load_error(path, error):
     if names and all(_is_old_format_global(n) for n in names):
         return CheckpointError(path, "is in the old checkpoint format (it pickles numpy's RNG state, which safe "
                                      "loading refuses); convert it once with "
-                                     f"`python checkpoint.py --convert {shlex.quote(path)}`", "old_format")
+                                     f"`python -m training.checkpoint --convert {shlex.quote(path)}`", "old_format")
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
     unsupported = re.search(r"Unsupported global: GLOBAL (\S+)", text)
     if names or unsupported:
@@ -462,7 +462,8 @@ def convert(path, out=None, trust=False):
 
 
 def main(argv=None):
-    parser = OneLineArgumentParser(description="Convert an old checkpoint (pickled numpy RNG state) to the "
+    parser = OneLineArgumentParser(prog="python -m training.checkpoint",
+                                   description="Convert an old checkpoint (pickled numpy RNG state) to the "
                                                "current format, which loads with weights_only=True.")
     parser.add_argument("--convert", metavar="PATH", required=True, help="checkpoint to convert")
     parser.add_argument("--out", default=None, help="write here (default: PATH itself, keeping PATH.old)")

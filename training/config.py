@@ -240,7 +240,7 @@ def check_schedule(cfg):
                           f"lr_decay_iters={cfg.lr_decay_iters}")
 
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 
 def read_config_file(path):

@@ -25,8 +25,8 @@ from contextlib import nullcontext
 
 import torch
 
-from checkpoint import rng_states, write_checkpoint
-from configurator import wsd_decay_start
+from training.checkpoint import rng_states, write_checkpoint
+from training.config import wsd_decay_start
 from data.loader import DATA_SCHEME, eval_offsets, load_tokens, open_split
 from parallel import comm
 from parallel.grad import clip_grad_norm_

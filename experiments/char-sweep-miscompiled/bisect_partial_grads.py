@@ -40,7 +40,7 @@ import torch.distributed as dist
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 from bench import compile_check  # noqa: E402
-from configurator import write_text  # noqa: E402
+from training.config import write_text  # noqa: E402
 from model.gpt import GPT  # noqa: E402
 from parallel import comm  # noqa: E402
 from parallel.mesh import init_mesh  # noqa: E402

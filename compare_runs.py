@@ -1,0 +1,15 @@
+#!/usr/bin/env python3
+"""Compare training runs: a table of loss vs synchronization, and a trade-off plot.
+
+The command line of analysis/compare.py, where the tables, statistics and plots live (its docstring
+describes every column, test and panel):
+
+    python compare_runs.py out-shakespeare-*                  # dirs or quoted globs
+    python compare_runs.py 'sweep/*' --stats --trend trend.png
+"""
+import sys
+
+from analysis.compare import main
+
+if __name__ == "__main__":
+    sys.exit(main())
