@@ -24,7 +24,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from training.checkpoint import MODEL_KEYS, load_weights, read_checkpoint, read_plain_pickle
+from data.loader import read_plain_pickle
+from training.checkpoint import MODEL_KEYS, load_weights, read_checkpoint
 from training.config import OneLineArgumentParser, ascii_float, ascii_int
 from model.compile_modes import COMPILE_MODES
 from model.gpt import GPT, GPTConfig

@@ -23,11 +23,30 @@ Data order (deterministic, resumable, independent of the dp x tp layout).
 import functools
 import glob
 import os
+import pickle
 
 import numpy as np
 import torch
 
-from training.checkpoint import read_plain_pickle
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):  # plain containers and primitives need no global
+        raise pickle.UnpicklingError(f"it refers to {module}.{name}; only plain data (dict, list, str, int, ...) "
+                                     "is allowed")
+
+
+def read_plain_pickle(path):
+    """Unpickle a file of plain data only (a dataset's meta.pkl): any class or function it names is
+    refused, so no code runs. Raises ValueError with one line naming the file."""
+    try:
+        with open(path, "rb") as f:
+            return _PlainUnpickler(f).load()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot be read: {e.strerror or e}") from None
+    except Exception as e:
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:240]
+        raise ValueError(f"{path}: not a plain-data pickle ({reason})") from None
+
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Tags that keep the seed streams of different uses apart.

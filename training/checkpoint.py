@@ -33,7 +33,6 @@ unpickles it with weights_only=False: the one place in the project that does so,
 the user's explicit request, for a file they trust.
 """
 import os
-import pickle
 import random
 import re
 import shlex
@@ -362,24 +361,6 @@ def load_weights(model, checkpoint, path):
 
 
 # ----------------------------------------------------------------------------- plain-data pickles
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):  # plain containers and primitives need no global
-        raise pickle.UnpicklingError(f"it refers to {module}.{name}; only plain data (dict, list, str, int, ...) "
-                                     "is allowed")
-
-
-def read_plain_pickle(path):
-    """Unpickle a file of plain data only (a dataset's meta.pkl): any class or function it names is
-    refused, so no code runs. Raises ValueError with one line naming the file."""
-    try:
-        with open(path, "rb") as f:
-            return _PlainUnpickler(f).load()
-    except OSError as e:
-        raise ValueError(f"{path}: cannot be read: {e.strerror or e}") from None
-    except Exception as e:
-        raise ValueError(f"{path}: not a plain-data pickle ({_first_line(e) or type(e).__name__})") from None
-
-
 # ----------------------------------------------------------------------------- converting old files
 def _numpy_safe_globals():
     core = getattr(np, "_core", None) or np.core
