@@ -422,6 +422,86 @@ def wrap(raw_model, cfg, mesh):
     return BucketedDDP(model, process_group=mesh.dp_group, bucket_cap_mb=cfg.bucket_cap_mb)
 
 
+# ----------------------------------------------------------------------------- the loop's steps
+def start_wandb(cfg, mesh, derived):
+    if not (cfg.wandb_log and mesh.is_master):
+        return None
+    import wandb  # optional dependency; WANDB_MODE=offline runs without network
+    wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config={**cfg.to_dict(), **derived})
+    return wandb
+
+
+def log_eval(log, wandb, cfg, iter_num, losses, syncs, passes):
+    log.write(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
+              f"syncs/fwd {syncs}, passes {passes:.2f}",
+              {"type": "eval", "iter": iter_num, "train_loss": losses["train"], "val_loss": losses["val"],
+               "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg), "passes": passes, "time": time.time()})
+    if wandb is not None:
+        wandb.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"],
+                   "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg)})
+
+
+def log_train(log, wandb, mesh, iter_num, lr, train_loss, grad_norm, nonfinite, on_nonfinite, seconds_per_iter,
+              mfu, tokens_per_iter):
+    """The log_interval line: the only host-device sync of a normal step. A replica that saw a non-finite
+    step calls on_nonfinite (which stops the run) before anything is logged."""
+    metrics = torch.stack([train_loss, grad_norm, nonfinite.count])
+    comm.all_reduce(metrics, mesh.dp_group, kind="train_metrics")
+    loss_value, norm_value, n_bad = (metrics / mesh.dp).tolist()
+    if n_bad > 0:
+        on_nonfinite(iter_num)
+    dt, tok_per_s = seconds_per_iter, tokens_per_iter / seconds_per_iter
+    record = {"type": "train", "iter": iter_num, "loss": loss_value, "grad_norm": norm_value, "lr": lr,
+              "time_ms": dt * 1000, "tok_per_s": tok_per_s, "mfu": mfu}
+    log.write(f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.2f}ms, tok/s {tok_per_s:.0f}, "
+              + (f"mfu {mfu * 100:.2f}%" if mfu is not None else "mfu n/a"), record)
+    if wandb is not None:
+        wandb.log({"iter": iter_num, "train/step_loss": loss_value, "grad_norm": norm_value, "lr": lr,
+                   "tok_per_s": tok_per_s, "mfu": mfu})
+
+
+def stop_if_eval_nonfinite(log, mesh, iter_num, losses):
+    if not all(math.isfinite(v) for v in losses.values()):
+        log.write(f"step {iter_num}: non-finite eval loss {losses}: stopping without saving",
+                  {"type": "error", "iter": iter_num, "error": "non-finite eval loss"})
+        fail(f"training diverged: non-finite eval loss at iter {iter_num}", mesh, code=2)
+
+
+def checkpoint_paths(cfg, iter_num, start_iter, keep_iters, is_best, ckpt_path):
+    """(paths to write, hard links to make) at an eval, or None when this eval writes no checkpoint."""
+    keep = iter_num in keep_iters and not cfg.eval_only  # a trunk's branch point: also ckpt_<iter>.pt
+    if iter_num <= start_iter or cfg.eval_only or not (is_best or cfg.always_save_checkpoint or keep):
+        return None
+    best = [os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best and cfg.keep_best else []
+    return [ckpt_path] + best, [os.path.join(cfg.out_dir, f"ckpt_{iter_num}.pt")] if keep else []
+
+
+def set_lr(optimizer, iter_num, cfg):
+    lr = get_lr(iter_num, cfg)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def say_stopped(log, signum, iter_num, ckpt_path):
+    name = signal.Signals(signum).name
+    stopped = f"stopped by {name} at iter {iter_num}: saved {ckpt_path}; continue with --init_from=resume"
+    log.write(stopped, {"type": "stop", "iter": iter_num, "signal": name})
+    record_error_for_torchrun(stopped)  # torchrun's summary of the exit code 128+signum names it
+
+
+def shut_down(control, wandb):
+    control.finish()
+    if wandb is not None:
+        wandb.finish()
+    if dist.is_initialized():
+        # every rank done with every collective before any tears its group down: a gloo rank that
+        # exited while a peer still talked to it aborted once ("terminate called without an active
+        # exception", dp2 x tp2 on a loaded CPU)
+        comm.barrier()
+        dist.destroy_process_group()
+
+
 # ----------------------------------------------------------------------------- main
 def main(argv):
     cfg, layout = read_request(argv)
@@ -437,18 +517,13 @@ def main(argv):
     tokens_per_iter, ckpt_path = derived["tokens_per_iter"], os.path.join(cfg.out_dir, "ckpt.pt")
     keep_iters = save_iter_set(cfg)  # a trunk's branch points: ckpt_<iter>.pt besides ckpt.pt
     train_tokens = os.path.getsize(os.path.join(data_dir, "train.bin")) // 2
-
     autocast_ctx, scaler = precision(device, dtype)
     optimizer = configure_optimizer(raw_model, cfg, device)
     iter_num, best_val_loss = restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg)
     start_iter = iter_num
     model = wrap(raw_model, cfg, mesh)
     model_args = dataclasses.asdict(raw_model.config)  # GPTConfig's fields, as checkpoints keep them
-
-    wandb = None
-    if cfg.wandb_log and mesh.is_master:
-        import wandb  # optional dependency; WANDB_MODE=offline runs without network
-        wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config={**cfg.to_dict(), **derived})
+    wandb = start_wandb(cfg, mesh, derived)
 
     # ---- the training loop
     nonfinite = NonFiniteTracker(device)
@@ -486,32 +561,19 @@ def main(argv):
         if iter_num % cfg.eval_interval == 0 or iter_num in keep_iters or iter_num >= cfg.max_iters or cfg.eval_only:
             check_finite(iter_num)
             losses, syncs = estimate_loss(model, raw_model, data_dir, cfg, mesh, autocast_ctx)
-            if not all(math.isfinite(v) for v in losses.values()):
-                log.write(f"step {iter_num}: non-finite eval loss {losses}: stopping without saving",
-                          {"type": "error", "iter": iter_num, "error": "non-finite eval loss"})
-                fail(f"training diverged: non-finite eval loss at iter {iter_num}", mesh, code=2)
-            passes = passes_read(cfg, train_tokens, iter_num)
-            log.write(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
-                      f"syncs/fwd {syncs}, passes {passes:.2f}",
-                      {"type": "eval", "iter": iter_num, "train_loss": losses["train"], "val_loss": losses["val"],
-                       "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg), "passes": passes, "time": time.time()})
-            if wandb is not None:
-                wandb.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"],
-                           "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg)})
+            stop_if_eval_nonfinite(log, mesh, iter_num, losses)
+            log_eval(log, wandb, cfg, iter_num, losses, syncs, passes_read(cfg, train_tokens, iter_num))
             is_best = losses["val"] < best_val_loss
             final, best_iter = (iter_num, losses["val"]), iter_num if is_best else best_iter
             best_val_loss = min(best_val_loss, losses["val"])
-            keep = iter_num in keep_iters and not cfg.eval_only
-            if iter_num > start_iter and not cfg.eval_only and (is_best or cfg.always_save_checkpoint or keep):
-                paths = [ckpt_path] + ([os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best and cfg.keep_best else [])
-                save(paths, [os.path.join(cfg.out_dir, f"ckpt_{iter_num}.pt")] if keep else [])
+            to_write = checkpoint_paths(cfg, iter_num, start_iter, keep_iters, is_best, ckpt_path)
+            if to_write:
+                save(*to_write)
             timer_start, timed_iters = time.time(), 0
         if cfg.eval_only or iter_num >= cfg.max_iters:
             break
 
-        lr = get_lr(iter_num, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        lr = set_lr(optimizer, iter_num, cfg)
         x, y, micro_batches = get_train_batch(data_dir, cfg, iter_num, mesh.dp_rank, micro_steps, device)
         seeds = [dropout_seed(cfg.seed, iter_num, g) for g in micro_batches]
         train_loss, grad_norm = train_step(model, raw_model, optimizer, scaler, x, y, seeds, cfg.grad_clip,
@@ -519,31 +581,17 @@ def main(argv):
         nonfinite.update(iter_num, train_loss, None if scaler.is_enabled() else grad_norm)
         timed_iters += 1
 
-        if iter_num % cfg.log_interval == 0:  # the only host-device sync of a normal step
-            metrics = torch.stack([train_loss, grad_norm, nonfinite.count])
-            comm.all_reduce(metrics, mesh.dp_group, kind="train_metrics")
-            loss_value, norm_value, n_bad = (metrics / mesh.dp).tolist()
-            if n_bad > 0:
-                check_finite(iter_num)
+        if iter_num % cfg.log_interval == 0:
             dt = (time.time() - timer_start) / timed_iters
             mfu = estimate_mfu(raw_model, cfg, tokens_per_iter, dt, peak_flops)
-            tok_per_s = tokens_per_iter / dt
-            record = {"type": "train", "iter": iter_num, "loss": loss_value, "grad_norm": norm_value, "lr": lr,
-                      "time_ms": dt * 1000, "tok_per_s": tok_per_s, "mfu": mfu}
-            log.write(f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.2f}ms, tok/s {tok_per_s:.0f}, "
-                      + (f"mfu {mfu * 100:.2f}%" if mfu is not None else "mfu n/a"), record)
-            if wandb is not None:
-                wandb.log({"iter": iter_num, "train/step_loss": loss_value, "grad_norm": norm_value, "lr": lr,
-                           "tok_per_s": tok_per_s, "mfu": mfu})
+            log_train(log, wandb, mesh, iter_num, lr, train_loss, grad_norm, nonfinite, check_finite, dt, mfu,
+                      tokens_per_iter)
             timer_start, timed_iters = time.time(), 0
         iter_num += 1
         signum = control.agreed_stop()  # SIGINT/SIGTERM: every rank stops after the same step
         if signum:
             save([ckpt_path])
-            name = signal.Signals(signum).name
-            stopped = f"stopped by {name} at iter {iter_num}: saved {ckpt_path}; continue with --init_from=resume"
-            log.write(stopped, {"type": "stop", "iter": iter_num, "signal": name})
-            record_error_for_torchrun(stopped)  # torchrun's summary of the exit code 128+signum names it
+            say_stopped(log, signum, iter_num, ckpt_path)
             break
 
     if not cfg.eval_only:  # finished, or stopped by a signal (with a checkpoint): the last block and record
@@ -553,15 +601,7 @@ def main(argv):
                     passes=passes_read(cfg, train_tokens, iter_num), seconds=time.time() - run_start, final=final,
                     best_val=best_val_loss, best_iter=best_iter, syncs=syncs, ckpt_path=ckpt_path,
                     stopped=signal.Signals(signum).name if signum else None)
-    control.finish()
-    if wandb is not None:
-        wandb.finish()
-    if dist.is_initialized():
-        # every rank done with every collective before any tears its group down: a gloo rank that
-        # exited while a peer still talked to it aborted once ("terminate called without an active
-        # exception", dp2 x tp2 on a loaded CPU)
-        comm.barrier()
-        dist.destroy_process_group()
+    shut_down(control, wandb)
     return 128 + signum if signum else 0  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
 
 
