@@ -26,7 +26,7 @@ def copy_repo(dst):
     for name in os.listdir(REPO):
         if name.endswith(".py"):
             shutil.copy(os.path.join(REPO, name), dst)
-    for name in ("model", "parallel", "config", "scripts"):
+    for name in ("model", "parallel", "training", "analysis", "config", "scripts"):
         shutil.copytree(os.path.join(REPO, name), os.path.join(dst, name),
                         ignore=shutil.ignore_patterns("__pycache__"))
     os.makedirs(os.path.join(dst, "data"))
