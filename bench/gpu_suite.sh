@@ -79,7 +79,7 @@ if has pareto; then  # 14 compiled variants (7 policies x n_tracks 2, 6): about 
 fi
 if has check; then
   # does inductor on CUDA also run a reader of an all-reduce's result before it (it does on CPU, section 1d)?
-  step 40 repro_collective_fusion "${launch[@]}" experiments/inductor-collective-fusion/repro.py --cuda
+  step 40 repro_collective_fusion "${launch[@]}" experiments/compiler-repros/collective-fusion/repro.py --cuda
   CUDA_VISIBLE_DEVICES=0 step 140 compile_check_tp1 python bench/compile_check.py --out_dir "$out"
   step 200 compile_check_tp2 "${launch[@]}" bench/compile_check.py --out_dir "$out"
   # which part of the old tp=1 construction inductor miscompiled (section 1c); 5 compiles of the char-384 model

@@ -96,7 +96,7 @@ def test_the_scanner_finds_every_spelling():
 
 
 # A reproduction of a torch bug, which calls torch's functional collectives on purpose.
-UPSTREAM_REPRO = os.path.join("experiments", "inductor-collective-fusion", "repro.py")
+UPSTREAM_REPRO = os.path.join("experiments", "compiler-repros", "collective-fusion", "repro.py")
 
 
 def test_no_module_outside_comm_calls_collectives_directly():

@@ -88,7 +88,7 @@ def test_inductor_compiled_ladder_at_tp2_equals_eager():
     """Regression: with torch's functional collectives, inductor fused `x + all_reduce(o)` with the next
     sublayer's LayerNorm of x and ran it before the all-reduce: the compiled ladder at tp=2 computed
     another loss (6e-3) and gradients (40% off). parallel/comm.py now traces collectives as an opaque op
-    returning a new tensor (experiments/inductor-collective-fusion/repro.py)."""
+    returning a new tensor (experiments/compiler-repros/collective-fusion/repro.py)."""
     from parallel.launch import run_on_gloo
     for loss_gap, rel, name in run_on_gloo(_compiled_ladder_worker, 2):
         assert loss_gap < 1e-5 and rel < 1e-4, (loss_gap, rel, name)

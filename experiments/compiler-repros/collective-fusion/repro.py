@@ -1,8 +1,8 @@
 """Inductor runs a reader of an all-reduce's result before the all-reduce has finished.
 
-    torchrun --standalone --nproc_per_node=2 experiments/inductor-collective-fusion/repro.py          # CPU, gloo
-    torchrun --standalone --nproc_per_node=2 experiments/inductor-collective-fusion/repro.py --cuda   # 2 GPUs, NCCL
-    torchrun --standalone --nproc_per_node=2 experiments/inductor-collective-fusion/repro.py --one_gpu  # 1 GPU, gloo
+    torchrun --standalone --nproc_per_node=2 experiments/compiler-repros/collective-fusion/repro.py          # CPU, gloo
+    torchrun --standalone --nproc_per_node=2 experiments/compiler-repros/collective-fusion/repro.py --cuda   # 2 GPUs, NCCL
+    torchrun --standalone --nproc_per_node=2 experiments/compiler-repros/collective-fusion/repro.py --one_gpu  # 1 GPU, gloo
 
 step() all-reduces a partial sum o and adds it to x, and, independently, takes LayerNorm(x). Both
 read x, so inductor fuses `x + y` with the LayerNorm into one kernel, and places that kernel where

@@ -14,8 +14,8 @@ so both ranks trace the same graph, and the order is the same with the pass on (
 tests/test_async_grad.py::test_inductor_issues_the_same_collectives_on_every_rank runs real gloo
 collectives that way).
 
-    python experiments/inductor-collective-order/repro.py            # peak-memory reordering on (default)
-    python experiments/inductor-collective-order/repro.py --no-peak  # off
+    python experiments/compiler-repros/collective-order/repro.py            # peak-memory reordering on (default)
+    python experiments/compiler-repros/collective-order/repro.py --no-peak  # off
 
 The collectives are replaced by no-ops (nothing is exchanged), so both ranks run to the end and print
 the order of the collectives in their compiled backward.
@@ -24,7 +24,7 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, __file__.rsplit("/experiments/", 1)[0])  # the repository root
 import torch  # noqa: E402
 
 
