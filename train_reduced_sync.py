@@ -284,6 +284,9 @@ def open_run(cfg, layout, mesh, control, raw_model, dtype):
     if cfg.tp_async_grad and mesh.tp == 1:
         note = "tp_async_grad=True does nothing at tp=1: there is no tensor-parallel all-reduce to overlap"
         log.write(f"note: {note}", {"type": "note", "note": note})
+    if cfg.lr_schedule != "wsd" and cfg.cooldown_frac != TrainConfig().cooldown_frac:
+        note = f"cooldown_frac={cfg.cooldown_frac} does nothing with lr_schedule={cfg.lr_schedule!r}: only 'wsd' uses it"
+        log.write(f"note: {note}", {"type": "note", "note": note})
     beyond = sorted(i for i in save_iter_set(cfg) if i > cfg.max_iters)
     if beyond:
         note = (f"save_iters {','.join(map(str, beyond))} > max_iters={cfg.max_iters}: this run ends before "
@@ -462,6 +465,10 @@ def main(argv):
     optimizer = configure_optimizer(raw_model, cfg, device)
     iter_num, best_val_loss = restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg)
     start_iter = iter_num
+    if cfg.init_from != "scratch" and iter_num >= cfg.max_iters:
+        note = (f"the checkpoint is at iter {iter_num}, max_iters={cfg.max_iters}: nothing to train; "
+                f"raise --max_iters to go on")
+        log.write(f"note: {note}", {"type": "note", "note": note})
     model = wrap(raw_model, cfg, mesh)
     model_args = dataclasses.asdict(raw_model.config)  # GPTConfig's fields, as checkpoints keep them
 

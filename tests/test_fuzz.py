@@ -522,9 +522,15 @@ def test_closing_fuzz_cases_are_one_line_before_any_work(fuzz_root, tmp_path):
     assert tree_digests(str(tmp_path)) == before and tree_digests(os.path.join(REPO, "data")) == repo_data
 
 
-def test_save_iters_beyond_max_iters_is_noted(fuzz_root, tmp_path):
+def test_settings_that_do_nothing_are_noted(fuzz_root, tmp_path):
+    """Accepted without a word before: save_iters beyond max_iters, cooldown_frac without lr_schedule='wsd', and a
+    resume whose checkpoint is already at max_iters."""
     out = str(tmp_path / "out")
-    proc = run_train([*TINY, "--max_iters=2", "--eval_interval=2", "--eval_iters=1", "--save_iters=1,100",
-                      f"--out_dir={out}"], fuzz_root)
+    args = [*TINY, "--max_iters=2", "--eval_interval=2", "--eval_iters=1", f"--out_dir={out}"]
+    proc = run_train([*args, "--save_iters=1,100", "--cooldown_frac=0.5"], fuzz_root)
     assert "note: save_iters 100 > max_iters=2: this run ends before it" in proc.stdout, proc.stdout[-2000:]
+    assert "note: cooldown_frac=0.5 does nothing with lr_schedule='cosine': only 'wsd' uses it" in proc.stdout
     assert os.path.exists(os.path.join(out, "ckpt_1.pt"))
+    proc = run_train([*args, "--init_from=resume"], fuzz_root)
+    assert "note: the checkpoint is at iter 2, max_iters=2: nothing to train; raise --max_iters to go on" in proc.stdout
+    assert "note: cooldown_frac" not in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
