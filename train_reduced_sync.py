@@ -33,6 +33,21 @@ import time
 from contextlib import nullcontext
 from types import SimpleNamespace
 
+
+def _stop_while_importing(signum, frame):
+    """SIGINT/SIGTERM while the imports below run (seconds): stop at once with stop.py's line, not a
+    KeyboardInterrupt traceback. main() installs stop.py's handlers first thing."""
+    if os.environ.get("RANK", "0") in ("0", ""):
+        print(f"error: {signal.Signals(signum).name} before training began: stopped, nothing to save",
+              file=sys.stderr, flush=True)
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":
+    for _s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(_s) in (signal.SIG_DFL, signal.default_int_handler):  # keep an inherited SIG_IGN
+            signal.signal(_s, _stop_while_importing)
+
 import torch
 import torch.distributed as dist
 
@@ -268,6 +283,14 @@ def open_run(cfg, layout, mesh, control, raw_model, dtype):
         log.write(f"note: {note}", {"type": "note", "note": note})
     if cfg.tp_async_grad and mesh.tp == 1:
         note = "tp_async_grad=True does nothing at tp=1: there is no tensor-parallel all-reduce to overlap"
+        log.write(f"note: {note}", {"type": "note", "note": note})
+    if cfg.lr_schedule != "wsd" and cfg.cooldown_frac != TrainConfig().cooldown_frac:
+        note = f"cooldown_frac={cfg.cooldown_frac} does nothing with lr_schedule={cfg.lr_schedule!r}: only 'wsd' uses it"
+        log.write(f"note: {note}", {"type": "note", "note": note})
+    beyond = sorted(i for i in save_iter_set(cfg) if i > cfg.max_iters)
+    if beyond:
+        note = (f"save_iters {','.join(map(str, beyond))} > max_iters={cfg.max_iters}: this run ends before "
+                f"{'it' if len(beyond) == 1 else 'them'}, so no ckpt_<iter>.pt is kept there")
         log.write(f"note: {note}", {"type": "note", "note": note})
     steps = layout.micro_steps
     load = "unknown" if where["load_avg_start"] is None else f"{where['load_avg_start'][0]:.2f}"
@@ -521,6 +544,10 @@ def main(argv):
     optimizer = configure_optimizer(raw_model, cfg, device)
     iter_num, best_val_loss = restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg)
     start_iter = iter_num
+    if cfg.init_from != "scratch" and iter_num >= cfg.max_iters:
+        note = (f"the checkpoint is at iter {iter_num}, max_iters={cfg.max_iters}: nothing to train; "
+                f"raise --max_iters to go on")
+        log.write(f"note: {note}", {"type": "note", "note": note})
     model = wrap(raw_model, cfg, mesh)
     model_args = dataclasses.asdict(raw_model.config)  # GPTConfig's fields, as checkpoints keep them
     wandb = start_wandb(cfg, mesh, derived)

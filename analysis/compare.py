@@ -1198,18 +1198,21 @@ def stats_report(runs, metric, markdown, margin=MARGIN):
     return "\n".join(lines), stats, analysis, verdict
 
 
-def check_out(path):
-    """RunError unless `path` can take the plot: a known format, not a directory, under no file."""
+def check_out(path, flag="--out", formats=PLOT_FORMATS):
+    """RunError unless `path` can take the plot (or, formats=None, any file): a known format, not a directory,
+    under no file."""
     ext = os.path.splitext(path)[1][1:].lower()
-    if ext not in PLOT_FORMATS:
-        raise RunError(f"--out={path!r}: the file name must end in {', '.join('.' + e for e in PLOT_FORMATS)}")
+    if formats and ext not in formats:
+        raise RunError(f"{flag}={path!r}: the file name must end in {', '.join('.' + e for e in formats)}")
     if os.path.isdir(path):
-        raise RunError(f"--out={path!r} is a directory; give a file name")
+        raise RunError(f"{flag}={path!r} is a directory; give a file name")
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        raise RunError(f"--out={path!r}: {parent} is a file, not a directory")
+        raise RunError(f"{flag}={path!r}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise RunError(f"{flag}={path!r}: the directory {parent} is not writable")
 
 
 def main(argv=None):
@@ -1238,9 +1241,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         check_out(args.out)
-        for path in (args.trend, args.budgets):
+        for flag, path in (("--trend", args.trend), ("--budgets", args.budgets)):
             if path:
-                check_out(path)
+                check_out(path, flag)
+        if args.stats_json:
+            check_out(args.stats_json, "--stats-json", formats=None)
+        if not args.margin > 0:  # before any work (--margin is only used with the statistics)
+            raise RunError(f"--margin={args.margin}: must be > 0 (a percentage of the baseline's val loss)")
         runs = [load_run(d) for d in expand(args.runs)]
         other_runs = [load_run(d) for d in expand([args.versus])] if args.versus else None
     except RunError as e:
@@ -1259,10 +1266,6 @@ def main(argv=None):
     plot(runs, args.out, args.margin, bands=bool(args.stats or args.trend or args.stats_json or args.budgets))
     print(f"wrote {args.out}")
     if args.stats or args.trend or args.stats_json or args.budgets:
-        if not args.margin > 0:
-            print(f"error: --margin={args.margin}: must be > 0 (a percentage of the baseline's val loss)",
-                  file=sys.stderr)
-            return 1
         text, stats, analysis, verdict = stats_report(runs, f"{args.metric}_val", args.markdown, args.margin)
         print(text)
         if args.trend:

@@ -472,3 +472,67 @@ def test_fatal_errors_of_one_rank_are_one_line(capsys, monkeypatch, tmp_path):
         assert err.startswith("error: rank 1: ") and want in err, err
     with pytest.raises(KeyError):  # a bug keeps its traceback
         report_fatal(raiser(KeyError("x")), [])
+
+
+# ----------------------------------------------------------------------------- issue 40's closing fuzz pass
+def _pack(path, members):
+    import io
+    import lzma
+    import tarfile
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with open(path, "wb") as f:
+        f.write(lzma.compress(buffer.getvalue()))
+
+
+def test_closing_fuzz_cases_are_one_line_before_any_work(fuzz_root, tmp_path):
+    """Cases the closing fuzz pass found: each is refused with exit 1 and one 'error:' line naming the bad input,
+    before any work (no plot written, no file of the user's changed)."""
+    from data.debian_docs.prepare import PACKAGES
+    from tests.test_stops import tree_digests
+    j = lambda *p: str(tmp_path.joinpath(*p))
+    os.makedirs(j("jdir"))
+    with open(j("cfg.yaml"), "w") as f:
+        f.write("n_layer: 2\n")  # YAML habit: a Python annotation that assigns nothing
+    pins = {p: {"version": v, "sha256": s} for _, p, v, s, _, _ in PACKAGES}
+    members = {"pack.json": json.dumps(pins).encode()}
+    members.update({f"{p}/usr/share/doc/{p}/x.txt": b"text" for _, p, _, _, _, _ in PACKAGES})  # no gcide files
+    _pack(j("partial.tar.xz"), members)
+    good = os.path.join(fuzz_root, "cr", "good")
+    cases = [
+        ([sys.executable, os.path.join(REPO, "compare_runs.py"), good, "--stats-json=jdir", "--out=c.png"],
+         "--stats-json='jdir' is a directory"),
+        ([sys.executable, os.path.join(REPO, "compare_runs.py"), good, "--margin=-1", "--out=c.png"],
+         "--margin=-1.0: must be > 0"),
+        ([sys.executable, os.path.join(REPO, "train_reduced_sync.py"), "cfg.yaml", *TINY, "--out_dir=out"],
+         "'n_layer: 2' assigns nothing; config files are flat Python: write n_layer = 2"),
+        ([sys.executable, os.path.join(REPO, "data", "debian_docs", "prepare.py"), "--from-pack", "partial.tar.xz", "--force"],
+         "dict-gcide lacks ./usr/share/dictd/gcide.dict.dz, ./usr/share/dictd/gcide.index"),
+    ]
+    before, repo_data = tree_digests(str(tmp_path)), tree_digests(os.path.join(REPO, "data"))
+    procs = [subprocess.Popen(cmd, cwd=str(tmp_path), env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for cmd, _ in cases]
+    for proc, (cmd, want) in zip(procs, cases):
+        out, err = proc.communicate(timeout=120)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert proc.returncode == 1 and "Traceback" not in out + err, (cmd, err[-2000:])
+        assert len(lines) == 1 and lines[0].startswith("error: ") and want in lines[0], (cmd, err)
+    assert tree_digests(str(tmp_path)) == before and tree_digests(os.path.join(REPO, "data")) == repo_data
+
+
+def test_settings_that_do_nothing_are_noted(fuzz_root, tmp_path):
+    """Accepted without a word before: save_iters beyond max_iters, cooldown_frac without lr_schedule='wsd', and a
+    resume whose checkpoint is already at max_iters."""
+    out = str(tmp_path / "out")
+    args = [*TINY, "--max_iters=2", "--eval_interval=2", "--eval_iters=1", f"--out_dir={out}"]
+    proc = run_train([*args, "--save_iters=1,100", "--cooldown_frac=0.5"], fuzz_root)
+    assert "note: save_iters 100 > max_iters=2: this run ends before it" in proc.stdout, proc.stdout[-2000:]
+    assert "note: cooldown_frac=0.5 does nothing with lr_schedule='cosine': only 'wsd' uses it" in proc.stdout
+    assert os.path.exists(os.path.join(out, "ckpt_1.pt"))
+    proc = run_train([*args, "--init_from=resume"], fuzz_root)
+    assert "note: the checkpoint is at iter 2, max_iters=2: nothing to train; raise --max_iters to go on" in proc.stdout
+    assert "note: cooldown_frac" not in proc.stdout and "Traceback" not in proc.stdout + proc.stderr

@@ -170,3 +170,41 @@ def test_help_says_how_to_stop_and_what_a_resume_keeps():
     assert proc.returncode == 0
     assert "pkill -TERM -P <torchrun pid>" in proc.stdout
     assert "dataset, seed, batch_size, block_size, gradient_accumulation_steps, data_order" in proc.stdout
+
+
+SLOW_IMPORT_LAUNCHER = """\
+import builtins, runpy, sys, time
+_import = builtins.__import__
+
+def slow_import(name, *args, **kwargs):  # 'import torch' of a cold disk: the signal lands inside it
+    if name == "torch" and not slow_import.done:
+        slow_import.done = True
+        open({marker!r}, "w").close()
+        time.sleep(60)
+    return _import(name, *args, **kwargs)
+
+slow_import.done = False
+builtins.__import__ = slow_import
+sys.path.insert(0, {repo!r})
+sys.argv[0] = {script!r}
+runpy.run_path({script!r}, run_name="__main__")
+"""
+
+
+def test_signal_while_importing_stops_at_once_in_one_line(workdir, tmp_path):
+    """Ctrl-C in the first seconds (import torch): the stop line, not a KeyboardInterrupt traceback."""
+    before = tree_digests(workdir)
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        marker = str(tmp_path / f"importing-{code}")
+        launcher = tmp_path / f"slow_import_{code}.py"
+        launcher.write_text(SLOW_IMPORT_LAUNCHER.format(repo=REPO, script=TRAIN_SCRIPT, marker=marker))
+        out = os.path.join(workdir, f"out-import-signal-{code}")
+        proc = subprocess.Popen([sys.executable, str(launcher), *ARGS, f"--out_dir={out}"], cwd=workdir, env=run_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a shell
+        assert wait_until(lambda: os.path.exists(marker), proc), proc.communicate()[1][-3000:]
+        took, _, err = stop_time(proc, sig)
+        assert proc.returncode == code and took <= STOP_S, (took, err)
+        assert last_line(err) == f"error: {sig.name} before training began: stopped, nothing to save"
+        assert len(err.strip().splitlines()) == 1 and not os.path.exists(out)
+    assert tree_digests(workdir) == before

@@ -260,6 +260,16 @@ def read_config_file(path):
         raise ConfigError(f"cannot read config file {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    try:
+        tree = ast.parse(source, path)
+    except SyntaxError:
+        tree = None  # compile() below reports it
+    for node in tree.body if tree else ():
+        if isinstance(node, ast.AnnAssign) and node.value is None and isinstance(node.target, ast.Name):
+            # `n_layer: 2` (YAML habit) is a Python annotation: it would assign nothing, silently
+            raise ConfigError(f"config file {path} (line {node.lineno}): '{ast.unparse(node)}' assigns nothing; "
+                              f"config files are flat Python: write {node.target.id} = "
+                              f"{ast.unparse(node.annotation)}")
     namespace = {}
     try:
         exec(compile(source, path, "exec"), namespace)

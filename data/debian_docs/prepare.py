@@ -215,6 +215,12 @@ def read_members_from_pack(path):
             raise PrepareError(f"{path} was packed from {package} {pins.get(package)}, not the pinned "
                                f"{version} ({sha256}): rebuild the pack")
         members[package].sort()
+        names = {name for name, _ in members[package]}
+        needed = GCIDE_FILES if package == "dict-gcide" else ()
+        lacking = [n for n in needed if n not in names] or ([] if names else ["any file"])
+        if lacking:
+            raise PrepareError(f"--from-pack {path}: {package} lacks {', '.join(lacking)} (a pack missing members); "
+                               f"{remedy}")
     return members
 
 
@@ -336,10 +342,13 @@ GCIDE_SOURCE = re.compile(r"\[(1913 Webster|WordNet 1\.5|PJC|Century Dict\.|Webs
                           r"Obs\.|R\.|Colloq\.)[^\]]*\]")
 
 
+GCIDE_FILES = ("./usr/share/dictd/gcide.dict.dz", "./usr/share/dictd/gcide.index")
+
+
 def gcide_documents(members):
     """GCIDE entries (found through the dictd index), grouped by the first two letters of the headword."""
     files = dict(members)
-    raw = gzip.decompress(files["./usr/share/dictd/gcide.dict.dz"])
+    raw = gzip.decompress(files[GCIDE_FILES[0]])
     digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
     def b64(s):
@@ -348,7 +357,7 @@ def gcide_documents(members):
             n = n * 64 + digits.index(c)
         return n
     seen, groups = set(), {}
-    index = files["./usr/share/dictd/gcide.index"].decode("utf-8", errors="replace")
+    index = files[GCIDE_FILES[1]].decode("utf-8", errors="replace")
     for line in index.splitlines():
         word, offset, length = line.split("\t")
         if word.startswith("00-database") or (offset, length) in seen:
