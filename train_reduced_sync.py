@@ -341,6 +341,10 @@ def restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg
     log.write(f"resumed from {init.path} at iter {iter_num} (saved at tp={checkpoint['layout']['tp']} "
               f"dp={checkpoint['layout']['dp']}; now tp={mesh.tp} dp={mesh.dp})",
               {"type": "resume", "iter": iter_num, "tp": mesh.tp, "dp": mesh.dp})
+    if iter_num >= cfg.max_iters:
+        note = (f"the checkpoint is at iter {iter_num}, max_iters={cfg.max_iters}: nothing to train; "
+                f"raise --max_iters to go on")
+        log.write(f"note: {note}", {"type": "note", "note": note})
     init.checkpoint = None  # free the memory
     return iter_num, checkpoint["best_val_loss"]
 
@@ -544,10 +548,6 @@ def main(argv):
     optimizer = configure_optimizer(raw_model, cfg, device)
     iter_num, best_val_loss = restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg)
     start_iter = iter_num
-    if cfg.init_from != "scratch" and iter_num >= cfg.max_iters:
-        note = (f"the checkpoint is at iter {iter_num}, max_iters={cfg.max_iters}: nothing to train; "
-                f"raise --max_iters to go on")
-        log.write(f"note: {note}", {"type": "note", "note": note})
     model = wrap(raw_model, cfg, mesh)
     model_args = dataclasses.asdict(raw_model.config)  # GPTConfig's fields, as checkpoints keep them
     wandb = start_wandb(cfg, mesh, derived)
