@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from data.loader import read_plain_pickle
 from training.checkpoint import MODEL_KEYS, load_weights, read_checkpoint
-from training.config import OneLineArgumentParser, ascii_float, ascii_int
+from training.config import HelpFormatter, OneLineArgumentParser, ascii_float, ascii_int
 from model.compile_modes import COMPILE_MODES
 from model.gpt import GPT, GPTConfig
 from parallel.mesh import init_mesh
@@ -36,7 +36,7 @@ REPO = os.path.dirname(os.path.abspath(__file__))
 
 def parse_args(argv):
     p = OneLineArgumentParser(description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # --help shows the defaults
+                              formatter_class=HelpFormatter)
     p.add_argument("--out_dir", default="out", help="run directory holding ckpt.pt")
     p.add_argument("--ckpt", default="ckpt.pt", help="checkpoint file name in out_dir (e.g. ckpt_best.pt)")
     p.add_argument("--start", "--prompt", dest="start", default="\n",

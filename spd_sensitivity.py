@@ -29,7 +29,7 @@ import torch
 from tqdm import tqdm
 
 from training.checkpoint import CheckpointError, load_weights, read_checkpoint
-from training.config import OneLineArgumentParser, ascii_int, atomic_write
+from training.config import HelpFormatter, OneLineArgumentParser, ascii_int, atomic_write
 from model.gpt import GPT, GPTConfig
 from data.loader import DataError, check_data, eval_offsets, load_tokens, open_split
 
@@ -96,7 +96,7 @@ def check_request(args):
 
 
 def main(argv=None):
-    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("ckpt", help="checkpoint of a baseline run (out_dir/ckpt.pt or ckpt_best.pt)")
     parser.add_argument("--syncs", type=ascii_int, default=9, help="sync points of the printed selective policy (default %(default)s)")
     parser.add_argument("--eval_iters", type=ascii_int, default=None, help="val batches (default: the run's)")

@@ -17,6 +17,7 @@ from model.gpt import GPT, GPTConfig
 from model.sync_policy import parse_sync_policy
 from parallel import comm
 from parallel.launch import run_on_gloo
+from training.config import HelpFormatter
 
 POLICIES = ["baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:3", "grouped:4", "grouped:6",
             "selective:m0-3,m5,m7,m9-11"]
@@ -64,7 +65,7 @@ def worker(rank, world_size, dtype_name):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"],
                         help="the dtype of the comparison (default %(default)s; tolerance 2e-5, float64 1e-12)")
     args = parser.parse_args()

@@ -67,7 +67,7 @@ import re
 import statistics
 import sys
 
-from training.config import ConfigError, OneLineArgumentParser, coerce, save_figure, write_text
+from training.config import ConfigError, HelpFormatter, OneLineArgumentParser, coerce, save_figure, write_text
 
 # [0-9], not \d: digits are ASCII only (\d would also match e.g. Arabic-Indic digits)
 EVAL_LINE = re.compile(r"^step ([0-9]+): train loss ([0-9.eE+-]+|nan|inf), val loss ([0-9.eE+-]+|nan|inf), "
@@ -1217,7 +1217,7 @@ def check_out(path, flag="--out", formats=PLOT_FORMATS):
 
 def main(argv=None):
     parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   formatter_class=HelpFormatter)
     parser.add_argument("runs", nargs="+", help="run directories (out_dir of train_reduced_sync.py) or globs")
     parser.add_argument("--out", default="compare_runs.png", help="path of the PNG (default: compare_runs.png)")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")

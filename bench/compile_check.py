@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import split_policies  # noqa: E402
-from training.config import write_text  # noqa: E402
+from training.config import HelpFormatter, write_text  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel.mesh import build_groups, init_mesh  # noqa: E402
 
@@ -73,7 +73,7 @@ def check_policy(policy, args, mesh):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--policies", default=POLICIES, help="comma-separated sync policies")
     p.add_argument("--n_tracks", type=int, default=2)
     p.add_argument("--steps", type=int, default=3)

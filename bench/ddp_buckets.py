@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import GPT2_VOCAB, REPO, command_line, multicast_off, pyplot, save_results  # noqa: E402
-from training.config import save_figure  # noqa: E402
+from training.config import HelpFormatter, save_figure  # noqa: E402
 from parallel.ddp import BucketedDDP  # noqa: E402
 from parallel.mesh import init_mesh  # noqa: E402
 
@@ -206,7 +206,7 @@ def run_variant(model, opt, variant, mesh, x, y, args, cuda, profile_dir=None, s
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="124m,xl", help=f"comma list of {list(SIZES)}")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {VARIANTS}")
     p.add_argument("--steps", type=int, default=20)

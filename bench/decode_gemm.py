@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, save_results,  # noqa: E402
                           source_commit, use_cuda)
 from model.compile_modes import compile_step  # noqa: E402
+from training.config import HelpFormatter  # noqa: E402
 
 SIZES = {"124m": dict(n_embd=768, vocab=GPT2_VOCAB), "tiny": dict(n_embd=64, vocab=512)}
 VARIANTS = ("cublas", "inductor", "autotune", "coordesc", "reduction")
@@ -97,7 +98,7 @@ def max_error(fn, ref, x, w, b):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--size", choices=sorted(SIZES), default="124m")
     p.add_argument("--tps", default="2", help="comma-separated TP degrees (the per-rank shapes; one GPU runs them)")
     p.add_argument("--rows", default="1,8", help="comma-separated M (sequences decoded at once)")

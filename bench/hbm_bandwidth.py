@@ -14,11 +14,11 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
-from training.config import write_text  # noqa: E402
+from training.config import HelpFormatter, write_text  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.splitlines()[0])
     p.add_argument("--gib", type=float, default=1.0, help="size of the copied tensor, GiB")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--out", default=None, help="also write the line to this file")

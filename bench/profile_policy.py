@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import GPT2_VOCAB, as_graph, command_line, split_policies  # noqa: E402
 from bench.tp_latency import SIZES, make_workload, torch_tp_model  # noqa: E402
-from training.config import write_text  # noqa: E402
+from training.config import HelpFormatter, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402
@@ -126,7 +126,7 @@ def nccl_position_report(per_rank):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default="124m", choices=list(SIZES))
     p.add_argument("--n_tracks", type=int, default=4)
     p.add_argument("--policies", default="baseline;spd;grouped:4;parallel;ladder", help="';'-separated (or ',')")

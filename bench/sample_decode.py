@@ -26,7 +26,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import REPO, source_commit, split_policies, use_cuda  # noqa: E402
-from training.config import write_text  # noqa: E402
+from training.config import HelpFormatter, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 
 SHAPES = {  # model_args of the checkpoint sample.py loads
@@ -67,7 +67,7 @@ def run_sample(ckpt_dir, nproc, mode, tokens, samples, dtype, device, compile_mo
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", choices=sorted(SHAPES), default="124m")
     p.add_argument("--policies", default="baseline", help="comma-separated sync policies (one checkpoint each)")
     p.add_argument("--n_tracks", type=int, default=2)

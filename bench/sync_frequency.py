@@ -63,6 +63,7 @@ import torch.nn as nn
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import REPO, command_line, save_results  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
+from training.config import HelpFormatter  # noqa: E402
 
 SYNC_EVERY = [2 ** i for i in range(9)]  # 1, 2, 4, ..., 256
 MODELS = ["matmul", "mlp1", "mlp3", "gpt_block"]
@@ -276,7 +277,7 @@ def render(res):
 # ----------------------------------------------------------------------------- main
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "mps", "cpu"])
     p.add_argument("--dtype", default="auto", choices=["auto"] + list(DTYPES),
                    help="auto: fp16 on cuda, fp32 on mps/cpu")

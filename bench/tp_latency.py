@@ -51,7 +51,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, pyplot, save_results,  # noqa: E402
                           source_commit, split_policies, use_cuda)
-from training.config import save_figure, write_text  # noqa: E402
+from training.config import HelpFormatter, save_figure, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES, compile_step  # noqa: E402
 from model.generate import KVCache, StaticKVCache  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
@@ -498,7 +498,7 @@ def merge(out_dir):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {list(SIZES)}")
     parser.add_argument("--policies", default=";".join(POLICIES), help="';'-separated sync policies (or ',')")
     parser.add_argument("--n_tracks", default="4", help="comma-separated; values not divisible by tp are skipped")

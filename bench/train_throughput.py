@@ -88,7 +88,7 @@ from torch.nn import functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import (GPT2_VOCAB, call_times, command_line, md_row, multicast_off, save_results,  # noqa: E402
                           source_commit, split_policies)
-from training.config import write_text  # noqa: E402
+from training.config import HelpFormatter, write_text  # noqa: E402
 from model.sync_policy import parse_sync_policy  # noqa: E402
 from parallel import comm  # noqa: E402
 
@@ -232,7 +232,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser():
-    p = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default="124m", help=f"model size, one of {list(SIZES)}")
     p.add_argument("--variants", default=",".join(GROUPS), help=f"comma-separated groups of {GROUPS}")
     p.add_argument("--policies", default=",".join(POLICIES), help="tp2 sync policies (',' or ';' separated)")

@@ -86,7 +86,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import REPO  # noqa: E402  (no torch import)
-from training.config import ConfigError, TrainConfig, parse  # noqa: E402  (no torch import)
+from training.config import ConfigError, HelpFormatter, TrainConfig, parse  # noqa: E402  (no torch import)
 
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
 
@@ -611,7 +611,7 @@ def run_and_pack(runs, args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+                                     formatter_class=HelpFormatter, epilog=__doc__)
     parser.add_argument("part", nargs="?", help="which runs (see --list)")
     parser.add_argument("--list", action="store_true", help="print the parts, their runs and relative cost")
     parser.add_argument("--dry-run", action="store_true", help="print each run's state and command; run nothing")

@@ -42,7 +42,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import REPO, pyplot  # noqa: E402
 from analysis.compare import load_run, mean_ci, records_from_log  # noqa: E402
-from training.config import ConfigError, parse, save_figure, write_text  # noqa: E402
+from training.config import ConfigError, HelpFormatter, parse, save_figure, write_text  # noqa: E402
 from experiments.char_sweep import (DOCS_POLICIES, SMOKE_DOCS, Run, SweepError, run_and_pack,  # noqa: E402
                                     run_state)
 
@@ -188,7 +188,7 @@ def trim_keeps(runs, root, scratch):
 
 
 def run_main(argv):
-    parser = argparse.ArgumentParser(prog="docs_study.py run", description="train the budget sweep (see the module docstring)")
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="docs_study.py run", description="train the budget sweep (see the module docstring)")
     parser.add_argument("--config", default=os.path.join("config", "docs_124m.py"))
     parser.add_argument("--budgets", default="320,640,1280,2560", help="iterations, comma-separated")
     parser.add_argument("--policies", default="baseline,ladder,spd,grouped:4,grouped:12")
@@ -286,14 +286,14 @@ def main(argv=None):
     if argv[:1] == ["run"]:
         return run_main(argv[1:])
     if argv[:1] == ["budgets"]:
-        parser = argparse.ArgumentParser(prog="docs_study.py budgets")
+        parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="docs_study.py budgets")
         parser.add_argument("--sweep", default=BUDGET_SWEEP)
         parser.add_argument("--versus", default=os.path.join(SWEEP, "d768-*"), help="the cosine runs of one budget")
         args = parser.parse_args(argv[1:])
         return budget_report(args.sweep, args.versus)
     if argv[:1] == ["report"]:
         argv = argv[1:]
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweep", default=SWEEP)
     args = parser.parse_args(argv)
     runs = load(args.sweep)

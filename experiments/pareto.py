@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from bench.common import pyplot  # noqa: E402
-from training.config import save_figure, write_text  # noqa: E402
+from training.config import HelpFormatter, save_figure, write_text  # noqa: E402
 
 
 def load_points(stats_path, throughput_path, mode, metric):
@@ -84,7 +84,7 @@ def plot(points, path, title):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--stats", required=True, help="compare_runs.py --stats-json output")
     p.add_argument("--throughput", required=True, help="bench/train_throughput.py's train_throughput.json")
     p.add_argument("--mode", default="compiled-graphs", help="the throughput rows' mode")

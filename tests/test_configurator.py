@@ -172,3 +172,36 @@ def test_save_config_is_json_with_extras(tmp_path):
     saved = json.loads(path.read_text())
     assert saved["n_layer"] == 3 and saved["derived"] == {"dp": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["config.json"]  # no temp file left behind
+
+
+def test_help_shows_each_options_default_once():
+    import argparse
+
+    from training.config import HelpFormatter
+    p = argparse.ArgumentParser(prog="x", formatter_class=HelpFormatter)
+    p.add_argument("--jobs", type=int, default=3, help="runs at once")
+    p.add_argument("--margin", type=float, default=1.0, help="in %% (default 1)")
+    p.add_argument("--out", default=None, help="where")
+    p.add_argument("--smoke", action="store_true", help="tiny")
+    text = " ".join(p.format_help().split())
+    assert "runs at once (default: 3)" in text and "in % (default 1)" in text and "(default 1) (default" not in text
+    assert "where (default" not in text and "tiny (default" not in text
+
+
+def test_every_command_line_parser_shows_defaults():
+    """Each script's parser uses HelpFormatter (the prepare scripts, which cannot import it, write their
+    defaults into their help texts)."""
+    import glob
+    import re
+    missing = []
+    for path in glob.glob(os.path.join(REPO, "**", "*.py"), recursive=True):
+        rel = os.path.relpath(path, REPO)
+        # the prepare scripts cannot import it; the compiler repros and the bisection are records, not tools
+        records = (os.path.join("experiments", "compiler-repros"), os.path.join("experiments", "char-sweep-miscompiled"))
+        if rel.startswith(("tests", ".venv", *records)) or rel.endswith("prepare.py"):
+            continue
+        source = open(path, encoding="utf-8").read()
+        for m in re.finditer(r"(?:argparse\.ArgumentParser|OneLineArgumentParser)\((?!argparse)", source):
+            if "formatter_class=HelpFormatter" not in source[m.end():m.end() + 300].split("\n\n")[0]:
+                missing.append(f"{rel}:{source[:m.start()].count(chr(10)) + 1}")
+    assert not missing, missing

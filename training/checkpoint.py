@@ -44,7 +44,7 @@ import zipfile
 import numpy as np
 import torch
 
-from training.config import OneLineArgumentParser, atomic_write
+from training.config import HelpFormatter, OneLineArgumentParser, atomic_write
 
 FORMAT_VERSION = 2
 # What each reader needs. RESUME_KEYS is everything save_checkpoint writes.
@@ -443,7 +443,7 @@ def convert(path, out=None, trust=False):
 
 
 def main(argv=None):
-    parser = OneLineArgumentParser(prog="python -m training.checkpoint",
+    parser = OneLineArgumentParser(formatter_class=HelpFormatter, prog="python -m training.checkpoint",
                                    description="Convert an old checkpoint (pickled numpy RNG state) to the "
                                                "current format, which loads with weights_only=True.")
     parser.add_argument("--convert", metavar="PATH", required=True, help="checkpoint to convert")

@@ -503,6 +503,17 @@ def ascii_float(text):
     return float(text)
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help keeps the description's own line breaks and shows each option's default, unless its help
+    already states it or there is none to show (a flag, or None)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS) or action.nargs == 0:
+            return text
+        return super()._get_help_string(action)
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line, 'error: ...' (exit code 2), without the usage."""
 

@@ -490,7 +490,7 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pack", metavar="FILE", help="also write the package files read, as FILE (tar.xz)")
     parser.add_argument("--from-pack", metavar="FILE", help="read the package files from FILE instead of the .debs")
-    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="tokenizer processes")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="tokenizer processes (default: the CPUs, %(default)s here)")
     parser.add_argument("--force", action="store_true", help="rebuild even when the outputs match corpus.json")
     parser.add_argument("--update-manifest", action="store_true",
                         help="write corpus.json from this build (after changing the recipe) instead of checking")

@@ -31,8 +31,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num_proc", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                         help="worker processes for tokenization and loading (default: half the CPUs)")
-    parser.add_argument("--val_size", type=float, default=0.0005, help="fraction of documents held out as val")
-    parser.add_argument("--seed", type=int, default=2357, help="seed of the train/val document split")
+    parser.add_argument("--val_size", type=float, default=0.0005, help="fraction of documents held out as val (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=2357, help="seed of the train/val document split (default %(default)s)")
     parser.add_argument("--force", action="store_true", help="rebuild train.bin/val.bin even if they exist")
     args = parser.parse_args()
     if args.num_proc < 1:
