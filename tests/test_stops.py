@@ -168,7 +168,7 @@ def test_resume_under_torchrun_names_the_checkpoints_n_tracks(workdir):
 def test_help_says_how_to_stop_and_what_a_resume_keeps():
     proc = subprocess.run([sys.executable, TRAIN_SCRIPT, "--help"], capture_output=True, text=True, env=run_env())
     assert proc.returncode == 0
-    assert "pkill -TERM -P <torchrun pid>" in proc.stdout
+    assert "pkill -TERM -P <torchrun pid>" in proc.stdout and "python -m training.launch" in proc.stdout
     assert "dataset, seed, batch_size, block_size, gradient_accumulation_steps, data_order" in proc.stdout
 
 

@@ -1,0 +1,59 @@
+"""torchrun, with the trainer's line last:
+
+    python -m training.launch --standalone --nproc_per_node=8 train_reduced_sync.py config/train_grouped_6sync.py
+
+takes torchrun's options and runs torchrun's own launcher in this process (torch.distributed.run: the same
+agent, rendezvous, workers and signal forwarding). It changes only how a launch ends. torchrun ends a failed
+launch with a traceback of itself (ChildFailedError) and a stopped one with another (SignalException),
+printed below the workers' one-line errors and stop lines; here each becomes one line:
+
+    launch failed: rank R exited with code C: <the first failed rank's error line>
+    launch stopped by SIGTERM: the workers were told to stop (their stop lines are above)
+
+The error line is the one the trainer writes to torchrun's error file (parallel/mesh.py). Exit codes are
+torchrun's: 1 for a failed worker, 128 + the signal's number for a stop. The elastic agent's own warnings
+about shutting workers down are kept below error level; torchrun's start-up notes are kept.
+"""
+import logging
+import signal
+import sys
+
+
+def first_failure_line(error):
+    """The one line of a ChildFailedError: the first failed rank, its exit code or signal, its message."""
+    rank, failure = error.get_first_failure()
+    message = failure.message if isinstance(failure.message, str) else failure.message.get("message", "")
+    how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"code {failure.exitcode}"
+    if "To enable traceback" in message:  # torchrun's placeholder when a worker wrote no error file
+        message = "see its output above"
+    return f"launch failed: rank {rank} exited with {how}: {message.strip().splitlines()[-1] if message else ''}"
+
+
+def main(argv):
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    # the agent's per-worker shutdown notes ('Sending process N closing signal SIGTERM', 'failed (exitcode)')
+    # restate what the line below says
+    for name in ("torch.distributed.elastic.multiprocessing.api",
+                 "torch.distributed.elastic.multiprocessing.errors.error_handler",
+                 "torch.distributed.elastic.agent.server.api",
+                 "torch.distributed.launcher.api"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    args = parse_args(argv)
+    try:
+        run(args)
+    except ChildFailedError as e:
+        print(first_failure_line(e), file=sys.stderr, flush=True)
+        return 1
+    except SignalException as e:
+        name = signal.Signals(e.sigval).name
+        print(f"launch stopped by {name}: the workers were told to stop (their stop lines are above)",
+              file=sys.stderr, flush=True)
+        return 128 + int(e.sigval)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
