@@ -59,7 +59,8 @@ RESULTS = os.path.join(REPO, "bench", "results")
 # name: (n_layer, n_head, n_embd, vocab). 70b: a 70B-class GPT shape (80 x 8192, MHA, 4C MLP); not
 # Llama-2-70B's GQA and SwiGLU, which change its per-layer bytes and FLOPs by a few percent.
 SHAPES = {"124m": (12, 12, 768, 50304), "medium": (24, 16, 1024, 50304), "large": (36, 20, 1280, 50304),
-          "xl": (48, 25, 1600, 50304), "70b": (80, 64, 8192, 32000)}
+          "xl": (48, 25, 1600, 50304), "70b": (80, 64, 8192, 32000),
+          "tiny": (2, 4, 64, 256)}  # tiny: the CPU test of `calibrate`
 ALIASES = {"350m": "medium", "774m": "large", "1.5b": "xl"}
 # Datasheet dense bf16 peak and HBM bandwidth (SXM). lat: a small kernel's time in a CUDA graph
 # (EXPERIMENT_SUMMARY.md: 1.4-3.3 us per elementwise/LayerNorm kernel in the decode trace).
@@ -293,8 +294,21 @@ def nonneg_lstsq2(A, y):
     return best[1], best[2]
 
 
-def family(table, size, workload, mode, device):
-    """The calibration entry for this row, and how it was reached (exact, other mode, scaled shape)."""
+def family(tables, size, workload, mode, device):
+    """The calibration entry for this row, and how it was reached (exact, other mode, scaled shape,
+    another device's rows: s is relative to the roofline, so it carries over with the datasheet)."""
+    others = [d for d in sorted(tables) if d != device]
+    for d in [device] + others:
+        try:
+            e, how = family_on(tables.get(d, {}), size, workload, mode)
+        except ValueError:
+            continue
+        return e, how if d == device else f"{how}, {d} rows with the {device} datasheet"
+    raise ValueError(f"no tp=1 calibration for workload {workload!r}; measured: "
+                     f"{', '.join(k for t in tables.values() for k in sorted(t))}")
+
+
+def family_on(table, size, workload, mode):
     mc = mode_class(mode)
     want = [(size, workload, mode, "measured family")]
     want += [(size, workload, m, f"{m} family (no tp=1 {mode} row)") for m in ("graph", "compiled-graphs", "compiled")
@@ -310,17 +324,17 @@ def family(table, size, workload, mode, device):
             e = table.get(f"{s}|{workload}|{m}")
             if e:
                 return e, f"scaled from {s} {m} (FLOPs and bytes)"
-    raise ValueError(f"no tp=1 calibration for workload {workload!r} on this device; "
-                     f"measured: {', '.join(sorted(table))}")
+    raise ValueError(f"no tp=1 calibration for workload {workload!r}")
 
 
 # ------------------------------------------------------------------ the prediction
-def predict(size, workload, tp, policy, n_tracks, device, table, fit, mode="graph", measured=None):
+def predict(size, workload, tp, policy, n_tracks, device, tables, fit, mode="graph", measured=None):
     """Modeled ms of one step: dict with compute, tracks, comm (no overlap), hidden (full overlap)."""
     size, (L, H, C, V) = shape_of(size)
-    if n_tracks % tp or H % n_tracks:
-        raise ValueError(f"n_tracks={n_tracks} must divide n_head={H} and be divisible by tp={tp}")
-    e, how = family(table, size, workload, mode, device)
+    if tp not in (1, 2, 4, 8) or n_tracks % tp:
+        raise ValueError(f"tp={tp} must be one of 1, 2, 4, 8 and divide n_tracks={n_tracks}")
+    # heads need not divide by n_tracks here (1.5B has 25): the model times 1/tp of the width
+    e, how = family(tables, size, workload, mode, device)
     k = n_tracks // tp
     roof = roofline(sublayers(size, workload, tp), device)
     measured = measured or {}
@@ -452,7 +466,7 @@ def validate():
             continue
         if r["device"] not in tables:
             raise ValueError(f"row {r['source']} ran on {r['device']}, which has no tp=1 rows to calibrate on")
-        p = predict(r["size"], r["workload"], r["tp"], r["policy"], r["n_tracks"], r["device"], tables[r["device"]],
+        p = predict(r["size"], r["workload"], r["tp"], r["policy"], r["n_tracks"], r["device"], tables,
                     fit, r["mode"], measured_sublayers(r["device"], r["size"], r["workload"], r["tp"]))
         out.append(dict(r, pred=p["ms"], ratio=p["ms"] / r["ms"], compute=p["compute"] + p["tracks"],
                         comm=p["comm"], no_overlap=p["no_overlap"], full_overlap=p["full_overlap"],
@@ -517,3 +531,253 @@ def write_validation(fit, tables, rows):
     with open(os.path.join(RESULTS, "step_model_validation.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return lines
+
+
+# ------------------------------------------------------------------ loss against modeled time
+PARETO_POLICIES = ("baseline", "ladder", "spd", "grouped:4", "grouped:12")
+PAPERS = {"spd": ("SPD, arXiv 2502.20727", "about 20% lower inference latency, LLaMA2-70B on 8 GPUs"),
+          "ladder": ("Ladder Residual, arXiv 2501.06589", "about 30% end-to-end wall-clock inference speed-up, 70B, TP over 8 GPUs")}
+
+
+def loss_gaps():
+    """{policy: [(tokens, gap %, 95% half-width or None, n seeds)]} of the budget study (124M width, n_tracks 4)."""
+    d = json.load(open(os.path.join(REPO, "experiments", "budget-sweep", "stats.json")))
+    out = {"baseline": []}
+    for c in d["stats"]["cells"]:
+        if c["policy"] == "baseline":
+            out["baseline"].append((c["tokens"], 0.0, 0.0, len(c["seeds"])))
+            continue
+        fv = c["final_val"]
+        if fv.get("gap") is not None:
+            out.setdefault(c["policy"], []).append((c["tokens"], fv["gap"], fv.get("gap_ci"), len(fv["gaps"])))
+    return {p: sorted(v) for p, v in out.items()}
+
+
+def time_error(rows):
+    """The model's stated error: the 90th percentile of |predicted / measured - 1| over the graph rows."""
+    return error_stats([r for r in rows if r["target"]])["p90"]
+
+
+def pareto(tables, fit, err, device="H100"):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    gaps = loss_gaps()
+    budgets = sorted({t for v in gaps.values() for t, *_ in v})
+    made = []
+    for size in ("124m", "xl"):
+        for tp in (2, 4, 8):
+            n_tracks = max(tp, 4)
+            fig, ax = plt.subplots(figsize=(7.5, 5))
+            base = predict(size, "train_b12", tp, "baseline", n_tracks, device, tables, fit)["ms"]
+            for bi, tokens in enumerate(budgets):
+                pts = []
+                for pol in PARETO_POLICIES:
+                    cell = [g for g in gaps.get(pol, []) if g[0] == tokens]
+                    if not cell:
+                        continue
+                    _, gap, ci, n = cell[0]
+                    n_layer = SHAPES[shape_of(size)[0]][0]
+                    spec = pol if pol != "grouped:12" else f"grouped:{n_layer}"  # one sync per forward
+                    ms = predict(size, "train_b12", tp, spec, n_tracks, device, tables, fit)["ms"]
+                    pts.append((ms, gap, ci or 0.0, pol, n))
+                front = [p for p in pts if not any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in pts)]
+                color = plt.cm.viridis(bi / max(1, len(budgets) - 1))
+                for ms, gap, ci, pol, n in pts:
+                    ax.errorbar(ms, gap, xerr=err * ms, yerr=ci, fmt="o" if (ms, gap, ci, pol, n) in front else "x",
+                                color=color, capsize=2, ms=6)
+                    ax.annotate(pol if pol != "grouped:12" else "1 sync/fwd", (ms, gap), fontsize=7, xytext=(3, 3), textcoords="offset points")
+                front.sort()
+                ax.plot([p[0] for p in front], [p[1] for p in front], "-", color=color, lw=1,
+                        label=f"{tokens / 1e6:.1f}M tokens (front: o)")
+            ax.axhline(0, color="gray", lw=0.5)
+            ax.set_xlabel(f"modeled time per iteration, ms ({device}, tp={tp}, n_tracks {n_tracks}, 12 x 1024, "
+                          f"baseline {base:.1f})")
+            ax.set_ylabel("final val loss gap to baseline, % (measured)")
+            note = ("loss measured at 124M (width 768, n_tracks 4); time modeled" if size == "124m" else
+                    "loss measured at 124M, not at 1.5B; time modeled at 1.5B")
+            ax.set_title(f"{size}, tp={tp}: loss gap against modeled time\n{note}\nx bars: the model's "
+                         f"90th-percentile error ({100 * err:.0f}%); y bars: 95% t interval over seeds", fontsize=8)
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            path = os.path.join(RESULTS, f"step_model_pareto_{size}_tp{tp}.png")
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            made.append(os.path.relpath(path, REPO))
+    return made
+
+
+def paper_table(tables, fit, err, device="H100"):
+    """The 70B-class shape at tp=8: each policy's modeled saving beside the papers' published ones."""
+    lines = [f"# 70B-class shape (80 layers x 8192) at tp=8 on {device}: modeled savings beside the papers", "",
+             "Made by `python -m bench.step_model --pareto`. Times are **modeled** (bench/step_model.py), not measured; "
+             f"the model's stated error is its 90th-percentile |error| on the stored graph rows, {100 * err:.0f}%. "
+             "n_tracks 8 (one track per GPU). Decode: one token, batch 1 and 8, KV cache of 1024; prefill 8 x 1024. "
+             "The papers' figures are theirs (LLaMA2-70B-class models, their own kernels and batch), quoted from "
+             "their abstracts.", "",
+             "| policy | syncs/fwd | decode_b1 ms | saving | decode_b8 ms | saving | prefill_b8 ms | saving | "
+             "bounds decode_b1 (full overlap .. no overlap) | published |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    base = {w: predict("70b", w, 8, "baseline", 8, device, tables, fit)["ms"] for w in ("decode_b1", "decode_b8",
+                                                                                     "prefill_b8")}
+    for pol in ("baseline", "ladder", "spd", "parallel", "grouped:2", "grouped:4", "grouped:8", "grouped:80"):
+        cells = []
+        for w in ("decode_b1", "decode_b8", "prefill_b8"):
+            p = predict("70b", w, 8, pol, 8, device, tables, fit)
+            cells += [f"{p['ms']:.2f}", f"{100 * (1 - p['ms'] / base[w]):.0f}%"]
+        p = predict("70b", "decode_b1", 8, pol, 8, device, tables, fit)
+        paper = PAPERS.get(pol)
+        lines.append(f"| {pol} | {parse_sync_policy(pol, 80).n_syncs} | " + " | ".join(cells) +
+                     f" | {p['full_overlap']:.2f} .. {p['no_overlap']:.2f} | " +
+                     (f"{paper[1]} ({paper[0]})" if paper else "-") + " |")
+    with open(os.path.join(RESULTS, "step_model_70b_tp8.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return lines
+
+
+# ------------------------------------------------------------------ one question
+def answer(size, tp, policy, device, n_tracks, tables, fit, err):
+    lines = [f"{size} at tp={tp} on {device}, n_tracks {n_tracks} (modeled; stated error +-{100 * err:.0f}%, "
+             f"the 90th percentile of |error| over the stored graph rows):"]
+    for w, unit in (("train_b12", "ms per training iteration (12 x 1024, AdamW)"), ("decode_b1", "ms per token (batch 1)"),
+                    ("decode_b8", "ms per token (batch 8)")):
+        b = predict(size, w, tp, "baseline", n_tracks, device, tables, fit)
+        p = predict(size, w, tp, policy, n_tracks, device, tables, fit)
+        lines.append(f"  {w}: baseline {b['ms']:.2f}, {policy} {p['ms']:.2f} {unit}: saves "
+                     f"{100 * (1 - p['ms'] / b['ms']):.0f}% (bounds {p['full_overlap']:.2f} .. {p['no_overlap']:.2f}; "
+                     f"compute {p['compute']:.2f} + tracks {p['tracks']:.2f} + all-reduce {p['comm']:.2f}; "
+                     f"calibration: {p['calibration']})")
+    return lines
+
+
+# ------------------------------------------------------------------ per-sublayer calibration on one GPU
+def calibrate(device, sizes, tps, workloads, repeats, out_dir):
+    """Time each sublayer at the shard width each tp implies, on this one device: CUDA events on a
+    GPU (wall clock on CPU), median of `repeats`. Training workloads: forward + backward (and the
+    AdamW step of the rank's parameters); decode: one token against a KV cache of ctx - 1 tokens."""
+    import torch
+    import torch.nn.functional as F
+    dev = torch.device(device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    name = device_name(torch.cuda.get_device_name(dev)) if dev.type == "cuda" else "cpu"
+
+    def timed(fn):
+        for _ in range(2):
+            fn()
+        ts = []
+        for _ in range(repeats):
+            if dev.type == "cuda":
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record(); fn(); b.record(); torch.cuda.synchronize()
+                ts.append(a.elapsed_time(b))
+            else:
+                t0 = time.perf_counter(); fn(); ts.append(1e3 * (time.perf_counter() - t0))
+        return statistics.median(ts)
+
+    rows = []
+    for size in sizes:
+        size, (L, H, C, V) = shape_of(size)
+        for tp in tps:
+            for w in workloads:
+                b, T, ctx, train, opt = WORKLOADS[w]
+                Hl, hs = max(1, H // tp), C // H
+                Ct, Ft, Vt = Hl * hs, 4 * C // tp, V // tp
+                mk = lambda *s: torch.randn(*s, device=dev, dtype=dtype, requires_grad=train)
+                x = mk(b, T, C)
+                ln_w, ln_b = mk(C), mk(C)
+                w_qkv, w_o, w_fc, w_pr, w_head = mk(3 * Ct, C), mk(C, Ct), mk(Ft, C), mk(C, Ft), mk(Vt, C)
+                kv = torch.randn(2, b, Hl, ctx - T, hs, device=dev, dtype=dtype) if T < ctx else None
+                targets = torch.randint(0, Vt, (b * T,), device=dev)
+
+                def attention():
+                    q, k, v = F.linear(x, w_qkv).view(b, T, 3, Hl, hs).transpose(1, 3).unbind(2)
+                    if kv is not None:
+                        k, v = torch.cat([kv[0], k], 2), torch.cat([kv[1], v], 2)
+                    y = F.scaled_dot_product_attention(q, k, v, is_causal=kv is None)
+                    return F.linear(y.transpose(1, 2).reshape(b, T, Ct), w_o)
+
+                ops = {"layernorm": lambda: F.layer_norm(x, (C,), ln_w, ln_b),
+                       "attention": attention,
+                       "mlp": lambda: F.linear(F.gelu(F.linear(x, w_fc)), w_pr),
+                       "head+ce": (lambda: F.cross_entropy(F.linear(x, w_head).view(-1, Vt).float(), targets))
+                       if train else (lambda: F.linear(x[:, -1:], w_head))}
+                per = {"layernorm": 2 * L, "attention": L, "mlp": L, "head+ce": 1}
+                meas = {}
+                for op, fn in ops.items():
+                    run = (lambda fn=fn: fn().float().sum().backward()) if train else fn
+                    with torch.set_grad_enabled(train):
+                        meas[op] = timed(run) * per[op]
+                if opt:
+                    params = [torch.zeros(n, device=dev, requires_grad=True)
+                              for n in (L * (3 * Ct * C + C * Ct + 2 * Ft * C), Vt * C)]
+                    for p in params:
+                        p.grad = torch.zeros_like(p)
+                    adam = torch.optim.AdamW(params, fused=dev.type == "cuda")
+                    meas["optimizer"] = timed(adam.step)
+                rows.append(dict(size=size, workload=w, tp=tp, device=name, sublayers_ms=meas,
+                                 how="measured per sublayer"))
+                print(f"{name} {size} tp={tp} {w}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in meas.items()))
+    import torch as _t
+    out = dict(device=name, torch=_t.__version__, repeats=repeats, rows=rows,
+               command="python -m bench.step_model " + " ".join(sys.argv[1:]))
+    path = os.path.join(out_dir, f"step_model_calibration_{name.lower()}.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    with open(path[:-5] + ".md", "w") as f:
+        f.write(f"# Per-sublayer times on one {name} (measured per sublayer)\n\nCommand: `{out['command']}`, torch "
+                f"{out['torch']}, median of {repeats}. ms per step (all layers), at the shard width of each tp.\n\n"
+                "| size | tp | workload | " + " | ".join(per) + " | optimizer |\n|---|---:|---|" + "---:|" * (len(per) + 1)
+                + "\n" + "\n".join(f"| {r['size']} | {r['tp']} | {r['workload']} | " + " | ".join(
+                    f"{r['sublayers_ms'].get(k, float('nan')):.3f}" for k in list(per) + ["optimizer"]) + " |"
+                                   for r in rows) + "\n")
+    return path
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["calibrate"]:
+        ap = argparse.ArgumentParser(prog="python -m bench.step_model calibrate",
+                                     description="Per-sublayer times on one device at each tp's shard width.")
+        ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
+        ap.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {', '.join(SHAPES)}")
+        ap.add_argument("--tps", default="1,2,4,8", help="comma-separated shard counts")
+        ap.add_argument("--workloads", default="train_b8,train_b12,prefill_b8,decode_b1,decode_b8",
+                        help=f"comma-separated, of {', '.join(WORKLOADS)}")
+        ap.add_argument("--repeats", type=int, default=20)
+        ap.add_argument("--out_dir", default=RESULTS)
+        a = ap.parse_args(argv[1:])
+        for w in a.workloads.split(","):
+            if w not in WORKLOADS:
+                ap.error(f"unknown workload {w!r}; allowed: {', '.join(WORKLOADS)}")
+        tps = [int(t) for t in a.tps.split(",")]
+        print(calibrate(a.device, a.sizes.split(","), tps, a.workloads.split(","), a.repeats, a.out_dir))
+        return
+    ap = argparse.ArgumentParser(prog="python -m bench.step_model", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--validate", action="store_true", help="predict every stored tp>=2 row; write the table")
+    ap.add_argument("--pareto", action="store_true", help="loss gap against modeled time; the 70B-class table")
+    ap.add_argument("--size", default="xl", help=f"one of {', '.join(list(SHAPES) + list(ALIASES))}")
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--policy", default="grouped:4")
+    ap.add_argument("--n_tracks", type=int, default=None, help="default: tp (one track per GPU)")
+    ap.add_argument("--device", default="H100", help=f"one of {', '.join(DEVICES)}")
+    a = ap.parse_args(argv)
+    if a.device not in DEVICES:
+        ap.error(f"unknown --device {a.device!r}; allowed: {', '.join(DEVICES)}")
+    fit, tables, rows = validate()
+    err = time_error(rows)
+    if a.validate:
+        print("\n".join(write_validation(fit, tables, rows)[:20]))
+        print(f"table: {os.path.relpath(os.path.join(RESULTS, 'step_model_validation.md'), REPO)}")
+    if a.pareto:
+        for path in pareto(tables, fit, err):
+            print(path)
+        print("\n".join(paper_table(tables, fit, err)))
+    if not (a.validate or a.pareto):
+        try:
+            print("\n".join(answer(a.size, a.tp, a.policy, a.device, a.n_tracks or a.tp, tables, fit, err)))
+        except ValueError as e:
+            ap.error(str(e))
+
+
+if __name__ == "__main__":
+    main()
