@@ -516,7 +516,31 @@ def write_validation(fit, tables, rows):
         st = error_stats([r for r in graph if r["workload"] == w])
         lines.append(f"- graph rows, {w}: {st['n']} rows, median |error| {100 * st['median']:.1f}%, "
                      f"worst {100 * st['worst']:.1f}%")
-    lines += ["", "Columns: modeled ms (point: no overlap, ladder's forward overlapped), its compute + tracks part and "
+    lines += ["", "**Why rows miss** (from the measured floors in this table and the stored profiles; written for the "
+              "rows stored when the model was made):",
+              "- *compiled+graph decode* (bench/results/decode/, worst row): no tp=1 row of that mode exists, so it is "
+              "calibrated on the eager-built graph family; inductor fuses the elementwise work (floor 0.435 against "
+              "0.656 ms for grouped:3), which the model does not know.",
+              "- *tp=4 rows* (median 18%): measured at an older commit (the tp=4 notes in bench/results/tp_latency.md: "
+              "sum-over-tracks reduce kernels since removed), so their floors differ from the tp=1 calibration; and "
+              "alpha(4) = 3 alpha(2) is an assumption the tp=4 decode rows contradict (their time over the floor gives "
+              "about 10.6 us per sync, the assumption 18.6 us), so small-message all-reduces at tp 4 and 8 are "
+              "modeled too slow: decode savings at tp=8 are overstated rather than understated.",
+              "- *prefill_b1* (1 x 1024, 1.5-2 MB per all-reduce): the fit's points are 1.5 KB and 12.6-18.9 MB; "
+              "between them the LL protocol's bandwidth is lower than the line (baseline medium at tp=2: 30 us per "
+              "sync measured over its floor, 15.5 us modeled).",
+              "- *diverged tracks at k = 1*: the tracks term, fitted at k = 4 on one GPU, over-predicts grouped "
+              "policies' compute by 5-30% at k = 1 on tp=4 (their floors); the model leaves out how the batched "
+              "GEMMs' and copies' cost falls with fewer tracks beyond the (k - 1) stream bytes.",
+              "- *eager and compiled-without-graphs rows*: host-bound (the profiles show the device busy 5-10% of the "
+              "wall time in eager decode, and the compiled tp=2 step spread from 25.2 to 30.2 ms between runs); the "
+              "model is of device time and is not meant for them.",
+              "",
+              "Model revisions after seeing a validation pass (none per row): the tracks term's stream bytes went "
+              "from k to k - 1 (the code's k = 1 paths: F.linear, the sum over tracks a view), and ladder's point "
+              "prediction from full overlap to the midpoint of its bounds (its all-reduce kernels run 71 against "
+              "61 us beside compute in the stored profile). Before them: median 10.8%, worst 47.9% over the same rows.",
+              "", "Columns: modeled ms (point: no overlap; ladder the midpoint of its bounds), its compute + tracks part and "
               "its all-reduce part; measured ms, and the measured floor (the same policy with every collective skipped, "
               "where stored) for telling a compute miss from a communication miss.", "",
               "| source | device | commit | size | workload | mode | tp | n_tracks | policy | modeled ms | modeled compute | "
