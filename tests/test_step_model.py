@@ -1,0 +1,121 @@
+"""bench/step_model.py: the all-reduce cost against hand-computed cases, each policy's collectives
+against the model's own counter (tp=1, and tp=2 on gloo), monotonicity, the fit's data, and the
+per-sublayer calibration on CPU."""
+import json
+
+import pytest
+import torch
+
+from bench import step_model as sm
+from model.gpt import GPT, GPTConfig
+from parallel import comm
+from parallel.launch import run_on_gloo
+
+FIT = {"alpha_us": 10.0, "bw_GBps": 100.0}
+POLICIES = ["baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:4", "selective:m0,a2,m2-3"]
+TINY = dict(n_layer=4, n_head=4, n_embd=32, n_tracks=4, vocab_size=64, block_size=16, dropout=0.0)
+
+
+def test_allreduce_cost_by_hand():
+    # t = alpha(2) (tp - 1) + 2 (tp - 1) / tp * bytes / bw
+    assert sm.allreduce_ms(1e6, 1, FIT) == 0.0
+    assert sm.allreduce_ms(1e6, 2, FIT) == pytest.approx(0.010 + 1.0 * 1e6 / 100e9 * 1e3)    # 0.020 ms
+    assert sm.allreduce_ms(1e6, 4, FIT) == pytest.approx(0.030 + 1.5 * 1e6 / 100e9 * 1e3)    # 0.045 ms
+    assert sm.allreduce_ms(2e6, 8, FIT) == pytest.approx(0.070 + 1.75 * 2e6 / 100e9 * 1e3)   # 0.105 ms
+
+
+def test_fit_recovers_known_parameters():
+    points = [(b, 7.0 + b / 300e9 * 1e6, "synthetic") for b in (1e3, 1e5, 1e6, 1e7, 3e7)]
+    alpha, bw = sm.fit_comm(points)
+    assert alpha == pytest.approx(7.0, rel=0.02) and bw == pytest.approx(300.0, rel=0.02)
+
+
+def _counted(model, B, T):
+    comm.stats.reset()
+    idx = torch.randint(0, 64, (B, T))
+    model(idx, idx)[1].backward()
+    return dict(comm.stats.counts), dict(comm.stats.bytes)
+
+
+def _modeled(policy, B, T, tp):
+    counts, nbytes = {}, {}
+    for kind, phase, b in sm.collectives(policy, TINY["n_layer"], TINY["n_embd"], B, T, tp, True,
+                                         compute_bytes=4, resid_bytes=4):  # fp32 on CPU, no autocast
+        counts[kind] = counts.get(kind, 0) + 1
+        nbytes[kind] = nbytes.get(kind, 0) + b
+    return counts, nbytes
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_collectives_match_the_counter_at_tp1(policy):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY, sync_policy=policy))
+    counts, nbytes = _counted(model, 2, 8)
+    want_counts, want_bytes = _modeled(policy, 2, 8, 1)
+    assert want_counts["tp_fwd"] == model.syncs_per_forward == sm.parse_sync_policy(policy, 4).n_syncs
+    assert counts == want_counts and nbytes == want_bytes
+
+
+def _worker(rank, world_size, policies):
+    import torch.distributed as dist
+    group, out = dist.new_group([0, 1]), []
+    for policy in policies:
+        torch.manual_seed(0)
+        out.append(_counted(GPT(GPTConfig(**TINY, sync_policy=policy), tp_group=group), 2, 8))
+    return out
+
+
+def test_collectives_match_the_counter_at_tp2_gloo():
+    policies = ["baseline", "grouped:2"]
+    for policy, counted in zip(policies, run_on_gloo(_worker, 2, policies)[0]):
+        assert tuple(counted) == _modeled(policy, 2, 8, 2), policy
+
+
+def test_monotonic():
+    # more syncs never cost less communication; larger tp never lowers an all-reduce's cost
+    comm_ms = [sum(sm.allreduce_ms(b, 8, FIT) for *_, b in sm.collectives(f"grouped:{g}", 48, 1600, 12, 1024, 8, True))
+               for g in (48, 24, 12, 8, 4, 2, 1)]
+    assert comm_ms == sorted(comm_ms)
+    for nbytes in (1e3, 1e6, 1e8):
+        costs = [sm.allreduce_ms(nbytes, tp, FIT) for tp in (1, 2, 4, 8)]
+        assert costs == sorted(costs)
+    # a rank's share of compute shrinks with tp
+    roof = [sum(sm.roofline(sm.sublayers("xl", "train_b12", tp), "H100").values()) for tp in (1, 2, 4, 8)]
+    assert roof == sorted(roof, reverse=True)
+
+
+def test_no_overlap_bound_grows_with_syncs_at_equal_tracks():
+    # same policy family and tracks features, one more synced point: ladder vs baseline have the same
+    # syncs, and their no-overlap bounds are equal; full overlap only lowers ladder's
+    tables = {"H200": sm.calibrate_from_rows(sm.stored_rows(), "H200")}
+    fit = sm.load_comm_fit()
+    base = sm.predict("medium", "prefill_b8", 4, "baseline", 4, "H200", tables, fit)
+    lad = sm.predict("medium", "prefill_b8", 4, "ladder", 4, "H200", tables, fit)
+    assert lad["no_overlap"] == pytest.approx(base["no_overlap"])
+    assert lad["full_overlap"] < lad["ms"] < lad["no_overlap"] and base["full_overlap"] == base["no_overlap"]
+
+
+def test_fit_uses_no_row_at_tp_ge_2():
+    rows = sm.stored_rows()
+    before = sm.calibrate_from_rows(rows, "H200")
+    changed = [dict(r, ms=r["ms"] * 3) if r["tp"] >= 2 else r for r in rows]
+    assert sm.calibrate_from_rows(changed, "H200") == before
+
+
+def test_bad_input_names_the_value():
+    with pytest.raises(ValueError, match="unknown size 'huge'"):
+        sm.shape_of("huge")
+    with pytest.raises(ValueError, match="tp=3"):
+        sm.predict("124m", "decode_b1", 3, "baseline", 3, "H200", {}, FIT)
+
+
+def test_calibrate_runs_on_cpu(tmp_path):
+    path = sm.calibrate("cpu", ["tiny"], [4], ["decode_b1", "train_b12"], 1, str(tmp_path))
+    rows = json.load(open(path))["rows"]
+    assert [r["workload"] for r in rows] == ["decode_b1", "train_b12"]
+    for r in rows:
+        assert r["how"] == "measured per sublayer" and r["tp"] == 4
+        assert set(r["sublayers_ms"]) >= {"layernorm", "attention", "mlp", "head+ce"}
+        assert all(v > 0 for v in r["sublayers_ms"].values())
+    assert "optimizer" in rows[1]["sublayers_ms"]
+    assert (tmp_path / "step_model_calibration_cpu.md").read_text().count("| tiny |") == 2
