@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 
 if not __package__:  # run as a file, the repository root is not on sys.path
-    sys.exit("run it from the repository root as: python -m bench.compile_check ... (or torchrun ... -m bench.compile_check ...)")
+    sys.exit("run it from the repository root as: python -m bench.compile_check ... "
+             "(or torchrun ... -m bench.compile_check ...)")
 from bench.common import split_policies  # noqa: E402
 from training.config import HelpFormatter, write_text  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402

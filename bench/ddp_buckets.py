@@ -43,7 +43,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 if not __package__:  # run as a file, the repository root is not on sys.path
-    sys.exit("run it from the repository root as: python -m bench.ddp_buckets ... (or torchrun ... -m bench.ddp_buckets ...)")
+    sys.exit("run it from the repository root as: python -m bench.ddp_buckets ... "
+             "(or torchrun ... -m bench.ddp_buckets ...)")
 from bench.common import GPT2_VOCAB, REPO, command_line, multicast_off, pyplot, save_results  # noqa: E402
 from training.config import HelpFormatter, save_figure  # noqa: E402
 from parallel.ddp import BucketedDDP  # noqa: E402

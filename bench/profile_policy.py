@@ -28,7 +28,8 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
 if not __package__:  # run as a file, the repository root is not on sys.path
-    sys.exit("run it from the repository root as: python -m bench.profile_policy ... (or torchrun ... -m bench.profile_policy ...)")
+    sys.exit("run it from the repository root as: python -m bench.profile_policy ... "
+             "(or torchrun ... -m bench.profile_policy ...)")
 from bench.common import GPT2_VOCAB, as_graph, command_line, split_policies  # noqa: E402
 from bench.tp_latency import SIZES, make_workload, torch_tp_model  # noqa: E402
 from training.config import HelpFormatter, write_text  # noqa: E402

@@ -49,7 +49,8 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 if not __package__:  # run as a file, the repository root is not on sys.path
-    sys.exit("run it from the repository root as: python -m bench.tp_latency ... (or torchrun ... -m bench.tp_latency ...)")
+    sys.exit("run it from the repository root as: python -m bench.tp_latency ... "
+             "(or torchrun ... -m bench.tp_latency ...)")
 from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, pyplot, save_results,  # noqa: E402
                           source_commit, split_policies, use_cuda)
 from training.config import HelpFormatter, save_figure, write_text  # noqa: E402

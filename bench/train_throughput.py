@@ -86,7 +86,8 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 if not __package__:  # run as a file, the repository root is not on sys.path
-    sys.exit("run it from the repository root as: python -m bench.train_throughput ... (or torchrun ... -m bench.train_throughput ...)")
+    sys.exit("run it from the repository root as: python -m bench.train_throughput ... "
+             "(or torchrun ... -m bench.train_throughput ...)")
 from bench.common import (GPT2_VOCAB, call_times, command_line, md_row, multicast_off, save_results,  # noqa: E402
                           source_commit, split_policies)
 from training.config import HelpFormatter, write_text  # noqa: E402
