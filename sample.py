@@ -24,14 +24,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from data.loader import read_plain_pickle
+from data.loader import DATA_DIR, read_plain_pickle
 from training.checkpoint import MODEL_KEYS, load_weights, read_checkpoint
 from training.config import HelpFormatter, OneLineArgumentParser, ascii_float, ascii_int
 from model.compile_modes import COMPILE_MODES
 from model.gpt import GPT, GPTConfig
 from parallel.mesh import init_mesh
-
-REPO = os.path.dirname(os.path.abspath(__file__))
 
 
 def parse_args(argv):
@@ -86,7 +84,7 @@ def load_codec(checkpoint, ckpt_path):
     config = checkpoint.get("config") if isinstance(checkpoint.get("config"), dict) else {}
     dataset, data_dir = config.get("dataset"), config.get("data_dir")
     dataset = dataset if isinstance(dataset, str) and dataset else None
-    roots = ([data_dir] if isinstance(data_dir, str) and data_dir else []) + [os.path.join(REPO, "data")]
+    roots = ([data_dir] if isinstance(data_dir, str) and data_dir else []) + [DATA_DIR]
     metas = [os.path.join(root, dataset, "meta.pkl") for root in roots] if dataset else []
     for meta_path in metas:
         if os.path.exists(meta_path):

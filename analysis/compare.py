@@ -66,6 +66,7 @@ import os
 import re
 import statistics
 import sys
+from types import SimpleNamespace
 
 from training.config import ConfigError, HelpFormatter, OneLineArgumentParser, coerce, save_figure, write_text
 
@@ -372,74 +373,79 @@ def wall_clock_caveat(runs):
     return ""
 
 
-def plot(runs, path, margin=None, bands=False):
-    """One colour per policy, one line style per seed, the same in every panel; a legend names both (and the
-    settings' markers when there are several). Left: final val loss against measured syncs per forward, each
-    run (seed) a point, each policy's mean over its seeds a short horizontal line; policies that share a sync
-    count sit side by side. The band (the baseline's colour) is ±margin % around each setting's baseline mean,
-    so the y-range is never narrower than the margin: two single-seed points 0.3% apart do not fill the axis.
-    Middle and right: every run's val-loss curve against iterations and against wall-clock seconds, from the
-    first eval after iteration 0 (whose loss, ~ln(vocab), would squash the rest); the wall-clock panel says
-    when its timings measure the machine rather than the policy (wall_clock_caveat). bands (--stats): each
-    policy's 95% t-interval over its seeds, of the final val loss (left, a box) and of the val loss at every
-    iteration that all its seeds logged (middle, a band around the mean curve)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    margin = MARGIN if margin is None else margin
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(21, 5.5))
+def plot_look(runs, plt):
+    """What stays the same in every panel: one colour per policy (baseline first, then by sync interval),
+    one line style per seed, one marker per setting."""
     settings = sorted_settings(r["setting"] for r in runs)
-    labels = setting_labels(settings)
     policies = sorted({r["policy"] for r in runs}, key=lambda p: (p != "baseline", sync_interval(p) or 0, p))
     palette = plt.get_cmap("tab10" if len(policies) <= 10 else "tab20").colors
     if len(policies) <= 10:  # tab10's grey last: the margin band is grey
         palette = [c for k, c in enumerate(palette) if k != 7] + [palette[7]]
-    color = {p: palette[k % len(palette)] for k, p in enumerate(policies)}
     seeds = sorted({r["seed"] for r in runs}, key=natural)
-    style = {sd: SEED_STYLES[k % len(SEED_STYLES)] for k, sd in enumerate(seeds)}
-    marker = {st: SETTING_MARKERS[k % len(SETTING_MARKERS)] for k, st in enumerate(settings)}
-    for k, setting in enumerate(settings):
-        own = [r for r in runs if r["setting"] == setting and r["syncs"] is not None]
-        here_policies = [p for p in policies if any(r["policy"] == p for r in own)]
-        base = [r["final_val"] for r in own if r["policy"] == "baseline"]
-        if base:
-            mean = statistics.fmean(base)
-            left.axhspan(mean * (1 - margin / 100), mean * (1 + margin / 100), color="0.5", alpha=0.12,
-                         lw=0)
-        for syncs in sorted({r["syncs"] for r in own}):
-            here = [p for p in here_policies if any(r["policy"] == p and r["syncs"] == syncs for r in own)]
-            for j, policy in enumerate(here):
-                x = syncs * 2 ** (0.06 * (j - (len(here) - 1) / 2) + 0.02 * (k - (len(settings) - 1) / 2))
-                values = [r["final_val"] for r in own if r["policy"] == policy and r["syncs"] == syncs]
-                left.scatter([x] * len(values), values, color=color[policy], marker=marker[setting], s=18, alpha=0.8)
-                if len(values) > 1:
-                    mean, half, _ = mean_ci(values)
-                    left.hlines(mean, x / 1.04, x * 1.04, color=color[policy], linewidth=2)
-                    if bands and half is not None:
-                        left.fill_between([x / 1.04, x * 1.04], mean - half, mean + half, color=color[policy],
-                                          alpha=0.2, lw=0)
-        for r in (r for r in runs if r["setting"] == setting):
-            after_0 = [n for n, (i, _) in enumerate(r["curve"]) if i > 0] or [0]
-            for ax, curve in ((middle, r["curve"]), (right, r["time_curve"])):
-                if curve:
-                    xs, losses = zip(*(curve[n] for n in after_0))
-                    ax.plot(xs, losses, color=color[r["policy"]], linestyle=style[r["seed"]],
-                            linewidth=0.8 if bands else 1.2, alpha=0.6 if bands else 0.85,
-                            marker="." if len(xs) < 10 else None, markersize=4)
-        if bands:
-            for policy in here_policies:
-                cell = [r for r in runs if r["setting"] == setting and r["policy"] == policy]
-                common = sorted(set.intersection(*({i for i, _ in r["curve"] if i > 0} for r in cell)))
-                if len(cell) < 2 or not common:
-                    continue
-                stats = [mean_ci([dict(r["curve"])[i] for r in cell]) for i in common]
-                low = [m - (h or 0) for m, h, _ in stats]
-                high = [m + (h or 0) for m, h, _ in stats]
-                middle.fill_between(common, low, high, color=color[policy], alpha=0.2, lw=0)
-                middle.plot(common, [m for m, _, _ in stats], color=color[policy], linewidth=2)
+    return SimpleNamespace(settings=settings, labels=setting_labels(settings), policies=policies, seeds=seeds,
+                           color={p: palette[k % len(palette)] for k, p in enumerate(policies)},
+                           style={sd: SEED_STYLES[k % len(SEED_STYLES)] for k, sd in enumerate(seeds)},
+                           marker={st: SETTING_MARKERS[k % len(SETTING_MARKERS)] for k, st in enumerate(settings)})
+
+
+def plot_final_vals(ax, runs, k, setting, look, margin, bands):
+    """Left panel, the k-th setting: the ±margin % band around its baseline mean, each run's final val loss a
+    point at its measured syncs per forward, each policy's mean a short line (bands: its 95% t-interval a box);
+    policies that share a sync count sit side by side."""
+    own = [r for r in runs if r["setting"] == setting and r["syncs"] is not None]
+    here_policies = [p for p in look.policies if any(r["policy"] == p for r in own)]
+    base = [r["final_val"] for r in own if r["policy"] == "baseline"]
+    if base:
+        mean = statistics.fmean(base)
+        ax.axhspan(mean * (1 - margin / 100), mean * (1 + margin / 100), color="0.5", alpha=0.12, lw=0)
+    n_settings = len(look.settings)
+    for syncs in sorted({r["syncs"] for r in own}):
+        here = [p for p in here_policies if any(r["policy"] == p and r["syncs"] == syncs for r in own)]
+        for j, policy in enumerate(here):
+            x = syncs * 2 ** (0.06 * (j - (len(here) - 1) / 2) + 0.02 * (k - (n_settings - 1) / 2))
+            values = [r["final_val"] for r in own if r["policy"] == policy and r["syncs"] == syncs]
+            ax.scatter([x] * len(values), values, color=look.color[policy], marker=look.marker[setting], s=18,
+                       alpha=0.8)
+            if len(values) > 1:
+                mean, half, _ = mean_ci(values)
+                ax.hlines(mean, x / 1.04, x * 1.04, color=look.color[policy], linewidth=2)
+                if bands and half is not None:
+                    ax.fill_between([x / 1.04, x * 1.04], mean - half, mean + half, color=look.color[policy],
+                                    alpha=0.2, lw=0)
+    return here_policies
+
+
+def plot_curves(middle, right, runs, look, bands):
+    """Middle and right panels: each run's val-loss curve against iterations and against wall-clock seconds,
+    from the first eval after iteration 0 (whose loss, ~ln(vocab), would squash the rest)."""
+    for r in runs:
+        after_0 = [n for n, (i, _) in enumerate(r["curve"]) if i > 0] or [0]
+        for ax, curve in ((middle, r["curve"]), (right, r["time_curve"])):
+            if curve:
+                xs, losses = zip(*(curve[n] for n in after_0))
+                ax.plot(xs, losses, color=look.color[r["policy"]], linestyle=look.style[r["seed"]],
+                        linewidth=0.8 if bands else 1.2, alpha=0.6 if bands else 0.85,
+                        marker="." if len(xs) < 10 else None, markersize=4)
+
+
+def plot_mean_curves(ax, runs, policies, look):
+    """Middle panel with bands: each policy's mean curve over its seeds, and its 95% t-interval as a band,
+    at every iteration after 0 that all its seeds logged."""
+    for policy in policies:
+        cell = [r for r in runs if r["policy"] == policy]
+        common = sorted(set.intersection(*({i for i, _ in r["curve"] if i > 0} for r in cell)))
+        if len(cell) < 2 or not common:
+            continue
+        stats = [mean_ci([dict(r["curve"])[i] for r in cell]) for i in common]
+        low = [m - (h or 0) for m, h, _ in stats]
+        high = [m + (h or 0) for m, h, _ in stats]
+        ax.fill_between(common, low, high, color=look.color[policy], alpha=0.2, lw=0)
+        ax.plot(common, [m for m, _, _ in stats], color=look.color[policy], linewidth=2)
+
+
+def label_panels(left, middle, right, runs, bands):
+    """Axes, ticks and titles; the left title says when one seed per policy shows no spread, the right one
+    when the timings measure the machine rather than the policy (wall_clock_caveat)."""
     left.set_xscale("log", base=2)
     ticks = sorted({r["syncs"] for r in runs if r["syncs"]})
     left.set_xticks(ticks)
@@ -467,17 +473,54 @@ def plot(runs, path, margin=None, bands=False):
                     + (f"\n{caveat}" if caveat else ""),
                     fontsize=10, color="firebrick" if caveat else "black")
     right.grid(alpha=0.3)
-    handles = [Line2D([], [], color=color[p], linewidth=2.5, label=p) for p in policies]
-    handles += [Line2D([], [], color="0.3", linestyle=style[sd], linewidth=1.5, label=f"seed {sd}") for sd in seeds]
-    if len(settings) > 1:
-        handles += [Line2D([], [], color="0.3", marker=marker[st], linestyle="None", label=labels[st])
-                    for st in settings]
+
+
+def plot_legend(fig, runs, look, margin):
+    """One legend for the three panels: the policies' colours, the seeds' line styles, the settings' markers
+    when there are several, and the margin band when there is a baseline."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Line2D([], [], color=look.color[p], linewidth=2.5, label=p) for p in look.policies]
+    handles += [Line2D([], [], color="0.3", linestyle=look.style[sd], linewidth=1.5, label=f"seed {sd}")
+                for sd in look.seeds]
+    if len(look.settings) > 1:
+        handles += [Line2D([], [], color="0.3", marker=look.marker[st], linestyle="None", label=look.labels[st])
+                    for st in look.settings]
     if any(r["policy"] == "baseline" for r in runs):
         handles.append(Patch(color="0.5", alpha=0.2,
                              label=f"±{margin:g}% of the baseline mean\n(the --margin of --stats)"))
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.86, 0.5), fontsize=8,
-               title="colour: policy; line: seed" + ("; marker: setting" if len(settings) > 1 else ""),
+               title="colour: policy; line: seed" + ("; marker: setting" if len(look.settings) > 1 else ""),
                title_fontsize=8)
+
+
+def plot(runs, path, margin=None, bands=False):
+    """One colour per policy, one line style per seed, the same in every panel; a legend names both (and the
+    settings' markers when there are several). Left: final val loss against measured syncs per forward, each
+    run (seed) a point, each policy's mean over its seeds a short horizontal line; policies that share a sync
+    count sit side by side. The band (the baseline's colour) is ±margin % around each setting's baseline mean,
+    so the y-range is never narrower than the margin: two single-seed points 0.3% apart do not fill the axis.
+    Middle and right: every run's val-loss curve against iterations and against wall-clock seconds, from the
+    first eval after iteration 0 (whose loss, ~ln(vocab), would squash the rest); the wall-clock panel says
+    when its timings measure the machine rather than the policy (wall_clock_caveat). bands (--stats): each
+    policy's 95% t-interval over its seeds, of the final val loss (left, a box) and of the val loss at every
+    iteration that all its seeds logged (middle, a band around the mean curve)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    margin = MARGIN if margin is None else margin
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(21, 5.5))
+    look = plot_look(runs, plt)
+    for k, setting in enumerate(look.settings):
+        here_policies = plot_final_vals(left, runs, k, setting, look, margin, bands)
+        setting_runs = [r for r in runs if r["setting"] == setting]
+        plot_curves(middle, right, setting_runs, look, bands)
+        if bands:
+            plot_mean_curves(middle, setting_runs, here_policies, look)
+    label_panels(left, middle, right, runs, bands)
+    plot_legend(fig, runs, look, margin)
     fig.tight_layout(rect=(0, 0, 0.86, 1))
     save_figure(fig, path)
 

@@ -1,14 +1,12 @@
 """The helpers the benchmarks share: what ran (commit, command line), the device, timing, lists of
 sync policies, result files and plots.
 
-Every script under bench/ and experiments/ imports them one way, with these two lines after its own
-imports (`python bench/x.py` and `torchrun ... bench/x.py` put only bench/ on sys.path, not the
-repository root):
+The scripts under bench/ run as modules from the repository root (`python -m bench.tp_latency`,
+`torchrun --standalone --nproc_per_node=2 -m bench.tp_latency`), which puts the root on sys.path, so
+they import the project's packages directly. Run as a file instead, a script has only bench/ on
+sys.path: it stops in one line that names the module command.
 
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
-    from bench.common import call_times, source_commit  # noqa: E402
-
-A script that reuses another's benchmark definitions imports that script the same way
+A script that reuses another's benchmark definitions imports it as a module of this package
 (profile_policy.py profiles tp_latency.py's workloads: `from bench.tp_latency import make_workload`).
 
 torch is imported inside the functions that use it, so a script that only reads results and plots
@@ -21,9 +19,8 @@ import shlex
 import subprocess
 import time
 
-from training.config import write_text
+from training.config import REPO, write_text
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2_VOCAB = 50304  # GPT-2's 50257 tokens padded to a multiple of 64, as nanoGPT trains it
 
 
@@ -43,10 +40,13 @@ def source_commit():
 
 def command_line(script, argv):
     """The command that ran `script` (its __file__) with `argv`, as typed from the repository root:
-    results record it so that a run can be repeated."""
+    results record it so that a run can be repeated. A script in a folder ran as a module
+    (bench/tp_latency.py -> -m bench.tp_latency)."""
     launch = (f"torchrun --standalone --nproc_per_node={os.environ.get('WORLD_SIZE', '1')} "
               if "LOCAL_RANK" in os.environ else "python ")
-    return launch + shlex.join([os.path.relpath(os.path.abspath(script), REPO), *argv])
+    path = os.path.relpath(os.path.abspath(script), REPO)
+    target = ["-m", os.path.splitext(path)[0].replace(os.sep, ".")] if os.sep in path else [path]
+    return launch + shlex.join([*target, *argv])
 
 
 def multicast_off():

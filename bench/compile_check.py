@@ -2,10 +2,10 @@
 training steps, at the TP degree of the launch.
 
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1      # on the lent H200 machines
-    python bench/compile_check.py                                     # 1 GPU: tp=1
-    torchrun --standalone --nproc_per_node=2 bench/compile_check.py   # 2 GPUs: tp=2
-    python bench/compile_check.py --device cpu --steps 1 --policies baseline,grouped:2   # CPU smoke
-    torchrun --standalone --nproc_per_node=2 bench/compile_check.py --one_gpu           # tp=2 on one GPU (gloo)
+    python -m bench.compile_check                                     # 1 GPU: tp=1
+    torchrun --standalone --nproc_per_node=2 -m bench.compile_check   # 2 GPUs: tp=2
+    python -m bench.compile_check --device cpu --steps 1 --policies baseline,grouped:2   # CPU smoke
+    torchrun --standalone --nproc_per_node=2 -m bench.compile_check --one_gpu           # tp=2 on one GPU (gloo)
 
 Why: the CPU tests compare compiled and eager with the aot_eager backend, and inductor on the CPU
 agrees too, yet inductor on CUDA (torch 2.11) once returned the gradients of a region's replicated
@@ -25,7 +25,9 @@ import sys
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+if not __package__:  # run as a file, the repository root is not on sys.path
+    sys.exit("run it from the repository root as: python -m bench.compile_check ... "
+             "(or torchrun ... -m bench.compile_check ...)")
 from bench.common import split_policies  # noqa: E402
 from training.config import HelpFormatter, write_text  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402

@@ -19,11 +19,11 @@ GPU run (2 GPUs of one host). NVLink multicast must stay off on the shared machi
 these before starting (the script also sets them if unset):
 
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-    torchrun --standalone --nproc_per_node=2 bench/ddp_buckets.py
+    torchrun --standalone --nproc_per_node=2 -m bench.ddp_buckets
 
 CPU smoke check (gloo, tiny model; never into bench/results):
 
-    torchrun --standalone --nproc_per_node=2 bench/ddp_buckets.py --device cpu --sizes tiny \\
+    torchrun --standalone --nproc_per_node=2 -m bench.ddp_buckets --device cpu --sizes tiny \\
         --steps 3 --warmup 1 --out_dir /tmp/ddpbench
 
 --model gpt uses model/gpt.py (the project's GPT, tp=1); --model toy a self-contained
@@ -42,7 +42,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+if not __package__:  # run as a file, the repository root is not on sys.path
+    sys.exit("run it from the repository root as: python -m bench.ddp_buckets ... "
+             "(or torchrun ... -m bench.ddp_buckets ...)")
 from bench.common import GPT2_VOCAB, REPO, command_line, multicast_off, pyplot, save_results  # noqa: E402
 from training.config import HelpFormatter, save_figure  # noqa: E402
 from parallel.ddp import BucketedDDP  # noqa: E402

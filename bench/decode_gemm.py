@@ -1,7 +1,7 @@
 """The GEMMs of a decode step, alone: which kernel reads a weight fastest when the input has one row?
 
-    python bench/decode_gemm.py --out_dir bench/results/decode            # one GPU; minutes (autotuning)
-    python bench/decode_gemm.py --size tiny --device cpu --compile_backend aot_eager   # CPU smoke
+    python -m bench.decode_gemm --out_dir bench/results/decode            # one GPU; minutes (autotuning)
+    python -m bench.decode_gemm --size tiny --device cpu --compile_backend aot_eager   # CPU smoke
 
 A decode step multiplies each weight W [N, K] by a few rows x [M, K] (M = batch, one token each). The
 work is reading W once: N*K*2 bytes in bf16. The stored graph-mode trace of 124M decode at tp=2
@@ -33,7 +33,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+if not __package__:  # run as a file, the repository root is not on sys.path
+    sys.exit("run it from the repository root as: python -m bench.decode_gemm ...")
 from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, save_results,  # noqa: E402
                           source_commit, use_cuda)
 from model.compile_modes import compile_step  # noqa: E402

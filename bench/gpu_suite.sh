@@ -25,7 +25,7 @@
 #                                                 # (tp2 rows of the char shapes; then experiments/pareto.py)
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
-# Then, here: copy OUT_DIR's files into bench/results/ and run `python bench/tp_latency.py --merge`.
+# Then, here: copy OUT_DIR's files into bench/results/ and run `python -m bench.tp_latency --merge`.
 # Each step has a time limit, so one that hangs or runs long costs only its own rows (the benchmark
 # saves its rows after every model). GPU_SUITE_DRY=1 prints each step (limit, name, command) and runs
 # nothing (tests/test_gpu_suite.py checks every mode that way).
@@ -65,23 +65,23 @@ case $mode in
      exit 2 ;;
 esac
 if has train; then
-  step 380 train_throughput "${launch[@]}" bench/train_throughput.py --warmup 10 --iters 30 \
+  step 380 train_throughput "${launch[@]}" -m bench.train_throughput --warmup 10 --iters 30 \
     --policies "baseline;spd;parallel;ladder;grouped:2;grouped:4;grouped:6" --tp2_n_tracks 2,4 \
     --profile "tp2 n2 baseline compiled" --out_dir "$out"
-  step 190 train_overlap "${launch[@]}" bench/train_throughput.py --warmup 10 --iters 30 --variants tp1,tp2 \
+  step 190 train_overlap "${launch[@]}" -m bench.train_throughput --warmup 10 --iters 30 --variants tp1,tp2 \
     --modes compiled,compiled-overlap,compiled-graphs --policies "baseline;grouped:4" --tp2_n_tracks 2 \
     --tp1_policies baseline --out_dir "$out/overlap"
 fi
 if has pareto; then  # 14 compiled variants (7 policies x n_tracks 2, 6): about 20-30 s of compile each
-  step 560 "pareto_$charsize" "${launch[@]}" bench/train_throughput.py --size "$charsize" --batch_size 64 \
+  step 560 "pareto_$charsize" "${launch[@]}" -m bench.train_throughput --size "$charsize" --batch_size 64 \
     --variants tp2 --tp2_n_tracks 2,6 --modes compiled-graphs --warmup 10 --iters 30 \
     --policies "baseline;spd;parallel;ladder;grouped:2;grouped:3;grouped:6" --out_dir "$out"
 fi
 if has check; then
   # does inductor on CUDA also run a reader of an all-reduce's result before it (it does on CPU, section 1d)?
   step 40 repro_collective_fusion "${launch[@]}" experiments/compiler-repros/collective-fusion/repro.py --cuda
-  CUDA_VISIBLE_DEVICES=0 step 140 compile_check_tp1 python bench/compile_check.py --out_dir "$out"
-  step 200 compile_check_tp2 "${launch[@]}" bench/compile_check.py --out_dir "$out"
+  CUDA_VISIBLE_DEVICES=0 step 140 compile_check_tp1 python -m bench.compile_check --out_dir "$out"
+  step 200 compile_check_tp2 "${launch[@]}" -m bench.compile_check --out_dir "$out"
   # which part of the old tp=1 construction inductor miscompiled (section 1c); 5 compiles of the char-384 model
   CUDA_VISIBLE_DEVICES=0 step 130 bisect_partial_grads python experiments/char-sweep-miscompiled/bisect_partial_grads.py \
     --variants cat_f,cat_split,cat_clone_fn,per_param_f,coalesced_f --policies grouped:2 --out_dir "$out"
@@ -91,65 +91,65 @@ if has check; then
 fi
 if has decode; then  # every (policy, floor, workload) compiles once: the steps' limits keep the call under 10 min
   mkdir -p "$out/decode" "$out/sample" "$out/batch8" "$out/batch8_no_cudnn"
-  step 90 profile_decode_compiled_graph "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
+  step 90 profile_decode_compiled_graph "${launch[@]}" -m bench.profile_policy --n_tracks 2 --workload decode_b1 \
     --mode compiled+graph --policies "baseline;grouped:3" --torch_tp --calls 50 --out_dir "$out/decode"
-  step 200 sample_decode python bench/sample_decode.py --nprocs 1,2 --modes eager,graph --policies baseline \
+  step 200 sample_decode python -m bench.sample_decode --nprocs 1,2 --modes eager,graph --policies baseline \
     --n_tracks 2 --max_new_tokens 500 --num_samples 3 --check_tokens 48 --out_dir "$out/sample"
   CUDA_VISIBLE_DEVICES=0 step 60 cuda_tests python -m pytest -q -p no:cacheprovider tests/test_decode.py \
     tests/test_no_host_sync.py -k cuda
   # the batch-8 step died in a graph replay (illegal memory access): once as it was, once off cuDNN attention
-  step 90 latency_batch8 "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+  step 90 latency_batch8 "${launch[@]}" -m bench.tp_latency --sizes 124m --n_tracks 2 \
     --policies "baseline;grouped:3" --workloads decode_b8,prefill_b8 --modes graph,compiled+graph \
     --warmup 5 --repeats 30 --out_dir "$out/batch8"
-  step 90 latency_batch8_no_cudnn "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+  step 90 latency_batch8_no_cudnn "${launch[@]}" -m bench.tp_latency --sizes 124m --n_tracks 2 \
     --policies "baseline;grouped:3" --workloads decode_b8,prefill_b8 --modes graph,compiled+graph --no_cudnn_sdpa \
     --warmup 5 --repeats 30 --out_dir "$out/batch8_no_cudnn"
 fi
 if has decode4; then
   mkdir -p "$out/decode4" "$out/sample4"
-  step 270 latency_decode_tp4 "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 4 \
+  step 270 latency_decode_tp4 "${launch[@]}" -m bench.tp_latency --sizes 124m --n_tracks 4 \
     --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 --modes eager,graph,compiled+graph \
     --warmup 5 --repeats 30 --out_dir "$out/decode4"
-  step 90 profile_decode_tp4 "${launch[@]}" bench/profile_policy.py --n_tracks 4 --workload decode_b1 \
+  step 90 profile_decode_tp4 "${launch[@]}" -m bench.profile_policy --n_tracks 4 --workload decode_b1 \
     --mode compiled+graph --policies "baseline;grouped:3" --torch_tp --calls 50 --out_dir "$out/decode4"
-  step 200 sample_decode_tp4 python bench/sample_decode.py --nprocs 4 --modes eager,graph --policies baseline \
+  step 200 sample_decode_tp4 python -m bench.sample_decode --nprocs 4 --modes eager,graph --policies baseline \
     --n_tracks 4 --max_new_tokens 500 --num_samples 3 --check_tokens 48 --out_dir "$out/sample4"
 fi
 if has gemm; then  # 10 shapes x 4 compiled variants; max-autotune benchmarks each shape's GEMM templates
-  step 500 decode_gemm python bench/decode_gemm.py --tps 2 --rows 1,8 --out_dir "$out"
+  step 500 decode_gemm python -m bench.decode_gemm --tps 2 --rows 1,8 --out_dir "$out"
 fi
 if has decodeb; then  # worth its call only if gemm1 shows the mode's GEMMs beating cuBLAS. GPT-2 with its
   # biases: coordinate-descent splits a one-row addmm into mm + bias before inductor rewrites the mm
   mkdir -p "$out/$cmode"
-  step 300 "latency_decode_$cmode" "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks 2 \
+  step 300 "latency_decode_$cmode" "${launch[@]}" -m bench.tp_latency --sizes 124m --n_tracks 2 \
     --policies "baseline;grouped:3;ladder;parallel" --workloads decode_b1 --modes compiled+graph \
     --compile_mode "default,$cmode" --warmup 5 --repeats 30 --out_dir "$out/$cmode"
-  step 100 "profile_decode_$cmode" "${launch[@]}" bench/profile_policy.py --n_tracks 2 --workload decode_b1 \
+  step 100 "profile_decode_$cmode" "${launch[@]}" -m bench.profile_policy --n_tracks 2 --workload decode_b1 \
     --mode compiled+graph --compile_mode "$cmode" --policies "baseline;grouped:3" --calls 50 \
     --out_dir "$out/$cmode"
-  step 160 "sample_decode_$cmode" python bench/sample_decode.py --nprocs 2 --modes graph \
+  step 160 "sample_decode_$cmode" python -m bench.sample_decode --nprocs 2 --modes graph \
     --compile_modes "default,$cmode" --policies baseline --n_tracks 2 --max_new_tokens 500 --num_samples 3 \
     --out_dir "$out/$cmode"
 fi
 if has latency124m; then
-  step 330 latency_124m "${launch[@]}" bench/tp_latency.py --sizes 124m --n_tracks $tracks \
+  step 330 latency_124m "${launch[@]}" -m bench.tp_latency --sizes 124m --n_tracks $tracks \
     --policies "$small" --warmup 5 --repeats 30 --out_dir "$out"
 fi
 if has latencymedium; then
   mkdir -p "$out/medium"
-  step 270 latency_medium "${launch[@]}" bench/tp_latency.py --sizes medium --n_tracks $tracks \
+  step 270 latency_medium "${launch[@]}" -m bench.tp_latency --sizes medium --n_tracks $tracks \
     --policies "$medium" --warmup 5 --repeats 30 --out_dir "$out/medium"
 fi
 if has profiles; then
   for n in ${tracks//,/ }; do
-    step 60 profile_decode_b1_n$n "${launch[@]}" bench/profile_policy.py --n_tracks $n --workload decode_b1 \
+    step 60 profile_decode_b1_n$n "${launch[@]}" -m bench.profile_policy --n_tracks $n --workload decode_b1 \
       --mode graph --policies "baseline;grouped:3;ladder;parallel" --torch_tp --out_dir "$out"
-    step 60 profile_prefill_b8_n$n "${launch[@]}" bench/profile_policy.py --n_tracks $n --workload prefill_b8 \
+    step 60 profile_prefill_b8_n$n "${launch[@]}" -m bench.profile_policy --n_tracks $n --workload prefill_b8 \
       --mode graph --policies "baseline;spd;grouped:3;parallel;ladder" --torch_tp --out_dir "$out"
   done
-  step 60 profile_prefill_b1_eager "${launch[@]}" bench/profile_policy.py --workload prefill_b1 --mode eager \
+  step 60 profile_prefill_b1_eager "${launch[@]}" -m bench.profile_policy --workload prefill_b1 --mode eager \
     --policies "baseline;grouped:3" --torch_tp --out_dir "$out"
 fi
 if has syncfreq && [ "$mode" = tp1 ]; then
-  step 240 sync_frequency python bench/sync_frequency.py --device cuda --out_dir "$out"
+  step 240 sync_frequency python -m bench.sync_frequency --device cuda --out_dir "$out"
 fi

@@ -1,7 +1,7 @@
 """Device memory bandwidth as a copy sees it: the bytes-per-second behind EXPERIMENT_SUMMARY §3c's floor
 of what k separate residual streams cost.
 
-    python bench/hbm_bandwidth.py --out bench/results/hbm_bandwidth_h100.txt
+    python -m bench.hbm_bandwidth --out bench/results/hbm_bandwidth_h100.txt
 
 y.copy_(x) of --gib GiB of float32, timed with CUDA events; a copy reads and writes every byte, so the
 bandwidth is 2 * size / time. Median of --iters copies after 3 untimed ones.
@@ -13,7 +13,8 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+if not __package__:  # run as a file, the repository root is not on sys.path
+    sys.exit("run it from the repository root as: python -m bench.hbm_bandwidth ...")
 from training.config import HelpFormatter, write_text  # noqa: E402
 
 

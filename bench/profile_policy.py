@@ -1,7 +1,7 @@
 """Where the time of one workload goes, per sync policy: a torch.profiler kernel breakdown.
 
-    python bench/profile_policy.py --policies "baseline;grouped:4" --workload prefill_b8 --mode graph
-    torchrun --standalone --nproc_per_node=2 bench/profile_policy.py --torch_tp   # adds PyTorch's TP
+    python -m bench.profile_policy --policies "baseline;grouped:4" --workload prefill_b8 --mode graph
+    torchrun --standalone --nproc_per_node=2 -m bench.profile_policy --torch_tp   # adds PyTorch's TP
 
 For each policy (and optionally PyTorch's DTensor TP on the same shape) the workload of
 bench/tp_latency.py is warmed up, then --calls calls are profiled. Reported per call:
@@ -27,7 +27,9 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+if not __package__:  # run as a file, the repository root is not on sys.path
+    sys.exit("run it from the repository root as: python -m bench.profile_policy ... "
+             "(or torchrun ... -m bench.profile_policy ...)")
 from bench.common import GPT2_VOCAB, as_graph, command_line, split_policies  # noqa: E402
 from bench.tp_latency import SIZES, make_workload, torch_tp_model  # noqa: E402
 from training.config import HelpFormatter, write_text  # noqa: E402

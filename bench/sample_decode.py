@@ -1,8 +1,8 @@
 """Decode speed of sample.py itself: tokens/s per --decode mode, at each TP degree, side by side.
 
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1      # on the lent H200 machines
-    python bench/sample_decode.py --nprocs 1,2 --modes eager,compiled,graph --out_dir bench/results
-    python bench/sample_decode.py --shape tiny --nprocs 1,2 --modes eager,compiled --device cpu   # CPU smoke
+    python -m bench.sample_decode --nprocs 1,2 --modes eager,compiled,graph --out_dir bench/results
+    python -m bench.sample_decode --shape tiny --nprocs 1,2 --modes eager,compiled --device cpu   # CPU smoke
 
 For each policy of --policies it writes a checkpoint of --shape (124m: GPT-2 small, 12 x 768,
 vocabulary 50257, block 1024; random init: decode time does not depend on the weights) with
@@ -24,7 +24,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+if not __package__:  # run as a file, the repository root is not on sys.path
+    sys.exit("run it from the repository root as: python -m bench.sample_decode ...")
 from bench.common import REPO, source_commit, split_policies, use_cuda  # noqa: E402
 from training.config import HelpFormatter, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402

@@ -46,8 +46,8 @@ Published reference figures (NOT ours; printed beside our tables for comparison)
 Output: a table per model on stdout, and <out_dir>/sync_frequency_<device>.{md,json} with the
 device name, torch version and the exact command line.
 
-    python bench/sync_frequency.py --device cuda                 # GPU run, into bench/results/
-    python bench/sync_frequency.py --device cpu --quick --out_dir /tmp/syncfreq   # CPU control
+    python -m bench.sync_frequency --device cuda                 # GPU run, into bench/results/
+    python -m bench.sync_frequency --device cpu --quick --out_dir /tmp/syncfreq   # CPU control
 """
 import argparse
 import os
@@ -60,7 +60,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+if not __package__:  # run as a file, the repository root is not on sys.path
+    sys.exit("run it from the repository root as: python -m bench.sync_frequency ...")
 from bench.common import REPO, command_line, save_results  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from training.config import HelpFormatter  # noqa: E402

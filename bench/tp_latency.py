@@ -1,8 +1,8 @@
 """Latency of every sync policy under real tensor parallelism, with the no-sync floor and PyTorch's TP.
 
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1      # on the lent H200 machines
-    torchrun --standalone --nproc_per_node=2 bench/tp_latency.py        # tp = world size (1, 2, 4)
-    python bench/tp_latency.py --merge                                  # one table + PNG over all tp
+    torchrun --standalone --nproc_per_node=2 -m bench.tp_latency        # tp = world size (1, 2, 4)
+    python -m bench.tp_latency --merge                                  # one table + PNG over all tp
 
 For each model size (GPT-2 124M and GPT-2 medium, both n_tracks=4) and each policy, in one run:
     prefill_b1 / prefill_b8   forward over a 1 x 1024 / 8 x 1024 prompt (no grad)
@@ -48,7 +48,9 @@ import torch.nn as nn
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+if not __package__:  # run as a file, the repository root is not on sys.path
+    sys.exit("run it from the repository root as: python -m bench.tp_latency ... "
+             "(or torchrun ... -m bench.tp_latency ...)")
 from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, pyplot, save_results,  # noqa: E402
                           source_commit, split_policies, use_cuda)
 from training.config import HelpFormatter, save_figure, write_text  # noqa: E402
@@ -468,7 +470,7 @@ def merge(out_dir):
         raise SystemExit(f"error: no tp_latency_tp*.json in {out_dir}: run the benchmark first")
     write_text(os.path.join(out_dir, "tp_latency.md"), (
                 "# Sync-policy latency under tensor parallelism\n\nMade by `bash bench/gpu_suite.sh tp1|tp2|tp4 OUT`, "
-                "then `python bench/tp_latency.py --merge`. Inference runs bf16 weights, training bf16 autocast; "
+                "then `python -m bench.tp_latency --merge`. Inference runs bf16 weights, training bf16 autocast; "
                 "ms are CUDA-event medians. ÷ floor: the same policy with every collective skipped. "
                 "n_tracks = tp means one track per GPU.\n\n" + markdown_runs(runs) + summary(runs)
                 + "\n## All rows\n" + markdown(runs, with_runs=False)))

@@ -1,8 +1,8 @@
 """Training throughput: the training loop of train_reduced_sync.py, timed per layout and sync policy.
 
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1      # on the lent H200 machines
-    torchrun --standalone --nproc_per_node=2 bench/train_throughput.py          # 2 GPUs: every group
-    python bench/train_throughput.py                                          # 1 GPU: plain and tp1 only
+    torchrun --standalone --nproc_per_node=2 -m bench.train_throughput          # 2 GPUs: every group
+    python -m bench.train_throughput                                          # 1 GPU: plain and tp1 only
 
 One invocation times, on the same GPUs, these variants (groups, selected with --variants):
 
@@ -65,7 +65,7 @@ Sizes: 124m (GPT-2: 12 layers, 12 heads, 768, vocab 50304, seq 1024) and tiny (4
 
 CPU smoke run (gloo, tiny model, never into bench/results):
 
-    torchrun --standalone --nproc_per_node=2 bench/train_throughput.py --size tiny --device cpu \\
+    torchrun --standalone --nproc_per_node=2 -m bench.train_throughput --size tiny --device cpu \\
         --warmup 1 --iters 2 --modes eager --policies baseline,grouped:2 --out_dir /tmp/tt
 """
 import argparse
@@ -85,7 +85,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn import functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+if not __package__:  # run as a file, the repository root is not on sys.path
+    sys.exit("run it from the repository root as: python -m bench.train_throughput ... "
+             "(or torchrun ... -m bench.train_throughput ...)")
 from bench.common import (GPT2_VOCAB, call_times, command_line, md_row, multicast_off, save_results,  # noqa: E402
                           source_commit, split_policies)
 from training.config import HelpFormatter, write_text  # noqa: E402

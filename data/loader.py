@@ -48,7 +48,7 @@ def read_plain_pickle(path):
         raise ValueError(f"{path}: not a plain-data pickle ({reason})") from None
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA_DIR = os.path.dirname(os.path.abspath(__file__))  # the repository's data/: one dataset per folder
 # Tags that keep the seed streams of different uses apart.
 TRAIN_DATA, EVAL_DATA, DROPOUT, LATER_PASS = 0, 1, 2, 3
 EVAL_SPLIT_IDS = {"train": 0, "val": 1}
@@ -62,15 +62,15 @@ class DataError(Exception):
 def data_dir_for(dataset, root=""):
     """<root>/<dataset>; root '' is the repository's data/, so the cwd does not matter (a root given by
     the user, --data_dir, is a path as typed: relative to the cwd)."""
-    return os.path.join(root or os.path.join(REPO, "data"), dataset)
+    return os.path.join(root or DATA_DIR, dataset)
 
 
 def prepare_command(dataset):
     """The command that prepares a dataset, as the user can type it from the cwd; for a dataset the
     repository has no prepare script for, the datasets it has."""
-    script = os.path.join(REPO, "data", dataset, "prepare.py")
+    script = os.path.join(DATA_DIR, dataset, "prepare.py")
     if not os.path.isfile(script):
-        known = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(REPO, "data", "*", "prepare.py")))
+        known = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(DATA_DIR, "*", "prepare.py")))
         return (f"its prepare.py, which the repository does not have for dataset={dataset!r} (datasets with one: "
                 f"{', '.join(known)}; or prepare your own into data/{dataset}/train.bin and val.bin)")
     rel = os.path.relpath(script)

@@ -19,8 +19,9 @@ import re
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG_DIR = os.path.join(ROOT, "config")
+from tests.conftest import REPO
+
+CONFIG_DIR = os.path.join(REPO, "config")
 
 TRAIN_CONFIG_KEYS = {
     "out_dir", "eval_interval", "log_interval", "eval_iters", "eval_only", "always_save_checkpoint",
@@ -191,8 +192,6 @@ def test_docs_family():
 
 def test_char_policies_match_model_parser():
     try:
-        import sys
-        sys.path.insert(0, ROOT)
         from model.sync_policy import parse_sync_policy
     except Exception as e:
         pytest.skip(f"model.sync_policy not available: {e!r}")
@@ -211,8 +210,6 @@ def test_owt_tokens_per_iter():
 def test_keys_match_trainconfig():
     """config keys are fields of configurator.TrainConfig, once that exists and imports without torch."""
     try:
-        import sys
-        sys.path.insert(0, ROOT)
         import dataclasses
         from training.config import TrainConfig
         fields = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -227,8 +224,6 @@ def test_keys_match_trainconfig():
 def test_sync_counts_match_model_parser():
     """count_syncs agrees with the model's parser, once model/sync_policy.py exists."""
     try:
-        import sys
-        sys.path.insert(0, ROOT)
         from model.sync_policy import parse_sync_policy
     except Exception as e:
         pytest.skip(f"model.sync_policy not available: {e!r}")

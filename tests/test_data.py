@@ -12,10 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "data"))
-from gpt2_tokenizer import get_gpt2_encoding  # noqa: E402
-import shakespeare_text  # noqa: E402
+from data import shakespeare_text
+from data.gpt2_tokenizer import get_gpt2_encoding
+from tests.conftest import REPO
 
 SAMPLES = [
     "Hello world",
@@ -63,7 +62,7 @@ def test_plays_text_and_split():
 
 @pytest.mark.parametrize("name", ["shakespeare", "shakespeare_char"])
 def test_prepared_bins_decode(name):
-    data_dir = os.path.join(ROOT, "data", name)
+    data_dir = os.path.join(REPO, "data", name)
     if not os.path.exists(os.path.join(data_dir, "train.bin")):
         pytest.skip(f"run python data/{name}/prepare.py first")
     train, val = shakespeare_text.load_play(shakespeare_text.play_paths()[0])
@@ -81,8 +80,8 @@ def test_prepared_bins_decode(name):
 @pytest.mark.parametrize("name", ["shakespeare", "shakespeare_char"])
 def test_shakespeare_prepare_refuses_arguments_in_one_line(name):
     """The scripts take no options: an argument given by mistake is one line, before any work or write."""
-    script = os.path.join(ROOT, "data", name, "prepare.py")
-    bins = [os.path.join(ROOT, "data", name, f) for f in ("train.bin", "val.bin")]
+    script = os.path.join(REPO, "data", name, "prepare.py")
+    bins = [os.path.join(REPO, "data", name, f) for f in ("train.bin", "val.bin")]
     before = [os.path.getmtime(b) if os.path.exists(b) else None for b in bins]
     proc = subprocess.run([sys.executable, script, "--pack", "x"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout == ""

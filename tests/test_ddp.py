@@ -3,7 +3,6 @@
 Ranks are spawned with torch.multiprocessing (world 2, and 4 for the sub-group case).
 """
 import socket
-import sys
 import time
 import traceback
 from contextlib import nullcontext
@@ -17,10 +16,9 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from parallel import comm  # noqa: E402
-from parallel.ddp import BucketedDDP  # noqa: E402
-from parallel.mesh import build_groups  # noqa: E402
+from parallel import comm
+from parallel.ddp import BucketedDDP
+from parallel.mesh import build_groups
 
 V, D, H = 16, 8, 12  # vocab, width, hidden
 B, T = 4, 6  # global batch: B sequences of T tokens, split evenly over the DP ranks

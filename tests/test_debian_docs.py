@@ -9,15 +9,13 @@ import hashlib
 import io
 import json
 import os
-import sys
 import tarfile
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "data", "debian_docs"))
-import prepare  # noqa: E402
+from data.debian_docs import prepare
+from tests.conftest import REPO
 
 
 def test_rst_markup_is_stripped():
@@ -183,7 +181,7 @@ def test_changed_deb_is_refused(fake_packages, capsys):
 
 
 def test_prepared_corpus_matches_manifest():
-    here = os.path.join(ROOT, "data", "debian_docs")
+    here = os.path.join(REPO, "data", "debian_docs")
     with open(os.path.join(here, "corpus.json")) as f:
         manifest = json.load(f)
     assert manifest["tokens"]["train"] + manifest["tokens"]["val"] >= 25_000_000  # the floor

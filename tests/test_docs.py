@@ -99,6 +99,27 @@ def script_options(script):
     return set(re.findall(r"""["'](--[\w-]+)["']""", source))
 
 
+def module_path(module):
+    """The repository file that `python -m module` runs (a.b -> a/b.py or a/b/__main__.py), else None."""
+    base = os.path.join(*module.split("."))
+    for path in (base + ".py", os.path.join(base, "__main__.py")):
+        if os.path.isfile(os.path.join(REPO, path)):
+            return path
+    return None
+
+
+def run_target(words):
+    """(the repository file a command line runs, the words after it): a script (x.py, data/x/prepare.py)
+    or a module of ours (-m bench.x); (None, []) for anything else (python -m pytest ...)."""
+    for i, word in enumerate(words):
+        if word == "-m":
+            path = module_path(words[i + 1]) if i + 1 < len(words) else None
+            return (path, words[i + 2:]) if path else (None, [])
+        if word.endswith(".py") and os.path.isfile(os.path.join(REPO, word)):
+            return word, words[i + 1:]
+    return None, []
+
+
 def flags(words):
     return [w.split("=", 1)[0] for w in words if w.startswith("--")]
 
@@ -112,12 +133,10 @@ def test_command_line_flags_are_accepted(doc):
                 words = shlex.split(line.replace("$OUT", "OUT"))
             except ValueError:
                 continue
-            scripts = [w for w in words if w.endswith(".py") and os.path.isfile(os.path.join(REPO, w))]
-            if not scripts or not any(w in ("python", "python3", "torchrun") or w.startswith("--nproc")
-                                      for w in words[:3]):
+            script, after = run_target(words)
+            if not script or not any(w in ("python", "python3", "torchrun") or w.startswith("--nproc")
+                                     for w in words[:3]):
                 continue
-            script = scripts[0]
-            after = words[words.index(script) + 1:]
             if script == "train_reduced_sync.py":
                 unknown = [f for f in flags(after) if f[2:] not in VALID_KEYS and f != "--help"]
             else:
@@ -232,3 +251,56 @@ def test_config_families_hold_the_stated_number_of_policies():
     stated = re.search(r"the same (\d+) policies", read("docs/configs.md"))
     families = [glob.glob(os.path.join(REPO, "config", f"{prefix}_*sync.py")) for prefix in ("train", "shakespeare")]
     assert stated and all(len(f) == int(stated.group(1)) for f in families), [len(f) for f in families]
+
+
+MODULE_DIRS = ("bench",)  # folders whose scripts run as modules from the repository root (python -m bench.x)
+AS_FILE = re.compile(r"""(?:\bpython3?|\btorchrun\b[^\n`|]*?|"\$\{launch\[@\]\}")\s+((?:%s)/\w+\.py)\b"""
+                     % "|".join(MODULE_DIRS))
+AS_MODULE = re.compile(r"(?<![\w-])-m\s+((?:%s)(?:\.\w+)+)" % "|".join(MODULE_DIRS))
+
+
+def command_files():
+    """Files whose text holds commands a reader runs: the docs, the results' headers, the configs'
+    comments, the benchmarks' docstrings and the shell scripts."""
+    patterns = ("bench/results/**/*.md", "config/*.py", "bench/*.py", "bench/*.sh", "scripts/*.sh")
+    found = {os.path.relpath(p, REPO) for pattern in patterns
+             for p in glob.glob(os.path.join(REPO, pattern), recursive=True)}
+    return [*DOCS, *sorted(found)]
+
+
+def test_folder_scripts_run_as_modules():
+    """No command runs a bench script as a file (that way the repository root is not on sys.path), and each
+    `-m bench.x` names a module that exists."""
+    as_file, missing, modules = [], [], set()
+    for rel in command_files():
+        text = read(rel)
+        as_file += [f"{rel}: {path}" for path in AS_FILE.findall(text)]
+        for module in AS_MODULE.findall(text):
+            modules.add(module)
+            if not module_path(module):
+                missing.append(f"{rel}: {module}")
+    assert len(modules) >= 9, sorted(modules)  # the check reads real commands
+    assert not as_file, f"run these as modules from the repository root (python -m bench.x): {as_file}"
+    assert not missing, f"no such module: {missing}"
+
+
+def test_bench_modules_show_help_and_files_name_the_module():
+    """Every bench module the docs name answers --help (one process: torch is imported once), and a bench
+    script run as a file stops in one line that names the module command."""
+    modules = sorted({m for rel in command_files() for m in AS_MODULE.findall(read(rel))})
+    runner = ("import runpy, sys\n"
+              "for module in sys.argv[1:]:\n"
+              "    sys.argv = [module, '--help']\n"
+              "    try:\n"
+              "        runpy.run_module(module, run_name='__main__', alter_sys=True)\n"
+              "    except SystemExit as e:\n"
+              "        print(f'== {module} exit {e.code}', flush=True)\n")
+    proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", runner, *modules], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    exits = re.findall(r"^== (\S+) exit (\S+)$", proc.stdout, re.M)
+    assert exits == [(m, "0") for m in modules], (exits, proc.stderr[-2000:])
+    assert proc.stdout.count("usage: ") == len(modules), proc.stdout[-2000:]
+    proc = subprocess.run([sys.executable, os.path.join("bench", "sample_decode.py"), "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == "", proc
+    assert proc.stderr == "run it from the repository root as: python -m bench.sample_decode ...\n", proc.stderr

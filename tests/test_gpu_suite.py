@@ -1,5 +1,6 @@
 """bench/gpu_suite.sh, dry (GPU_SUITE_DRY=1): every mode plans at least one step, every step runs a
-script that exists, and the step limits of a one-call mode add up to at most the device tool's 10 minutes."""
+script or module (-m) that exists, bench scripts run as modules, and the step limits of a one-call mode
+add up to at most the device tool's 10 minutes."""
 import os
 import shlex
 import subprocess
@@ -26,7 +27,11 @@ def test_every_mode_plans_runnable_steps(mode, tmp_path):
     for limit, name, command in steps:
         argv = [a for a in shlex.split(command) if not a.startswith("CUDA_VISIBLE_DEVICES=")]
         scripts = [a for a in argv if a.endswith(".py")]
+        modules = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-m"]
+        ours = [m for m in modules if os.path.isdir(os.path.join(REPO, m.split(".")[0]))]  # not pytest
+        scripts += [m.replace(".", os.sep) + ".py" for m in ours]
         assert scripts and all(os.path.exists(os.path.join(REPO, s)) for s in scripts), (name, command)
+        assert not any(s.startswith("bench" + os.sep) for s in argv), ("run bench scripts as modules", command)
     if mode not in ("tp1", "tp2", "tp4"):  # the old latency suites run as several calls by PARTS
         assert sum(int(limit) for limit, _, _ in steps) <= 600, (mode, [(l, n) for l, n, _ in steps])
 

@@ -1,15 +1,10 @@
 """Smoke test of bench/sync_frequency.py: the smallest settings run in seconds on CPU, and the
 report has a row for every sync interval N and every model, with real (positive) numbers."""
-import importlib.util
 import json
-import os
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-spec = importlib.util.spec_from_file_location("sync_frequency", os.path.join(REPO, "bench", "sync_frequency.py"))
-sync_frequency = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(sync_frequency)
+from bench import sync_frequency
 
 TINY = ["--device", "cpu", "--width", "16", "--rows", "4", "--gpt_batch", "1", "--seq_len", "8",
         "--ops", "1", "--repeats", "1", "--warmup", "1", "--small_size", "16", "--big_size", "32",

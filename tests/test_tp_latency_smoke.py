@@ -3,15 +3,13 @@ workload gets a positive time for the policy and its no-sync floor, the collecti
 match the policy, and --merge writes the table and the PNG. The PyTorch-TP reference is checked
 to compute the same function at tp=2 as at tp=1, with a KV cache equal to a full forward."""
 import json
-import os
 import subprocess
 import sys
 
 import torch
 
 from parallel.launch import run_on_gloo
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.conftest import REPO
 TINY = ["--sizes", "tiny", "--seq_len", "16", "--warmup", "1", "--repeats", "1", "--n_tracks", "4,2"]
 
 
@@ -20,7 +18,7 @@ def run(*args):
 
 
 def test_tiny_latency_rows_and_merge(tmp_path):
-    run("bench/tp_latency.py", *TINY, "--policies", "baseline;grouped:2", "--out_dir", str(tmp_path))
+    run("-m", "bench.tp_latency", *TINY, "--policies", "baseline;grouped:2", "--out_dir", str(tmp_path))
     rows = json.load(open(tmp_path / "tp_latency_tp1.json"))["rows"]
     ours = [r for r in rows if r["policy"] != "torch_tp"]
     assert len(ours) == 2 * 2 * 5 * 2  # n_tracks x policies x workloads x (policy, floor), eager on CPU
@@ -32,7 +30,7 @@ def test_tiny_latency_rows_and_merge(tmp_path):
                                                                           "decode_b1", "decode_b8"}
     meta = json.load(open(tmp_path / "tp_latency_tp1.json"))["meta"]
     assert meta["host_launch_us"] > 0 and meta["commit"]
-    run("bench/tp_latency.py", "--merge", "--out_dir", str(tmp_path))
+    run("-m", "bench.tp_latency", "--merge", "--out_dir", str(tmp_path))
     table = (tmp_path / "tp_latency.md").read_text()
     assert "### tiny decode_b1 eager" in table and "| 2 | grouped:2 | 1 |" in table
     assert (tmp_path / "tp_latency.png").stat().st_size > 0
@@ -41,7 +39,7 @@ def test_tiny_latency_rows_and_merge(tmp_path):
 def test_tiny_compiled_mode_rows(tmp_path):
     """--modes compiled: ours decodes with a StaticKVCache through torch.compile(fullgraph=True), once
     per --compile_mode entry; aot_eager traces without code generation, so CPU runs it in seconds."""
-    run("bench/tp_latency.py", *TINY, "--policies", "baseline;grouped:2", "--workloads", "decode_b1,prefill_b1",
+    run("-m", "bench.tp_latency", *TINY, "--policies", "baseline;grouped:2", "--workloads", "decode_b1,prefill_b1",
         "--modes", "eager,compiled", "--compile_backend", "aot_eager", "--compile_mode", "default,coordinate-descent",
         "--no_bias", "--no_torch_tp", "--out_dir", str(tmp_path))
     result = json.load(open(tmp_path / "tp_latency_tp1.json"))
@@ -55,7 +53,7 @@ def test_tiny_compiled_mode_rows(tmp_path):
 
 
 def test_tiny_profile_reports_each_policy(tmp_path):
-    run("bench/profile_policy.py", "--size", "tiny", "--seq_len", "16", "--calls", "2", "--workload", "decode_b1",
+    run("-m", "bench.profile_policy", "--size", "tiny", "--seq_len", "16", "--calls", "2", "--workload", "decode_b1",
         "--policies", "baseline;spd", "--out_dir", str(tmp_path))
     text = (tmp_path / "profile_tiny_n4_decode_b1_eager_tp1.txt").read_text()
     assert "## baseline" in text and "## spd" in text and text.count("wall ") == 2

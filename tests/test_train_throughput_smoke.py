@@ -2,17 +2,16 @@
 gives a timed row for every variant group (plain, ours tp1, ours tp2 at n_tracks 2 and 4, ours and
 torch DDP at dp2), the key ratios, and a profile table; bad arguments stop it with one line."""
 import json
-import os
 import subprocess
 import sys
 
 from tests.conftest import REPO, run_env
 
-SCRIPT = os.path.join(REPO, "bench", "train_throughput.py")
+MODULE = ["-m", "bench.train_throughput"]
 
 
 def torchrun(args, nproc=2, timeout=120):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", SCRIPT, *args]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *MODULE, *args]
     return subprocess.run(cmd, cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -45,13 +44,13 @@ def test_tiny_cpu_run_has_every_variant_and_ratios(tmp_path):
     assert sections == {"ours tp1 / plain", "tp2 baseline / tp1 baseline", "tp2 policy / tp2 baseline",
                         "ours dp2 / torch DDP dp2"}
     assert "## Key ratios" in md and "| ours tp2 n4 grouped:2 eager | 2 | 1 | 2 | 4 | grouped:2 | eager | 2 |" in md
-    assert data["meta"]["commit"] and data["meta"]["command"].startswith("torchrun")
+    assert data["meta"]["commit"] and data["meta"]["command"].startswith("torchrun --standalone --nproc_per_node=2 -m bench.train_throughput --size tiny")
     profile = (tmp_path / "train_profile_ours_tp2_n2_grouped_2_eager.txt").read_text()
     assert "Name" in profile and "aten::" in profile
 
 
 def test_one_process_skips_two_rank_groups(tmp_path):
-    proc = subprocess.run([sys.executable, SCRIPT, "--size", "tiny", "--device", "cpu", "--warmup", "0", "--iters",
+    proc = subprocess.run([sys.executable, *MODULE, "--size", "tiny", "--device", "cpu", "--warmup", "0", "--iters",
                            "1", "--modes", "eager", "--variants", "tp1,dp2", "--tp1_policies", "baseline",
                            "--out_dir", str(tmp_path)], cwd=REPO, env=run_env(), capture_output=True, text=True,
                           timeout=60)
@@ -64,7 +63,7 @@ def test_one_process_skips_two_rank_groups(tmp_path):
 def test_bad_arguments_exit_with_one_line():
     for bad in (["--policies", "grouped:5"], ["--size", "huge"], ["--modes", "graph"], ["--tp2_n_tracks", "3"],
                 ["--tp_async_grad", "maybe"], ["--no_such_flag"]):
-        proc = subprocess.run([sys.executable, SCRIPT, *bad, "--out_dir", "/nonexistent/never-written"], cwd=REPO,
+        proc = subprocess.run([sys.executable, *MODULE, *bad, "--out_dir", "/nonexistent/never-written"], cwd=REPO,
                               env=run_env(), capture_output=True, text=True, timeout=60)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert proc.returncode == 2, (bad, proc.stderr)

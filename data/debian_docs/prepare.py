@@ -54,6 +54,8 @@ import numpy as np
 from tqdm import tqdm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# run as a file (python data/<name>/prepare.py, as in nanoGPT), this script has only its own folder on
+# sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
 sys.path.insert(0, os.path.dirname(HERE))  # data/
 from gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
 from prepare_utils import write_atomic  # noqa: E402

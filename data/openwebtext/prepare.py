@@ -3,10 +3,10 @@ Prepare OpenWebText with GPT-2 BPE tokens (as nanoGPT's data/openwebtext/prepare
 
 Downloads the dataset with HuggingFace `datasets`, holds out 0.05% of the
 documents as val (seed 2357, as nanoGPT), tokenizes each document with the GPT-2
-encoding plus a trailing <|endoftext|>, and writes train.bin and val.bin of
-np.uint16 next to this script (nanoGPT's README gives ~54 GB of HF cache, ~9B
-train tokens = ~17 GB, ~4M val tokens). Needs internet and the optional
-requirements:
+encoding (tiktoken.get_encoding("gpt2"), as nanoGPT) plus a trailing
+<|endoftext|>, and writes train.bin and val.bin of np.uint16 next to this script
+(nanoGPT's README gives ~54 GB of HF cache, ~9B train tokens = ~17 GB, ~4M val
+tokens). Needs internet and the optional requirements:
 
     pip install -r requirements-optional.txt
     python data/openwebtext/prepare.py [--num_proc 8]
@@ -20,11 +20,8 @@ import os
 import sys
 
 import numpy as np
+import tiktoken
 from tqdm import tqdm
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/
-from gpt2_tokenizer import get_gpt2_encoding
-from prepare_utils import temp_path
 
 
 def main():
@@ -52,7 +49,7 @@ def main():
         sys.exit("data/openwebtext/prepare.py needs the HuggingFace `datasets` package and internet:\n"
                  "    pip install -r requirements-optional.txt")
 
-    enc = get_gpt2_encoding()  # identical to tiktoken.get_encoding("gpt2"), built from local files
+    enc = tiktoken.get_encoding("gpt2")  # downloads its two files once, as the dataset needs internet anyway
 
     dataset = load_dataset("openwebtext", num_proc=args.num_proc)
     split_dataset = dataset["train"].train_test_split(test_size=args.val_size, seed=args.seed, shuffle=True)
@@ -70,7 +67,7 @@ def main():
     for split, dset in tokenized.items():
         arr_len = np.sum(dset["len"], dtype=np.uint64)
         filename = os.path.join(out_dir, f"{split}.bin")
-        tmp = temp_path(filename)
+        tmp = os.path.join(out_dir, f"{split}.tmp-{os.getpid()}.bin")  # same folder: os.replace is atomic
         try:
             arr = np.memmap(tmp, dtype=np.uint16, mode="w+", shape=(arr_len,))  # enc.max_token_value < 2**16
             total_batches = min(1024, len(dset))
