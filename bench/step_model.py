@@ -51,8 +51,10 @@ import statistics
 import sys
 import time
 
-from model.sync_policy import parse_sync_policy
-from training.config import REPO
+if not __package__:  # run as a file, the repository root is not on sys.path
+    sys.exit("run it from the repository root as: python -m bench.step_model ...")
+from model.sync_policy import parse_sync_policy  # noqa: E402
+from training.config import REPO  # noqa: E402
 
 RESULTS = os.path.join(REPO, "bench", "results")
 

@@ -112,6 +112,8 @@ def run_target(words):
     """(the repository file a command line runs, the words after it): a script (x.py, data/x/prepare.py)
     or a module of ours (-m bench.x); (None, []) for anything else (python -m pytest ...)."""
     for i, word in enumerate(words):
+        if word == "-m" and words[i + 1:i + 2] == ["training.launch"]:
+            continue  # torchrun's options, then the script it launches with that script's
         if word == "-m":
             path = module_path(words[i + 1]) if i + 1 < len(words) else None
             return (path, words[i + 2:]) if path else (None, [])
