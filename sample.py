@@ -179,7 +179,7 @@ def main(argv):
     if args.decode != "eager" and mesh.is_master:  # sample 1 compiles silently otherwise
         print(f"compiling the decode step (torch.compile, fullgraph=True"
               f"{', then capturing a CUDA graph' if args.decode == 'graph' else ''}): sample 1 waits for it, "
-              f"about 3 minutes on a 2-core CPU (175 s in issue 30), less on a GPU", file=sys.stderr, flush=True)
+              f"about 3 minutes on a 2-core CPU (175 s measured on one), less on a GPU", file=sys.stderr, flush=True)
     temperature, top_k = args.temperature, args.top_k or None
     if temperature < GREEDY_BELOW:  # greedy: only the most likely token is left to draw
         temperature, top_k = 1.0, 1
