@@ -3,11 +3,11 @@
 compare_runs.py --stats-json) against its measured ms per training iteration at tp=2 (from
 bench/train_throughput.py's JSON, on GPUs), for the same model shape; the Pareto front marked.
 
-    torchrun --standalone --nproc_per_node=2 bench/train_throughput.py --size char384 --batch_size 64 \\
+    torchrun --standalone --nproc_per_node=2 -m bench.train_throughput --size char384 --batch_size 64 \\
         --variants tp2 --tp2_n_tracks 2,6 --modes compiled-graphs \\
         --policies 'baseline;spd;parallel;ladder;grouped:2;grouped:3;grouped:6' --out_dir OUT   # on 2 GPUs
-    python experiments/pareto.py --stats experiments/char-sweep/stats.json \\
-        --throughput bench/results/train_throughput_char384.json --out experiments/char-sweep/pareto_w384.png
+    python -m experiments.char_sweep.pareto --stats experiments/char_sweep/stats.json \\
+        --throughput bench/results/train_throughput_char384.json --out experiments/char_sweep/pareto_w384.png
 
 A stats cell (setting = dataset, n_layer, n_embd, n_tracks, max_iters) joins the throughput rows of
 group tp2 with the same n_layer and n_embd (the JSON's meta) and n_tracks, the same policy and --mode.
@@ -16,12 +16,13 @@ the PNG and a markdown table beside it (same name, .md); cells without a timed r
 """
 import argparse
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
-from bench.common import pyplot  # noqa: E402
-from training.config import HelpFormatter, save_figure, write_text  # noqa: E402
+if __name__ == "__main__" and not __package__:  # run by its path: the imports below need the repository root
+    sys.exit("run it from the repository root as: python -m experiments.char_sweep.pareto " + " ".join(sys.argv[1:]))
+
+from bench.common import pyplot
+from training.config import HelpFormatter, save_figure, write_text
 
 
 def load_points(stats_path, throughput_path, mode, metric):
@@ -84,7 +85,7 @@ def plot(points, path, title):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.char_sweep.pareto", description=__doc__.split("\n\n")[0])
     p.add_argument("--stats", required=True, help="compare_runs.py --stats-json output")
     p.add_argument("--throughput", required=True, help="bench/train_throughput.py's train_throughput.json")
     p.add_argument("--mode", default="compiled-graphs", help="the throughput rows' mode")

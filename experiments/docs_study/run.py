@@ -2,11 +2,15 @@
 """The 124M study on data/debian_docs: the gap against the training budget (part 4, issue 37) and the
 val-loss curves and GPU time of the one-budget sweep (part 3, issue 26).
 
-    python experiments/docs_study.py run --budgets 320,640,1280,2560 --policies baseline,ladder,grouped:12 \
+    python -m experiments.docs_study.run run --budgets 320,640,1280,2560 --policies baseline,ladder,grouped:12 \
         --seeds 1337,1338,1339 --jobs 8 --deadline 540 --scratch /tmp/scratch --pack "$OUT"   # on the GPU machine
-    python experiments/docs_study.py run --budgets 10,20 --smoke --set dataset=syn      # CPU: a check of the machinery
-    python experiments/docs_study.py budgets     # part 4's budget_table.md, budget.png, stats.json, wsd_check.md
-    python experiments/docs_study.py report      # part 3's val_curves.png and gpu_seconds.md (experiments/docs-sweep)
+    python -m experiments.docs_study.run run --budgets 10,20 --smoke --set dataset=syn      # CPU: a check of the machinery
+    python -m experiments.docs_study.run budgets     # part 4's budget_table.md, budget.png, stats.json, wsd_check.md
+    python -m experiments.docs_study.run report      # part 3's val_curves.png and gpu_seconds.md (experiments/docs_study/one_budget)
+
+The two parts' records: part 4 (`run`, `budgets`) in experiments/docs_study/budgets/, part 3 (its runs trained by
+`python -m experiments.char_sweep.run d768`, its figures by `report`) in experiments/docs_study/one_budget/; each
+holds runs/<run>/ and, beside it, the part's tables, figures and GPU call logs.
 
 Many budgets from one run (`run`). Each (policy, seed) is a warmup-stable-decay (WSD) trunk and one cooldown
 branch per budget B (iterations of the config's tokens per iteration):
@@ -18,8 +22,8 @@ branch per budget B (iterations of the config's tokens per iteration):
                (tests/test_budgets.py), in its own run directory.
 data_order='passes': every training window once per pass, the first pass in the one_pass order of the
 one-budget sweep, so a branch of up to one pass reads the batches the cosine runs of part 3 read. Runs land
-in --sweep (default experiments/budget-sweep): d768-trunk2048-<policy>-s<seed> and d768-b<B>-<policy>-s<seed>,
-logs only. The runner is experiments/char_sweep.py's: finished runs are skipped, a run stopped at --deadline
+in <--sweep>/runs/ (default experiments/docs_study/budgets/runs/): d768-trunk2048-<policy>-s<seed> and
+d768-b<B>-<policy>-s<seed>, logs only. The runner is experiments/runner.py: finished runs are skipped, a run stopped at --deadline
 resumes from its scratch checkpoint on the same machine, a branch starts as soon as its trunk has written
 its branch point (trunk and branches run side by side), a branch point is deleted once its branch is
 collected, and a finished trunk whose branch points are gone (another machine) is trained again for the
@@ -39,15 +43,18 @@ import re
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
-from bench.common import REPO, pyplot  # noqa: E402
-from analysis.compare import load_run, mean_ci, records_from_log  # noqa: E402
-from training.config import ConfigError, HelpFormatter, parse, save_figure, write_text  # noqa: E402
-from experiments.char_sweep import (DOCS_POLICIES, SMOKE_DOCS, Run, SweepError, run_and_pack,  # noqa: E402
-                                    run_state)
+if __name__ == "__main__" and not __package__:  # run by its path: the imports below need the repository root
+    sys.exit("run it from the repository root as: python -m experiments.docs_study.run " + " ".join(sys.argv[1:]))
 
-SWEEP = os.path.join("experiments", "docs-sweep")
-BUDGET_SWEEP = os.path.join("experiments", "budget-sweep")
+from bench.common import pyplot
+from analysis.compare import load_run, mean_ci, records_from_log
+from training.config import REPO, ConfigError, HelpFormatter, parse, save_figure, write_text
+from experiments.char_sweep.run import DOCS_POLICIES, SMOKE_DOCS
+from experiments.runner import Run, SweepError, run_and_pack, run_state
+
+# each part's tables, figures and call logs, beside its runs/
+SWEEP = os.path.join("experiments", "docs_study", "one_budget")
+BUDGET_SWEEP = os.path.join("experiments", "docs_study", "budgets")
 RUN_NAME = re.compile(r"^d(\d+)-(\w+)-s(\d+)$")
 SEGMENT = re.compile(r"^\s+(d\d+-\w+-s\d+)\s+(?:complete|stopped at deadline)\s+(\d+) s")
 JOBS = re.compile(r"jobs (\d+)")
@@ -61,7 +68,7 @@ POLICIES = {"baseline": ("baseline (24)", 24), "ladder": ("ladder (24)", 24), "s
 def load(sweep):
     """{width: {tag: [run dicts]}} of the finished runs."""
     runs = {}
-    for path in sorted(glob.glob(os.path.join(sweep, "d*-*-s*"))):
+    for path in sorted(glob.glob(os.path.join(sweep, "runs", "d*-*-s*"))):
         match = RUN_NAME.match(os.path.basename(path))
         if not match or not os.path.isdir(path):
             continue
@@ -188,13 +195,13 @@ def trim_keeps(runs, root, scratch):
 
 
 def run_main(argv):
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="docs_study.py run", description="train the budget sweep (see the module docstring)")
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run run", description="train the budget sweep (see the module docstring)")
     parser.add_argument("--config", default=os.path.join("config", "docs_124m.py"))
     parser.add_argument("--budgets", default="320,640,1280,2560", help="iterations, comma-separated")
     parser.add_argument("--policies", default="baseline,ladder,spd,grouped:4,grouped:12")
     parser.add_argument("--seeds", default="1337,1338,1339")
     parser.add_argument("--cooldown-frac", type=float, default=0.2)
-    parser.add_argument("--sweep", default=BUDGET_SWEEP, help="where the runs' logs go (default %(default)s)")
+    parser.add_argument("--sweep", default=BUDGET_SWEEP, help="the part's folder; the runs' logs go to its runs/")
     parser.add_argument("--jobs", type=int, default=8, help="runs at once on the GPU (trunks and branches)")
     parser.add_argument("--deadline", type=float, default=None, help="stop (resumably) after this many seconds")
     parser.add_argument("--pack", default=None, help="write DIR/sweep-logs.tgz with the runs' logs at the end")
@@ -219,7 +226,8 @@ def run_main(argv):
         policies = args.policies.split(",")
         if any(b < 1 for b in budgets) or len(set(budgets)) != len(budgets):
             raise SweepError(f"--budgets {args.budgets}: give distinct iteration counts >= 1")
-        runs = budget_runs(args.config, budgets, policies, seeds, args.sweep, args.scratch, sets, args.cooldown_frac)
+        runs = budget_runs(args.config, budgets, policies, seeds, os.path.join(args.sweep, "runs"), args.scratch, sets,
+                           args.cooldown_frac)
         return run_and_pack(trim_keeps(runs, args.root, args.scratch), args)
     except (SweepError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -238,7 +246,7 @@ def trunk_curves(sweep):
     Finished trunks from their metrics.jsonl; trunks stopped with a lost machine from their stdout (stopped/)."""
     val = {}  # (width, tag, seed) -> {iter: val}
     tokens_per_iter, policy_of = {}, {}
-    for path in sorted(glob.glob(os.path.join(sweep, "d*-trunk*-*-s*")) + glob.glob(os.path.join(sweep, "stopped", "*.out"))):
+    for path in sorted(glob.glob(os.path.join(sweep, "runs", "d*-trunk*-*-s*")) + glob.glob(os.path.join(sweep, "stopped", "*.out"))):
         match = TRUNK_NAME.match(os.path.basename(path))
         if not match:
             continue
@@ -268,7 +276,7 @@ def trunk_curves(sweep):
 def budget_report(sweep, versus_glob):
     """budget_table.md, budget.png, stats.json and wsd_check.md in the budget sweep's directory."""
     from analysis.compare import budget_analysis, budget_table, plot_budgets, seed_statistics, versus, versus_table
-    branches = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "d*-b*-*-s*")))]
+    branches = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "runs", "d*-b*-*-s*")))]
     stats = seed_statistics(branches)
     budgets = budget_analysis(stats)
     curves = trunk_curves(sweep)
@@ -286,14 +294,15 @@ def main(argv=None):
     if argv[:1] == ["run"]:
         return run_main(argv[1:])
     if argv[:1] == ["budgets"]:
-        parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="docs_study.py budgets")
+        parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run budgets")
         parser.add_argument("--sweep", default=BUDGET_SWEEP)
-        parser.add_argument("--versus", default=os.path.join(SWEEP, "d768-*"), help="the cosine runs of one budget")
+        parser.add_argument("--versus", default=os.path.join(SWEEP, "runs", "d768-*"), help="the cosine runs of one budget")
         args = parser.parse_args(argv[1:])
         return budget_report(args.sweep, args.versus)
     if argv[:1] == ["report"]:
         argv = argv[1:]
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run [report]",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweep", default=SWEEP)
     args = parser.parse_args(argv)
     runs = load(args.sweep)

@@ -1,8 +1,8 @@
 """Inductor runs a reader of an all-reduce's result before the all-reduce has finished.
 
-    torchrun --standalone --nproc_per_node=2 experiments/compiler-repros/collective-fusion/repro.py          # CPU, gloo
-    torchrun --standalone --nproc_per_node=2 experiments/compiler-repros/collective-fusion/repro.py --cuda   # 2 GPUs, NCCL
-    torchrun --standalone --nproc_per_node=2 experiments/compiler-repros/collective-fusion/repro.py --one_gpu  # 1 GPU, gloo
+    torchrun --standalone --nproc_per_node=2 -m experiments.compiler_repros.collective_fusion.repro          # CPU, gloo
+    torchrun --standalone --nproc_per_node=2 -m experiments.compiler_repros.collective_fusion.repro --cuda   # 2 GPUs, NCCL
+    torchrun --standalone --nproc_per_node=2 -m experiments.compiler_repros.collective_fusion.repro --one_gpu  # 1 GPU, gloo
 
 step() all-reduces a partial sum o and adds it to x, and, independently, takes LayerNorm(x). Both
 read x, so inductor fuses `x + y` with the LayerNorm into one kernel, and places that kernel where
@@ -17,6 +17,10 @@ variant differs by more than float rounding.
 """
 import argparse
 import sys
+
+if __name__ == "__main__" and not __package__:  # run by its path: ours() imports parallel/ from the repository root
+    sys.exit("run it from the repository root as: torchrun --standalone --nproc_per_node=2 -m "
+             "experiments.compiler_repros.collective_fusion.repro " + " ".join(sys.argv[1:]))
 
 import torch
 import torch.distributed as dist
@@ -33,7 +37,6 @@ def functional_waited(o):  # the same, waited for right away
 
 
 def ours(o):  # parallel/comm.py's traced all-reduce: an opaque op returning a new tensor
-    sys.path.insert(0, __file__.rsplit("/experiments/", 1)[0])
     from parallel import comm
     return comm._all_reduce_value(o, dist.group.WORLD)
 

@@ -14,18 +14,20 @@ so both ranks trace the same graph, and the order is the same with the pass on (
 tests/test_async_grad.py::test_inductor_issues_the_same_collectives_on_every_rank runs real gloo
 collectives that way).
 
-    python experiments/compiler-repros/collective-order/repro.py            # peak-memory reordering on (default)
-    python experiments/compiler-repros/collective-order/repro.py --no-peak  # off
+    python -m experiments.compiler_repros.collective_order.repro            # peak-memory reordering on (default)
+    python -m experiments.compiler_repros.collective_order.repro --no-peak  # off
 
 The collectives are replaced by no-ops (nothing is exchanged), so both ranks run to the end and print
 the order of the collectives in their compiled backward.
 """
-import os
 import re
 import sys
 
-sys.path.insert(0, __file__.rsplit("/experiments/", 1)[0])  # the repository root
-import torch  # noqa: E402
+if __name__ == "__main__" and not __package__:  # run by its path: worker() imports model/ from the repository root
+    sys.exit("run it from the repository root as: python -m experiments.compiler_repros.collective_order.repro "
+             + " ".join(sys.argv[1:]))
+
+import torch
 
 
 def worker(rank, world_size, peak):

@@ -1,9 +1,9 @@
 """Which part of the partial-gradient construction did inductor on CUDA miscompile? (tp = world size)
 
-    python experiments/char-sweep-miscompiled/bisect_partial_grads.py --out_dir OUT      # on one GPU
-    torchrun --standalone --nproc_per_node=2 experiments/char-sweep-miscompiled/bisect_partial_grads.py \
+    python -m experiments.compiler_repros.partial_grads.bisect_partial_grads --out_dir OUT      # on one GPU
+    torchrun --standalone --nproc_per_node=2 -m experiments.compiler_repros.partial_grads.bisect_partial_grads \
         --variants coalesced_f --out_dir OUT                                              # tp=2
-    python experiments/char-sweep-miscompiled/bisect_partial_grads.py --device cpu --backend aot_eager \\
+    python -m experiments.compiler_repros.partial_grads.bisect_partial_grads --device cpu --backend aot_eager \\
         --steps 1 --policies grouped:2                                                     # CPU smoke
 
 Background (EXPERIMENT_SUMMARY.md section 1c): a region's replicated parameters (LayerNorm weights and
@@ -34,16 +34,18 @@ import argparse
 import os
 import sys
 
+if __name__ == "__main__" and not __package__:  # run by its path: the imports below need the repository root
+    sys.exit("run it from the repository root as: python -m experiments.compiler_repros.partial_grads.bisect_partial_grads "
+             + " ".join(sys.argv[1:]))
+
 import torch
 import torch.distributed as dist
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
-from bench import compile_check  # noqa: E402
-from training.config import write_text  # noqa: E402
-from model.gpt import GPT  # noqa: E402
-from parallel import comm  # noqa: E402
-from parallel.mesh import init_mesh  # noqa: E402
+from bench import compile_check
+from training.config import write_text
+from model.gpt import GPT
+from parallel import comm
+from parallel.mesh import init_mesh
 
 
 class _CopyIdentity(torch.autograd.Function):
