@@ -99,6 +99,23 @@ def script_options(script):
     return set(re.findall(r"""["'](--[\w-]+)["']""", source))
 
 
+def module_file(module):
+    """The repository file that `python -m module` runs, or None."""
+    path = module.replace(".", "/") + ".py"
+    return path if os.path.isfile(os.path.join(REPO, path)) else None
+
+
+def script_of(words):
+    """The repository file a command line runs (a script, or the module after -m) and the index of the word
+    that names it; (None, None) if none."""
+    for i, w in enumerate(words):
+        if w.endswith(".py") and os.path.isfile(os.path.join(REPO, w)):
+            return w, i
+        if w == "-m" and i + 1 < len(words) and module_file(words[i + 1]):
+            return module_file(words[i + 1]), i + 1
+    return None, None
+
+
 def flags(words):
     return [w.split("=", 1)[0] for w in words if w.startswith("--")]
 
@@ -112,18 +129,17 @@ def test_command_line_flags_are_accepted(doc):
                 words = shlex.split(line.replace("$OUT", "OUT"))
             except ValueError:
                 continue
-            scripts = [w for w in words if w.endswith(".py") and os.path.isfile(os.path.join(REPO, w))]
-            if not scripts or not any(w in ("python", "python3", "torchrun") or w.startswith("--nproc")
-                                      for w in words[:3]):
+            script, at = script_of(words)
+            if not script or not any(w in ("python", "python3", "torchrun") or w.startswith("--nproc")
+                                     for w in words[:3]):
                 continue
-            script = scripts[0]
-            after = words[words.index(script) + 1:]
+            after = words[at + 1:]
             if script == "train_reduced_sync.py":
                 unknown = [f for f in flags(after) if f[2:] not in VALID_KEYS and f != "--help"]
             else:
                 accepted = script_options(script)
                 unknown = [f for f in flags(after) if f not in accepted]
-                if script == "experiments/char_sweep.py":  # --set KEY=VALUE passes trainer keys through
+                if script == "experiments/char_sweep/run.py":  # --set KEY=VALUE passes trainer keys through
                     unknown = [f for f in unknown if f[2:] not in VALID_KEYS]
             bad += [f"{script} {f}" for f in unknown]
     assert not bad, f"{doc}: flags the named script does not accept: {bad}"
@@ -232,3 +248,23 @@ def test_config_families_hold_the_stated_number_of_policies():
     stated = re.search(r"the same (\d+) policies", read("docs/configs.md"))
     families = [glob.glob(os.path.join(REPO, "config", f"{prefix}_*sync.py")) for prefix in ("train", "shakespeare")]
     assert stated and all(len(f) == int(stated.group(1)) for f in families), [len(f) for f in families]
+
+
+# where the experiments' commands are written: the guides, the summary, the studies' own READMEs and docstrings,
+# the config comments and the GPU suite
+COMMAND_FILES = (*DOCS, *sorted(os.path.relpath(p, REPO) for pattern in (
+    "experiments/**/*.md", "experiments/**/*.py", "experiments/**/*.sh", "config/*.py", "bench/gpu_suite.sh")
+    for p in glob.glob(os.path.join(REPO, pattern), recursive=True)))
+OLD_EXPERIMENT_COMMAND = re.compile(r"(?:python3?|torchrun(?: --[\w=-]+)*)\s+(experiments/[\w/.-]+\.py)")
+
+
+def test_experiments_run_as_modules_that_exist():
+    """Scripts under experiments/ run as modules from the repository root (they import the project's packages
+    without a path insertion): no `python experiments/<x>.py`, and every `-m experiments.<x>` is a module here."""
+    old, missing = [], []
+    for doc in COMMAND_FILES:
+        text = read(doc)
+        old += [f"{doc}: {path}" for path in OLD_EXPERIMENT_COMMAND.findall(text)]
+        missing += [f"{doc}: {m}" for m in re.findall(r"-m\s+(experiments(?:\.\w+)+)", text) if not module_file(m)]
+    assert len(COMMAND_FILES) > 40 and not old, f"run these as python -m experiments.<...>: {old}"
+    assert not missing, f"modules that do not exist: {missing}"
