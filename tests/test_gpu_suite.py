@@ -26,6 +26,9 @@ def test_every_mode_plans_runnable_steps(mode, tmp_path):
     for limit, name, command in steps:
         argv = [a for a in shlex.split(command) if not a.startswith("CUDA_VISIBLE_DEVICES=")]
         scripts = [a for a in argv if a.endswith(".py")]
+        # a module of the repository run with -m (python -m experiments.x.repro) stands for its file
+        modules = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-m"]
+        scripts += [m.replace(".", "/") + ".py" for m in modules if os.path.isdir(os.path.join(REPO, m.split(".")[0]))]
         assert scripts and all(os.path.exists(os.path.join(REPO, s)) for s in scripts), (name, command)
     if mode not in ("tp1", "tp2", "tp4"):  # the old latency suites run as several calls by PARTS
         assert sum(int(limit) for limit, _, _ in steps) <= 600, (mode, [(l, n) for l, n, _ in steps])
