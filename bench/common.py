@@ -10,7 +10,7 @@ A script that reuses another's benchmark definitions imports it as a module of t
 (profile_policy.py profiles tp_latency.py's workloads: `from bench.tp_latency import make_workload`).
 
 torch is imported inside the functions that use it, so a script that only reads results and plots
-(experiments/pareto.py) does not pay for it.
+(experiments/char_sweep/pareto.py) does not pay for it.
 """
 import json
 import os

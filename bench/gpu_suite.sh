@@ -22,7 +22,7 @@
 #                                                 # inductor on CUDA, every policy, tp=1 then tp=2; then the
 #                                                 # tp=1 miscompile's bisection
 #   bash bench/gpu_suite.sh pareto2 OUT_DIR [char384|char192|char768]   # 2 GPUs: issue 15's loss-vs-time timings
-#                                                 # (tp2 rows of the char shapes; then experiments/pareto.py)
+#                                                 # (tp2 rows of the char shapes; then python -m experiments.char_sweep.pareto)
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python -m bench.tp_latency --merge`.
@@ -79,14 +79,14 @@ if has pareto; then  # 14 compiled variants (7 policies x n_tracks 2, 6): about 
 fi
 if has check; then
   # does inductor on CUDA also run a reader of an all-reduce's result before it (it does on CPU, section 1d)?
-  step 40 repro_collective_fusion "${launch[@]}" experiments/compiler-repros/collective-fusion/repro.py --cuda
+  step 40 repro_collective_fusion "${launch[@]}" -m experiments.compiler_repros.collective_fusion.repro --cuda
   CUDA_VISIBLE_DEVICES=0 step 140 compile_check_tp1 python -m bench.compile_check --out_dir "$out"
   step 200 compile_check_tp2 "${launch[@]}" -m bench.compile_check --out_dir "$out"
   # which part of the old tp=1 construction inductor miscompiled (section 1c); 5 compiles of the char-384 model
-  CUDA_VISIBLE_DEVICES=0 step 130 bisect_partial_grads python experiments/char-sweep-miscompiled/bisect_partial_grads.py \
+  CUDA_VISIBLE_DEVICES=0 step 130 bisect_partial_grads python -m experiments.compiler_repros.partial_grads.bisect_partial_grads \
     --variants cat_f,cat_split,cat_clone_fn,per_param_f,coalesced_f --policies grouped:2 --out_dir "$out"
   # the candidate replacement at tp=2, where the model still uses cat + f (compile_check_tp2 above)
-  step 90 bisect_partial_grads_tp2 "${launch[@]}" experiments/char-sweep-miscompiled/bisect_partial_grads.py \
+  step 90 bisect_partial_grads_tp2 "${launch[@]}" -m experiments.compiler_repros.partial_grads.bisect_partial_grads \
     --variants coalesced_f --policies grouped:2 --out_dir "$out"
 fi
 if has decode; then  # every (policy, floor, workload) compiles once: the steps' limits keep the call under 10 min

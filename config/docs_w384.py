@@ -1,7 +1,7 @@
 # config/docs_w384.py
 # The study's second width (issue 26): GPT-2 124M's depth and heads at half the width (12 x 384), 4 tracks,
 # the same one pass over 21M tokens of data/debian_docs with the same schedule as config/docs_124m.py.
-# Each policy and seed is one run of experiments/char_sweep.py (parts d384-s1337 ...), e.g. by hand:
+# Each policy and seed is one run of python -m experiments.char_sweep.run (parts d384-s1337 ...), e.g. by hand:
 #   python train_reduced_sync.py config/docs_w384.py --sync_policy=grouped:3 --seed=1338 --out_dir=out-docs-w384-g3-s1338
 
 out_dir = 'out-docs-w384'

@@ -4,7 +4,7 @@
 # in the blocks; everything else identical (tests/test_configs.py checks that the two differ only in n_embd
 # and out_dir). For the issue-15 study's width trend: a run costs 0.27x a w384 run's FLOPs, where
 # the 768 variant costs 3.8x, so this is the second width that fits the device time.
-# experiments/char_sweep.py sets n_tracks, sync_policy, seed and out_dir on the command line.
+# python -m experiments.char_sweep.run sets n_tracks, sync_policy, seed and out_dir on the command line.
 # Prepare: python data/shakespeare_char/prepare.py
 # 1 process:  python train_reduced_sync.py config/shakespeare_char_192.py --n_tracks=6 --sync_policy=grouped:3
 # N processes: torchrun --standalone --nproc_per_node=N train_reduced_sync.py config/shakespeare_char_192.py \

@@ -2,7 +2,7 @@
 # nanoGPT's shakespeare_char recipe (karpathy/nanoGPT config/train_shakespeare_char.py: the "baby GPT",
 # 6 layers, 6 heads, 384 dims, block 256, dropout 0.2, 5000 iterations of 64 x 256 characters) on this
 # repository's character-level Shakespeare (data/shakespeare_char: 4.3M training characters, vocabulary 76).
-# The base of the issue-15 study; experiments/char_sweep.py sets n_tracks, sync_policy, seed and out_dir on
+# The base of the issue-15 study; python -m experiments.char_sweep.run sets n_tracks, sync_policy, seed and out_dir on
 # the command line. config/shakespeare_char_768.py is the wider variant and config/shakespeare_char_192.py
 # the narrower one (tests/test_configs.py checks what differs).
 # Prepare: python data/shakespeare_char/prepare.py

@@ -2,7 +2,7 @@
 # The wider variant of config/shakespeare_char_384.py (nanoGPT's shakespeare_char recipe): n_embd 768 and
 # n_head 12 (head dim 64 as there), about 4x the parameters; everything else identical (tests/test_configs.py
 # checks that the two differ only in n_embd, n_head and out_dir). For the issue-15 study's width trend;
-# experiments/char_sweep.py sets n_tracks, sync_policy, seed and out_dir on the command line.
+# python -m experiments.char_sweep.run sets n_tracks, sync_policy, seed and out_dir on the command line.
 # Prepare: python data/shakespeare_char/prepare.py
 # 1 process:  python train_reduced_sync.py config/shakespeare_char_768.py --n_tracks=6 --sync_policy=grouped:3
 # N processes: torchrun --standalone --nproc_per_node=N train_reduced_sync.py config/shakespeare_char_768.py \

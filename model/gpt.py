@@ -227,7 +227,7 @@ class Block(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         # 1 on TP rank 0, else 0: rank 0 alone adds a region's biases, by a multiply rather than an `if`, so
         # every rank traces the same graph. With an `if`, inductor's peak-memory reordering placed the
-        # region's tp_grad all-reduce at different points on the two ranks (experiments/compiler-repros/collective-order/)
+        # region's tp_grad all-reduce at different points on the two ranks (experiments/compiler_repros/collective_order/)
         self.register_buffer("adds_biases", torch.tensor(float(self.tp_rank == 0)), persistent=False)
         self.async_grad = False  # GPT.set_async_grad_allreduce: f fused with the next column GEMM
 

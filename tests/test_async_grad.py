@@ -211,6 +211,6 @@ def _order_worker(rank, world_size):
 def test_inductor_issues_the_same_collectives_on_every_rank():
     """Rank 0 alone adds a region's biases through a 0/1 buffer, not an `if`, so both ranks compile the
     same graph; with the `if`, inductor placed the region's tp_grad all-reduce before layer 0's f
-    all-reduces on rank 0 and after them on rank 1 (experiments/compiler-repros/collective-order/)."""
+    all-reduces on rank 0 and after them on rank 1 (experiments/compiler_repros/collective_order/)."""
     for diff in run_on_gloo(_order_worker, 2):
         assert diff < 1e-10, diff

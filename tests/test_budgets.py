@@ -139,7 +139,7 @@ def test_passes_resume_mid_pass_is_exact(workdir, tmp_path):
 def finish(run, root, scratch):
     """Lay out a finished run's logs in the sweep directory, as the runner collects them."""
     import json
-    from experiments.char_sweep import planned_config
+    from experiments.runner import planned_config
     final = run.final_dir(root)
     os.makedirs(final)
     cfg = planned_config(run, scratch)
@@ -150,11 +150,11 @@ def finish(run, root, scratch):
 
 
 def test_budget_plan_chains_branch_points_and_what_is_left(tmp_path):
-    """docs_study.py run: one trunk and a branch per budget, each branch needing its trunk's checkpoint at 0.8 of
+    """docs_study run: one trunk and a branch per budget, each branch needing its trunk's checkpoint at 0.8 of
     its budget; a trunk keeps only the branch points of branches not done, is not trained when none is left,
     and is trained again when a branch still needs a branch point that is gone."""
-    from experiments.char_sweep import run_state
-    from experiments.docs_study import budget_runs, trim_keeps
+    from experiments.runner import run_state
+    from experiments.docs_study.run import budget_runs, trim_keeps
     root, scratch = str(tmp_path), str(tmp_path / "scratch")
     runs = budget_runs("config/docs_124m.py", [320, 640], ["grouped:12"], [1338], "sweep", scratch)
     trunk, b320, b640 = runs

@@ -1,4 +1,4 @@
-"""experiments/char_sweep.py: the grid, the BPE extra seeds' configs, paired initialization, and a CPU smoke
+"""experiments/char_sweep/run.py and the runner it drives (experiments/runner.py): the grid, the BPE extra seeds' configs, paired initialization, and a CPU smoke
 run of the machinery (tiny model, synthetic data): logs copied, checkpoints gone, finished runs skipped,
 a stopped run resumed from its scratch checkpoint to the losses of an uninterrupted one, the pack."""
 import json
@@ -12,19 +12,18 @@ import pytest
 
 from tests.conftest import REPO, run_env
 
-sys.path.insert(0, os.path.join(REPO, "experiments"))
-import char_sweep  # noqa: E402
+from experiments import runner
+from experiments.char_sweep import run as char_sweep
 
-SCRIPT = os.path.join(REPO, "experiments", "char_sweep.py")
 SMOKE_RUNS = ["w384-n6-baseline-s1337", "w384-n6-grouped6-s1337"]
 SMOKE_ARGS = ["w384-n6-s1337", "--smoke", "--policies", "baseline,grouped6", "--set", "dataset=syn", "--poll", "0.2"]
 
 
 def sweep(workdir, *args, check=True):
-    proc = subprocess.run([sys.executable, SCRIPT, *args, "--workdir", workdir], env=run_env(),
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run([sys.executable, "-m", "experiments.char_sweep.run", *args, "--workdir", workdir], cwd=REPO,
+                          env=run_env(), capture_output=True, text=True, timeout=180)
     if check and proc.returncode != 0:
-        raise AssertionError(f"char_sweep.py failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n"
+        raise AssertionError(f"experiments.char_sweep.run failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n"
                              f"{proc.stderr[-3000:]}")
     return proc
 
@@ -49,18 +48,18 @@ def test_grid():
     syncs = {"baseline": 12, "spd": 6, "parallel": 6, "ladder": 12, "grouped:2": 3, "grouped:3": 2, "grouped:6": 1}
     from model.sync_policy import parse_sync_policy
     for r in runs:
-        cfg = char_sweep.planned_config(r, "scratch")
+        cfg = runner.planned_config(r, "scratch")
         width, tracks = int(r.name.split("-")[0][1:]), int(r.name.split("-")[1][1:])
         assert (cfg["n_embd"], cfg["n_tracks"], cfg["seed"], cfg["sync_policy"]) == (width, tracks, r.seed, r.policy)
         assert cfg["n_head"] % cfg["n_tracks"] == 0 and cfg["tp"] == 1 and cfg["max_iters"] == 5000
         assert parse_sync_policy(cfg["sync_policy"], cfg["n_layer"]).n_syncs == syncs[r.policy]
-        assert cfg["out_dir"] == os.path.join("scratch", "experiments_char-sweep", r.name)  # never experiments/
+        assert cfg["out_dir"] == os.path.join("scratch", "experiments_char_sweep_runs", r.name)  # never experiments/
     assert [r.name for r in char_sweep.runs_of("w768-n6", policies={"grouped6"}, seeds={1338})] == \
         ["w768-n6-grouped6-s1338"]
     # several parts at once: in the order given, each run once
     both = [r.name for r in char_sweep.runs_of("w384-n6,w384-n2-s1339,w384-n6-s1338")]
     assert both == [r.name for r in char_sweep.runs_of("w384-n6")] + [r.name for r in char_sweep.runs_of("w384-n2-s1339")]
-    with pytest.raises(char_sweep.SweepError, match="unknown part 'w999'"):
+    with pytest.raises(runner.SweepError, match="unknown part 'w999'"):
         char_sweep.runs_of("w384-n6,w999")
 
 
@@ -71,9 +70,9 @@ def test_bpe_extra_seeds_repeat_the_stored_runs(part):
     assert len(runs) == 6 and {r.seed for r in runs} == {1338, 1339}
     for r in runs:
         base, seed = r.name.split("_seed")
-        with open(os.path.join(REPO, "experiments", "shakespeare-sweep", base, "config.json")) as f:
+        with open(os.path.join(REPO, "experiments", "shakespeare_sweep", "runs", base, "config.json")) as f:
             stored = json.load(f)
-        planned = char_sweep.planned_config(r, "scratch")
+        planned = runner.planned_config(r, "scratch")
         assert stored["seed"] == 1337 and planned["seed"] == int(seed)
         diff = sorted(k for k in stored if k not in ("seed", "out_dir", "derived") and planned.get(k) != stored[k])
         assert not diff, f"{r.name} differs from the stored {base} in {diff}"
@@ -126,26 +125,26 @@ def test_smoke_runs_keep_logs_only(smoke):
     workdir, pack_dir, out = smoke
     root = os.path.join(workdir, "out-sweep-smoke")
     for name in SMOKE_RUNS:
-        run = os.path.join(root, "experiments", "char-sweep", name)
+        run = os.path.join(root, "experiments", "char_sweep", "runs", name)
         assert sorted(os.listdir(run)) == ["config.json", "log.txt", "metrics.jsonl"]
         assert sorted(evals(run)) == [0, 2, 4]  # the eval at max_iters: finished
         with open(os.path.join(run, "config.json")) as f:
             cfg = json.load(f)
         assert (cfg["seed"], cfg["n_tracks"], cfg["dataset"]) == (1337, 6, "syn")
-    scratch = os.path.join(root, "scratch", "experiments_char-sweep")
+    scratch = os.path.join(root, "scratch", "experiments_char_sweep_runs")
     assert sorted(os.listdir(scratch)) == sorted([*SMOKE_RUNS, *(f"{n}.out" for n in SMOKE_RUNS)])
     for name in SMOKE_RUNS:  # the checkpoints are gone; the logs stay, for a command that gets a fresh tree
         assert sorted(os.listdir(os.path.join(scratch, name))) == ["config.json", "log.txt", "metrics.jsonl"]
     assert not [f for _, _, files in os.walk(workdir) for f in files if f.endswith(".pt")]
-    with tarfile.open(os.path.join(pack_dir, char_sweep.PACK_NAME)) as tar:
-        assert sorted(tar.getnames()) == sorted(f"experiments/char-sweep/{n}/{f}" for n in SMOKE_RUNS
+    with tarfile.open(os.path.join(pack_dir, runner.PACK_NAME)) as tar:
+        assert sorted(tar.getnames()) == sorted(f"experiments/char_sweep/runs/{n}/{f}" for n in SMOKE_RUNS
                                                 for f in ("config.json", "log.txt", "metrics.jsonl"))
     assert "2 runs: 0 done (0 collected from scratch), 2 to run" in out
 
 
 def test_finished_runs_are_skipped_and_a_changed_plan_is_refused(smoke):
     workdir, _, _ = smoke
-    run = os.path.join(workdir, "out-sweep-smoke", "experiments", "char-sweep", SMOKE_RUNS[0], "metrics.jsonl")
+    run = os.path.join(workdir, "out-sweep-smoke", "experiments", "char_sweep", "runs", SMOKE_RUNS[0], "metrics.jsonl")
     mtime = os.path.getmtime(run)
     out = sweep(workdir, *SMOKE_ARGS).stdout
     assert "2 runs: 2 done (0 collected from scratch), 0 to run" in out and os.path.getmtime(run) == mtime
@@ -161,7 +160,7 @@ def test_stopped_run_resumes_from_scratch_checkpoint(smoke):
     root = os.path.join(workdir, "resumed")
     (run,) = char_sweep.runs_of("w384-n6-s1337", sets=["--dataset=syn"], smoke=True, policies={"grouped6"})
     scratch = os.path.join(root, "scratch")
-    partial = subprocess.run([sys.executable, char_sweep.TRAIN_SCRIPT, *run.argv(scratch, ["--max_iters=2"])],
+    partial = subprocess.run([sys.executable, runner.TRAIN_SCRIPT, *run.argv(scratch, ["--max_iters=2"])],
                              cwd=workdir, env=run_env(), capture_output=True, text=True, timeout=120)
     assert partial.returncode == 0, partial.stderr[-2000:]
     tmp = run.scratch_dir(scratch)
@@ -170,14 +169,14 @@ def test_stopped_run_resumes_from_scratch_checkpoint(smoke):
     cfg["max_iters"] = 4
     with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(cfg, f)
-    assert char_sweep.run_state(run, root, scratch) == "resume"
+    assert runner.run_state(run, root, scratch) == "resume"
     out = sweep(workdir, *SMOKE_ARGS, "--policies", "grouped6", "--jobs", "1", "--root", root,
                 "--scratch", scratch).stdout
     assert "1 resume from scratch checkpoints" in out
     final = run.final_dir(root)
     with open(os.path.join(final, "log.txt")) as f:
         assert "resumed from" in f.read()
-    reference = evals(os.path.join(workdir, "out-sweep-smoke", "experiments", "char-sweep", SMOKE_RUNS[1]))
+    reference = evals(os.path.join(workdir, "out-sweep-smoke", "experiments", "char_sweep", "runs", SMOKE_RUNS[1]))
     assert evals(final) == pytest.approx(reference, abs=1e-5)
     assert sorted(os.listdir(tmp)) == ["config.json", "log.txt", "metrics.jsonl"]  # no checkpoint left
 
@@ -191,7 +190,7 @@ def test_a_fresh_tree_collects_finished_runs_from_scratch(smoke):
     out = sweep(workdir, *SMOKE_ARGS, "--root", fresh_root, "--scratch", os.path.join(old_root, "scratch")).stdout
     assert "2 runs: 2 done (2 collected from scratch), 0 to run" in out and "start" not in out
     for name in SMOKE_RUNS:
-        new, old = (os.path.join(r, "experiments", "char-sweep", name) for r in (fresh_root, old_root))
+        new, old = (os.path.join(r, "experiments", "char_sweep", "runs", name) for r in (fresh_root, old_root))
         for log in ("config.json", "log.txt", "metrics.jsonl"):
             with open(os.path.join(new, log)) as a, open(os.path.join(old, log)) as b:
                 assert a.read() == b.read(), (name, log)
@@ -202,9 +201,9 @@ def test_collect_finished_scratch_run_and_deadline(smoke):
     root, scratch = os.path.join(workdir, "collect"), os.path.join(workdir, "collect-scratch")
     (run,) = char_sweep.runs_of("w384-n6-s1337", sets=["--dataset=syn"], smoke=True, policies={"baseline"})
     # a run that finished in scratch but whose logs were not copied yet (the sweep was killed in between)
-    shutil.copytree(os.path.join(workdir, "out-sweep-smoke", "experiments", "char-sweep", SMOKE_RUNS[0]),
+    shutil.copytree(os.path.join(workdir, "out-sweep-smoke", "experiments", "char_sweep", "runs", SMOKE_RUNS[0]),
                     run.scratch_dir(scratch))
-    assert char_sweep.run_state(run, root, scratch) == "collect"
+    assert runner.run_state(run, root, scratch) == "collect"
     out = sweep(workdir, *SMOKE_ARGS, "--policies", "baseline", "--root", root, "--scratch", scratch).stdout
     assert "1 runs: 1 done (1 collected from scratch), 0 to run" in out
     assert os.path.exists(os.path.join(run.final_dir(root), "log.txt"))
@@ -212,7 +211,7 @@ def test_collect_finished_scratch_run_and_deadline(smoke):
     proc = sweep(workdir, *SMOKE_ARGS, "--policies", "grouped6", "--root", root, "--scratch", scratch,
                  "--deadline", "0.3", check=False)
     assert proc.returncode == 3 and ("stopped at deadline" in proc.stdout or "not started" in proc.stdout)
-    assert not os.path.exists(os.path.join(root, "experiments", "char-sweep", SMOKE_RUNS[1]))
+    assert not os.path.exists(os.path.join(root, "experiments", "char_sweep", "runs", SMOKE_RUNS[1]))
 
 
 def test_docs_parts_plan_the_124m_study():
@@ -222,7 +221,7 @@ def test_docs_parts_plan_the_124m_study():
     assert len(runs) == len({r.name for r in runs}) == 30
     syncs = {}
     for r in runs:
-        cfg = char_sweep.planned_config(r, "scratch")
+        cfg = runner.planned_config(r, "scratch")
         assert (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["block_size"], cfg["n_tracks"]) == (12, 12, 768, 1024, 4)
         assert cfg["dataset"] == "debian_docs" and cfg["data_order"] == "one_pass" and cfg["compile"] and cfg["tp"] == 1
         tokens = cfg["max_iters"] * cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
@@ -231,7 +230,7 @@ def test_docs_parts_plan_the_124m_study():
     assert sorted(syncs.values()) == [1, 2, 3, 4, 6, 9, 12, 12, 24, 24]
     # the second width differs from the first in n_embd alone
     for a, b in zip(char_sweep.runs_of("d768-s1338"), char_sweep.runs_of("d384-s1338")):
-        ca, cb = char_sweep.planned_config(a, "s"), char_sweep.planned_config(b, "s")
+        ca, cb = runner.planned_config(a, "s"), runner.planned_config(b, "s")
         assert {k for k in ca if ca[k] != cb[k]} == {"n_embd", "out_dir"}
     assert [r.name for r in char_sweep.runs_of("d768", policies={"selective9"}, seeds={1339})] == \
         ["d768-selective9-s1339"]

@@ -96,7 +96,7 @@ def test_the_scanner_finds_every_spelling():
 
 
 # A reproduction of a torch bug, which calls torch's functional collectives on purpose.
-UPSTREAM_REPRO = os.path.join("experiments", "compiler-repros", "collective-fusion", "repro.py")
+UPSTREAM_REPRO = os.path.join("experiments", "compiler_repros", "collective_fusion", "repro.py")
 
 
 def test_no_module_outside_comm_calls_collectives_directly():
@@ -155,11 +155,11 @@ def non_atomic_writes(source, filename="<src>"):
 
 def test_result_files_are_written_atomically():
     # The writers themselves (a temp file, then os.replace), logs appended line by line on purpose:
-    # training/step.py's RunLog (a killed run's partial line is ended on resume) and char_sweep.py's
+    # training/step.py's RunLog (a killed run's partial line is ended on resume) and experiments/runner.py's
     # per-run stdout, and the error file torchrun reads once the process has exited (parallel/mesh.py).
     allowed = {os.path.join("training", "config.py"): 1, os.path.join("data", "prepare_utils.py"): 1,
                os.path.join("training", "step.py"): 4,
-               os.path.join("experiments", "char_sweep.py"): 1, os.path.join("parallel", "mesh.py"): 1}
+               os.path.join("experiments", "runner.py"): 1, os.path.join("parallel", "mesh.py"): 1}
     assert non_atomic_writes("open(p, 'w')\nopen(p)\nopen(p, mode='ab')\nopen(p, 'rb')\nfig.savefig(p)\n"
                              "Path(p).write_text(t)") == [1, 3, 5, 6]
     offenders = []

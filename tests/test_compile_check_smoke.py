@@ -1,20 +1,8 @@
 """bench/compile_check.py (compiled vs eager gradients, meant for the GPU) runs on the CPU and passes; so does
-the bisection of the old miscompile (experiments/char-sweep-miscompiled/bisect_partial_grads.py), whose candidate
+the bisection of the old miscompile (experiments/compiler_repros/partial_grads/bisect_partial_grads.py), whose candidate
 replacement construction is exact at tp=2."""
 from bench import compile_check
-
-
-def _load_bisect():
-    import importlib.util
-    import os
-    import sys
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "experiments", "char-sweep-miscompiled", "bisect_partial_grads.py")
-    spec = importlib.util.spec_from_file_location("bisect_partial_grads", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dynamo looks traced functions' modules up by name
-    spec.loader.exec_module(module)
-    return module
+from experiments.compiler_repros.partial_grads import bisect_partial_grads
 
 
 def test_compile_check_passes_on_cpu(tmp_path):
@@ -25,7 +13,7 @@ def test_compile_check_passes_on_cpu(tmp_path):
 
 
 def test_bisect_partial_grads_runs_each_variant_in_place_of_the_model_construction(tmp_path, monkeypatch):
-    bisect = _load_bisect()
+    bisect = bisect_partial_grads
     calls = []
 
     def recording(tensors, group):
@@ -47,7 +35,7 @@ def _coalesced_grads_worker(rank, world_size, policy):
     import torch.distributed as dist
     from model.gpt import GPT
     from tests.test_model import batch, full_grads, make
-    coalesced = _load_bisect().VARIANTS["coalesced_f"]
+    coalesced = bisect_partial_grads.VARIANTS["coalesced_f"]
 
     def partial_params(self):
         tensors = self._partial_tensors
@@ -88,7 +76,7 @@ def test_inductor_compiled_ladder_at_tp2_equals_eager():
     """Regression: with torch's functional collectives, inductor fused `x + all_reduce(o)` with the next
     sublayer's LayerNorm of x and ran it before the all-reduce: the compiled ladder at tp=2 computed
     another loss (6e-3) and gradients (40% off). parallel/comm.py now traces collectives as an opaque op
-    returning a new tensor (experiments/compiler-repros/collective-fusion/repro.py)."""
+    returning a new tensor (experiments/compiler_repros/collective_fusion/repro.py)."""
     from parallel.launch import run_on_gloo
     for loss_gap, rel, name in run_on_gloo(_compiled_ladder_worker, 2):
         assert loss_gap < 1e-5 and rel < 1e-4, (loss_gap, rel, name)

@@ -6,7 +6,7 @@ Checks of the config/ files, fast and dependency-free (no torch):
   - the sync count in each file's name matches its sync_policy, and out_dir
     matches the name;
   - the character-level family (config/shakespeare_char_<width>.py, one base file per
-    width; experiments/char_sweep.py sets n_tracks, sync_policy and seed on the command
+    width; experiments/char_sweep/run.py sets n_tracks, sync_policy and seed on the command
     line) is nanoGPT's shakespeare_char recipe, its widths differ only in n_embd, n_head
     and out_dir, and every (n_tracks, policy) of the sweep is valid for it;
   - where the project's own parsers are importable (configurator.TrainConfig,

@@ -197,7 +197,7 @@ def test_every_command_line_parser_shows_defaults():
     for path in glob.glob(os.path.join(REPO, "**", "*.py"), recursive=True):
         rel = os.path.relpath(path, REPO)
         # the prepare scripts cannot import it; the compiler repros and the bisection are records, not tools
-        records = (os.path.join("experiments", "compiler-repros"), os.path.join("experiments", "char-sweep-miscompiled"))
+        records = (os.path.join("experiments", "compiler_repros"),)
         if rel.startswith(("tests", ".venv", *records)) or rel.endswith("prepare.py"):
             continue
         source = open(path, encoding="utf-8").read()

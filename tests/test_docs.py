@@ -144,7 +144,7 @@ def test_command_line_flags_are_accepted(doc):
             else:
                 accepted = script_options(script)
                 unknown = [f for f in flags(after) if f not in accepted]
-                if script == "experiments/char_sweep.py":  # --set KEY=VALUE passes trainer keys through
+                if script == "experiments/char_sweep/run.py":  # --set KEY=VALUE passes trainer keys through
                     unknown = [f for f in unknown if f[2:] not in VALID_KEYS]
             bad += [f"{script} {f}" for f in unknown]
     assert not bad, f"{doc}: flags the named script does not accept: {bad}"
@@ -306,3 +306,23 @@ def test_bench_modules_show_help_and_files_name_the_module():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout == "", proc
     assert proc.stderr == "run it from the repository root as: python -m bench.sample_decode ...\n", proc.stderr
+
+
+# where the experiments' commands are written: the guides, the summary, the studies' own READMEs and docstrings,
+# the config comments and the GPU suite
+COMMAND_FILES = (*DOCS, *sorted(os.path.relpath(p, REPO) for pattern in (
+    "experiments/**/*.md", "experiments/**/*.py", "experiments/**/*.sh", "config/*.py", "bench/gpu_suite.sh")
+    for p in glob.glob(os.path.join(REPO, pattern), recursive=True)))
+OLD_EXPERIMENT_COMMAND = re.compile(r"(?:python3?|torchrun(?: --[\w=-]+)*)\s+(experiments/[\w/.-]+\.py)")
+
+
+def test_experiments_run_as_modules_that_exist():
+    """Scripts under experiments/ run as modules from the repository root (they import the project's packages
+    without a path insertion): no `python experiments/<x>.py`, and every `-m experiments.<x>` is a module here."""
+    old, missing = [], []
+    for doc in COMMAND_FILES:
+        text = read(doc)
+        old += [f"{doc}: {path}" for path in OLD_EXPERIMENT_COMMAND.findall(text)]
+        missing += [f"{doc}: {m}" for m in re.findall(r"-m\s+(experiments(?:\.\w+)+)", text) if not module_path(m)]
+    assert len(COMMAND_FILES) > 40 and not old, f"run these as python -m experiments.<...>: {old}"
+    assert not missing, f"modules that do not exist: {missing}"

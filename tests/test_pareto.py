@@ -1,7 +1,7 @@
-"""experiments/pareto.py joins compare_runs' seed statistics with train_throughput's timed rows."""
+"""experiments/char_sweep/pareto.py joins compare_runs' seed statistics with train_throughput's timed rows."""
 import json
 
-from experiments import pareto
+from experiments.char_sweep import pareto
 
 
 def cell(policy, syncs, mean, n_tracks=2):
@@ -45,7 +45,7 @@ def test_bench_char_shapes_are_the_config_files():
 
     from bench import train_throughput
     from training.config import read_config_file
-    from experiments import char_sweep
+    from experiments.char_sweep import run as char_sweep
     from tests.conftest import REPO
 
     for width, path in char_sweep.CHAR_CONFIGS.items():

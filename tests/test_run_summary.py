@@ -5,15 +5,13 @@ and layout, with old runs (no conditions, a 'done' record) still loading."""
 import json
 import os
 import signal
-import sys
 
 import pytest
 
 import analysis.compare as compare_runs
-from tests.conftest import REPO, TINY, read_metrics, run_train, start_train
+from tests.conftest import TINY, read_metrics, run_train, start_train
 
-sys.path.insert(0, os.path.join(REPO, "experiments"))
-import char_sweep  # noqa: E402
+from experiments import runner
 
 ITERS = 10
 SUMMARY_KEYS = {"type", "finished", "stopped_by", "iter", "trained_iters", "seconds", "tokens", "passes", "final_val",
@@ -69,7 +67,7 @@ def test_finished_run_ends_with_the_summary_block_and_record(two_runs):
     with open(os.path.join(out, "config.json")) as f:
         derived = json.load(f)["derived"]
     assert (derived["device_name"], derived["cpu_cores"]) == (layout["device_name"], layout["cpu_cores"])
-    assert char_sweep.finished(out, ITERS) == "complete"
+    assert runner.finished(out, ITERS) == "complete"
 
 
 def test_stopped_run_ends_with_the_summary_block_and_record(workdir):
@@ -94,7 +92,7 @@ def test_stopped_run_ends_with_the_summary_block_and_record(workdir):
     assert val.startswith(f"val loss: final {last['final_val']:.4f} (iter {last['final_iter']}), best ")
     assert "python sample.py" in nxt and "python compare_runs.py" in nxt
     assert any(line.startswith(f"stopped by SIGTERM at iter {stopped}") for line in stdout.splitlines())
-    assert char_sweep.finished(out, 100000) is None  # stopped: to be resumed, not complete
+    assert runner.finished(out, 100000) is None  # stopped: to be resumed, not complete
 
 
 def test_two_cpu_runs_print_the_timing_caveat(two_runs, tmp_path, capsys, monkeypatch):
@@ -166,4 +164,4 @@ def test_old_runs_load_with_conditions_unknown(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "timing: conditions unknown (no device or layout logged" in out and "old-base, old-g" in out
     assert " tok/s (time per token" not in out
-    assert char_sweep.finished(a, 10) == "complete"
+    assert runner.finished(a, 10) == "complete"

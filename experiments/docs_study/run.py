@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""The 124M study on data/debian_docs: the gap against the training budget (part 4, issue 37) and the
+val-loss curves and GPU time of the one-budget sweep (part 3, issue 26).
+
+    python -m experiments.docs_study.run run --budgets 320,640,1280,2560 --policies baseline,ladder,grouped:12 \
+        --seeds 1337,1338,1339 --jobs 8 --deadline 540 --scratch /tmp/scratch --pack "$OUT"   # on the GPU machine
+    python -m experiments.docs_study.run run --budgets 10,20 --smoke --set dataset=syn      # CPU: a check of the machinery
+    python -m experiments.docs_study.run budgets     # part 4's budget_table.md, budget.png, stats.json, wsd_check.md
+    python -m experiments.docs_study.run report      # part 3's val_curves.png and gpu_seconds.md (experiments/docs_study/one_budget)
+
+The two parts' records: part 4 (`run`, `budgets`) in experiments/docs_study/budgets/, part 3 (its runs trained by
+`python -m experiments.char_sweep.run d768`, its figures by `report`) in experiments/docs_study/one_budget/; each
+holds runs/<run>/ and, beside it, the part's tables, figures and GPU call logs.
+
+Many budgets from one run (`run`). Each (policy, seed) is a warmup-stable-decay (WSD) trunk and one cooldown
+branch per budget B (iterations of the config's tokens per iteration):
+    trunk      lr_schedule='wsd', lr_decay_iters = the largest budget, max_iters = its decay start, so the
+               whole trunk runs at the constant peak rate after warmup; save_iters keeps a checkpoint at
+               every budget's branch point s(B) = B - round(cooldown_frac * B) (0.8 B by default);
+    branch B   init_from='branch' from the trunk's ckpt_<s(B)>.pt, max_iters = lr_decay_iters = B: the
+               1-sqrt cooldown of a WSD run of budget B, which it equals bit for bit
+               (tests/test_budgets.py), in its own run directory.
+data_order='passes': every training window once per pass, the first pass in the one_pass order of the
+one-budget sweep, so a branch of up to one pass reads the batches the cosine runs of part 3 read. Runs land
+in <--sweep>/runs/ (default experiments/docs_study/budgets/runs/): d768-trunk2048-<policy>-s<seed> and
+d768-b<B>-<policy>-s<seed>, logs only. The runner is experiments/runner.py: finished runs are skipped, a run stopped at --deadline
+resumes from its scratch checkpoint on the same machine, a branch starts as soon as its trunk has written
+its branch point (trunk and branches run side by side), a branch point is deleted once its branch is
+collected, and a finished trunk whose branch points are gone (another machine) is trained again for the
+branches still missing. Runs are launched chain by chain (a trunk, then its branches).
+
+Part 3's figures (`report`): val_curves.png, val loss against training tokens for each policy of each width,
+the mean over seeds as a line with a band of the 95% Student-t interval of the mean (n - 1 degrees of
+freedom) at each eval; gpu_seconds.md, per run the wall seconds it ran on the shared GPU, summed over the
+sweep commands that ran it (gpu-call-*.log), with the number of runs that shared the GPU and the median
+ms/iter. The verdicts come from compare_runs.py (--stats, --trend, --budgets).
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+if __name__ == "__main__" and not __package__:  # run by its path: the imports below need the repository root
+    sys.exit("run it from the repository root as: python -m experiments.docs_study.run " + " ".join(sys.argv[1:]))
+
+from bench.common import pyplot
+from analysis.compare import load_run, mean_ci, records_from_log
+from training.config import REPO, ConfigError, HelpFormatter, parse, save_figure, write_text
+from experiments.char_sweep.run import DOCS_POLICIES, SMOKE_DOCS
+from experiments.runner import Run, SweepError, run_and_pack, run_state
+
+# each part's tables, figures and call logs, beside its runs/
+SWEEP = os.path.join("experiments", "docs_study", "one_budget")
+BUDGET_SWEEP = os.path.join("experiments", "docs_study", "budgets")
+RUN_NAME = re.compile(r"^d(\d+)-(\w+)-s(\d+)$")
+SEGMENT = re.compile(r"^\s+(d\d+-\w+-s\d+)\s+(?:complete|stopped at deadline)\s+(\d+) s")
+JOBS = re.compile(r"jobs (\d+)")
+# policy tag -> (label, syncs per forward) in the order of the legend
+POLICIES = {"baseline": ("baseline (24)", 24), "ladder": ("ladder (24)", 24), "spd": ("spd (12)", 12),
+            "parallel": ("parallel (12)", 12), "selective9": ("selective:m0-3,m5,m7,m9-11 (9)", 9),
+            "grouped2": ("grouped:2 (6)", 6), "grouped3": ("grouped:3 (4)", 4), "grouped4": ("grouped:4 (3)", 3),
+            "grouped6": ("grouped:6 (2)", 2), "grouped12": ("grouped:12 (1)", 1)}
+
+
+def load(sweep):
+    """{width: {tag: [run dicts]}} of the finished runs."""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(sweep, "runs", "d*-*-s*"))):
+        match = RUN_NAME.match(os.path.basename(path))
+        if not match or not os.path.isdir(path):
+            continue
+        run = load_run(path)
+        if run["complete"] and not run["diverged"]:
+            runs.setdefault(int(match.group(1)), {}).setdefault(match.group(2), []).append(run)
+    return runs
+
+
+def plot_curves(runs, path):
+    plt = pyplot()
+    widths = sorted(runs, reverse=True)
+    fig, axes = plt.subplots(len(widths), 2, figsize=(13, 5 * len(widths)), squeeze=False)
+    colors = plt.get_cmap("tab10")
+    for row, width in zip(axes, widths):
+        for k, (tag, (label, _)) in enumerate(POLICIES.items()):
+            group = runs[width].get(tag)
+            if not group:
+                continue
+            iters = sorted(set.intersection(*(set(i for i, _ in r["curve"]) for r in group)) - {0})
+            tokens = [i * group[0]["tokens_per_iter"] / 1e6 for i in iters]
+            means, lows, highs = [], [], []
+            for it in iters:
+                values = [dict(r["curve"])[it] for r in group]
+                mean, half, _ = mean_ci(values)
+                means.append(mean)
+                lows.append(mean - (half or 0.0))
+                highs.append(mean + (half or 0.0))
+            style = dict(color=colors(k), lw=1.6, ls="--" if tag == "baseline" else "-")
+            for ax, start in ((row[0], 0), (row[1], max(0, len(iters) - 5))):
+                ax.plot(tokens[start:], means[start:], label=f"{label}, {len(group)} seeds", **style)
+                ax.fill_between(tokens[start:], lows[start:], highs[start:], color=colors(k), alpha=0.15, lw=0)
+            final = [r["final_val"] for r in group]
+            row[1].scatter([tokens[-1]] * len(final), final, color=colors(k), s=14, zorder=3)
+        row[0].set_title(f"width {width}: val loss against tokens (mean of seeds, 95% t band)")
+        row[1].set_title(f"width {width}: the last five evals; points are the seeds' final val")
+        for ax in row:
+            ax.set_xlabel("training tokens (millions, one pass)")
+            ax.set_ylabel("val loss")
+            ax.grid(alpha=0.3)
+        row[0].set_ylim(top=min(8.0, row[0].get_ylim()[1]))
+        row[1].legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def gpu_seconds(sweep, runs):
+    """Markdown table: per run, seconds on the shared GPU summed over calls, and how many runs shared it."""
+    seconds, jobs = {}, {}
+    for log in sorted(glob.glob(os.path.join(sweep, "gpu-call-*.log"))):
+        with open(log) as f:
+            lines = f.read().splitlines()
+        call_jobs = next((int(m.group(1)) for line in lines for m in [JOBS.search(line)] if m and "runs:" in line), None)
+        in_summary = False
+        for line in lines:
+            if line.startswith("== ") and " s:" in line:
+                in_summary = True  # the final table of the call: one line per run with its seconds this call
+            match = SEGMENT.match(line) if in_summary else None
+            if match:
+                seconds[match.group(1)] = seconds.get(match.group(1), 0) + int(match.group(2))
+                jobs.setdefault(match.group(1), set()).add(call_jobs)
+    lines = ["| run | syncs/fwd | seconds on the shared GPU | runs sharing it | median ms/iter (shared) |",
+             "|---|---:|---:|---|---:|"]
+    for width in sorted(runs, reverse=True):
+        for tag in POLICIES:
+            for run in sorted(runs[width].get(tag, []), key=lambda r: r["seed"]):
+                ms = [json.loads(x)["time_ms"] for x in open(os.path.join(run["dir"], "metrics.jsonl"))
+                      if '"train"' in x]
+                lines.append(f"| {run['name']} | {run['syncs']} | {seconds.get(run['name'], '?')} | "
+                             f"{', '.join(str(j) for j in sorted(jobs.get(run['name'], ())))} | "
+                             f"{statistics.median(ms[1:]):.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), cooldown_frac=0.2):
+    """The trunk and branches of every (seed, policy), chain by chain. Each trunk keeps the branch points
+    of its branches (Run.keep); each branch needs its own (Run.needs)."""
+    cfg = parse([config, *sets])
+    width = f"d{cfg.n_embd}"
+    points = {b: b - round(cooldown_frac * b) for b in budgets}
+    top = max(budgets)
+    bad = [b for b in budgets if points[b] <= cfg.warmup_iters]
+    if bad:
+        raise SweepError(f"--budgets {bad}: the branch point {points[bad[0]]} of budget {bad[0]} is inside the warmup "
+                         f"({cfg.warmup_iters} iterations); use budgets whose cooldown starts after it")
+    common = [config, "--tp=1", "--lr_schedule=wsd", f"--cooldown_frac={cooldown_frac}", "--data_order=passes",
+              "--always_save_checkpoint=True", "--keep_best=False"]
+    runs = []
+    for seed in seeds:
+        for policy in policies:
+            tag = DOCS_POLICIES.get(policy) or re.sub(r"[^A-Za-z0-9]", "", policy)
+            base = [*common, f"--sync_policy={policy}", f"--seed={seed}", *sets]
+            trunk = Run(f"{width}-trunk{points[top]}-{tag}-s{seed}", sweep_dir,
+                        [*base, f"--max_iters={points[top]}", f"--lr_decay_iters={top}",
+                         f"--save_iters={','.join(str(points[b]) for b in sorted(budgets))}"],
+                        policy, seed, width, tag, keep={f"ckpt_{points[b]}.pt" for b in budgets})
+            runs.append(trunk)
+            for b in sorted(budgets):
+                source = os.path.join(trunk.scratch_dir(scratch), f"ckpt_{points[b]}.pt")
+                runs.append(Run(f"{width}-b{b}-{tag}-s{seed}", sweep_dir,
+                                [*base, f"--max_iters={b}", f"--lr_decay_iters={b}", "--init_from=branch",
+                                 f"--branch_from={source}"], policy, seed, width, tag, needs=source))
+    return runs
+
+
+def trim_keeps(runs, root, scratch):
+    """The runs still needed: a trunk keeps only the branch points whose branches are not done yet, and a
+    trunk none of whose branches is left is not trained again."""
+    # 'collect': finished in scratch, its logs not yet copied (the device tool sends a fresh tree each call)
+    done = {r.needs for r in runs if r.needs and run_state(r, root, scratch) in ("done", "collect")}
+    needed = []
+    for r in runs:
+        if r.keep:
+            r.keep = {name for name in r.keep if os.path.join(r.scratch_dir(scratch), name) not in done}
+            if not r.keep and run_state(r, root, scratch) not in ("done", "collect"):
+                continue
+            # a point kept for a finished branch would hold 1.5 GB of disk until the trunk ends
+            points = sorted(int(re.fullmatch(r"ckpt_(\d+)\.pt", name).group(1)) for name in r.keep)
+            r.args = [a for a in r.args if not a.startswith("--save_iters=")] + \
+                     [f"--save_iters={','.join(map(str, points))}"]
+        needed.append(r)
+    return needed
+
+
+def run_main(argv):
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run run", description="train the budget sweep (see the module docstring)")
+    parser.add_argument("--config", default=os.path.join("config", "docs_124m.py"))
+    parser.add_argument("--budgets", default="320,640,1280,2560", help="iterations, comma-separated")
+    parser.add_argument("--policies", default="baseline,ladder,spd,grouped:4,grouped:12")
+    parser.add_argument("--seeds", default="1337,1338,1339")
+    parser.add_argument("--cooldown-frac", type=float, default=0.2)
+    parser.add_argument("--sweep", default=BUDGET_SWEEP, help="the part's folder; the runs' logs go to its runs/")
+    parser.add_argument("--jobs", type=int, default=8, help="runs at once on the GPU (trunks and branches)")
+    parser.add_argument("--deadline", type=float, default=None, help="stop (resumably) after this many seconds")
+    parser.add_argument("--pack", default=None, help="write DIR/sweep-logs.tgz with the runs' logs at the end")
+    parser.add_argument("--scratch", default="out-sweep", help="out_dirs and checkpoints (default %(default)s)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a trainer override for every run")
+    parser.add_argument("--smoke", action="store_true", help="tiny model on CPU, logs under out-sweep-smoke/")
+    parser.add_argument("--dry-run", action="store_true", help="print each run's state and command; run nothing")
+    parser.add_argument("--status-every", type=float, default=60.0)
+    parser.add_argument("--poll", type=float, default=2.0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    os.chdir(REPO)
+    sets = [f"--{s.lstrip('-')}" for s in args.set]
+    args.root, args.allow_cpu = ".", False
+    if args.smoke:
+        sets = [*SMOKE_DOCS, "--eval_interval=4", "--warmup_iters=2", *sets]
+        args.scratch, args.root = os.path.join("out-sweep-smoke", "scratch"), "out-sweep-smoke"
+    if args.pack:
+        args.pack = os.path.abspath(args.pack)
+    try:
+        budgets = [int(b) for b in args.budgets.split(",")]
+        seeds = [int(s) for s in args.seeds.split(",")]
+        policies = args.policies.split(",")
+        if any(b < 1 for b in budgets) or len(set(budgets)) != len(budgets):
+            raise SweepError(f"--budgets {args.budgets}: give distinct iteration counts >= 1")
+        runs = budget_runs(args.config, budgets, policies, seeds, os.path.join(args.sweep, "runs"), args.scratch, sets,
+                           args.cooldown_frac)
+        return run_and_pack(trim_keeps(runs, args.root, args.scratch), args)
+    except (SweepError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"error: --budgets and --seeds take comma-separated integers ({e})", file=sys.stderr)
+        return 1
+
+
+TRUNK_NAME = re.compile(r"^(d\d+)-trunk\d+-(\w+)-s(\d+)(?:\.out)?$")
+
+
+def trunk_curves(sweep):
+    """{width label: {policy: [(tokens, mean paired gap %, n seeds)]}}: each trunk's val loss against the baseline
+    trunk of the same seed at the same iteration, at the constant learning rate (not an end-of-schedule gap).
+    Finished trunks from their metrics.jsonl; trunks stopped with a lost machine from their stdout (stopped/)."""
+    val = {}  # (width, tag, seed) -> {iter: val}
+    tokens_per_iter, policy_of = {}, {}
+    for path in sorted(glob.glob(os.path.join(sweep, "runs", "d*-trunk*-*-s*")) + glob.glob(os.path.join(sweep, "stopped", "*.out"))):
+        match = TRUNK_NAME.match(os.path.basename(path))
+        if not match:
+            continue
+        key = (match[1], match[2], int(match[3]))
+        curve = val.setdefault(key, {})
+        if path.endswith(".out"):  # its eval lines are log.txt's
+            curve.update((r["iter"], r["val_loss"]) for r in records_from_log(path) if r["type"] == "eval")
+            continue
+        run = load_run(path)
+        curve.update(dict(run["curve"]))
+        tokens_per_iter[match[1]] = run["tokens_per_iter"]
+        policy_of[match[2]] = run["policy"]
+    out = {}
+    for (width, tag, seed), curve in val.items():
+        base = val.get((width, "baseline", seed))
+        if tag == "baseline" or base is None or tag not in policy_of:
+            continue
+        for it in sorted(set(curve) & set(base) - {0}):
+            out.setdefault(width, {}).setdefault(policy_of[tag], {}).setdefault(it, []).append(
+                100.0 * (curve[it] / base[it] - 1.0))
+    return {f"w{width[1:]} n4": {policy: [(it * tokens_per_iter[width], statistics.fmean(g), len(g))
+                                         for it, g in sorted(points.items())]
+                                for policy, points in policies.items()}
+            for width, policies in out.items()}
+
+
+def budget_report(sweep, versus_glob):
+    """budget_table.md, budget.png, stats.json and wsd_check.md in the budget sweep's directory."""
+    from analysis.compare import budget_analysis, budget_table, plot_budgets, seed_statistics, versus, versus_table
+    branches = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "runs", "d*-b*-*-s*")))]
+    stats = seed_statistics(branches)
+    budgets = budget_analysis(stats)
+    curves = trunk_curves(sweep)
+    plot_budgets(budgets, os.path.join(sweep, "budget.png"), stats["margin"], curves)
+    write_text(os.path.join(sweep, "budget_table.md"), budget_table(budgets, stats["margin"]) + "\n")
+    write_text(os.path.join(sweep, "stats.json"), json.dumps({"stats": stats, "budgets": budgets}, indent=1))
+    others = [load_run(d) for d in sorted(glob.glob(versus_glob))]
+    write_text(os.path.join(sweep, "wsd_check.md"), versus_table(versus(branches, others), versus_glob) + "\n")
+    print(f"wrote {sweep}/budget.png, budget_table.md, stats.json, wsd_check.md")
+    return 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        return run_main(argv[1:])
+    if argv[:1] == ["budgets"]:
+        parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run budgets")
+        parser.add_argument("--sweep", default=BUDGET_SWEEP)
+        parser.add_argument("--versus", default=os.path.join(SWEEP, "runs", "d768-*"), help="the cosine runs of one budget")
+        args = parser.parse_args(argv[1:])
+        return budget_report(args.sweep, args.versus)
+    if argv[:1] == ["report"]:
+        argv = argv[1:]
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run [report]",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sweep", default=SWEEP)
+    args = parser.parse_args(argv)
+    runs = load(args.sweep)
+    if not runs:
+        print(f"no finished run under {args.sweep}", file=sys.stderr)
+        return 1
+    plot_curves(runs, os.path.join(args.sweep, "val_curves.png"))
+    write_text(os.path.join(args.sweep, "gpu_seconds.md"), gpu_seconds(args.sweep, runs))
+    print(f"wrote {args.sweep}/val_curves.png and gpu_seconds.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""The resumable runner of the studies' sweeps: a list of training runs, several at once on one machine's
+GPUs, each in its own process of train_reduced_sync.py. experiments/char_sweep/run.py (the grids of parts)
+and experiments/docs_study/run.py (the budget chains: a trunk, then its branches) build the runs.
+
+Resumable. A run is done when <sweep dir>/<name>/metrics.jsonl has the eval at max_iters (or the
+trainer stopped it as diverged) and its config.json equals the planned config (out_dir, init_from,
+always_save_checkpoint and wandb keys aside); done runs are skipped, and a done run with another config
+is an error (this keeps every run of a sweep directory on one schedule). A run trains in a scratch
+out_dir (--scratch, default out-sweep/, git-ignored) with a checkpoint at every eval; a run whose
+scratch holds ckpt.pt resumes from it (the trainer's data order is stateless), so on a machine that
+stays up, repeating a command cut by its deadline continues where it stopped. When a run finishes, its config.json, log.txt
+and metrics.jsonl are copied to the sweep directory and its checkpoints are deleted: no checkpoint ever
+lands under experiments/. The three logs stay in scratch, so a later command on the same machine whose
+working tree lacks them (the device tool sends a fresh tree with every command) collects them instead
+of training the run again.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+
+from tqdm import tqdm
+
+from training.config import REPO, ConfigError, TrainConfig, parse  # (no torch import)
+
+TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
+# config.json keys that may differ between a done run and the plan (they do not change what is computed)
+IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "branch_from", "overwrite", "always_save_checkpoint", "keep_best", "save_iters", "wandb_log", "wandb_project", "wandb_run_name"}
+PACK_NAME = "sweep-logs.tgz"
+
+
+class SweepError(Exception):
+    """Reported in one line; exit code 1."""
+
+
+class Run:
+    """One training run of the grid: where its logs go, and the trainer's arguments but the out_dir."""
+
+    def __init__(self, name, sweep_dir, args, policy, seed, group, tag=None, needs=None, keep=()):
+        """needs: a file that must exist before the run starts (a branch's trunk checkpoint), removed once the
+        run is collected; keep: names in its scratch dir that collecting it leaves there (a trunk's branch
+        points, until their branches have run)."""
+        self.name, self.sweep_dir, self.args = name, sweep_dir, list(args)
+        self.policy, self.seed, self.group, self.tag = policy, seed, group, tag
+        self.needs, self.keep = needs, set(keep)
+
+    def final_dir(self, root):
+        return os.path.join(root, self.sweep_dir, self.name)
+
+    def scratch_dir(self, scratch):
+        return os.path.join(scratch, self.sweep_dir.replace(os.sep, "_"), self.name)
+
+    def argv(self, scratch, extra=()):
+        # data_dir: the trainers' cwd is WORKDIR (chdir'd), whose data/ holds the datasets
+        return [*self.args, *extra, f"--out_dir={self.scratch_dir(scratch)}", "--data_dir=data"]
+
+
+# ---------------------------------------------------------------- the state of a run
+def planned_config(run, scratch):
+    """The TrainConfig dict the trainer will record for this run (config file + overrides)."""
+    try:
+        return parse(run.argv(scratch)).to_dict()
+    except ConfigError as e:
+        raise SweepError(f"{run.name}: {e}") from None
+
+
+def read_records(path):
+    records = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a killed run
+                if isinstance(record, dict):
+                    records.append(record)
+    except OSError:
+        pass
+    return records
+
+
+def finished(run_dir, max_iters):
+    """'complete' (eval at max_iters logged, or an end record that finished there: 'summary' with finished true,
+    or a 'done' of a run logged before issue 42), 'diverged' (the trainer stopped it), or None. A run stopped by a
+    signal ends with a 'summary' record too (finished false, iter < max_iters): not complete, it is resumed."""
+    records = read_records(os.path.join(run_dir, "metrics.jsonl"))
+    if any(r.get("type") == "eval" and r.get("iter") == max_iters for r in records):
+        return "complete"
+    if any(r.get("type") in ("summary", "done") and r.get("finished", True) is True and r.get("iter") == max_iters
+           for r in records):
+        return "complete"
+    if any(r.get("type") == "error" for r in records):
+        return "diverged"
+    return None
+
+
+def config_mismatch(run_dir, planned):
+    """Keys whose value in run_dir/config.json differs from the plan (IGNORED_KEYS aside)."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            stored = json.load(f)
+    except (OSError, ValueError):
+        return ["config.json (missing or unreadable)"]
+    # a key the trainer gained after a run was stored counts as its default (the only behaviour there was)
+    defaults = TrainConfig().to_dict()
+    return sorted(k for k in planned if k not in IGNORED_KEYS and stored.get(k, defaults.get(k)) != planned[k])
+
+
+def run_state(run, root, scratch):
+    """'done', 'collect' (finished in scratch, logs not copied yet), 'resume' (scratch has ckpt.pt) or
+    'start'. SweepError if the sweep directory holds this run with another config."""
+    planned = planned_config(run, scratch)
+    final, tmp = run.final_dir(root), run.scratch_dir(scratch)
+    if run.keep and not all(os.path.exists(os.path.join(tmp, name)) for name in run.keep):
+        # a trunk whose branch points are gone (another machine) is trained again for the branches that need them
+        if finished(final, planned["max_iters"]) or finished(tmp, planned["max_iters"]):
+            return "start"
+    if finished(final, planned["max_iters"]):
+        diff = config_mismatch(final, planned)
+        if diff:
+            raise SweepError(f"{final} holds a finished run whose config differs from the plan in {diff}: "
+                             f"move it away, or use another --root or --set")
+        return "done"
+    if finished(tmp, planned["max_iters"]) and not config_mismatch(tmp, planned):
+        return "collect"
+    if os.path.exists(os.path.join(tmp, "ckpt.pt")) and not config_mismatch(tmp, planned):
+        return "resume"
+    return "start"
+
+
+RUN_LOGS = ("config.json", "log.txt", "metrics.jsonl")
+
+
+def collect(run, root, scratch):
+    """Copy the logs of a finished run from scratch into the sweep dir and delete everything else in its
+    scratch dir (the checkpoints). The logs stay in scratch: the device tool sends a fresh working tree
+    with every command, and a later command on the same machine collects them again, not retrains."""
+    tmp, final = run.scratch_dir(scratch), run.final_dir(root)
+    os.makedirs(final, exist_ok=True)
+    for name in RUN_LOGS:
+        src = os.path.join(tmp, name)
+        if os.path.exists(src):
+            shutil.copyfile(src, os.path.join(final, name) + ".tmp")
+            os.replace(os.path.join(final, name) + ".tmp", os.path.join(final, name))
+    for name in os.listdir(tmp):
+        if name not in RUN_LOGS and name not in run.keep:
+            path = os.path.join(tmp, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    if run.needs and os.path.exists(run.needs):  # a branch point serves one branch
+        os.remove(run.needs)
+
+
+def progress(run, scratch):
+    """(last logged iteration, median ms/iter of the logged train records) of a running run."""
+    records = read_records(os.path.join(run.scratch_dir(scratch), "metrics.jsonl"))
+    train = [r for r in records if r.get("type") == "train" and isinstance(r.get("time_ms"), (int, float))]
+    if not train:
+        return None, None
+    times = sorted(r["time_ms"] for r in train)
+    return train[-1].get("iter"), times[len(times) // 2]
+
+
+# ---------------------------------------------------------------- running
+def cuda_count():
+    try:
+        import torch
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
+def tail(path, n=15):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+def sweep(runs, args):
+    root, scratch = args.root, args.scratch
+    t0 = time.time()
+    states = {r.name: run_state(r, root, scratch) for r in runs}
+    collected = [r for r in runs if states[r.name] == "collect"]
+    for r in collected:
+        collect(r, root, scratch)
+        states[r.name] = "done"
+        print(f"   collected {r.name} from {r.scratch_dir(scratch)} (to train it again, delete that dir too)")
+    pending = [r for r in runs if states[r.name] != "done"]
+    print(f"== {len(runs)} runs: {len(runs) - len(pending)} done ({len(collected)} collected from scratch), "
+          f"{len(pending)} to run ({sum(states[r.name] == 'resume' for r in pending)} resume from scratch "
+          f"checkpoints); jobs {args.jobs}", flush=True)
+    if args.dry_run:
+        for r in runs:
+            extra = ["--init_from=resume"] if states[r.name] == "resume" else []
+            print(f"{states[r.name]:7} {r.name}: python {os.path.relpath(TRAIN_SCRIPT)} "
+                  f"{' '.join(os.path.relpath(a) if os.path.isabs(a) else a for a in r.argv(scratch, extra))}")
+        return 0
+    if not pending:
+        return 0
+
+    n_gpus = 0 if args.smoke else cuda_count()
+    if n_gpus == 0 and not (args.smoke or args.allow_cpu):
+        raise SweepError("no CUDA device: these runs are sized for a GPU (use --smoke for a CPU check, "
+                         "or --allow-cpu to train on CPU anyway)")
+    threads = max(1, (os.cpu_count() or 1) // max(1, min(args.jobs, len(pending))))
+    running, results, launched = {}, {}, 0
+    # runs take minutes each: a bar of finished runs (stderr, on a terminal only: a log keeps the event
+    # lines, which print above the bar)
+    bar = tqdm(total=len(pending), desc="runs finished", unit="run", disable=None)
+    say = lambda text: bar.write(text, file=sys.stdout)
+    last_status = time.time()
+    deadline = t0 + args.deadline if args.deadline else None
+    try:
+        while pending or running:
+            while len(running) < args.jobs and (deadline is None or time.time() < deadline):
+                # the first pending run that can start: a branch waits for its trunk's checkpoint
+                r = next((r for r in pending if r.needs is None or os.path.exists(r.needs)), None)
+                if r is None:
+                    break
+                pending.remove(r)
+                tmp = r.scratch_dir(scratch)
+                os.makedirs(os.path.dirname(tmp), exist_ok=True)
+                if run_state(r, root, scratch) == "resume":
+                    extra = ["--init_from=resume"]
+                else:  # a fresh start: no stale checkpoint of an earlier attempt may be resumed later
+                    extra = []
+                    shutil.rmtree(tmp, ignore_errors=True)
+                it0 = progress(r, scratch)[0] or 0
+                env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
+                if n_gpus > 1:
+                    env["CUDA_VISIBLE_DEVICES"] = str(launched % n_gpus)
+                log = open(tmp + ".out", "a")
+                proc = subprocess.Popen([sys.executable, TRAIN_SCRIPT, *r.argv(scratch, extra)],
+                                        env=env, stdout=log, stderr=subprocess.STDOUT)
+                running[r.name] = (r, proc, log, time.time(), it0)
+                launched += 1
+                say(f"   {time.strftime('%H:%M:%S')} start {r.name}" + (" (resume)" if extra else ""))
+            if not running:
+                if deadline is None or time.time() < deadline:
+                    for r in pending:  # nothing runs that could write what they wait for
+                        results[r.name] = (f"blocked: no {os.path.basename(r.needs)}", 0)
+                        say(f"!! {r.name} cannot start: {r.needs} does not exist and no running trunk writes it")
+                break
+            time.sleep(args.poll)
+            for name, (r, proc, log, started, it0) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                log.close()
+                del running[name]
+                max_iters = planned_config(r, scratch)["max_iters"]
+                state = finished(r.scratch_dir(scratch), max_iters)
+                if state:
+                    collect(r, root, scratch)
+                    results[name] = (state + ("" if proc.returncode in (0, 2) else f" (rc {proc.returncode})"),
+                                     time.time() - started)
+                else:
+                    results[name] = (f"failed (rc {proc.returncode})", time.time() - started)
+                    say(f"!! {name} failed (rc {proc.returncode}); the end of {r.scratch_dir(scratch)}.out:\n"
+                        f"{tail(r.scratch_dir(scratch) + '.out')}")
+                say(f"   {time.strftime('%H:%M:%S')} {results[name][0]} {name} ({results[name][1]:.0f} s)")
+                bar.update(1)
+            now = time.time()
+            if running and now - last_status >= args.status_every:
+                last_status = now
+                for name, (r, proc, log, started, it0) in running.items():
+                    it, ms = progress(r, scratch)
+                    max_iters = planned_config(r, scratch)["max_iters"]
+                    # wall-clock rate since launch (evals included)
+                    eta = f", ETA {(now - started) / (it - it0) * (max_iters - it):.0f} s" if it and it > it0 else ""
+                    say(f"   .. {name}: " + (f"iter {it}/{max_iters}, median {ms:.1f} ms/iter" if it is not None
+                                             else "starting") + eta)
+            if deadline is not None and now >= deadline:  # also when runs are left that never started
+                say(f"== deadline ({args.deadline} s) reached: stopping {len(running)} runs; the same command "
+                    f"resumes them from their last eval on this machine")
+                for r, proc, log, started, it0 in running.values():
+                    proc.terminate()
+                stop = time.time() + 20
+                for name, (r, proc, log, started, it0) in running.items():
+                    try:
+                        proc.wait(timeout=max(0.1, stop - time.time()))
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                    log.close()
+                    results[name] = ("stopped at deadline", time.time() - started)
+                running = {}
+                break
+    finally:
+        bar.close()
+        for r, proc, log, started, it0 in running.values():  # an exception: do not leave our runs behind
+            proc.kill()
+            proc.wait()
+            log.close()
+
+    print(f"== {time.strftime('%H:%M:%S')}, {time.time() - t0:.0f} s:")
+    for r in runs:
+        state = results.get(r.name, ("done" if states[r.name] == "done" else "not started", 0))
+        _, ms = progress_final(r, root)
+        print(f"   {r.name:40} {state[0]:22} " + (f"{state[1]:6.0f} s" if state[1] else "        ")
+              + (f"  median {ms:.1f} ms/iter (concurrent runs)" if ms else ""))
+    left = [r.name for r in runs if finished(r.final_dir(root), planned_config(r, scratch)["max_iters"]) is None]
+    if any(s.startswith(("failed", "blocked")) for s, _ in results.values()):
+        return 1
+    return 3 if left else 0
+
+
+def progress_final(run, root):
+    records = read_records(os.path.join(run.final_dir(root), "metrics.jsonl"))
+    times = sorted(r["time_ms"] for r in records
+                   if r.get("type") == "train" and isinstance(r.get("time_ms"), (int, float)))
+    return None, (times[len(times) // 2] if times else None)
+
+
+def pack(runs, args):
+    """args.pack/sweep-logs.tgz: the logs of the part's finished runs (paths relative to root), and the
+    stdout of its unfinished ones under out-sweep-logs/. Unpack in the repository root:
+    tar xzf .../sweep-logs.tgz"""
+    os.makedirs(args.pack, exist_ok=True)
+    path = os.path.join(args.pack, PACK_NAME)
+    n = 0
+    with tarfile.open(path + ".tmp", "w:gz") as tar:
+        for r in runs:
+            final = r.final_dir(args.root)
+            if os.path.isdir(final):
+                for name in RUN_LOGS:
+                    if os.path.exists(os.path.join(final, name)):
+                        tar.add(os.path.join(final, name), arcname=os.path.join(r.sweep_dir, r.name, name))
+                n += 1
+            out = r.scratch_dir(args.scratch) + ".out"
+            if os.path.exists(out) and not finished(final, planned_config(r, args.scratch)["max_iters"]):
+                tar.add(out, arcname=os.path.join("out-sweep-logs", r.name + ".out"))
+    os.replace(path + ".tmp", path)
+    print(f"packed {n} run dirs into {path} ({os.path.getsize(path):,} bytes); unpack in the repository root "
+          f"with: tar xzf {PACK_NAME}")
+
+
+def run_and_pack(runs, args):
+    """sweep(), then the pack of the runs' logs (--pack); exit code 3 when runs are left for another command."""
+    code = sweep(runs, args)
+    if args.pack and not args.dry_run:
+        pack(runs, args)
+    if code == 3:
+        print("incomplete: run the same command again to go on (finished runs are skipped)")
+    return code

@@ -1,0 +1,81 @@
+"""The studies' tables are what their commands print from the stored run logs, byte for byte: each command
+that EXPERIMENT_SUMMARY.md gives for a table (compare_runs.py, experiments/docs_study/run.py) runs on a copy
+of the records (the run logs linked, the outputs written anew) and must write the stored files exactly.
+Figures are written too but not compared."""
+import glob
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_docs import code_blocks, command_lines, read
+
+ONE = "experiments/docs_study/one_budget"
+BUDGETS = "experiments/docs_study/budgets"
+CHAR = "experiments/char_sweep"
+BPE = "experiments/shakespeare_sweep"
+# (command as EXPERIMENT_SUMMARY.md gives it, the stored file its stdout is, stored files it writes)
+COMMANDS = [
+    (f"python compare_runs.py {ONE}/runs/d768-* --markdown --stats --trend {ONE}/trend.png "
+     f"--stats-json {ONE}/stats.json --out compare_runs.png", f"{ONE}/compare_runs.md", [f"{ONE}/stats.json"]),
+    ("python -m experiments.docs_study.run report", None, [f"{ONE}/gpu_seconds.md"]),
+    (f"python compare_runs.py {BPE}/runs/* --markdown --stats --stats-json {BPE}/stats.json "
+     f"--out {BPE}/compare_runs.png", f"{BPE}/compare_runs.md", [f"{BPE}/stats.json"]),
+    (f"python compare_runs.py {CHAR}/runs/* --markdown --stats --trend {CHAR}/trend.png "
+     f"--stats-json {CHAR}/stats.json --out {CHAR}/compare_runs.png", f"{CHAR}/compare_runs.md", [f"{CHAR}/stats.json"]),
+    ("python -m experiments.docs_study.run budgets", None,
+     [f"{BUDGETS}/budget_table.md", f"{BUDGETS}/stats.json", f"{BUDGETS}/wsd_check.md"]),
+    # the same budget and WSD tables from compare_runs.py itself: checked below as parts of its stdout
+    (f"python compare_runs.py {BUDGETS}/runs/d768-b* --budgets budget.png --versus '{ONE}/runs/d768-*'", None, []),
+]
+STUDIES = (ONE, BUDGETS, CHAR, BPE)
+READ_ONLY = ("runs", "stopped", "gpu-call-*.log")  # the inputs: linked, never written
+
+
+def records_copy(root):
+    """root/experiments/...: each study folder with its inputs linked to the repository's and no outputs."""
+    for study in STUDIES:
+        os.makedirs(os.path.join(root, study))
+        for pattern in READ_ONLY:
+            for path in glob.glob(os.path.join(REPO, study, pattern)):
+                os.symlink(path, os.path.join(root, study, os.path.basename(path)))
+
+
+def summary_commands():
+    return {" ".join(line.split()) for block in code_blocks(read("EXPERIMENT_SUMMARY.md")) for line in command_lines(block)}
+
+
+def run(command, cwd):
+    words = shlex.split(command)
+    assert words[0] == "python"
+    # compare_runs.py expands quoted globs itself, sorted, as the shell does
+    argv = [sys.executable, os.path.join(REPO, words[1]), *words[2:]] if words[1].endswith(".py") else \
+        [sys.executable, *words[1:]]
+    env = dict(os.environ, PYTHONPATH=REPO, MPLBACKEND="Agg")
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{command}:\n{proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+@pytest.mark.parametrize("command,stdout_file,written", COMMANDS, ids=[c[0].split()[2] + "-" + c[0].split()[-1]
+                                                                        for c in COMMANDS])
+def test_summary_command_regenerates_its_tables_byte_for_byte(tmp_path, command, stdout_file, written):
+    assert command in summary_commands(), f"EXPERIMENT_SUMMARY.md no longer gives: {command}"
+    records_copy(tmp_path)
+    stdout = run(command, tmp_path)
+    produced = {stdout_file: stdout} if stdout_file else {}
+    for path in written:
+        with open(os.path.join(tmp_path, path), encoding="utf-8") as f:
+            produced[path] = f.read()
+    if "--budgets" in command:  # its budget and WSD tables are the ones docs_study.run budgets stored
+        for path in (f"{BUDGETS}/budget_table.md", f"{BUDGETS}/wsd_check.md"):
+            with open(os.path.join(REPO, path), encoding="utf-8") as f:
+                table = f.read()
+            assert table.strip() in stdout, f"{command}: its table differs from {path}"
+    for path, text in produced.items():
+        with open(os.path.join(REPO, path), encoding="utf-8") as f:
+            stored = f.read()
+        assert text == stored, f"{command}: {path} differs from what it prints now (regenerate it and commit)"
