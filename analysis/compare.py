@@ -258,7 +258,7 @@ def timing_lines(runs):
     lines = []
     unknown = [r["name"] for r in timed if r["device"] is None or r["layout"] is None]
     if unknown:
-        lines.append(f"timing: conditions unknown (no device or layout logged: runs recorded before run conditions were, or "
+        lines.append(f"timing: conditions unknown (no device or layout logged: older runs, or "
                      f"log.txt only) for {_names(unknown)}: no speed ratio involving them")
     known = [r for r in timed if r["device"] is not None and r["layout"] is not None]
     on_cpu = [r["name"] for r in known if r["device_type"] == "cpu"]

@@ -567,7 +567,7 @@ PAPERS = {"spd": ("SPD, arXiv 2502.20727", "about 20% lower inference latency, L
 
 def loss_gaps():
     """{policy: [(tokens, gap %, 95% half-width or None, n seeds)]} of the budget study (124M width, n_tracks 4)."""
-    d = json.load(open(os.path.join(REPO, "experiments", "budget-sweep", "stats.json")))
+    d = json.load(open(os.path.join(REPO, "experiments", "docs_study", "budgets", "stats.json")))
     out = {"baseline": []}
     for c in d["stats"]["cells"]:
         if c["policy"] == "baseline":
