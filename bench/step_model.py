@@ -339,7 +339,8 @@ def predict(size, workload, tp, policy, n_tracks, device, tables, fit, mode="gra
     e, how = family(tables, size, workload, mode, device)
     k = n_tracks // tp
     roof = roofline(sublayers(size, workload, tp), device)
-    measured = measured or {}
+    if measured is None:
+        measured = measured_sublayers(device, size, workload, tp)
     compute_parts = {name: measured.get(name, e["scale"] * t * 1e3) for name, t in roof.items()}
     compute = sum(compute_parts.values())
     n_div, n_lay = tracks_features(policy, L)
@@ -400,7 +401,8 @@ def profile_points():
     return pts
 
 
-def write_comm_fit():
+def comm_fit():
+    """The tp=2 all-reduce fit to the stored profiles, with its residuals (a pure function of the stored files)."""
     pts = profile_points()
     alpha, bw = fit_comm([(b, t, src) for b, t, src in pts])
     fit = dict(alpha_us=alpha, bw_GBps=bw, device="H200 x2 (NVLink, NCCL ring LL as traced)",
@@ -415,8 +417,6 @@ def write_comm_fit():
                        "(https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests): the upper bound; the fit "
                        "is what this code's all-reduces reach inside a step. No public small-message latency "
                        "figure was found, so alpha(4) and alpha(8) are this assumption, not a citation."))
-    with open(os.path.join(RESULTS, "step_model_comm_fit.json"), "w") as f:
-        json.dump(fit, f, indent=1)
     return fit
 
 
@@ -435,22 +435,24 @@ def ddp_flat_check(alpha, bw):
 
 
 # ------------------------------------------------------------------ validation
-def calibration_table(device):
-    """The compute calibration of `device`: the stored per-sublayer measurement if `calibrate` made one
-    (bench/results/step_model_calibration_<device>.json, 'measured per sublayer'), else the fit to
-    the stored one-GPU rows (bench/results/step_model_compute_<device>.json)."""
-    path = os.path.join(RESULTS, f"step_model_compute_{device.lower()}.json")
-    table = calibrate_from_rows(stored_rows(), device)
-    with open(path, "w") as f:
-        json.dump(table, f, indent=1)
-    return table
+def write_json(name, obj):
+    """bench/results/<name>, written whole or not at all."""
+    path = os.path.join(RESULTS, name)
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def measured_sublayers(device, size, workload, tp):
+    """{sublayer: ms} that `calibrate` measured on this device at this shape and tp
+    (bench/results/step_model_calibration_<device>.json, 'measured per sublayer'); {} where it did not.
+    predict() uses these in place of the scaled split of the stored one-GPU rows."""
     path = os.path.join(RESULTS, f"step_model_calibration_{device.lower()}.json")
     if not os.path.exists(path):
         return {}
-    for e in json.load(open(path))["rows"]:
+    with open(path) as f:
+        rows = json.load(f)["rows"]
+    for e in rows:
         if (e["size"], e["workload"], e["tp"]) == (size, workload, tp):
             return e["sublayers_ms"]
     return {}
@@ -459,9 +461,9 @@ def measured_sublayers(device, size, workload, tp):
 def validate():
     """Every stored row at tp >= 2, predicted / measured. Fitting used only tp=1 rows (compute) and
     the all-reduce kernel times of the profiles (communication); no tp >= 2 row's time enters a fit."""
-    fit = write_comm_fit()
+    fit = comm_fit()
     rows = stored_rows()
-    tables = {d: calibration_table(d) for d in sorted({r["device"] for r in rows if r["tp"] == 1})}
+    tables = {d: calibrate_from_rows(rows, d) for d in sorted({r["device"] for r in rows if r["tp"] == 1})}
     out = []
     for r in rows:
         if r["tp"] < 2:
@@ -469,7 +471,7 @@ def validate():
         if r["device"] not in tables:
             raise ValueError(f"row {r['source']} ran on {r['device']}, which has no tp=1 rows to calibrate on")
         p = predict(r["size"], r["workload"], r["tp"], r["policy"], r["n_tracks"], r["device"], tables,
-                    fit, r["mode"], measured_sublayers(r["device"], r["size"], r["workload"], r["tp"]))
+                    fit, r["mode"])
         out.append(dict(r, pred=p["ms"], ratio=p["ms"] / r["ms"], compute=p["compute"] + p["tracks"],
                         comm=p["comm"], no_overlap=p["no_overlap"], full_overlap=p["full_overlap"],
                         calibration=p["calibration"], target=mode_class(r["mode"]) == "graph"))
@@ -791,7 +793,10 @@ def main(argv=None):
         ap.error(f"unknown --device {a.device!r}; allowed: {', '.join(DEVICES)}")
     fit, tables, rows = validate()
     err = time_error(rows)
-    if a.validate:
+    if a.validate:  # the fit and calibration files are written here only: a question reads, never writes
+        write_json("step_model_comm_fit.json", fit)
+        for device, table in tables.items():
+            write_json(f"step_model_compute_{device.lower()}.json", table)
         print("\n".join(write_validation(fit, tables, rows)[:20]))
         print(f"table: {os.path.relpath(os.path.join(RESULTS, 'step_model_validation.md'), REPO)}")
     if a.pareto:
