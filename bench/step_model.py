@@ -54,7 +54,7 @@ import time
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.step_model ...")
 from model.sync_policy import parse_sync_policy  # noqa: E402
-from training.config import REPO  # noqa: E402
+from training.config import REPO, HelpFormatter, save_figure, write_text  # noqa: E402
 
 RESULTS = os.path.join(REPO, "bench", "results")
 
@@ -436,11 +436,7 @@ def ddp_flat_check(alpha, bw):
 
 # ------------------------------------------------------------------ validation
 def write_json(name, obj):
-    """bench/results/<name>, written whole or not at all."""
-    path = os.path.join(RESULTS, name)
-    with open(path + ".tmp", "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_text(os.path.join(RESULTS, name), json.dumps(obj, indent=1))
 
 
 def measured_sublayers(device, size, workload, tp):
@@ -556,8 +552,7 @@ def write_validation(fit, tables, rows):
         lines.append(f"| {r['source']} | {r['device']} | {r['commit']} | {r['size']} | {r['workload']} | {r['mode']} | "
                      f"{r['tp']} | {r['n_tracks']} | {r['policy']} | {r['pred']:.3f} | {r['compute']:.3f} | "
                      f"{r['comm']:.3f} | {r['ms']:.3f} | {floor} | {r['ratio']:.2f} | {r['calibration']} |")
-    with open(os.path.join(RESULTS, "step_model_validation.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_text(os.path.join(RESULTS, "step_model_validation.md"), "\n".join(lines) + "\n")
     return lines
 
 
@@ -629,8 +624,7 @@ def pareto(tables, fit, err, device="H100"):
             ax.legend(fontsize=7)
             fig.tight_layout()
             path = os.path.join(RESULTS, f"step_model_pareto_{size}_tp{tp}.png")
-            fig.savefig(path, dpi=110)
-            plt.close(fig)
+            save_figure(fig, path, dpi=110)
             made.append(os.path.relpath(path, REPO))
     return made
 
@@ -658,8 +652,7 @@ def paper_table(tables, fit, err, device="H100"):
         lines.append(f"| {pol} | {parse_sync_policy(pol, 80).n_syncs} | " + " | ".join(cells) +
                      f" | {p['full_overlap']:.2f} .. {p['no_overlap']:.2f} | " +
                      (f"{paper[1]} ({paper[0]})" if paper else "-") + " |")
-    with open(os.path.join(RESULTS, "step_model_70b_tp8.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_text(os.path.join(RESULTS, "step_model_70b_tp8.md"), "\n".join(lines) + "\n")
     return lines
 
 
@@ -749,22 +742,20 @@ def calibrate(device, sizes, tps, workloads, repeats, out_dir):
     out = dict(device=name, torch=_t.__version__, repeats=repeats, rows=rows,
                command="python -m bench.step_model " + " ".join(sys.argv[1:]))
     path = os.path.join(out_dir, f"step_model_calibration_{name.lower()}.json")
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
-    with open(path[:-5] + ".md", "w") as f:
-        f.write(f"# Per-sublayer times on one {name} (measured per sublayer)\n\nCommand: `{out['command']}`, torch "
+    write_text(path, json.dumps(out, indent=1))
+    write_text(path[:-5] + ".md", (f"# Per-sublayer times on one {name} (measured per sublayer)\n\nCommand: `{out['command']}`, torch "
                 f"{out['torch']}, median of {repeats}. ms per step (all layers), at the shard width of each tp.\n\n"
                 "| size | tp | workload | " + " | ".join(per) + " | optimizer |\n|---|---:|---|" + "---:|" * (len(per) + 1)
                 + "\n" + "\n".join(f"| {r['size']} | {r['tp']} | {r['workload']} | " + " | ".join(
                     f"{r['sublayers_ms'].get(k, float('nan')):.3f}" for k in list(per) + ["optimizer"]) + " |"
-                                   for r in rows) + "\n")
+                                   for r in rows) + "\n"))
     return path
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["calibrate"]:
-        ap = argparse.ArgumentParser(prog="python -m bench.step_model calibrate",
+        ap = argparse.ArgumentParser(prog="python -m bench.step_model calibrate", formatter_class=HelpFormatter,
                                      description="Per-sublayer times on one device at each tp's shard width.")
         ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
         ap.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {', '.join(SHAPES)}")
@@ -780,7 +771,8 @@ def main(argv=None):
         tps = [int(t) for t in a.tps.split(",")]
         print(calibrate(a.device, a.sizes.split(","), tps, a.workloads.split(","), a.repeats, a.out_dir))
         return
-    ap = argparse.ArgumentParser(prog="python -m bench.step_model", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.step_model", description=__doc__.split("\n\n")[0],
+                                 formatter_class=HelpFormatter)
     ap.add_argument("--validate", action="store_true", help="predict every stored tp>=2 row; write the table")
     ap.add_argument("--pareto", action="store_true", help="loss gap against modeled time; the 70B-class table")
     ap.add_argument("--size", default="xl", help=f"one of {', '.join(list(SHAPES) + list(ALIASES))}")
