@@ -762,8 +762,8 @@ def main(argv=None):
         ap.add_argument("--tps", default="1,2,4,8", help="comma-separated shard counts")
         ap.add_argument("--workloads", default="train_b8,train_b12,prefill_b8,decode_b1,decode_b8",
                         help=f"comma-separated, of {', '.join(WORKLOADS)}")
-        ap.add_argument("--repeats", type=int, default=20)
-        ap.add_argument("--out_dir", default=RESULTS)
+        ap.add_argument("--repeats", type=int, default=20, help="timed repeats per sublayer (their median)")
+        ap.add_argument("--out_dir", default=RESULTS, help="where the calibration's json and md go")
         a = ap.parse_args(argv[1:])
         for w in a.workloads.split(","):
             if w not in WORKLOADS:
@@ -776,8 +776,8 @@ def main(argv=None):
     ap.add_argument("--validate", action="store_true", help="predict every stored tp>=2 row; write the table")
     ap.add_argument("--pareto", action="store_true", help="loss gap against modeled time; the 70B-class table")
     ap.add_argument("--size", default="xl", help=f"one of {', '.join(list(SHAPES) + list(ALIASES))}")
-    ap.add_argument("--tp", type=int, default=8)
-    ap.add_argument("--policy", default="grouped:4")
+    ap.add_argument("--tp", type=int, default=8, help="tensor-parallel degree: 1, 2, 4 or 8")
+    ap.add_argument("--policy", default="grouped:4", help="a sync_policy spec, as train_reduced_sync.py takes it")
     ap.add_argument("--n_tracks", type=int, default=None, help="default: tp (one track per GPU)")
     ap.add_argument("--device", default="H100", help=f"one of {', '.join(DEVICES)}")
     a = ap.parse_args(argv)
