@@ -54,7 +54,7 @@ import time
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.step_model ...")
 from model.sync_policy import parse_sync_policy  # noqa: E402
-from training.config import REPO  # noqa: E402
+from training.config import REPO, HelpFormatter  # noqa: E402
 
 RESULTS = os.path.join(REPO, "bench", "results")
 
@@ -764,7 +764,7 @@ def calibrate(device, sizes, tps, workloads, repeats, out_dir):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["calibrate"]:
-        ap = argparse.ArgumentParser(prog="python -m bench.step_model calibrate",
+        ap = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m bench.step_model calibrate",
                                      description="Per-sublayer times on one device at each tp's shard width.")
         ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
         ap.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {', '.join(SHAPES)}")
@@ -780,7 +780,7 @@ def main(argv=None):
         tps = [int(t) for t in a.tps.split(",")]
         print(calibrate(a.device, a.sizes.split(","), tps, a.workloads.split(","), a.repeats, a.out_dir))
         return
-    ap = argparse.ArgumentParser(prog="python -m bench.step_model", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m bench.step_model", description=__doc__.split("\n\n")[0])
     ap.add_argument("--validate", action="store_true", help="predict every stored tp>=2 row; write the table")
     ap.add_argument("--pareto", action="store_true", help="loss gap against modeled time; the 70B-class table")
     ap.add_argument("--size", default="xl", help=f"one of {', '.join(list(SHAPES) + list(ALIASES))}")
