@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The sync-point study, part 2 (issue 15): a resumable grid of training runs, several at once on one GPU.
+"""The sync-point study, part 2: a resumable grid of training runs, several at once on one GPU.
 
     python -m experiments.char_sweep.run --list                          # parts, their runs, relative cost
     python -m experiments.char_sweep.run w384-n2-s1337 --dry-run         # what would run, and the commands
