@@ -4,7 +4,8 @@ curves and GPU time of the one-budget sweep (part 3).
 
     python -m experiments.docs_study.run run --budgets 320,640,1280,2560 --policies baseline,ladder,grouped:12 \
         --seeds 1337,1338,1339 --jobs 8 --deadline 540 --scratch /tmp/scratch --pack "$OUT"   # on the GPU machine
-    python -m experiments.docs_study.run run --budgets 10,20 --smoke --set dataset=shakespeare   # CPU: a check of the machinery
+    python -m experiments.docs_study.run run --budgets 10,20 --smoke --set dataset=shakespeare \
+        --policies baseline,grouped:12 --seeds 1337   # CPU: a check of the machinery, 6 tiny runs
     python -m experiments.docs_study.run budgets     # part 4's budget_table.md, budget.png, stats.json, wsd_check.md
     python -m experiments.docs_study.run report      # part 3's val_curves.png and gpu_seconds.md (experiments/docs_study/one_budget)
 
