@@ -305,6 +305,8 @@ def test_bench_modules_show_help_and_files_name_the_module():
     exits = re.findall(r"^== (\S+) exit (\S+)$", proc.stdout, re.M)
     assert exits == [(m, "0") for m in modules], (exits, proc.stderr[-2000:])
     assert proc.stdout.count("usage: ") == len(modules), proc.stdout[-2000:]
+    # the usage line names the command that works (python -m bench.x), not the file name, which does not
+    assert all(f"usage: python -m {m}" in proc.stdout for m in modules), re.findall(r"^usage: \S+", proc.stdout, re.M)
     proc = subprocess.run([sys.executable, os.path.join("bench", "sample_decode.py"), "--help"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout == "", proc
