@@ -402,3 +402,4 @@ def test_experiment_and_training_modules_show_help():
     exits = re.findall(r"^== (\S+) exit (\S+)$", proc.stdout, re.M)
     assert exits == [(m, "0") for m in modules], (exits, proc.stderr[-2000:])
     assert all(out.lstrip().startswith("usage: ") for out in outputs), [out[:200] for out in outputs]
+    assert all(f"usage: python -m {m}" in proc.stdout for m in modules), re.findall(r"^usage: \S+", proc.stdout, re.M)
