@@ -75,7 +75,7 @@ def check_policy(policy, args, mesh):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.compile_check", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--policies", default=POLICIES, help="comma-separated sync policies")
     p.add_argument("--n_tracks", type=int, default=2)
     p.add_argument("--steps", type=int, default=3)

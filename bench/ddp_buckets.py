@@ -208,7 +208,7 @@ def run_variant(model, opt, variant, mesh, x, y, args, cuda, profile_dir=None, s
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.ddp_buckets", formatter_class=HelpFormatter, description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="124m,xl", help=f"comma list of {list(SIZES)}")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {VARIANTS}")
     p.add_argument("--steps", type=int, default=20)

@@ -99,7 +99,7 @@ def max_error(fn, ref, x, w, b):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.decode_gemm", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--size", choices=sorted(SIZES), default="124m")
     p.add_argument("--tps", default="2", help="comma-separated TP degrees (the per-rank shapes; one GPU runs them)")
     p.add_argument("--rows", default="1,8", help="comma-separated M (sequences decoded at once)")

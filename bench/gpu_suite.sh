@@ -31,8 +31,12 @@
 # nothing (tests/test_gpu_suite.py checks every mode that way).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-mode=${1:?tp1, tp2 or tp4}
-out=${2:?output directory}
+modes="tp1, tp2, tp4, train2, decode2, decode2b, decode4, gemm1, check2, pareto2"
+usage="usage: bash bench/gpu_suite.sh MODE OUT_DIR [PARTS]; MODE is one of $modes (this file's header says what each runs)"
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then echo "$usage"; exit 0; fi
+if [ $# -lt 2 ]; then echo "$usage" >&2; exit 2; fi
+mode=$1
+out=$2
 parts=${3:-latency124m,latencymedium,profiles,syncfreq}
 mkdir -p "$out"
 [ -n "${GPU_SUITE_DRY:-}" ] || nvidia-smi -L | tee -a "$out/suite.log"
@@ -61,7 +65,7 @@ case $mode in
   decode4) launch=(torchrun --standalone --nproc_per_node=4); parts=decode4 ;;
   check2) launch=(torchrun --standalone --nproc_per_node=2); parts=check ;;
   pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
-  *) echo "gpu_suite.sh: mode '$mode' is not one of tp1, tp2, tp4, train2, decode2, decode2b, decode4, gemm1, check2, pareto2" >&2
+  *) echo "gpu_suite.sh: mode '$mode' is not one of $modes" >&2
      exit 2 ;;
 esac
 if has train; then

@@ -1,5 +1,5 @@
-"""Device memory bandwidth as a copy sees it: the bytes-per-second behind EXPERIMENT_SUMMARY §3c's floor
-of what k separate residual streams cost.
+"""Device memory bandwidth as a copy sees it: the bytes-per-second behind the floor of what k separate
+residual streams cost (EXPERIMENT_SUMMARY.md, "Tracks on one GPU: what k residual streams cost").
 
     python -m bench.hbm_bandwidth --out bench/results/hbm_bandwidth_h100.txt
 
@@ -19,7 +19,7 @@ from training.config import HelpFormatter, write_text  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.hbm_bandwidth", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--gib", type=float, default=1.0, help="size of the copied tensor, GiB")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--out", default=None, help="also write the line to this file")

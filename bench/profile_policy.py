@@ -128,7 +128,7 @@ def nccl_position_report(per_rank):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m bench.profile_policy", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default="124m", choices=list(SIZES))
     p.add_argument("--n_tracks", type=int, default=4)
     p.add_argument("--policies", default="baseline;spd;grouped:4;parallel;ladder", help="';'-separated (or ',')")

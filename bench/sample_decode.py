@@ -68,7 +68,7 @@ def run_sample(ckpt_dir, nproc, mode, tokens, samples, dtype, device, compile_mo
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.sample_decode", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", choices=sorted(SHAPES), default="124m")
     p.add_argument("--policies", default="baseline", help="comma-separated sync policies (one checkpoint each)")
     p.add_argument("--n_tracks", type=int, default=2)

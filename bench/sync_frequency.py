@@ -277,7 +277,7 @@ def render(res):
 
 # ----------------------------------------------------------------------------- main
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="python -m bench.sync_frequency", description=__doc__.split("\n")[0],
                                 formatter_class=HelpFormatter)
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "mps", "cpu"])
     p.add_argument("--dtype", default="auto", choices=["auto"] + list(DTYPES),

@@ -500,7 +500,7 @@ def merge(out_dir):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m bench.tp_latency", description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {list(SIZES)}")
     parser.add_argument("--policies", default=";".join(POLICIES), help="';'-separated sync policies (or ',')")
     parser.add_argument("--n_tracks", default="4", help="comma-separated; values not divisible by tp are skipped")

@@ -234,7 +234,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser():
-    p = OneLineParser(description=__doc__, formatter_class=HelpFormatter)
+    p = OneLineParser(prog="python -m bench.train_throughput", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default="124m", help=f"model size, one of {list(SIZES)}")
     p.add_argument("--variants", default=",".join(GROUPS), help=f"comma-separated groups of {GROUPS}")
     p.add_argument("--policies", default=",".join(POLICIES), help="tp2 sync policies (',' or ';' separated)")

@@ -19,23 +19,25 @@ command -v python3 >/dev/null 2>&1 || _env_python=python
 if [ -n "${VIRTUAL_ENV:-}" ] || "$_env_python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
     echo "using the active virtual environment $("$_env_python" -c 'import sys; print(sys.prefix)')"
 else
-    _env_state="already there"
     # a .venv/ whose python no longer runs (its base Python moved or was removed) is rebuilt
-    if ! .venv/bin/python -c '' >/dev/null 2>&1; then
+    if .venv/bin/python -c '' >/dev/null 2>&1; then
+        echo "using the project environment .venv/ (already there); activate it later with: source .venv/bin/activate"
+    else
+        # said before the venv and the pip check that follow, which take seconds to minutes without a word
+        echo "using the project environment .venv/ (creating it now, then installing requirements.txt into it);" \
+             "activate it later with: source .venv/bin/activate"
         if ! "$_env_python" -m venv --clear --system-site-packages .venv; then
             rm -rf .venv  # a half-made one (e.g. without pip) would be taken as ready next time
             echo "could not create .venv/ with '$_env_python -m venv'; on Debian/Ubuntu install python3-venv" \
                  "(apt install python3-venv), or activate a virtual environment of your own and run again" >&2
             exit 1
         fi
-        _env_state="created now"
     fi
-    echo "using the project environment .venv/ ($_env_state); activate it later with: source .venv/bin/activate"
     export VIRTUAL_ENV="$PWD/.venv"
     export PATH="$VIRTUAL_ENV/bin:$PATH"
     hash -r
 fi
-unset _env_python _env_state
+unset _env_python
 
 # no check for a newer pip: that is a network call, and the notice is noise on an offline machine
 python -m pip install -q --disable-pip-version-check -r requirements.txt

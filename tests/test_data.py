@@ -88,3 +88,13 @@ def test_shakespeare_prepare_refuses_arguments_in_one_line(name):
     assert proc.stderr.strip().splitlines() == [
         f"error: data/{name}/prepare.py takes no arguments (got --pack x); run: python data/{name}/prepare.py"]
     assert [os.path.getmtime(b) if os.path.exists(b) else None for b in bins] == before
+
+
+@pytest.mark.parametrize("name", ["shakespeare", "shakespeare_char"])
+def test_shakespeare_prepare_help_says_what_it_does(name):
+    """--help prints the docstring (what it writes, and the command) and exits 0, before any work or write."""
+    script = os.path.join(REPO, "data", name, "prepare.py")
+    proc = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc
+    assert f"python data/{name}/prepare.py" in proc.stdout and "train.bin" in proc.stdout
+    assert "wrote" not in proc.stdout

@@ -25,7 +25,8 @@ from model.sync_policy import parse_sync_policy
 from tests.conftest import REPO
 
 GUIDES = ("README.md", *sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md"))))
-DOCS = (*GUIDES, "TRAINING_INSTRUCTIONS.md", "EXPERIMENT_SUMMARY.md")
+DOCS = (*GUIDES, "TRAINING_INSTRUCTIONS.md", "EXPERIMENT_SUMMARY.md", "experiments/README.md",
+        "experiments/compiler_repros/README.md")
 TOP_DIRS = ("config", "data", "experiments", "bench", "tests", "scripts", "model", "parallel", ".ci", "shared")
 PATH = re.compile(r"(?<![\w./$-])((?:%s)/[\w./*<>{}$-]*)" % "|".join(re.escape(d) for d in TOP_DIRS))
 ROOT_FILE = re.compile(r"(?<![\w./$*<>-])([\w-]+\.(?:py|sh|md|txt|ini))(?![\w.-])")
@@ -286,22 +287,26 @@ def test_folder_scripts_run_as_modules():
     assert not missing, f"no such module: {missing}"
 
 
+HELP_RUNNER = ("import runpy, sys\n"
+               "for module in sys.argv[1:]:\n"
+               "    sys.argv = [module, '--help']\n"
+               "    try:\n"
+               "        runpy.run_module(module, run_name='__main__', alter_sys=True)\n"
+               "    except SystemExit as e:\n"
+               "        print(f'== {module} exit {e.code}', flush=True)\n")
+
+
 def test_bench_modules_show_help_and_files_name_the_module():
     """Every bench module the docs name answers --help (one process: torch is imported once), and a bench
     script run as a file stops in one line that names the module command."""
     modules = sorted({m for rel in command_files() for m in AS_MODULE.findall(read(rel))})
-    runner = ("import runpy, sys\n"
-              "for module in sys.argv[1:]:\n"
-              "    sys.argv = [module, '--help']\n"
-              "    try:\n"
-              "        runpy.run_module(module, run_name='__main__', alter_sys=True)\n"
-              "    except SystemExit as e:\n"
-              "        print(f'== {module} exit {e.code}', flush=True)\n")
-    proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", runner, *modules], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", HELP_RUNNER, *modules], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     exits = re.findall(r"^== (\S+) exit (\S+)$", proc.stdout, re.M)
     assert exits == [(m, "0") for m in modules], (exits, proc.stderr[-2000:])
     assert proc.stdout.count("usage: ") == len(modules), proc.stdout[-2000:]
+    # the usage line names the command that works (python -m bench.x), not the file name, which does not
+    assert all(f"usage: python -m {m}" in proc.stdout for m in modules), re.findall(r"^usage: \S+", proc.stdout, re.M)
     proc = subprocess.run([sys.executable, os.path.join("bench", "sample_decode.py"), "--help"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout == "", proc
@@ -326,3 +331,75 @@ def test_experiments_run_as_modules_that_exist():
         missing += [f"{doc}: {m}" for m in re.findall(r"-m\s+(experiments(?:\.\w+)+)", text) if not module_path(m)]
     assert len(COMMAND_FILES) > 40 and not old, f"run these as python -m experiments.<...>: {old}"
     assert not missing, f"modules that do not exist: {missing}"
+
+
+def tracked(*patterns):
+    out = subprocess.run(["git", "ls-files", *patterns], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
+def test_relative_markdown_links_open():
+    """Every relative link of every tracked .md file opens: a file or folder, relative to the document's folder."""
+    broken, checked = [], 0
+    for doc in tracked("*.md"):
+        for link in re.findall(r"\]\(([^)\s]+)\)", read(doc)):
+            if re.match(r"[a-z]+:", link) or link.startswith("#"):
+                continue  # a URL, or a heading of this page
+            checked += 1
+            if not os.path.exists(os.path.join(REPO, os.path.dirname(doc), link.split("#")[0])):
+                broken.append(f"{doc}: {link}")
+    assert checked >= 20 and not broken, f"links that do not open: {broken}"
+
+
+# `FILE.md, "Heading"` (also `[FILE.md](link), "Heading"` and `README, "Heading"`): a heading, or a bold lead
+CITED_HEADING = re.compile(r'\[?([\w./-]+\.md|README)\]?(?:\([^)\s]*\))?,\s+"([^"]+)"')
+
+
+def headings(doc):
+    text = read(doc)
+    return [" ".join(h.split()) for h in re.findall(r"^#+ (.*)$", text, re.M) + re.findall(r"\*\*([^*]+)\*\*", text)]
+
+
+def test_cited_headings_exist():
+    """A heading cited in quotes beside the file that holds it (in the docs, the studies' READMEs, docstrings and
+    scripts) is a heading or a bold paragraph lead of that file, so a reader finds it after the file changed;
+    so is every heading that experiments/README.md's table quotes from EXPERIMENT_SUMMARY.md."""
+    cites = []
+    for doc in tracked("*.md", "*.py", "*.sh"):
+        if doc == "tests/test_docs.py":  # its own examples
+            continue
+        for name, heading in CITED_HEADING.findall(read(doc)):
+            name = "README.md" if name == "README" else name
+            near = os.path.normpath(os.path.join(os.path.dirname(doc), name))
+            cites.append((doc, near if os.path.isfile(os.path.join(REPO, near)) else name, heading))
+    table = [line.split("|")[-2] for line in read("experiments/README.md").splitlines() if line.startswith("| ")]
+    cites += [("experiments/README.md", "EXPERIMENT_SUMMARY.md", h) for cell in table[1:] for h in re.findall(r'"([^"]+)"', cell)]
+    missing = []
+    for doc, target, heading in cites:
+        if not os.path.isfile(os.path.join(REPO, target)):
+            missing.append(f"{doc}: no file {target}")
+        elif not any(" ".join(heading.split()) in h for h in headings(target)):
+            missing.append(f"{doc}: {target} has no heading {heading!r}")
+    assert len(cites) >= 20 and not missing, missing
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_commands_stand_in_fenced_blocks(doc):
+    """Command lines stand in ```bash blocks, where the checks above read them, not in indented code blocks."""
+    text = FENCE.sub("", read(doc))
+    indented = re.findall(r"^ {4,}((?:python3?|torchrun|bash) .*)$", text, re.M)
+    assert not indented, f"{doc}: put these in a ```bash block: {indented}"
+
+
+def test_experiment_and_training_modules_show_help():
+    """Every experiments/training module a doc runs answers --help with its usage and exits 0, without doing
+    its work first (a repro that read sys.argv by hand used to run on --help)."""
+    modules = sorted({m for doc in DOCS for m in re.findall(r"-m\s+((?:experiments|training)(?:\.\w+)+)", read(doc))})
+    assert len(modules) >= 6, modules
+    proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", HELP_RUNNER, *modules], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    outputs = re.split(r"^== \S+ exit \S+\n", proc.stdout, flags=re.M)[:-1]
+    exits = re.findall(r"^== (\S+) exit (\S+)$", proc.stdout, re.M)
+    assert exits == [(m, "0") for m in modules], (exits, proc.stderr[-2000:])
+    assert all(out.lstrip().startswith("usage: ") for out in outputs), [out[:200] for out in outputs]
+    assert all(f"usage: python -m {m}" in proc.stdout for m in modules), re.findall(r"^usage: \S+", proc.stdout, re.M)

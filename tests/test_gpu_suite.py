@@ -40,3 +40,14 @@ def test_unknown_mode_is_refused(tmp_path):
     proc = subprocess.run(["bash", "bench/gpu_suite.sh", "tp3", str(tmp_path)], cwd=REPO,
                           env=dict(os.environ, GPU_SUITE_DRY="1"), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "is not one of" in proc.stderr
+
+
+@pytest.mark.parametrize("args, code", [([], 2), (["tp2"], 2), (["--help"], 0)])
+def test_usage_names_every_mode(args, code):
+    """Without a mode and an out dir, or with --help, one usage line names every mode (exit 2 for a missing
+    argument, on stderr; 0 for --help)."""
+    proc = subprocess.run(["bash", "bench/gpu_suite.sh", *args], cwd=REPO,
+                          env=dict(os.environ, GPU_SUITE_DRY="1"), capture_output=True, text=True, timeout=60)
+    line = proc.stdout if code == 0 else proc.stderr
+    assert proc.returncode == code and line.startswith("usage: bash bench/gpu_suite.sh MODE OUT_DIR"), proc
+    assert line.count("\n") == 1 and all(mode in line for mode in MODES), line

@@ -42,3 +42,24 @@ def test_a_directory_where_the_run_writes_a_file_is_one_line(workdir, tmp_path):
             assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
             assert f"{out / name} is a directory, but the run writes a file of that name there" in proc.stderr
         assert sorted(os.listdir(out)) == [name]  # nothing written
+
+
+def test_the_logs_of_a_run_past_its_first_eval_are_a_record_not_a_false_start(workdir, tmp_path):
+    """A run dir with logs up to an eval after iter 0 but no checkpoint (a stored record, such as
+    experiments/*/runs/<run>/) is refused in one line, fresh or resumed, and nothing in it moves; --overwrite=True
+    moves it aside as for any run."""
+    out = tmp_path / "out-record"
+    out.mkdir()
+    records = '{"type": "layout"}\n{"type": "eval", "iter": 0}\n{"type": "eval", "iter": 300}\n{"type": "summary"'
+    for name, text in (("log.txt", "step 300: ...\n"), ("metrics.jsonl", records), ("config.json", "{}")):
+        (out / name).write_text(text)  # the last line cut short, as a kill leaves it
+    for extra, message in (([], "already holds the records of a run evaluated up to iter 300, without its "
+                                "checkpoints: choose another --out_dir, or pass --overwrite=True"),
+                           (["--init_from=resume"], "the run there was evaluated up to iter 300, but its checkpoints "
+                                                    "are gone (a record); train into another --out_dir")):
+        proc = run_train([*TINY, "--max_iters=2", f"--out_dir={out}", *extra], workdir, check=False)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+        assert sorted(os.listdir(out)) == ["config.json", "log.txt", "metrics.jsonl"]
+    proc = run_train([*TINY, "--max_iters=2", f"--out_dir={out}", "--overwrite=True"], workdir)
+    (aside,) = [n for n in os.listdir(out) if n.startswith("replaced-")]
+    assert (out / aside / "log.txt").read_text() == "step 300: ...\n" and (out / "ckpt.pt").exists()

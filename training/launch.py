@@ -32,7 +32,7 @@ def first_failure_line(error):
 def main(argv):
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
+    from torch.distributed.run import get_args_parser, run
 
     # the agent's per-worker shutdown notes ('Sending process N closing signal SIGTERM', 'failed (exitcode)')
     # restate what the line below says
@@ -41,7 +41,9 @@ def main(argv):
                  "torch.distributed.elastic.agent.server.api",
                  "torch.distributed.launcher.api"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    args = parse_args(argv)
+    parser = get_args_parser()  # torchrun's own parser, under the name this launcher runs by
+    parser.prog = "python -m training.launch"
+    args = parser.parse_args(argv)
     try:
         run(args)
     except ChildFailedError as e:

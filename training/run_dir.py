@@ -11,6 +11,7 @@ start removes the temp files ('.tmp-*') that an atomic write cut short (a killed
 """
 import fcntl
 import glob
+import json
 import os
 import re
 import time
@@ -68,16 +69,40 @@ def has_checkpoint(names):
     return any(n.endswith(".pt") or ".pt.invalid" in n for n in names)
 
 
+def last_eval_iter(out_dir):
+    """The last iteration after 0 at which out_dir/metrics.jsonl records an eval, else 0. A run that got that
+    far wrote a checkpoint, so its logs without one are a record whose checkpoints were removed (as in
+    experiments/), not a run that stopped before its first checkpoint."""
+    last = 0
+    try:
+        with open(os.path.join(out_dir, "metrics.jsonl"), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a line cut short by a kill
+                    continue
+                if isinstance(record, dict) and record.get("type") == "eval" and isinstance(record.get("iter"), int):
+                    last = max(last, record["iter"])
+    except OSError:
+        pass
+    return last
+
+
 def refuse_existing_run(out_dir, fresh, overwrite):
     """OutDirError if a fresh run (not a resume) would write into an out_dir that holds a run, unless
     overwrite (then claim() moves that run aside). A run that stopped before its first checkpoint has
     nothing to resume: a fresh start is let through, and claim() keeps its logs aside. Reads only; every
     rank may call it."""
     found = run_files(out_dir) if fresh and not overwrite else []
+    aside = os.path.join(out_dir, ASIDE_PREFIX + "<time>")
     if found and has_checkpoint(found):
         raise OutDirError(f"out_dir={out_dir!r} already holds a run ({', '.join(found)}): continue it with "
                           f"--init_from=resume, choose another --out_dir, or pass --overwrite=True to move the old "
-                          f"run aside into {os.path.join(out_dir, ASIDE_PREFIX + '<time>')}/")
+                          f"run aside into {aside}/")
+    if found and last_eval_iter(out_dir):
+        raise OutDirError(f"out_dir={out_dir!r} already holds the records of a run evaluated up to iter "
+                          f"{last_eval_iter(out_dir)}, without its checkpoints: choose another --out_dir, or pass "
+                          f"--overwrite=True to move them aside into {aside}/")
 
 
 def lock(out_dir):

@@ -53,6 +53,9 @@ def main():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] in (["-h"], ["--help"]):  # what it does, as the other prepare scripts' --help says it
+        print(__doc__.strip())
+        sys.exit(0)
     if len(sys.argv) > 1:  # it has no options; an argument given by mistake would otherwise pass unnoticed
         sys.exit(f"error: data/shakespeare_char/prepare.py takes no arguments (got {' '.join(sys.argv[1:])}); "
                  f"run: python data/shakespeare_char/prepare.py")

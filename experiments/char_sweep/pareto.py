@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Loss against measured time (issue 15, item 4): each policy's val loss (mean ± std over seeds, from
+"""Loss against measured time: each policy's val loss (mean ± std over seeds, from
 compare_runs.py --stats-json) against its measured ms per training iteration at tp=2 (from
 bench/train_throughput.py's JSON, on GPUs), for the same model shape; the Pareto front marked.
 

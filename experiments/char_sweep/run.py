@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The sync-point study, part 2 (issue 15): a resumable grid of training runs, several at once on one GPU.
+"""The sync-point study, part 2: a resumable grid of training runs, several at once on one GPU.
 
     python -m experiments.char_sweep.run --list                          # parts, their runs, relative cost
     python -m experiments.char_sweep.run w384-n2-s1337 --dry-run         # what would run, and the commands
@@ -19,7 +19,7 @@ Parts (PART argument; --list prints them):
     w384-n2, w384-n6, w192-n2, ...        one width x one n_tracks: 7 policies x 3 seeds = 21 runs
     w384-n2-s1337 ... w768-n6-s1339       one seed of those: the 7 policies, 7 runs
     char                                  all 126, in the order w384, w192, w768 (n_tracks 2, then 6)
-    bpe1, bpe2, bpe3                      issue item 5: seeds 1338 and 1339 for the BPE sweep's single-seed
+    bpe1, bpe2, bpe3                      seeds 1338 and 1339 for the BPE sweep's single-seed
                                           policies (experiments/shakespeare_sweep, EXPERIMENT_SUMMARY.md section 1),
                                           6 runs each: bpe1 grouped_4sync, grouped_3sync, grouped_2sync;
                                           bpe2 grouped_6sync, spd_12sync, parallel_12sync; bpe3 selective_9sync,
@@ -27,7 +27,7 @@ Parts (PART argument; --list prints them):
                                           shakespeare_sweep/run.sh with ITERS=3000 (tests/test_char_sweep.py checks
                                           each planned config against the stored seed-1337 run's config.json)
     bpe                                   bpe1 + bpe2 + bpe3
-    d768, d768-s1337 ... d384-s1339       part 3 (issue 26): GPT-2 124M (config/docs_124m.py) and its 384-wide
+    d768, d768-s1337 ... d384-s1339       part 3: GPT-2 124M (config/docs_124m.py) and its 384-wide
                                           variant (config/docs_w384.py) on data/debian_docs, read once: 10
                                           policies (24 syncs per forward down to grouped:12's 1) x 3 seeds, logs in
                                           experiments/docs_study/one_budget/runs/<d768-grouped3-s1338>/; on one H200 the 30
@@ -275,7 +275,7 @@ def list_parts(root, scratch, sets, smoke):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.char_sweep.run", description=__doc__.split("\n\n")[0],
-                                     formatter_class=HelpFormatter, epilog=__doc__)
+                                     formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("part", nargs="?", help="which runs (see --list)")
     parser.add_argument("--list", action="store_true", help="print the parts, their runs and relative cost")
     parser.add_argument("--dry-run", action="store_true", help="print each run's state and command; run nothing")

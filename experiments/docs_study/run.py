@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""The 124M study on data/debian_docs: the gap against the training budget (part 4, issue 37) and the
-val-loss curves and GPU time of the one-budget sweep (part 3, issue 26).
+"""The 124M study on data/debian_docs: the gap against the training budget (part 4) and the val-loss
+curves and GPU time of the one-budget sweep (part 3).
 
     python -m experiments.docs_study.run run --budgets 320,640,1280,2560 --policies baseline,ladder,grouped:12 \
         --seeds 1337,1338,1339 --jobs 8 --deadline 540 --scratch /tmp/scratch --pack "$OUT"   # on the GPU machine
-    python -m experiments.docs_study.run run --budgets 10,20 --smoke --set dataset=syn      # CPU: a check of the machinery
+    python -m experiments.docs_study.run run --budgets 10,20 --smoke --set dataset=shakespeare \
+        --policies baseline,grouped:12 --seeds 1337   # CPU: a check of the machinery, 6 tiny runs
     python -m experiments.docs_study.run budgets     # part 4's budget_table.md, budget.png, stats.json, wsd_check.md
     python -m experiments.docs_study.run report      # part 3's val_curves.png and gpu_seconds.md (experiments/docs_study/one_budget)
 
@@ -195,7 +196,8 @@ def trim_keeps(runs, root, scratch):
 
 
 def run_main(argv):
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run run", description="train the budget sweep (see the module docstring)")
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run run", description="train the budget sweep: per policy and seed a WSD trunk at constant learning rate and one "
+                                     "cooldown branch per budget; resumable (finished runs are skipped, stopped ones resume)")
     parser.add_argument("--config", default=os.path.join("config", "docs_124m.py"))
     parser.add_argument("--budgets", default="320,640,1280,2560", help="iterations, comma-separated")
     parser.add_argument("--policies", default="baseline,ladder,spd,grouped:4,grouped:12")
@@ -301,8 +303,13 @@ def main(argv=None):
         return budget_report(args.sweep, args.versus)
     if argv[:1] == ["report"]:
         argv = argv[1:]
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run [report]",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run [report]",
+        description=__doc__.split("\n\n")[0],
+        epilog="commands (each with its own --help):\n"
+               "  run      train the budget sweep (part 4)\n"
+               "  budgets  part 4's table, figure and stats from the stored runs\n"
+               "  report   part 3's figures (the default; its options are above)")
     parser.add_argument("--sweep", default=SWEEP)
     args = parser.parse_args(argv)
     runs = load(args.sweep)

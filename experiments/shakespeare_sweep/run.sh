@@ -19,6 +19,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."  # the repository root
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"  # the header above
+    exit 0
+fi
 sweep=${1:-experiments/shakespeare_sweep}
 runs_dir=$sweep/runs
 iters=${ITERS:-1500}
@@ -59,6 +63,15 @@ wait_runs() {
 
 runs=${RUNS:-baseline_24sync spd_12sync parallel_12sync selective_9sync grouped_6sync grouped_4sync
               grouped_3sync grouped_2sync baseline_24sync_seed1338 baseline_24sync_seed1339}
+# The stored sweep is a record: a run dir that holds a run would be refused by the trainer only after phase 2
+# had overwritten the sweep's sensitivity tables, so refuse it here, before anything is written.
+for run in $runs; do
+    if [ -e "$runs_dir/$run/log.txt" ] || [ -e "$runs_dir/$run/metrics.jsonl" ]; then
+        echo "error: $runs_dir/$run already holds a run; give a new SWEEP_DIR:" \
+             "bash experiments/shakespeare_sweep/run.sh DIR" >&2
+        exit 1
+    fi
+done
 echo "== phase 1: $(date -u +%T): $runs"
 for run in $runs; do
     case $run in

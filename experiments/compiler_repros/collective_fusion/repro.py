@@ -50,7 +50,7 @@ def make_step(all_reduce):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.compiler_repros.collective_fusion.repro", description=__doc__.split("\n\n")[0])
     p.add_argument("--cuda", action="store_true")
     p.add_argument("--one_gpu", action="store_true", help="CUDA tensors of every rank on cuda:0, joined by gloo")
     args = p.parse_args()

@@ -56,8 +56,12 @@ def worker(rank, world_size, peak):
 
 
 if __name__ == "__main__":
+    import argparse
     from parallel.launch import run_on_gloo
-    peak = "--no-peak" not in sys.argv
+    parser = argparse.ArgumentParser(prog="python -m experiments.compiler_repros.collective_order.repro",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-peak", action="store_true", help="turn inductor's peak-memory reordering off")
+    peak = not parser.parse_args().no_peak
     orders = run_on_gloo(worker, 2, peak)
     print(f"reorder_for_peak_memory={peak}")
     for rank, order in enumerate(orders):

@@ -89,7 +89,7 @@ VARIANTS = {
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.compiler_repros.partial_grads.bisect_partial_grads", description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--policies", default="grouped:2,spd")
     p.add_argument("--steps", type=int, default=2)
