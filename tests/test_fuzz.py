@@ -74,6 +74,8 @@ CONFIG_FILES = {  # name: content (bytes), each given as the training script's c
     "boolint.py": b"n_layer = True\n",
     "policy.py": f"sync_policy = 'grouped:{AR3}'\n".encode(),
     "raises.py": b"raise RuntimeError('boom\\nsecond line')\n",
+    "json.py": b'{"n_layer": 2}\n',  # a JSON habit: a dict computed and dropped
+    "compare.py": b"n_layer == 2\n",
 }
 
 
@@ -536,3 +538,42 @@ def test_settings_that_do_nothing_are_noted(fuzz_root, tmp_path):
     proc = run_train([*args, "--init_from=resume"], fuzz_root)
     assert "note: the checkpoint is at iter 2, max_iters=2: nothing to train; raise --max_iters to go on" in proc.stdout
     assert "note: cooldown_frac" not in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_closing_fuzz_pass_two_cases_are_one_line(fuzz_root, tmp_path):
+    """The second closing pass: a pack without pack.json or with a broken one, --pack or a plot where no file can
+    be made (/proc, which access() lets root write), --budgets with no policy to draw, a run whose metrics lines
+    are all unreadable, an option of docs_study's run mode given without it. One 'error:' line naming the input,
+    exit != 0, no file of the user's changed."""
+    from tests.test_stops import tree_digests
+    j = lambda *p: str(tmp_path.joinpath(*p))
+    _pack(j("nojson.tar.xz"), {"linux-doc-6.1/usr/share/doc/x.txt": b"text"})
+    _pack(j("badjson.tar.xz"), {"pack.json": b"{"})
+    run = os.path.join(fuzz_root, "runs", "trained")
+    shutil.copytree(run, j("badm"))
+    with open(j("badm", "metrics.jsonl"), "w") as f:
+        f.write("{not json\n")
+    py, prep = sys.executable, os.path.join(REPO, "data", "debian_docs", "prepare.py")
+    compare = os.path.join(REPO, "compare_runs.py")
+    cases = [
+        ([py, prep, "--from-pack", "nojson.tar.xz"], "nojson.tar.xz: it has no pack.json"),
+        ([py, prep, "--from-pack", "badjson.tar.xz"], "badjson.tar.xz: its pack.json is not JSON"),
+        ([py, prep, "--pack", "/proc/p.tar.xz"], "--pack /proc/p.tar.xz: cannot write in the directory /proc"),
+        ([py, compare, run, "--out=/proc/x.png"], "--out='/proc/x.png': cannot write in the directory /proc"),
+        ([py, compare, run, "--out=c.png", "--budgets=b.png"], "--budgets='b.png': no policy here has runs paired"),
+        ([py, compare, "badm"], "no evaluation logged yet (badm/metrics.jsonl: 1 line(s) not JSON, skipped)"),
+        ([py, "-m", "experiments.docs_study.run", "--budgets=1,2"], "[run ...|budgets ...|report]: error: "
+                                                                     "unrecognized arguments: --budgets=1,2"),
+    ]
+    before, repo_data = tree_digests(str(tmp_path)), tree_digests(os.path.join(REPO, "data"))
+    env = dict(run_env(), PYTHONPATH=REPO)
+    procs = [subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for cmd, _ in cases]
+    for proc, (cmd, want) in zip(procs, cases):
+        out, err = proc.communicate(timeout=120)
+        lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("usage:", "      "))]
+        assert proc.returncode not in (0, None) and "Traceback" not in out + err, (cmd, err[-2000:])
+        assert len(lines) == 1 and "error: " in lines[0] and want in lines[0], (cmd, err)
+    left = set(tree_digests(str(tmp_path))) - set(before)
+    assert left <= {"c.png"} and {k: v for k, v in tree_digests(str(tmp_path)).items() if k in before} == before
+    assert tree_digests(os.path.join(REPO, "data")) == repo_data

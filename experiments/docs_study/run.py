@@ -301,8 +301,12 @@ def main(argv=None):
         return budget_report(args.sweep, args.versus)
     if argv[:1] == ["report"]:
         argv = argv[1:]
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run [report]",
-                                     description=__doc__.split("\n\n")[0])
+    # the usage names the other modes: an option of `run` (--budgets, --seeds, ...) given without it lands here
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
+                                     prog="python -m experiments.docs_study.run [run ...|budgets ...|report]",
+                                     description=__doc__.split("\n\n")[0],
+                                     epilog="modes: run (train the budget sweep; run --help), budgets (part 4's "
+                                            "tables; budgets --help), report (the default: part 3's figures)")
     parser.add_argument("--sweep", default=SWEEP)
     args = parser.parse_args(argv)
     runs = load(args.sweep)
