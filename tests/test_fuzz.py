@@ -577,3 +577,24 @@ def test_closing_fuzz_pass_two_cases_are_one_line(fuzz_root, tmp_path):
     left = set(tree_digests(str(tmp_path))) - set(before)
     assert left <= {"c.png"} and {k: v for k, v in tree_digests(str(tmp_path)).items() if k in before} == before
     assert tree_digests(os.path.join(REPO, "data")) == repo_data
+
+
+def test_failed_writes_name_the_file_and_the_limit(tmp_path):
+    """A log line on a full disk names its file (write() errors carry none); a checkpoint that a file size limit
+    (ulimit -f) cuts short says so, since torch's writer reports only 'unexpected pos'."""
+    from training.step import RunLog
+    os.symlink("/dev/full", tmp_path / "log.txt")
+    log = RunLog(str(tmp_path), enabled=True, fresh=False)
+    with pytest.raises(OSError) as e:
+        log.write("step 1")
+    assert e.value.filename == str(tmp_path / "log.txt") and e.value.strerror == "No space left on device"
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))\n"
+            "from tests.checkpoint_cases import tiny_checkpoint\n"
+            "from training.checkpoint import CheckpointError, write_checkpoint\n"
+            "try:\n    write_checkpoint([sys.argv[1]], tiny_checkpoint())\n"
+            "except CheckpointError as e:\n    print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ckpt.pt")], cwd=REPO, env=run_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert "cannot be written" in proc.stdout and "files of at most 100,000 bytes (ulimit -f)" in proc.stdout, \
+        proc.stdout + proc.stderr
+    assert not os.path.exists(tmp_path / "ckpt.pt")
