@@ -45,8 +45,9 @@ def _stop_while_importing(signum, frame):
 
 if __name__ == "__main__":
     for _s in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(_s) in (signal.SIG_DFL, signal.default_int_handler):  # keep an inherited SIG_IGN
-            signal.signal(_s, _stop_while_importing)
+        # an inherited SIG_IGN too (a shell's background job ignores SIGINT): stop.py's handlers replace it after
+        # the imports, so a signal sent on purpose stops the run in every phase, these seconds included
+        signal.signal(_s, _stop_while_importing)
 
 import torch
 import torch.distributed as dist
