@@ -598,3 +598,19 @@ def test_failed_writes_name_the_file_and_the_limit(tmp_path):
     assert "cannot be written" in proc.stdout and "files of at most 100,000 bytes (ulimit -f)" in proc.stdout, \
         proc.stdout + proc.stderr
     assert not os.path.exists(tmp_path / "ckpt.pt")
+
+
+def test_stdout_closed_by_its_reader_is_one_line(fuzz_root, tmp_path):
+    """`python train_reduced_sync.py ... | head -1`: the reader goes, the next print fails; one line on stderr, not
+    a BrokenPipeError traceback."""
+    out = str(tmp_path / "out")
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "train_reduced_sync.py"), *TINY, "--max_iters=1000",
+                             f"--out_dir={out}"], cwd=fuzz_root, env=run_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
+    assert err.strip().splitlines() == ["error: rank 0: stdout was closed (the reader of its pipe ended, e.g. | head): "
+                                        "stopped; checkpoints written before are intact"], err

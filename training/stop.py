@@ -196,6 +196,11 @@ def report_fatal(main, argv):
     on this host). Anything else keeps its traceback (a bug)."""
     try:
         return main(argv)
+    except BrokenPipeError:  # stdout's reader ended (`... | head`): say it where it can still be read
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        print(f"error: rank {_rank()}: stdout was closed (the reader of its pipe ended, e.g. | head): stopped; "
+              f"checkpoints written before are intact", file=sys.stderr, flush=True)
+        return 1
     except OSError as e:
         if e.errno not in DISK_FULL:
             raise
