@@ -272,9 +272,9 @@ def read_config_file(path):
                               f"{ast.unparse(node.annotation)}")
         if isinstance(node, ast.Expr) and not isinstance(node.value, (ast.Call, ast.Constant)):
             # `{"n_layer": 2}` (a JSON habit) or `n_layer == 2` computes a value and drops it: nothing is set
-            hint = (", ".join(f"{ast.unparse(k)[1:-1]} = {ast.unparse(v)}" for k, v in
-                              zip(node.value.keys, node.value.values) if isinstance(k, ast.Constant))
-                    if isinstance(node.value, ast.Dict) else "key = value")
+            pairs = zip(node.value.keys, node.value.values) if isinstance(node.value, ast.Dict) else ()
+            hint = ", ".join(f"{k.value} = {ast.unparse(v)}" for k, v in pairs
+                             if isinstance(k, ast.Constant) and isinstance(k.value, str)) or "key = value"
             raise ConfigError(f"config file {path} (line {node.lineno}): '{ast.unparse(node)[:60]}' assigns nothing; "
                               f"config files are flat Python: write {hint[:120]}")
     namespace = {}
