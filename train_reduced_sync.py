@@ -108,7 +108,7 @@ def read_request(argv):
         # config.json and checkpoints record the tp that ran
         cfg = merge(cfg, {"data_dir": os.path.abspath(cfg.data_dir) if cfg.data_dir else "", "tp": layout.tp})
     except (ConfigError, ValueError) as e:
-        fail(str(e))
+        fail(str(e), every_rank=isinstance(e, RendezvousError))
     if cfg.device == "cuda" and not torch.cuda.is_available():
         fail("device='cuda' but CUDA is not available; use --device=cpu or --device=auto")
     return cfg, layout

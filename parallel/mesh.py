@@ -70,22 +70,24 @@ class RendezvousError(ValueError):
 
 
 def env_int(name, default):
-    """An integer environment variable (torchrun's RANK, WORLD_SIZE, ...), ValueError in one line if not."""
+    """An integer environment variable (torchrun's RANK, WORLD_SIZE, ...), RendezvousError in one line if not."""
     text = os.environ.get(name, str(default))
     try:
         return int(text)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={text!r} is not an integer") from None
+    except ValueError:  # this rank's own environment (outside torchrun, set by hand): it alone may know
+        raise RendezvousError(f"environment variable {name}={text!r} is not an integer") from None
 
 
 JOINED_KEY = "reduced_sync/joined"  # every rank adds 1 once it reached the store
 FIRST_WAIT_NOTE, WAIT_NOTE_EVERY = 5.0, 30.0  # seconds: the first 'waiting for' line, then one each
 
 
-def _in_thread(fn, poll):
+def _in_thread(fn, poll, deadline):
     """fn() run in a daemon thread while this (main) thread calls poll() every 0.1 s: a C++ call that blocks
     (a TCPStore client connecting, which retries until its timeout) would keep Python's signal handlers from
-    running, since they run only in the main thread between bytecodes. fn's exception is raised here."""
+    running, since they run only in the main thread between bytecodes. fn's exception is raised here, and
+    TimeoutError past deadline (time.monotonic()): the client's retries outlast its own timeout (torch 2.13:
+    a 6 s timeout gave up after about 18 s)."""
     box = {}
 
     def run():
@@ -99,6 +101,8 @@ def _in_thread(fn, poll):
     while t.is_alive():
         t.join(0.1)  # interruptible: SIGINT/SIGTERM handlers run here
         poll()
+        if t.is_alive() and time.monotonic() > deadline:
+            raise TimeoutError("nobody answered at that address")  # the daemon thread ends with the process
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -160,7 +164,7 @@ def _rendezvous(backend, timeout_s, on_wait=None):
         try:
             store = _in_thread(lambda: dist.TCPStore(addr, port, world, is_master=rank == 0,
                                                      timeout=timedelta(seconds=timeout_s), wait_for_workers=False),
-                               poll)
+                               poll, deadline)
             store.add(JOINED_KEY, 1)
             while (joined := store.add(JOINED_KEY, 0)) < world:
                 if time.monotonic() >= deadline:

@@ -369,6 +369,9 @@ ENV_CASES = [  # outside torchrun, the environment a user set by hand: one line,
     ({"RANK": "1", "WORLD_SIZE": "2"}, "rank 1: WORLD_SIZE=2 without MASTER_ADDR"),
     ({"LOCAL_WORLD_SIZE": "abc"}, "LOCAL_WORLD_SIZE='abc' is not an integer"),
     ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not an integer"),
+    ({"RANK": "1", "WORLD_SIZE": "two"}, "rank 1: environment variable WORLD_SIZE='two' is not an integer"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "x", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+     "rank 1: environment variable LOCAL_RANK='x' is not an integer"),  # was exit 1 without a word
     ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
      "rank 1: no rendezvous of the 2 ranks at 127.0.0.1:"),  # nobody listens: gives up after 3 s
 ]
@@ -614,3 +617,20 @@ def test_stdout_closed_by_its_reader_is_one_line(fuzz_root, tmp_path):
     assert proc.returncode == 1 and "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
     assert err.strip().splitlines() == ["error: rank 0: stdout was closed (the reader of its pipe ended, e.g. | head): "
                                         "stopped; checkpoints written before are intact"], err
+
+
+def test_rendezvous_timeout_is_kept_when_nobody_answers(fuzz_root):
+    """The TCPStore client retries past its own timeout (torch 2.13: 6 s gave up after about 18 s); the wait
+    ends at rendezvous_timeout, in one line."""
+    import time
+    env = {**run_env(), "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "train_reduced_sync.py"), *TRAIN, NEW_OUT,
+                           "--rendezvous_timeout=10"], cwd=fuzz_root, env=env, capture_output=True, text=True,
+                          timeout=120)
+    took = time.monotonic() - t0
+    lines = proc.stderr.strip().splitlines()  # a 'waiting for' note, then the error
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(lines) <= 2, proc.stderr
+    assert lines[-1].startswith("error: rank 1: no rendezvous of the 2 ranks") and \
+        lines[-1].endswith("within 10 s (rendezvous_timeout): nobody answered at that address"), proc.stderr
+    assert took < 22, took  # 10 s and the imports; it was about 30 s and the imports
