@@ -634,3 +634,18 @@ def test_rendezvous_timeout_is_kept_when_nobody_answers(fuzz_root):
     assert lines[-1].startswith("error: rank 1: no rendezvous of the 2 ranks") and \
         lines[-1].endswith("within 10 s (rendezvous_timeout): nobody answered at that address"), proc.stderr
     assert took < 22, took  # 10 s and the imports; it was about 30 s and the imports
+
+
+@pytest.mark.parametrize("module, argv, want", [
+    ("experiments.char_sweep.run", ["w384-n2", "--seeds=x", "--dry-run"], "--seeds='x': give comma-separated integers"),
+    ("experiments.char_sweep.run", ["w384-n2", "--deadline=-1", "--dry-run"], "--deadline=-1: must be > 0 seconds"),
+    ("experiments.docs_study.run", ["run", "--jobs=0", "--dry-run"], "--jobs=0: must be >= 1"),
+    ("experiments.docs_study.run", ["run", "--deadline=0", "--dry-run"], "--deadline=0: must be > 0 seconds"),
+])
+def test_sweep_runners_name_a_bad_option_before_planning(module, argv, want, capsys):
+    """--seeds=x said only int()'s message; --deadline=-1 was taken (and an unrelated run's state reported), and
+    docs_study's --jobs=0 with --dry-run listed the runs without a word."""
+    import importlib
+    code, err = run_in_process(importlib.import_module(module).main, argv, capsys)
+    assert_clean_error(code, err)
+    assert want in err, err
