@@ -7,6 +7,7 @@ holds the ranks with its tp_rank in every replica. All TP ranks of one replica r
 """
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -82,12 +83,10 @@ JOINED_KEY = "reduced_sync/joined"  # every rank adds 1 once it reached the stor
 FIRST_WAIT_NOTE, WAIT_NOTE_EVERY = 5.0, 30.0  # seconds: the first 'waiting for' line, then one each
 
 
-def _in_thread(fn, poll, deadline):
+def _in_thread(fn, poll):
     """fn() run in a daemon thread while this (main) thread calls poll() every 0.1 s: a C++ call that blocks
     (a TCPStore client connecting, which retries until its timeout) would keep Python's signal handlers from
-    running, since they run only in the main thread between bytecodes. fn's exception is raised here, and
-    TimeoutError past deadline (time.monotonic()): the client's retries outlast its own timeout (torch 2.13:
-    a 6 s timeout gave up after about 18 s)."""
+    running, since they run only in the main thread between bytecodes. fn's exception is raised here."""
     box = {}
 
     def run():
@@ -101,8 +100,6 @@ def _in_thread(fn, poll, deadline):
     while t.is_alive():
         t.join(0.1)  # interruptible: SIGINT/SIGTERM handlers run here
         poll()
-        if t.is_alive() and time.monotonic() > deadline:
-            raise TimeoutError("nobody answered at that address")  # the daemon thread ends with the process
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -162,9 +159,18 @@ def _rendezvous(backend, timeout_s, on_wait=None):
         os.dup2(devnull, 2)
         os.close(devnull)
         try:
+            while rank != 0:  # until rank 0's store listens: the C++ client retries to ~3x its timeout (torch 2.13)
+                try:
+                    socket.create_connection((addr, port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() >= deadline:
+                        raise give_up("nobody answered at that address") from None
+                    poll()
+                    time.sleep(0.1)
             store = _in_thread(lambda: dist.TCPStore(addr, port, world, is_master=rank == 0,
                                                      timeout=timedelta(seconds=timeout_s), wait_for_workers=False),
-                               poll, deadline)
+                               poll)
             store.add(JOINED_KEY, 1)
             while (joined := store.add(JOINED_KEY, 0)) < world:
                 if time.monotonic() >= deadline:
