@@ -105,6 +105,20 @@ def _in_thread(fn, poll):
     return box["value"]
 
 
+def _listening(addr, port, deadline, poll):
+    """Whether something listens at addr:port before deadline (time.monotonic()), probed every 0.1 s from
+    Python: the TCPStore client would retry to about 3x its timeout (torch 2.13) before giving up."""
+    while True:
+        try:
+            socket.create_connection((addr, port), timeout=1).close()
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            poll()
+            time.sleep(0.1)
+
+
 def _rendezvous(backend, timeout_s, on_wait=None):
     """init_process_group; outside torchrun with a time limit on finding the other ranks. Under torchrun
     its agent has already gathered every worker (workers use the agent's store), so nothing waits there.
@@ -159,15 +173,8 @@ def _rendezvous(backend, timeout_s, on_wait=None):
         os.dup2(devnull, 2)
         os.close(devnull)
         try:
-            while rank != 0:  # until rank 0's store listens: the C++ client retries to ~3x its timeout (torch 2.13)
-                try:
-                    socket.create_connection((addr, port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() >= deadline:
-                        raise give_up("nobody answered at that address") from None
-                    poll()
-                    time.sleep(0.1)
+            if rank != 0 and not _listening(addr, port, deadline, poll):
+                raise give_up("nobody answered at that address")
             store = _in_thread(lambda: dist.TCPStore(addr, port, world, is_master=rank == 0,
                                                      timeout=timedelta(seconds=timeout_s), wait_for_workers=False),
                                poll)
