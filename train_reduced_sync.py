@@ -45,8 +45,9 @@ def _stop_while_importing(signum, frame):
 
 if __name__ == "__main__":
     for _s in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(_s) in (signal.SIG_DFL, signal.default_int_handler):  # keep an inherited SIG_IGN
-            signal.signal(_s, _stop_while_importing)
+        # an inherited SIG_IGN too (a shell's background job ignores SIGINT): stop.py's handlers replace it after
+        # the imports, so a signal sent on purpose stops the run in every phase, these seconds included
+        signal.signal(_s, _stop_while_importing)
 
 import torch
 import torch.distributed as dist
@@ -107,7 +108,7 @@ def read_request(argv):
         # config.json and checkpoints record the tp that ran
         cfg = merge(cfg, {"data_dir": os.path.abspath(cfg.data_dir) if cfg.data_dir else "", "tp": layout.tp})
     except (ConfigError, ValueError) as e:
-        fail(str(e))
+        fail(str(e), every_rank=isinstance(e, RendezvousError))
     if cfg.device == "cuda" and not torch.cuda.is_available():
         fail("device='cuda' but CUDA is not available; use --device=cpu or --device=auto")
     return cfg, layout
@@ -582,7 +583,6 @@ def main(argv):
 
     signum, losses, syncs, final, best_iter = 0, None, None, None, None
     run_start = time.time()
-    control.start()
     while True:
         # Evaluate and checkpoint at an iteration boundary (weights after iter_num steps).
         if iter_num % cfg.eval_interval == 0 or iter_num in keep_iters or iter_num >= cfg.max_iters or cfg.eval_only:
@@ -615,6 +615,10 @@ def main(argv):
                       tokens_per_iter)
             timer_start, timed_iters = time.time(), 0
         iter_num += 1
+        if iter_num == start_iter + 1:
+            # the first step is done: from now on a signal stops after a step, with a checkpoint. Before it
+            # (the first eval, and with --compile=True minutes of compiling) it stops at once: nothing new to save
+            control.start()
         signum = control.agreed_stop()  # SIGINT/SIGTERM: every rank stops after the same step
         if signum:
             save([ckpt_path])
@@ -633,6 +637,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    install_signal_handlers()  # SIGINT/SIGTERM: at once until training starts, then after a step with a checkpoint
+    install_signal_handlers()  # SIGINT/SIGTERM: at once until the first step is done, then after a step with a checkpoint
     watch_parent()  # kill -9 of torchrun: its workers stop too, instead of training on as orphans
     sys.exit(report_fatal(main, sys.argv[1:]))

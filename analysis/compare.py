@@ -66,6 +66,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 from types import SimpleNamespace
 
 from training.config import ConfigError, HelpFormatter, OneLineArgumentParser, coerce, save_figure, write_text
@@ -176,13 +177,15 @@ def load_run(run_dir):
                 coerce(key, config[key])
             except ConfigError as e:
                 raise RunError(f"{config_path}: {e}") from None
+    unreadable = 0
     if os.path.exists(metrics_path):
         records = []
         for lineno, line in enumerate(read_lines(metrics_path), 1):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                continue  # blank, or cut short by a killed run
+                unreadable += bool(line.strip())  # blank, or cut short by a killed run
+                continue
             check_record(record, metrics_path, lineno)
             records.append(record)
     elif os.path.exists(log_path):
@@ -192,7 +195,8 @@ def load_run(run_dir):
     evals = {r["iter"]: r for r in records if r["type"] == "eval"}  # the later line of a resumed run wins
     train = {r["iter"]: r for r in records if r["type"] == "train"}
     if not evals:
-        raise RunError(f"{run_dir}: no evaluation logged yet")
+        skipped = f" ({metrics_path}: {unreadable} line(s) not JSON, skipped)" if unreadable else ""
+        raise RunError(f"{run_dir}: no evaluation logged yet{skipped}")
     iters = sorted(evals)
     syncs = [evals[i].get("syncs_per_fwd") for i in iters if evals[i].get("syncs_per_fwd") is not None]
     tok_per_s = [r["tok_per_s"] for r in train.values() if r.get("tok_per_s")]
@@ -1254,8 +1258,10 @@ def check_out(path, flag="--out", formats=PLOT_FORMATS):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise RunError(f"{flag}={path!r}: {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise RunError(f"{flag}={path!r}: the directory {parent} is not writable")
+    try:  # a real write: access() says yes to root on a read-only file system or /proc
+        tempfile.TemporaryFile(dir=parent).close()
+    except OSError as e:
+        raise RunError(f"{flag}={path!r}: cannot write in the directory {parent}: {e.strerror or e}") from None
 
 
 def main(argv=None):
@@ -1317,6 +1323,10 @@ def main(argv=None):
         budgets = None
         if args.budgets:
             budgets = budget_analysis(stats, f"{args.metric}_val")
+            if not budgets:
+                print(f"error: --budgets={args.budgets!r}: no policy here has runs paired with a baseline's (same "
+                      f"setting and seed) to draw against the budget; nothing written there", file=sys.stderr)
+                return 1
             print("\ngap against the training budget (final val loss):\n" + budget_table(budgets, args.margin))
             plot_budgets(budgets, args.budgets, args.margin)
             print(f"wrote {args.budgets}")

@@ -339,6 +339,14 @@ def pack(runs, args):
           f"with: tar xzf {PACK_NAME}")
 
 
+def check_args(args):
+    """SweepError for a --jobs or --deadline that no sweep can use, before any run is planned."""
+    if args.jobs < 1:
+        raise SweepError(f"--jobs={args.jobs}: must be >= 1")
+    if args.deadline is not None and not args.deadline > 0:
+        raise SweepError(f"--deadline={args.deadline:g}: must be > 0 seconds")
+
+
 def run_and_pack(runs, args):
     """sweep(), then the pack of the runs' logs (--pack); exit code 3 when runs are left for another command."""
     code = sweep(runs, args)

@@ -7,6 +7,7 @@ holds the ranks with its tp_rank in every replica. All TP ranks of one replica r
 """
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -70,12 +71,12 @@ class RendezvousError(ValueError):
 
 
 def env_int(name, default):
-    """An integer environment variable (torchrun's RANK, WORLD_SIZE, ...), ValueError in one line if not."""
+    """An integer environment variable (torchrun's RANK, WORLD_SIZE, ...), RendezvousError in one line if not."""
     text = os.environ.get(name, str(default))
     try:
         return int(text)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={text!r} is not an integer") from None
+    except ValueError:  # this rank's own environment (outside torchrun, set by hand): it alone may know
+        raise RendezvousError(f"environment variable {name}={text!r} is not an integer") from None
 
 
 JOINED_KEY = "reduced_sync/joined"  # every rank adds 1 once it reached the store
@@ -102,6 +103,20 @@ def _in_thread(fn, poll):
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def _listening(addr, port, deadline, poll):
+    """Whether something listens at addr:port before deadline (time.monotonic()), probed every 0.1 s from
+    Python: the TCPStore client would retry to about 3x its timeout (torch 2.13) before giving up."""
+    while True:
+        try:
+            socket.create_connection((addr, port), timeout=1).close()
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            poll()
+            time.sleep(0.1)
 
 
 def _rendezvous(backend, timeout_s, on_wait=None):
@@ -158,6 +173,8 @@ def _rendezvous(backend, timeout_s, on_wait=None):
         os.dup2(devnull, 2)
         os.close(devnull)
         try:
+            if rank != 0 and not _listening(addr, port, deadline, poll):
+                raise give_up("nobody answered at that address")
             store = _in_thread(lambda: dist.TCPStore(addr, port, world, is_master=rank == 0,
                                                      timeout=timedelta(seconds=timeout_s), wait_for_workers=False),
                                poll)

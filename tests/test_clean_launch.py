@@ -43,3 +43,17 @@ def test_sigterm_to_the_launcher_stops_the_workers_with_a_checkpoint_and_ends_in
     assert took <= STOP_S, (took, err[-3000:])
     assert last_line(err) == "launch stopped by SIGTERM: the workers were told to stop (their stop lines are above)"
     assert "stopped by SIGTERM at iter " in stdout and os.path.exists(os.path.join(out, "ckpt.pt")), stdout[-2000:]
+
+
+def test_an_option_torchrun_refuses_is_one_line_before_any_worker(tmp_path):
+    env = {**run_env(), "PYTHONPATH": REPO}
+    cases = [(["--nnodes=abc"], "invalid literal for int() with base 10: 'abc' (--nnodes=abc,"),
+             (["--nproc_per_node=two"], "Unsupported nproc_per_node value: two"),
+             (["--nnodes=1", "--rdzv_endpoint=host:port"], "rendezvous endpoint 'host:port'")]
+    procs = [subprocess.Popen([sys.executable, "-m", "training.launch", *args, TRAIN_SCRIPT, *TINY], cwd=tmp_path,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args, _ in cases]
+    for proc, (args, want) in zip(procs, cases):
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in out + err, (args, err[-3000:])
+        assert last_line(err).startswith("launch refused: a torchrun option is not valid: ") and want in last_line(err)
+        assert "Starting" not in err and os.listdir(tmp_path) == [], err  # no worker, no file

@@ -74,6 +74,8 @@ CONFIG_FILES = {  # name: content (bytes), each given as the training script's c
     "boolint.py": b"n_layer = True\n",
     "policy.py": f"sync_policy = 'grouped:{AR3}'\n".encode(),
     "raises.py": b"raise RuntimeError('boom\\nsecond line')\n",
+    "json.py": b'{"n_layer": 2}\n',  # a JSON habit: a dict computed and dropped
+    "compare.py": b"n_layer == 2\n",
 }
 
 
@@ -367,6 +369,9 @@ ENV_CASES = [  # outside torchrun, the environment a user set by hand: one line,
     ({"RANK": "1", "WORLD_SIZE": "2"}, "rank 1: WORLD_SIZE=2 without MASTER_ADDR"),
     ({"LOCAL_WORLD_SIZE": "abc"}, "LOCAL_WORLD_SIZE='abc' is not an integer"),
     ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not an integer"),
+    ({"RANK": "1", "WORLD_SIZE": "two"}, "rank 1: environment variable WORLD_SIZE='two' is not an integer"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "x", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+     "rank 1: environment variable LOCAL_RANK='x' is not an integer"),  # was exit 1 without a word
     ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
      "rank 1: no rendezvous of the 2 ranks at 127.0.0.1:"),  # nobody listens: gives up after 3 s
 ]
@@ -536,3 +541,111 @@ def test_settings_that_do_nothing_are_noted(fuzz_root, tmp_path):
     proc = run_train([*args, "--init_from=resume"], fuzz_root)
     assert "note: the checkpoint is at iter 2, max_iters=2: nothing to train; raise --max_iters to go on" in proc.stdout
     assert "note: cooldown_frac" not in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_closing_fuzz_pass_two_cases_are_one_line(fuzz_root, tmp_path):
+    """The second closing pass: a pack without pack.json or with a broken one, --pack or a plot where no file can
+    be made (/proc, which access() lets root write), --budgets with no policy to draw, a run whose metrics lines
+    are all unreadable, an option of docs_study's run mode given without it. One 'error:' line naming the input,
+    exit != 0, no file of the user's changed."""
+    from tests.test_stops import tree_digests
+    j = lambda *p: str(tmp_path.joinpath(*p))
+    _pack(j("nojson.tar.xz"), {"linux-doc-6.1/usr/share/doc/x.txt": b"text"})
+    _pack(j("badjson.tar.xz"), {"pack.json": b"{"})
+    run = os.path.join(fuzz_root, "runs", "trained")
+    shutil.copytree(run, j("badm"))
+    with open(j("badm", "metrics.jsonl"), "w") as f:
+        f.write("{not json\n")
+    py, prep = sys.executable, os.path.join(REPO, "data", "debian_docs", "prepare.py")
+    compare = os.path.join(REPO, "compare_runs.py")
+    cases = [
+        ([py, prep, "--from-pack", "nojson.tar.xz"], "nojson.tar.xz: it has no pack.json"),
+        ([py, prep, "--from-pack", "badjson.tar.xz"], "badjson.tar.xz: its pack.json is not JSON"),
+        ([py, prep, "--pack", "/proc/p.tar.xz"], "--pack /proc/p.tar.xz: cannot write in the directory /proc"),
+        ([py, compare, run, "--out=/proc/x.png"], "--out='/proc/x.png': cannot write in the directory /proc"),
+        ([py, compare, run, "--out=c.png", "--budgets=b.png"], "--budgets='b.png': no policy here has runs paired"),
+        ([py, compare, "badm"], "no evaluation logged yet (badm/metrics.jsonl: 1 line(s) not JSON, skipped)"),
+        ([py, "-m", "experiments.docs_study.run", "--budgets=1,2"], "[run ...|budgets ...|report]: error: "
+                                                                     "unrecognized arguments: --budgets=1,2"),
+    ]
+    before, repo_data = tree_digests(str(tmp_path)), tree_digests(os.path.join(REPO, "data"))
+    env = dict(run_env(), PYTHONPATH=REPO)
+    procs = [subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for cmd, _ in cases]
+    for proc, (cmd, want) in zip(procs, cases):
+        out, err = proc.communicate(timeout=120)
+        lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("usage:", "      "))]
+        assert proc.returncode not in (0, None) and "Traceback" not in out + err, (cmd, err[-2000:])
+        assert len(lines) == 1 and "error: " in lines[0] and want in lines[0], (cmd, err)
+    left = set(tree_digests(str(tmp_path))) - set(before)
+    assert left <= {"c.png"} and {k: v for k, v in tree_digests(str(tmp_path)).items() if k in before} == before
+    assert tree_digests(os.path.join(REPO, "data")) == repo_data
+
+
+def test_failed_writes_name_the_file_and_the_limit(tmp_path):
+    """A log line on a full disk names its file (write() errors carry none); a checkpoint that a file size limit
+    (ulimit -f) cuts short says so, since torch's writer reports only 'unexpected pos'."""
+    from training.step import RunLog
+    os.symlink("/dev/full", tmp_path / "log.txt")
+    log = RunLog(str(tmp_path), enabled=True, fresh=False)
+    with pytest.raises(OSError) as e:
+        log.write("step 1")
+    assert e.value.filename == str(tmp_path / "log.txt") and e.value.strerror == "No space left on device"
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))\n"
+            "from tests.checkpoint_cases import tiny_checkpoint\n"
+            "from training.checkpoint import CheckpointError, write_checkpoint\n"
+            "try:\n    write_checkpoint([sys.argv[1]], tiny_checkpoint())\n"
+            "except CheckpointError as e:\n    print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ckpt.pt")], cwd=REPO, env=run_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert "cannot be written" in proc.stdout and "files of at most 100,000 bytes (ulimit -f)" in proc.stdout, \
+        proc.stdout + proc.stderr
+    assert not os.path.exists(tmp_path / "ckpt.pt")
+
+
+def test_stdout_closed_by_its_reader_is_one_line(fuzz_root, tmp_path):
+    """`python train_reduced_sync.py ... | head -1`: the reader goes, the next print fails; one line on stderr, not
+    a BrokenPipeError traceback."""
+    out = str(tmp_path / "out")
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "train_reduced_sync.py"), *TINY, "--max_iters=1000",
+                             f"--out_dir={out}"], cwd=fuzz_root, env=run_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
+    assert err.strip().splitlines() == ["error: rank 0: stdout was closed (the reader of its pipe ended, e.g. | head): "
+                                        "stopped; checkpoints written before are intact"], err
+
+
+def test_rendezvous_timeout_is_kept_when_nobody_answers(fuzz_root):
+    """The TCPStore client retries past its own timeout (torch 2.13: 6 s gave up after about 18 s); the wait
+    ends at rendezvous_timeout, in one line."""
+    import time
+    env = {**run_env(), "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "train_reduced_sync.py"), *TRAIN, NEW_OUT,
+                           "--rendezvous_timeout=10"], cwd=fuzz_root, env=env, capture_output=True, text=True,
+                          timeout=120)
+    took = time.monotonic() - t0
+    lines = proc.stderr.strip().splitlines()  # a 'waiting for' note, then the error
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(lines) <= 2, proc.stderr
+    assert lines[-1].startswith("error: rank 1: no rendezvous of the 2 ranks") and \
+        lines[-1].endswith("within 10 s (rendezvous_timeout): nobody answered at that address"), proc.stderr
+    assert took < 22, took  # 10 s and the imports; it was about 30 s and the imports
+
+
+@pytest.mark.parametrize("module, argv, want", [
+    ("experiments.char_sweep.run", ["w384-n2", "--seeds=x", "--dry-run"], "--seeds='x': give comma-separated integers"),
+    ("experiments.char_sweep.run", ["w384-n2", "--deadline=-1", "--dry-run"], "--deadline=-1: must be > 0 seconds"),
+    ("experiments.docs_study.run", ["run", "--jobs=0", "--dry-run"], "--jobs=0: must be >= 1"),
+    ("experiments.docs_study.run", ["run", "--deadline=0", "--dry-run"], "--deadline=0: must be > 0 seconds"),
+])
+def test_sweep_runners_name_a_bad_option_before_planning(module, argv, want, capsys):
+    """--seeds=x said only int()'s message; --deadline=-1 was taken (and an unrelated run's state reported), and
+    docs_study's --jobs=0 with --dry-run listed the runs without a word."""
+    import importlib
+    code, err = run_in_process(importlib.import_module(module).main, argv, capsys)
+    assert_clean_error(code, err)
+    assert want in err, err

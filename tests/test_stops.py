@@ -113,6 +113,41 @@ def test_signal_during_data_checks_stops_at_once(workdir, tmp_path):
     assert not os.path.exists(out) and tree_digests(workdir) == before
 
 
+SLOW_FIRST_EVAL_LAUNCHER = """\
+import runpy, sys, time
+sys.path.insert(0, {repo!r})
+import training.step
+_estimate_loss = training.step.estimate_loss
+
+def slow_first_eval(*args, **kwargs):  # the first eval of --compile=True: compiling, minutes on a large model
+    if not slow_first_eval.done:
+        slow_first_eval.done = True
+        open({marker!r}, "w").close()
+        time.sleep(60)
+    return _estimate_loss(*args, **kwargs)
+
+slow_first_eval.done = False
+training.step.estimate_loss = slow_first_eval
+sys.argv[0] = {script!r}
+runpy.run_path({script!r}, run_name="__main__")
+"""
+
+
+def test_signal_before_the_first_step_is_done_stops_at_once(workdir, tmp_path):
+    """The first eval and step compile the model (--compile=True: minutes): a signal then stops at once, not after
+    the compile; there is nothing new to save before the first step."""
+    marker = str(tmp_path / "first-eval")
+    launcher = tmp_path / "slow_first_eval.py"
+    launcher.write_text(SLOW_FIRST_EVAL_LAUNCHER.format(repo=REPO, script=TRAIN_SCRIPT, marker=marker))
+    out = os.path.join(workdir, "out-first-eval-signal")
+    proc = start_train([*ARGS, f"--out_dir={out}", "--eval_interval=5"], workdir, script=str(launcher))
+    assert wait_until(lambda: os.path.exists(marker), proc), proc.communicate()[1][-3000:]
+    took, stdout, err = stop_time(proc, signal.SIGTERM)
+    assert proc.returncode == 143 and took <= STOP_S, (took, err)
+    assert last_line(err) == "error: SIGTERM before training began: stopped, nothing to save", err
+    assert not os.path.exists(os.path.join(out, "ckpt.pt")) and "Traceback" not in stdout + err
+
+
 def test_signal_during_training_and_during_a_checkpoint_write_stops_with_a_checkpoint(workdir, tmp_path):
     launcher = tmp_path / "slow_save.py"
     launcher.write_text(LAUNCHER.format(repo=REPO, script=TRAIN_SCRIPT))
@@ -194,14 +229,16 @@ runpy.run_path({script!r}, run_name="__main__")
 def test_signal_while_importing_stops_at_once_in_one_line(workdir, tmp_path):
     """Ctrl-C in the first seconds (import torch): the stop line, not a KeyboardInterrupt traceback."""
     before = tree_digests(workdir)
-    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
-        marker = str(tmp_path / f"importing-{code}")
+    # SIG_IGN: SIGINT as a shell's background job (`python train_reduced_sync.py ... &`) inherits it
+    for sig, code, inherited in ((signal.SIGINT, 130, signal.SIG_DFL), (signal.SIGTERM, 143, signal.SIG_DFL),
+                                 (signal.SIGINT, 130, signal.SIG_IGN)):
+        marker = str(tmp_path / f"importing-{code}-{int(inherited)}")
         launcher = tmp_path / f"slow_import_{code}.py"
         launcher.write_text(SLOW_IMPORT_LAUNCHER.format(repo=REPO, script=TRAIN_SCRIPT, marker=marker))
         out = os.path.join(workdir, f"out-import-signal-{code}")
         proc = subprocess.Popen([sys.executable, str(launcher), *ARGS, f"--out_dir={out}"], cwd=workdir, env=run_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a shell
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
         assert wait_until(lambda: os.path.exists(marker), proc), proc.communicate()[1][-3000:]
         took, _, err = stop_time(proc, sig)
         assert proc.returncode == code and took <= STOP_S, (took, err)

@@ -35,6 +35,7 @@ the user's explicit request, for a file they trust.
 import os
 import random
 import re
+import resource
 import shlex
 import shutil
 import sys
@@ -171,7 +172,12 @@ def _write_problem(path, error):
         free = f"{shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free / 2**20:,.1f} MiB free"
     except OSError:
         free = "free space unknown"
-    return (f"cannot be written: {reason}; {free} on its file system. A failed write replaces nothing: the "
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:  # torch's writer hides the EFBIG that a file size limit gives
+        free += f" on its file system, and this process may write files of at most {limit:,} bytes (ulimit -f)"
+    else:
+        free += " on its file system"
+    return (f"cannot be written: {reason}; {free}. A failed write replaces nothing: the "
             f"file there before, if any, is intact")
 
 

@@ -270,6 +270,13 @@ def read_config_file(path):
             raise ConfigError(f"config file {path} (line {node.lineno}): '{ast.unparse(node)}' assigns nothing; "
                               f"config files are flat Python: write {node.target.id} = "
                               f"{ast.unparse(node.annotation)}")
+        if isinstance(node, ast.Expr) and not isinstance(node.value, (ast.Call, ast.Constant)):
+            # `{"n_layer": 2}` (a JSON habit) or `n_layer == 2` computes a value and drops it: nothing is set
+            pairs = zip(node.value.keys, node.value.values) if isinstance(node.value, ast.Dict) else ()
+            hint = ", ".join(f"{k.value} = {ast.unparse(v)}" for k, v in pairs
+                             if isinstance(k, ast.Constant) and isinstance(k.value, str)) or "key = value"
+            raise ConfigError(f"config file {path} (line {node.lineno}): '{ast.unparse(node)[:60]}' assigns nothing; "
+                              f"config files are flat Python: write {hint[:120]}")
     namespace = {}
     try:
         exec(compile(source, path, "exec"), namespace)
@@ -426,12 +433,13 @@ def help_text(argv=(), prog="train_reduced_sync.py"):
              "them with its trunk). Other keys may change.",
              "",
              "Stopping: SIGINT (Ctrl-C) or SIGTERM. In training every rank stops after the same step, writes",
-             "ckpt.pt and exits 130/143 ('stopped by SIGTERM at iter N: saved ...'); before it (the rendezvous,",
-             "the data checks) it stops at once. A second SIGINT stops at once, without a checkpoint (the",
-             "previous one is intact). Several processes: launch with python -m training.launch (torchrun's",
-             "options) and send it SIGTERM: the workers stop as above and its last line says so. With torchrun",
-             "itself, send SIGTERM to the workers (pkill -TERM -P <torchrun pid>): SIGTERM to torchrun stops",
-             "them the same way, but torchrun ends with a traceback of its own (SignalException).",
+             "ckpt.pt and exits 130/143 ('stopped by SIGTERM at iter N: saved ...'); until the first step is",
+             "done (the rendezvous, the data checks, compiling) it stops at once. A second SIGINT stops at once,",
+             "without a checkpoint (the previous one is intact). Several processes: launch with",
+             "python -m training.launch (torchrun's options) and send it SIGTERM: the workers stop as above and",
+             "its last line says so. With torchrun itself, send SIGTERM to the workers (pkill -TERM -P <torchrun pid>):",
+             "SIGTERM to torchrun stops them the same way, but torchrun ends with a traceback of its own",
+             "(SignalException).",
              "",
              "Columns: key, type, default" + (f" (after {' '.join(given)})" if given else "")
              + ", meaning."]

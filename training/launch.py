@@ -9,10 +9,12 @@ printed below the workers' one-line errors and stop lines; here each becomes one
 
     launch failed: rank R exited with code C: <the first failed rank's error line>
     launch stopped by SIGTERM: the workers were told to stop (their stop lines are above)
+    launch refused: a torchrun option is not valid: <torchrun's reason> (--nnodes=..., ...)
 
 The error line is the one the trainer writes to torchrun's error file (parallel/mesh.py). Exit codes are
-torchrun's: 1 for a failed worker, 128 + the signal's number for a stop. The elastic agent's own warnings
-about shutting workers down are kept below error level; torchrun's start-up notes are kept.
+torchrun's: 1 for a failed worker, 128 + the signal's number for a stop; 2 for an option torchrun refuses
+(checked before any worker starts). The elastic agent's own warnings about shutting workers down are kept
+below error level; torchrun's start-up notes are kept.
 """
 import logging
 import signal
@@ -32,7 +34,8 @@ def first_failure_line(error):
 def main(argv):
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import get_args_parser, run
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+    from torch.distributed.run import config_from_args, get_args_parser, run
 
     # the agent's per-worker shutdown notes ('Sending process N closing signal SIGTERM', 'failed (exitcode)')
     # restate what the line below says
@@ -44,6 +47,15 @@ def main(argv):
     parser = get_args_parser()  # torchrun's own parser, under the name this launcher runs by
     parser.prog = "python -m training.launch"
     args = parser.parse_args(argv)
+    try:  # torchrun's own checks of its options (run() makes the same call first), before any worker starts
+        config_from_args(args)
+        if args.rdzv_endpoint:
+            parse_rendezvous_endpoint(args.rdzv_endpoint, default_port=-1)
+    except (ValueError, AssertionError) as e:
+        print(f"launch refused: a torchrun option is not valid: {str(e).strip().splitlines()[0]} (--nnodes="
+              f"{args.nnodes}, --nproc_per_node={args.nproc_per_node}, --rdzv_endpoint={args.rdzv_endpoint!r}); "
+              f"torchrun --help lists them", file=sys.stderr, flush=True)
+        return 2
     try:
         run(args)
     except ChildFailedError as e:

@@ -258,8 +258,16 @@ class RunLog:
         if not self.enabled:
             return
         print(text, flush=True)
-        with open(self.txt, "a") as f:
-            f.write(text + "\n")
+        _append(self.txt, text + "\n")
         if record is not None:
-            with open(self.jsonl, "a") as f:
-                f.write(json.dumps(record) + "\n")
+            _append(self.jsonl, json.dumps(record) + "\n")
+
+
+def _append(path, text):
+    try:
+        with open(path, "a") as f:
+            f.write(text)
+    except OSError as e:
+        if e.filename is None:  # a failed write() or close() names no file; the one-line error should
+            raise OSError(e.errno, e.strerror, path) from None
+        raise

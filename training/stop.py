@@ -4,7 +4,7 @@
                                        rendezvous included: init_mesh(on_wait=waiting) waits in Python)
     watch_parent()                     under torchrun: a worker whose launcher died stops (SIGTERM to itself)
     control = Control(mesh)            every rank, once (creates a gloo group over the world)
-    control.start()                    the loop begins: a signal now sets a flag; a second SIGINT exits at once
+    control.start()                    the first step is done: a signal now sets a flag; a second SIGINT exits at once
     signum = control.agreed_stop()     once per training step, every rank: 0, or the signal all stop on
     control.any_error(bool)            every rank: whether some rank failed (e.g. rank 0's checkpoint write)
 
@@ -109,7 +109,8 @@ class Control:
             _peers[:] = [tuple(t.tolist()) for t in comm.all_gather(me, self.group, kind="control")]
 
     def start(self):
-        """The training loop begins: from now on a signal stops after a step, with a checkpoint."""
+        """The first step is done: from now on a signal stops after a step, with a checkpoint. (Until then, the
+        first eval and compiling included, there is nothing new to save: a signal stops at once.)"""
         _signal["training"] = True
 
     @property
@@ -195,6 +196,11 @@ def report_fatal(main, argv):
     on this host). Anything else keeps its traceback (a bug)."""
     try:
         return main(argv)
+    except BrokenPipeError:  # stdout's reader ended (`... | head`): say it where it can still be read
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        print(f"error: rank {_rank()}: stdout was closed (the reader of its pipe ended, e.g. | head): stopped; "
+              f"checkpoints written before are intact", file=sys.stderr, flush=True)
+        return 1
     except OSError as e:
         if e.errno not in DISK_FULL:
             raise

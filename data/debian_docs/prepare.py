@@ -47,6 +47,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -190,7 +191,7 @@ def write_pack(members, path):
 
 def read_members_from_pack(path):
     members = {package: [] for _, package, _, _, _, _ in PACKAGES}
-    pins = {}
+    pins = None
     remedy = f"build it again on a machine with the .debs: python data/debian_docs/prepare.py --pack {path}"
     try:
         with tarfile.open(path, mode="r:xz") as tar:
@@ -199,7 +200,10 @@ def read_members_from_pack(path):
                     continue
                 data = tar.extractfile(member).read()
                 if member.name == "pack.json":
-                    pins = json.loads(data)
+                    try:
+                        pins = json.loads(data)
+                    except ValueError as e:
+                        raise PrepareError(f"--from-pack {path}: its pack.json is not JSON ({e}); {remedy}") from None
                     continue
                 if "/" not in member.name:
                     raise PrepareError(f"--from-pack {path}: member {member.name!r} is not <package>/<file>: not a pack "
@@ -210,6 +214,9 @@ def read_members_from_pack(path):
         # a truncated or foreign file, a gzip named .tar.xz, a malformed tar, a broken pack.json
         raise PrepareError(f"--from-pack {path}: not a readable pack ({type(e).__name__}: "
                            f"{str(e).splitlines()[0] if str(e) else 'truncated'}); {remedy}") from None
+    if pins is None:
+        raise PrepareError(f"--from-pack {path}: it has no pack.json (the package versions it was packed from), so it "
+                           f"is not a pack of this script; {remedy}")
     if not isinstance(pins, dict):
         raise PrepareError(f"--from-pack {path}: its pack.json is not an object; {remedy}")
     for _, package, version, sha256, _, _ in PACKAGES:
@@ -483,8 +490,10 @@ def check_arguments(args):
         if not os.path.isdir(parent):
             raise PrepareError(f"--pack {args.pack}: the directory {parent} does not exist; create it first "
                                f"(mkdir -p {parent})")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise PrepareError(f"--pack {args.pack}: the directory {parent} is not writable")
+        try:  # a real write: access() says yes to root on a read-only file system or /proc
+            tempfile.TemporaryFile(dir=parent).close()
+        except OSError as e:
+            raise PrepareError(f"--pack {args.pack}: cannot write in the directory {parent}: {e.strerror or e}") from None
 
 
 def main(argv=None):

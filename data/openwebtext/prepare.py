@@ -46,8 +46,8 @@ def main():
     try:
         from datasets import load_dataset
     except ImportError:
-        sys.exit("data/openwebtext/prepare.py needs the HuggingFace `datasets` package and internet:\n"
-                 "    pip install -r requirements-optional.txt")
+        sys.exit("error: data/openwebtext/prepare.py needs the HuggingFace `datasets` package and internet: "
+                 "pip install -r requirements-optional.txt")
 
     enc = tiktoken.get_encoding("gpt2")  # downloads its two files once, as the dataset needs internet anyway
 

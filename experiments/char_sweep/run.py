@@ -73,7 +73,7 @@ if __name__ == "__main__" and not __package__:  # run by its path: the imports b
     sys.exit("run it from the repository root as: python -m experiments.char_sweep.run " + " ".join(sys.argv[1:]))
 
 from training.config import REPO, HelpFormatter  # (no torch import)
-from experiments.runner import Run, SweepError, finished, planned_config, run_and_pack
+from experiments.runner import Run, SweepError, check_args, finished, planned_config, run_and_pack
 
 # ---------------------------------------------------------------- the character-level grid
 CHAR_CONFIGS = {w: f"config/shakespeare_char_{w}.py" for w in (192, 384, 768)}
@@ -317,15 +317,17 @@ def main(argv=None):
         args.root = "out-sweep-smoke" if args.smoke else "."
     sets = [f"--{s.lstrip('-')}" for s in args.set]
     try:
-        if args.jobs < 1:
-            raise SweepError("--jobs must be >= 1")
+        check_args(args)
         if args.list:
             list_parts(args.root, args.scratch, sets, args.smoke)
             return 0
         if not args.part:
             raise SweepError(f"give a PART (one of {', '.join(part_names())}) or --list")
         policies = set(args.policies.split(",")) if args.policies else None
-        seeds = {int(s) for s in args.seeds.split(",")} if args.seeds else None
+        try:
+            seeds = {int(s) for s in args.seeds.split(",")} if args.seeds else None
+        except ValueError:
+            raise SweepError(f"--seeds={args.seeds!r}: give comma-separated integers, e.g. 1337,1338") from None
         return run_and_pack(runs_of(args.part, sets, args.smoke, policies, seeds), args)
     except (SweepError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -51,7 +51,7 @@ from bench.common import pyplot
 from analysis.compare import load_run, mean_ci, records_from_log
 from training.config import REPO, ConfigError, HelpFormatter, parse, save_figure, write_text
 from experiments.char_sweep.run import DOCS_POLICIES, SMOKE_DOCS
-from experiments.runner import Run, SweepError, run_and_pack, run_state
+from experiments.runner import Run, SweepError, check_args, run_and_pack, run_state
 
 # each part's tables, figures and call logs, beside its runs/
 SWEEP = os.path.join("experiments", "docs_study", "one_budget")
@@ -223,6 +223,7 @@ def run_main(argv):
     if args.pack:
         args.pack = os.path.abspath(args.pack)
     try:
+        check_args(args)
         budgets = [int(b) for b in args.budgets.split(",")]
         seeds = [int(s) for s in args.seeds.split(",")]
         policies = args.policies.split(",")
@@ -303,8 +304,9 @@ def main(argv=None):
         return budget_report(args.sweep, args.versus)
     if argv[:1] == ["report"]:
         argv = argv[1:]
+    # the usage names the other modes: an option of `run` (--budgets, --seeds, ...) given without it lands here
     parser = argparse.ArgumentParser(
-        formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run [report]",
+        formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run [run ...|budgets ...|report]",
         description=__doc__.split("\n\n")[0],
         epilog="commands (each with its own --help):\n"
                "  run      train the budget sweep (part 4)\n"
