@@ -21,6 +21,7 @@ workers directly as well: under torchrun a repeat of the first signal within FOR
 that copy, not a second Ctrl-C.
 """
 import errno
+import io
 import os
 import re
 import shutil
@@ -75,17 +76,31 @@ def watch_parent(interval=1.0):
     threading.Thread(target=watch, name="watch-launcher", daemon=True).start()
 
 
+def _last_words(line):
+    """Print line to stderr from a signal handler that exits next. The signal may land inside another print
+    to sys.stderr (the rendezvous' 'waiting for' line); a second print into that buffered writer raises
+    'reentrant call', so the line goes straight to its file descriptor."""
+    try:
+        sys.stderr.flush()
+    except (RuntimeError, ValueError, OSError):
+        pass  # the interrupted print still holds the buffer: what it had is lost with the exit
+    try:
+        os.write(sys.stderr.fileno(), (line + "\n").encode())
+    except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+        print(line, file=sys.stderr, flush=True)  # a stderr without a descriptor (captured by a test runner)
+
+
 def _say(line):
     if os.environ.get("RANK", "0") in ("0", ""):  # once, not per rank
-        print(line, file=sys.stderr, flush=True)
+        _last_words(line)
 
 
 def _handle(signum, frame):
     name = signal.Signals(signum).name
     if _signal["waiting"]:
         rank = os.environ.get("RANK", "0")
-        print(f"error: {'' if rank in ('0', '') else f'rank {rank}: '}{name} while {_signal['waiting']}: stopped, "
-              f"nothing to save", file=sys.stderr, flush=True)
+        _last_words(f"error: {'' if rank in ('0', '') else f'rank {rank}: '}{name} while {_signal['waiting']}: "
+                    f"stopped, nothing to save")
         os._exit(128 + signum)
     if not _signal["training"]:
         _say(f"error: {name} before training began: stopped, nothing to save")
