@@ -1,5 +1,6 @@
 """Small helpers shared by the data/<name>/prepare.py scripts."""
 import os
+import sys
 
 
 def temp_path(path):
@@ -20,3 +21,13 @@ def write_atomic(path, data):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def check_no_arguments(argv, doc, script):
+    """For a prepare script without options: --help prints its docstring; any other argument is refused in
+    one line (given by mistake, it would otherwise pass unnoticed)."""
+    if argv in (["-h"], ["--help"]):
+        print(doc.strip())
+        sys.exit(0)
+    if argv:
+        sys.exit(f"error: {script} takes no arguments (got {' '.join(argv)}); run: python {script}")

@@ -25,7 +25,7 @@ from tqdm import tqdm
 # sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/
 from gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding
-from prepare_utils import write_atomic
+from prepare_utils import check_no_arguments, write_atomic
 from shakespeare_text import load_play, play_paths
 
 
@@ -48,10 +48,5 @@ def main():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] in (["-h"], ["--help"]):  # what it does, as the other prepare scripts' --help says it
-        print(__doc__.strip())
-        sys.exit(0)
-    if len(sys.argv) > 1:  # it has no options; an argument given by mistake would otherwise pass unnoticed
-        sys.exit(f"error: data/shakespeare/prepare.py takes no arguments (got {' '.join(sys.argv[1:])}); "
-                 f"run: python data/shakespeare/prepare.py")
+    check_no_arguments(sys.argv[1:], __doc__, "data/shakespeare/prepare.py")
     main()
