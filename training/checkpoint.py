@@ -331,9 +331,10 @@ def read_for_resume(out_dir):
             if e.kind == "missing":
                 from training.run_dir import last_eval_iter
                 logs = [n for n in ("log.txt", "metrics.jsonl") if os.path.exists(os.path.join(out_dir, n))]
+                evaluated_to = last_eval_iter(out_dir)
                 why = ("there is no run to resume in this out_dir" if not logs else
-                       f"the run there was evaluated up to iter {last_eval_iter(out_dir)}, but its checkpoints are "
-                       f"gone (a record); train into another --out_dir" if last_eval_iter(out_dir) else
+                       f"the run there was evaluated up to iter {evaluated_to}, but its checkpoints are "
+                       f"gone (a record); train into another --out_dir" if evaluated_to else
                        "the run there stopped before its first checkpoint; start it again with the same command "
                        "without --init_from=resume (its logs are moved aside into replaced-<time>/)")
                 raise CheckpointError(last, f"does not exist: {why}", "missing") from None

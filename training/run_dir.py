@@ -99,9 +99,10 @@ def refuse_existing_run(out_dir, fresh, overwrite):
         raise OutDirError(f"out_dir={out_dir!r} already holds a run ({', '.join(found)}): continue it with "
                           f"--init_from=resume, choose another --out_dir, or pass --overwrite=True to move the old "
                           f"run aside into {aside}/")
-    if found and last_eval_iter(out_dir):
+    evaluated_to = last_eval_iter(out_dir) if found else 0
+    if evaluated_to:
         raise OutDirError(f"out_dir={out_dir!r} already holds the records of a run evaluated up to iter "
-                          f"{last_eval_iter(out_dir)}, without its checkpoints: choose another --out_dir, or pass "
+                          f"{evaluated_to}, without its checkpoints: choose another --out_dir, or pass "
                           f"--overwrite=True to move them aside into {aside}/")
 
 
