@@ -174,3 +174,32 @@ def test_budget_plan_chains_branch_points_and_what_is_left(tmp_path):
     os.rename(trunk.final_dir(root), trunk.final_dir(root) + "-away")
     assert [r.name for r in trim_keeps(budget_runs("config/docs_124m.py", [320, 640], ["grouped:12"], [1338],
                                                    "sweep", scratch), root, scratch)] == [b320.name, b640.name]
+
+
+def test_rerun_check_against_a_case_by_hand(tmp_path):
+    """docs_study budgets' rerun_check.md: a trunk trained twice (earlier/ then runs/), its mean relative val-loss
+    difference over the common evals from iteration 256 on, and the t-interval over pairs."""
+    import json
+    from experiments.docs_study.run import rerun_check
+
+    def trunk(folder, name, device, losses):
+        path = tmp_path / folder / name
+        path.mkdir(parents=True)
+        layout = {"type": "layout"} | ({"device_name": device} if device else {})
+        evals = [{"type": "eval", "iter": it, "val_loss": v} for it, v in losses.items()]
+        (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in [layout, *evals]) + "\n")
+
+    # pair 1: +1% and +3% at iterations 256 and 512 (iteration 0 is left out): mean +2%
+    trunk("earlier", "d768-trunk512-ladder-s1", None, {0: 10.0, 256: 4.0, 512: 2.0})
+    trunk("runs", "d768-trunk512-ladder-s1", "NVIDIA H100", {0: 9.0, 256: 4.04, 512: 2.06})
+    # pair 2: −2% at 256 only (the shorter trunk bounds the common evals): mean −2%
+    trunk("runs", "d768-trunk256-spd-s1", None, {256: 5.0})
+    trunk("runs", "d768-trunk512-spd-s1", None, {256: 4.9, 512: 3.0})
+    text = rerun_check(str(tmp_path))
+    assert "| ladder | 1 | earlier/d768-trunk512-ladder-s1 (not logged) | runs/d768-trunk512-ladder-s1 (NVIDIA H100) " \
+           "| 256-512 (2) | +2.000% | +1.00% to +3.00% |" in text
+    assert "| spd | 1 | runs/d768-trunk256-spd-s1 (not logged) | runs/d768-trunk512-spd-s1 (not logged) | 256-256 (1) " \
+           "| -2.000% |" in text
+    # mean 0, sample std sqrt(8) = 2.828, t(0.975, 1 df) = 12.706: half-width 12.706 * 2.828 / sqrt(2) = 25.41
+    assert "- all: +0.00 ± 25.41% (mean ± 95% t half-width over 2 pairs, 1 df)" in text
+    assert "H100 against another" not in text  # one such pair gives no interval

@@ -27,7 +27,8 @@ COMMANDS = [
     (f"python compare_runs.py {CHAR}/runs/* --markdown --stats --trend {CHAR}/trend.png "
      f"--stats-json {CHAR}/stats.json --out {CHAR}/compare_runs.png", f"{CHAR}/compare_runs.md", [f"{CHAR}/stats.json"]),
     ("python -m experiments.docs_study.run budgets", None,
-     [f"{BUDGETS}/budget_table.md", f"{BUDGETS}/stats.json", f"{BUDGETS}/wsd_check.md"]),
+     [f"{BUDGETS}/budget_table.md", f"{BUDGETS}/stats.json", f"{BUDGETS}/wsd_check.md",
+      f"{BUDGETS}/rerun_check.md"]),
     # the same budget and WSD tables from compare_runs.py itself: checked below as parts of its stdout
     (f"python compare_runs.py {BUDGETS}/runs/d768-b* --budgets budget.png --versus '{ONE}/runs/d768-*'", None, []),
 ]

@@ -51,7 +51,7 @@ from bench.common import pyplot
 from analysis.compare import load_run, mean_ci, records_from_log
 from training.config import REPO, ConfigError, HelpFormatter, parse, save_figure, write_text
 from experiments.char_sweep.run import DOCS_POLICIES, SMOKE_DOCS
-from experiments.runner import Run, SweepError, check_args, run_and_pack, run_state
+from experiments.runner import Run, SweepError, check_args, read_records, run_and_pack, run_state
 
 # each part's tables, figures and call logs, beside its runs/
 SWEEP = os.path.join("experiments", "docs_study", "one_budget")
@@ -276,6 +276,52 @@ def trunk_curves(sweep):
             for width, policies in out.items()}
 
 
+def trunk_logs(sweep):
+    """{(width, tag, seed): [(path, {iter: val_loss}, device)]}: every trunk log of the sweep, runs/ and earlier/
+    (trunks trained again for a later branch: their first version, kept for this check)."""
+    out = {}
+    for path in (sorted(glob.glob(os.path.join(sweep, "earlier", "d*-trunk*-*-s*")))  # in the order trained
+                 + sorted(glob.glob(os.path.join(sweep, "runs", "d*-trunk*-*-s*")))):
+        match = TRUNK_NAME.match(os.path.basename(path))
+        records = read_records(os.path.join(path, "metrics.jsonl"))
+        layout = next((r for r in records if r.get("type") == "layout"), {})
+        curve = {r["iter"]: r["val_loss"] for r in records if r.get("type") == "eval"}
+        out.setdefault((match[1], match[2], int(match[3])), []).append(
+            (os.path.relpath(path, sweep), curve, layout.get("device_name", "not logged")))
+    return out
+
+
+def rerun_check(sweep, from_iter=256):
+    """rerun_check.md: the same (policy, seed) trunk trained twice, on one GPU or on two: the mean relative
+    val-loss difference over their common evals from `from_iter` on, and a t-interval over the pairs."""
+    rows, diffs = [], {"all": [], "H100 against another": []}
+    for (width, tag, seed), logs in sorted(trunk_logs(sweep).items()):
+        for (path_a, a, dev_a), (path_b, b, dev_b) in zip(logs, logs[1:]):
+            common = sorted(i for i in set(a) & set(b) if i >= from_iter)
+            if not common:
+                continue
+            gaps = [100.0 * (b[i] / a[i] - 1.0) for i in common]
+            mean = statistics.fmean(gaps)
+            diffs["all"].append(mean)
+            if ("H100" in dev_a) != ("H100" in dev_b):
+                diffs["H100 against another"].append(mean)
+            rows.append(f"| {tag} | {seed} | {path_a} ({dev_a}) | {path_b} ({dev_b}) | {common[0]}-{common[-1]} "
+                        f"({len(common)}) | {mean:+.3f}% | {min(gaps):+.2f}% to {max(gaps):+.2f}% |")
+    lines = ["# One trunk trained twice", "",
+             "Each row: the same policy, seed and config trained twice (a checkpoint does not outlive its machine, "
+             "so a trunk is trained again for a later branch). Difference: val loss of the second ÷ the first − 1, "
+             f"at their common evals from iteration {from_iter} on; device from each run's layout record "
+             "('not logged': the runs of calls 1-8, all on H200, before it was logged).", "",
+             "| policy | seed | first | second | iterations (evals) | mean difference | range |",
+             "|---|---|---|---|---|---:|---|", *rows, ""]
+    for label, values in diffs.items():
+        if len(values) >= 2:
+            mean, half, _ = mean_ci(values)
+            lines.append(f"- {label}: {mean:+.2f} ± {half:.2f}% (mean ± 95% t half-width over {len(values)} pairs, "
+                         f"{len(values) - 1} df)")
+    return "\n".join(lines) + "\n"
+
+
 def budget_report(sweep, versus_glob):
     """budget_table.md, budget.png, stats.json and wsd_check.md in the budget sweep's directory."""
     from analysis.compare import budget_analysis, budget_table, plot_budgets, seed_statistics, versus, versus_table
@@ -288,7 +334,8 @@ def budget_report(sweep, versus_glob):
     write_text(os.path.join(sweep, "stats.json"), json.dumps({"stats": stats, "budgets": budgets}, indent=1))
     others = [load_run(d) for d in sorted(glob.glob(versus_glob))]
     write_text(os.path.join(sweep, "wsd_check.md"), versus_table(versus(branches, others), versus_glob) + "\n")
-    print(f"wrote {sweep}/budget.png, budget_table.md, stats.json, wsd_check.md")
+    write_text(os.path.join(sweep, "rerun_check.md"), rerun_check(sweep))
+    print(f"wrote {sweep}/budget.png, budget_table.md, stats.json, wsd_check.md, rerun_check.md")
     return 0
 
 
