@@ -33,7 +33,7 @@ COMMANDS = [
     (f"python compare_runs.py {BUDGETS}/runs/d768-b* --budgets budget.png --versus '{ONE}/runs/d768-*'", None, []),
 ]
 STUDIES = (ONE, BUDGETS, CHAR, BPE)
-READ_ONLY = ("runs", "stopped", "gpu-call-*.log")  # the inputs: linked, never written
+READ_ONLY = ("runs", "earlier", "stopped", "gpu-call-*.log")  # the inputs: linked, never written
 
 
 def records_copy(root):
