@@ -342,6 +342,8 @@ def predict(size, workload, tp, policy, n_tracks, device, tables, fit, mode="gra
     if measured is None:
         measured = measured_sublayers(device, size, workload, tp)
     compute_parts = {name: measured.get(name, e["scale"] * t * 1e3) for name, t in roof.items()}
+    if measured:
+        how = f"{', '.join(sorted(set(measured) & set(roof)))} measured on {device} (kernel time), the rest {how}"
     compute = sum(compute_parts.values())
     n_div, n_lay = tracks_features(policy, L)
     tracks = e["scale"] * stream_pass(size, workload, k, device) * 1e3 * (e["c_div"] * n_div + e["c_layer"] * n_lay)
@@ -673,14 +675,31 @@ def answer(size, tp, policy, device, n_tracks, tables, fit, err):
 
 # ------------------------------------------------------------------ per-sublayer calibration on one GPU
 def calibrate(device, sizes, tps, workloads, repeats, out_dir):
-    """Time each sublayer at the shard width each tp implies, on this one device: CUDA events on a
-    GPU (wall clock on CPU), median of `repeats`. Training workloads: forward + backward (and the
-    AdamW step of the rank's parameters); decode: one token against a KV cache of ctx - 1 tokens."""
+    """Time each sublayer at the shard width each tp implies, on this one device. On a GPU two times:
+    its kernels' time (the profiler's kernel durations, mean of `repeats`: what the model uses, since the
+    stored rows it predicts ran as CUDA graphs, with no launch gaps) and eager (CUDA events around the
+    call, median of `repeats`: launch gaps included, which at small shards are most of it). On CPU the
+    wall clock. Training workloads: forward + backward (and the AdamW step of the rank's parameters);
+    decode: one token against a KV cache of ctx - 1 tokens."""
     import torch
     import torch.nn.functional as F
     dev = torch.device(device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     name = device_name(torch.cuda.get_device_name(dev)) if dev.type == "cuda" else "cpu"
+
+    def kernel_ms(fn):
+        from torch.profiler import ProfilerActivity, profile
+        for _ in range(2):
+            fn()
+        torch.cuda.synchronize(dev)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(repeats):
+                fn()
+            torch.cuda.synchronize(dev)
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        if not kernels:
+            raise RuntimeError("the profiler recorded no CUDA kernels: cannot time kernels on this setup")
+        return sum(e.time_range.elapsed_us() for e in kernels) / 1e3 / repeats
 
     def timed(fn):
         for _ in range(2):
@@ -723,32 +742,50 @@ def calibrate(device, sizes, tps, workloads, repeats, out_dir):
                        "head+ce": (lambda: F.cross_entropy(F.linear(x, w_head).view(-1, Vt).float(), targets))
                        if train else (lambda: F.linear(x[:, -1:], w_head))}
                 per = {"layernorm": 2 * L, "attention": L, "mlp": L, "head+ce": 1}
-                meas = {}
+                meas, eager = {}, {}
+                # a timed backward starts from out.float().sum(): its kernels are no part of the layer, so
+                # their time (that of x.float().sum().backward(), the same [b, T, C] shape) is taken off
+                # the kernel times of the sublayers whose output has that shape
+                start = 0.0
+                if train and dev.type == "cuda":
+                    with torch.enable_grad():
+                        start = kernel_ms(lambda: x.float().sum().backward())
                 for op, fn in ops.items():
                     run = (lambda fn=fn: fn().float().sum().backward()) if train else fn
                     with torch.set_grad_enabled(train):
-                        meas[op] = timed(run) * per[op]
+                        eager[op] = timed(run) * per[op]
+                        if dev.type == "cuda":
+                            meas[op] = max(0.0, kernel_ms(run) - (start if op != "head+ce" else 0.0)) * per[op]
+                        else:
+                            meas[op] = eager[op]
                 if opt:
                     params = [torch.zeros(n, device=dev, requires_grad=True)
                               for n in (L * (3 * Ct * C + C * Ct + 2 * Ft * C), Vt * C)]
                     for p in params:
                         p.grad = torch.zeros_like(p)
                     adam = torch.optim.AdamW(params, fused=dev.type == "cuda")
-                    meas["optimizer"] = timed(adam.step)
-                rows.append(dict(size=size, workload=w, tp=tp, device=name, sublayers_ms=meas,
-                                 how="measured per sublayer"))
-                print(f"{name} {size} tp={tp} {w}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in meas.items()))
+                    eager["optimizer"] = timed(adam.step)
+                    meas["optimizer"] = kernel_ms(adam.step) if dev.type == "cuda" else eager["optimizer"]
+                rows.append(dict(size=size, workload=w, tp=tp, device=name, sublayers_ms=meas, eager_ms=eager,
+                                 how="measured per sublayer" + (" (kernel time)" if dev.type == "cuda" else "")))
+                print(f"{name} {size} tp={tp} {w}: " + ", ".join(f"{k} {v:.3f} ms (eager {eager[k]:.3f})"
+                                                                 for k, v in meas.items()))
     import torch as _t
     out = dict(device=name, torch=_t.__version__, repeats=repeats, rows=rows,
                command="python -m bench.step_model " + " ".join(sys.argv[1:]))
     path = os.path.join(out_dir, f"step_model_calibration_{name.lower()}.json")
     write_text(path, json.dumps(out, indent=1))
-    write_text(path[:-5] + ".md", (f"# Per-sublayer times on one {name} (measured per sublayer)\n\nCommand: `{out['command']}`, torch "
-                f"{out['torch']}, median of {repeats}. ms per step (all layers), at the shard width of each tp.\n\n"
-                "| size | tp | workload | " + " | ".join(per) + " | optimizer |\n|---|---:|---|" + "---:|" * (len(per) + 1)
-                + "\n" + "\n".join(f"| {r['size']} | {r['tp']} | {r['workload']} | " + " | ".join(
-                    f"{r['sublayers_ms'].get(k, float('nan')):.3f}" for k in list(per) + ["optimizer"]) + " |"
-                                   for r in rows) + "\n"))
+    cols = list(per) + ["optimizer"]
+    cell = lambda r, k: (f"{r['sublayers_ms'][k]:.3f}" + (f" ({r['eager_ms'][k]:.3f})" if dev.type == "cuda" else "")
+                         if k in r["sublayers_ms"] else "—")
+    write_text(path[:-5] + ".md", (
+        f"# Per-sublayer times on one {name} (measured per sublayer)\n\nCommand: `{out['command']}`, torch "
+        f"{out['torch']}. ms per step (all layers), at the shard width of each tp"
+        + (f": kernel time (profiler, mean of {repeats}), and in brackets eager (CUDA events around each call, "
+           f"median of {repeats}, launch gaps included)." if dev.type == "cuda" else f": wall clock, median of {repeats}.")
+        + "\n\n| size | tp | workload | " + " | ".join(cols) + " |\n|---|---:|---|" + "---:|" * len(cols) + "\n"
+        + "\n".join(f"| {r['size']} | {r['tp']} | {r['workload']} | " + " | ".join(cell(r, k) for k in cols) + " |"
+                    for r in rows) + "\n"))
     return path
 
 
