@@ -283,6 +283,8 @@ def trunk_logs(sweep):
     for path in (sorted(glob.glob(os.path.join(sweep, "earlier", "d*-trunk*-*-s*")))  # in the order trained
                  + sorted(glob.glob(os.path.join(sweep, "runs", "d*-trunk*-*-s*")))):
         match = TRUNK_NAME.match(os.path.basename(path))
+        if not match:
+            continue
         records = read_records(os.path.join(path, "metrics.jsonl"))
         layout = next((r for r in records if r.get("type") == "layout"), {})
         curve = {r["iter"]: r["val_loss"] for r in records if r.get("type") == "eval"}
@@ -311,7 +313,7 @@ def rerun_check(sweep, from_iter=256):
              "Each row: the same policy, seed and config trained twice (a checkpoint does not outlive its machine, "
              "so a trunk is trained again for a later branch). Difference: val loss of the second ÷ the first − 1, "
              f"at their common evals from iteration {from_iter} on; device from each run's layout record "
-             "('not logged': the runs of calls 1-8, all on H200, before it was logged).", "",
+             "('not logged': a run from before the trainer logged it).", "",
              "| policy | seed | first | second | iterations (evals) | mean difference | range |",
              "|---|---|---|---|---|---:|---|", *rows, ""]
     for label, values in diffs.items():
@@ -323,7 +325,7 @@ def rerun_check(sweep, from_iter=256):
 
 
 def budget_report(sweep, versus_glob):
-    """budget_table.md, budget.png, stats.json and wsd_check.md in the budget sweep's directory."""
+    """budget_table.md, budget.png, stats.json, wsd_check.md and rerun_check.md in the budget sweep's directory."""
     from analysis.compare import budget_analysis, budget_table, plot_budgets, seed_statistics, versus, versus_table
     branches = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "runs", "d*-b*-*-s*")))]
     stats = seed_statistics(branches)
