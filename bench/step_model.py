@@ -456,6 +456,20 @@ def measured_sublayers(device, size, workload, tp):
     return {}
 
 
+def calibration_note(rows):
+    """Which devices have a per-sublayer calibration (`calibrate`), and whether the validated rows use one."""
+    measured = sorted(os.path.basename(p)[len("step_model_calibration_"):-len(".json")].upper()
+                      for p in glob.glob(os.path.join(RESULTS, "step_model_calibration_*.json")))
+    row_devices = sorted({r["device"] for r in rows})
+    used = [d for d in row_devices if d in measured]
+    if not measured:
+        return "No per-sublayer calibration measured yet: `python -m bench.step_model calibrate --device cuda` makes it."
+    return (f"Per-sublayer calibration measured on {', '.join(measured)} "
+            f"(bench/results/step_model_calibration_<device>.json), used for that device's predictions; the rows "
+            f"here ran on {', '.join(row_devices)}, " + (f"and those on {', '.join(used)} use it." if used else
+                                                         "which have none, so this check is of the scaled split."))
+
+
 def validate():
     """Every stored row at tp >= 2, predicted / measured. Fitting used only tp=1 rows (compute) and
     the all-reduce kernel times of the profiles (communication); no tp >= 2 row's time enters a fit."""
@@ -498,8 +512,7 @@ def write_validation(fit, tables, rows):
              f"{max(abs(p['residual_pct']) for p in fit['points']):.1f}%).",
              "- Compute calibration: " + ", ".join(f"{d}: {len(t)} families scaled from stored one-GPU rows"
                                                    for d, t in tables.items()) +
-             " (bench/results/step_model_compute_<device>.json). No per-sublayer calibration measured yet: "
-             "`python -m bench.step_model calibrate --device cuda` on one GPU makes it.", ""]
+             " (bench/results/step_model_compute_<device>.json). " + calibration_note(rows), ""]
     graph = [r for r in rows if r["target"]]
     host = [r for r in rows if not r["target"]]
     for name, sel in (("CUDA-graph rows (device-bound; the model's target)", graph),
