@@ -81,6 +81,26 @@ def run_train(args, cwd, nproc=1, timeout=240, check=True, script=TRAIN_SCRIPT):
     return proc
 
 
+def run_trains(arg_lists, cwd, nproc=1, timeout=240, check=True, script=TRAIN_SCRIPT):
+    """run_train of each argument list, all started at once (for independent runs: a process spends
+    most of its seconds importing torch on one core, and the machine has more than one); returns
+    their CompletedProcesses in order."""
+    procs = [start_train(args, cwd, nproc, script) for args in arg_lists]
+    try:
+        outputs = [proc.communicate(timeout=timeout) for proc in procs]
+        done = [subprocess.CompletedProcess(proc.args, proc.returncode, *out) for proc, out in zip(procs, outputs)]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    for proc in done:
+        if check and proc.returncode != 0:
+            raise AssertionError(f"training failed (rc {proc.returncode}):\nSTDOUT:\n{proc.stdout[-4000:]}\n"
+                                 f"STDERR:\n{proc.stderr[-4000:]}")
+    return done
+
+
 def start_train(args, cwd, nproc=1, script=TRAIN_SCRIPT):
     """Start the training script without waiting (for kill tests and concurrent runs)."""
     return subprocess.Popen(train_command(args, nproc, script), cwd=cwd, env=run_env(),
