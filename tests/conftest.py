@@ -84,8 +84,9 @@ def run_train(args, cwd, nproc=1, timeout=240, check=True, script=TRAIN_SCRIPT):
 def run_trains(arg_lists, cwd, nproc=1, timeout=240, check=True, script=TRAIN_SCRIPT):
     """run_train of each argument list, all started at once (for independent runs: a process spends
     most of its seconds importing torch on one core, and the machine has more than one); returns
-    their CompletedProcesses in order."""
-    procs = [start_train(args, cwd, nproc, script) for args in arg_lists]
+    their CompletedProcesses in order. nproc: one for all, or a list with one per run."""
+    nprocs = nproc if isinstance(nproc, list) else [nproc] * len(arg_lists)
+    procs = [start_train(args, cwd, n, script) for args, n in zip(arg_lists, nprocs)]
     try:
         outputs = [proc.communicate(timeout=timeout) for proc in procs]
         done = [subprocess.CompletedProcess(proc.args, proc.returncode, *out) for proc, out in zip(procs, outputs)]

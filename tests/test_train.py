@@ -19,7 +19,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import REPO, TINY, eval_records, read_metrics, run_train, start_train, train_losses
+from tests.conftest import REPO, TINY, eval_records, read_metrics, run_train, run_trains, start_train, train_losses
 
 ITERS = 20
 DROPOUT = "--dropout=0.1"  # so the tests also cover dropout RNG handling
@@ -178,16 +178,29 @@ def test_nonfinite_loss_stops_and_keeps_checkpoint(workdir, reference_run):
     assert ckpt["iter_num"] == ITERS and all(torch.isfinite(t).all() for t in ckpt["model"].values())
 
 
-@pytest.mark.parametrize("extra, nproc, message", [
+BAD_REQUESTS = [
     (["--n_layr=3"], 1, "unknown config key 'n_layr'"),
     (["--n_layer=abc"], 1, "config key 'n_layer' expects int, got 'abc'"),
     (["--sync_policy=fastest"], 1, "bad sync_policy 'fastest'"),
     (["--dataset=nonexistent"], 1, "does not have for dataset='nonexistent' (datasets with one: "),
     (["--tp=4"], 2, "tp=4 does not divide the world size 2"),
-])
-def test_bad_requests_fail_cleanly_without_out_dir(workdir, extra, nproc, message):
-    out = os.path.join(workdir, "out-never")
-    proc = run_train([*TINY, f"--out_dir={out}", *extra], workdir, nproc=nproc, check=False)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_request_runs(workdir):
+    """{case index: (out_dir, CompletedProcess)} of every BAD_REQUESTS case, run at once (run_trains: each process
+    mostly imports torch before it refuses), each with an out_dir of its own."""
+    outs = [os.path.join(workdir, f"out-never-{i}") for i in range(len(BAD_REQUESTS))]
+    procs = run_trains([[*TINY, f"--out_dir={out}", *extra] for out, (extra, _, _) in zip(outs, BAD_REQUESTS)],
+                       workdir, nproc=[nproc for _, nproc, _ in BAD_REQUESTS], check=False)
+    return dict(enumerate(zip(outs, procs)))
+
+
+@pytest.mark.parametrize("case", range(len(BAD_REQUESTS)), ids=[" ".join(extra) for extra, _, _ in BAD_REQUESTS])
+def test_bad_requests_fail_cleanly_without_out_dir(bad_request_runs, case):
+    _, nproc, message = BAD_REQUESTS[case]
+    out, proc = bad_request_runs[case]
     assert proc.returncode != 0
     assert message in proc.stderr
     assert not os.path.exists(out)
