@@ -10,6 +10,7 @@ import os
 import pickle
 import subprocess
 import sys
+import traceback
 
 import numpy as np
 import pytest
@@ -127,3 +128,32 @@ def train_losses(out_dir):
 
 def eval_records(out_dir):
     return {r["iter"]: r for r in read_metrics(out_dir) if r["type"] == "eval"}
+
+
+def _scenarios_worker(rank, world_size, scenarios):
+    out, failed = {}, None
+    for name, fn in scenarios.items():
+        if failed:  # the ranks may be out of step after a failure: the later scenarios are not run
+            out[name] = ("error", f"not run: {failed!r} failed before it")
+            continue
+        try:
+            out[name] = ("ok", fn(rank, world_size))
+        except Exception:
+            out[name], failed = ("error", traceback.format_exc()), name
+    return out
+
+
+def run_gloo_scenarios(scenarios, world_size=2):
+    """Every fn(rank, world_size) of scenarios ({name: fn}, top-level functions) in one gloo job, in order:
+    starting the ranks costs seconds. Per rank, {name: ("ok", value) or ("error", traceback)}; read with
+    scenario_outcome."""
+    from parallel.launch import run_on_gloo
+    return run_on_gloo(_scenarios_worker, world_size, scenarios)
+
+
+def scenario_outcome(results, name):
+    """The scenario's value on each rank, or a failure with the rank's traceback."""
+    for rank, result in enumerate(results):
+        status, value = result[name]
+        assert status == "ok", f"rank {rank}:\n{value}"
+    return [result[name][1] for result in results]

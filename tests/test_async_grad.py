@@ -7,7 +7,6 @@ collectives by kind and bytes. Compiled (fullgraph, aot_eager; inductor for two 
 break, no recompile, equal to the eager synchronous model. At tp=1 the option stays off.
 """
 import re
-import traceback
 from contextlib import contextmanager
 
 import pytest
@@ -16,6 +15,7 @@ import torch._dynamo
 
 from parallel import comm
 from parallel.launch import run_on_gloo
+from tests.conftest import run_gloo_scenarios, scenario_outcome
 from tests.test_compile import steps_diff
 from tests.test_model import POLICIES, batch, make
 
@@ -86,7 +86,7 @@ def _check(results):
 
 
 def test_async_equals_sync_tp2_every_policy(world2):
-    _check(outcome(world2, "eager"))
+    _check(scenario_outcome(world2, "eager"))
 
 
 def test_async_equals_sync_tp3_every_policy():
@@ -124,7 +124,7 @@ def _autocast_worker(rank, world_size):
 
 
 def test_async_under_bf16_autocast_tp2(world2):
-    for result in outcome(world2, "autocast"):
+    for result in scenario_outcome(world2, "autocast"):
         for policy, (loss_diff, grad_rel) in result.items():
             assert loss_diff < 1e-6 and grad_rel < 2e-2, (policy, loss_diff, grad_rel)
 
@@ -161,7 +161,7 @@ def _compile_worker(rank, world_size):
 
 
 def test_compiled_async_fullgraph_no_recompile_equals_eager(world2):
-    for result in outcome(world2, "compiled"):
+    for result in scenario_outcome(world2, "compiled"):
         assert len(result) == len(POLICIES)
         for policy, diff in result.items():
             assert diff < 1e-12, (policy, diff)
@@ -198,7 +198,7 @@ def _inductor_worker(rank, world_size):
 def test_inductor_async_equals_eager(world2):
     """Generated code (CPU inductor, which fused readers of torch's functional collectives too early):
     both fused kinds of entry and the LM head's, equal to the synchronous eager model."""
-    for diff in outcome(world2, "inductor"):
+    for diff in scenario_outcome(world2, "inductor"):
         assert diff < 1e-10, diff
 
 
@@ -214,39 +214,16 @@ def test_inductor_issues_the_same_collectives_on_every_rank(world2):
     """Rank 0 alone adds a region's biases through a 0/1 buffer, not an `if`, so both ranks compile the
     same graph; with the `if`, inductor placed the region's tp_grad all-reduce before layer 0's f
     all-reduces on rank 0 and after them on rank 1 (experiments/compiler_repros/collective_order/)."""
-    for diff in outcome(world2, "order"):
+    for diff in scenario_outcome(world2, "order"):
         assert diff < 1e-10, diff
 
 
 # -------------------------------------------------------------------------- one spawn for the world-2 cases
-# Starting the ranks costs seconds, so one world-2 job runs every scenario and each test reads its outcome
-# (as tests/test_ddp.py does). After a failure the later scenarios are not run (the ranks may be out of step).
-
 SCENARIOS = {"eager": _eager_worker, "autocast": _autocast_worker, "compiled": _compile_worker,
              "inductor": _inductor_worker, "order": _order_worker}
 
 
-def _many(rank, world_size):
-    out, failed = {}, None
-    for name, worker in SCENARIOS.items():
-        if failed:
-            out[name] = ("error", f"not run: {failed!r} failed before it")
-            continue
-        try:
-            out[name] = ("ok", worker(rank, world_size))
-        except Exception:
-            out[name], failed = ("error", traceback.format_exc()), name
-    return out
-
-
 @pytest.fixture(scope="module")
 def world2():
-    return run_on_gloo(_many, 2)
-
-
-def outcome(world2, name):
-    """The scenario's return value on each rank, or a failure with the rank's traceback."""
-    for rank, result in enumerate(world2):
-        status, value = result[name]
-        assert status == "ok", f"rank {rank}:\n{value}"
-    return [result[name][1] for result in world2]
+    """The world-2 scenarios in one job (conftest.run_gloo_scenarios), each test reading its own outcome."""
+    return run_gloo_scenarios(SCENARIOS)
