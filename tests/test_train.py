@@ -215,9 +215,8 @@ def test_sample_is_the_same_at_tp1_and_tp2(workdir, reference_run):
     """sample.py loads the full checkpoint at any tp; TP ranks draw the same tokens as one process."""
     sample = os.path.join(REPO, "sample.py")
     args = [f"--out_dir={reference_run}", "--prompt=the ", "--num_samples=2", "--max_new_tokens=30"]
-    proc = run_train(args, workdir, script=sample)
-    one = proc.stdout
-    two = run_train(args + ["--tp=2"], workdir, nproc=2, script=sample).stdout
+    proc, proc2 = run_trains([args, args + ["--tp=2"]], workdir, nproc=[1, 2], script=sample)  # at once
+    one, two = proc.stdout, proc2.stdout
     texts = one.split("---------------\n")[:-1]
     assert len(texts) == 2 and all(t.startswith("the ") and len(t) == len("the ") + 30 + 1 for t in texts)
     assert two == one
@@ -248,16 +247,20 @@ def test_finetune_from_checkpoint_under_another_policy_and_sensitivity(workdir, 
     from tests.conftest import run_env
     ckpt = os.path.join(reference_run, "ckpt.pt")
     out = os.path.join(workdir, "out-finetune")
-    run_train(tiny(out, f"--init_from={ckpt}", "--sync_policy=spd", "--max_iters=5", "--n_layer=7"), workdir)
+    scratch = os.path.join(workdir, "out-spd-scratch")
+    # the three processes are independent (they read the reference checkpoint): all at once
+    sensitivity = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "spd_sensitivity.py"), ckpt, "--syncs", "2", "--device", "cpu",
+         "--out", os.path.join(workdir, "sens.json")], cwd=workdir, env=run_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    run_trains([tiny(out, f"--init_from={ckpt}", "--sync_policy=spd", "--max_iters=5", "--n_layer=7"),
+                tiny(scratch, "--sync_policy=spd", "--max_iters=5")], workdir)
     evals = eval_records(out)
     assert evals[0]["iter"] == 0 and evals[0]["syncs_per_fwd"] == 2  # spd at the checkpoint's 2 layers
-    scratch = os.path.join(workdir, "out-spd-scratch")
-    run_train(tiny(scratch, "--sync_policy=spd", "--max_iters=5"), workdir)
     assert evals[0]["val_loss"] < eval_records(scratch)[0]["val_loss"] - 0.1  # it starts trained
 
-    result = subprocess.run(
-        [sys.executable, os.path.join(REPO, "spd_sensitivity.py"), ckpt, "--syncs", "2", "--device", "cpu",
-         "--out", os.path.join(workdir, "sens.json")], cwd=workdir, env=run_env(), capture_output=True, text=True)
+    stdout, stderr = sensitivity.communicate(timeout=240)
+    result = subprocess.CompletedProcess(sensitivity.args, sensitivity.returncode, stdout, stderr)
     assert result.returncode == 0, result.stderr
     # progress: one bar per pass (each point alone, then cumulative), on stderr beside the tables on stdout
     assert "each point dropped alone" in result.stderr and "cumulative drop" in result.stderr
