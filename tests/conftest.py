@@ -10,6 +10,7 @@ import os
 import pickle
 import subprocess
 import sys
+import traceback
 
 import numpy as np
 import pytest
@@ -81,6 +82,27 @@ def run_train(args, cwd, nproc=1, timeout=240, check=True, script=TRAIN_SCRIPT):
     return proc
 
 
+def run_trains(arg_lists, cwd, nproc=1, timeout=240, check=True, script=TRAIN_SCRIPT):
+    """run_train of each argument list, all started at once (for independent runs: a process spends
+    most of its seconds importing torch on one core, and the machine has more than one); returns
+    their CompletedProcesses in order. nproc: one for all, or a list with one per run."""
+    nprocs = nproc if isinstance(nproc, list) else [nproc] * len(arg_lists)
+    procs = [start_train(args, cwd, n, script) for args, n in zip(arg_lists, nprocs)]
+    try:
+        outputs = [proc.communicate(timeout=timeout) for proc in procs]
+        done = [subprocess.CompletedProcess(proc.args, proc.returncode, *out) for proc, out in zip(procs, outputs)]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    for proc in done:
+        if check and proc.returncode != 0:
+            raise AssertionError(f"training failed (rc {proc.returncode}):\nSTDOUT:\n{proc.stdout[-4000:]}\n"
+                                 f"STDERR:\n{proc.stderr[-4000:]}")
+    return done
+
+
 def start_train(args, cwd, nproc=1, script=TRAIN_SCRIPT):
     """Start the training script without waiting (for kill tests and concurrent runs)."""
     return subprocess.Popen(train_command(args, nproc, script), cwd=cwd, env=run_env(),
@@ -106,3 +128,32 @@ def train_losses(out_dir):
 
 def eval_records(out_dir):
     return {r["iter"]: r for r in read_metrics(out_dir) if r["type"] == "eval"}
+
+
+def _scenarios_worker(rank, world_size, scenarios):
+    out, failed = {}, None
+    for name, fn in scenarios.items():
+        if failed:  # the ranks may be out of step after a failure: the later scenarios are not run
+            out[name] = ("error", f"not run: {failed!r} failed before it")
+            continue
+        try:
+            out[name] = ("ok", fn(rank, world_size))
+        except Exception:
+            out[name], failed = ("error", traceback.format_exc()), name
+    return out
+
+
+def run_gloo_scenarios(scenarios, world_size=2):
+    """Every fn(rank, world_size) of scenarios ({name: fn}, top-level functions) in one gloo job, in order:
+    starting the ranks costs seconds. Per rank, {name: ("ok", value) or ("error", traceback)}; read with
+    scenario_outcome."""
+    from parallel.launch import run_on_gloo
+    return run_on_gloo(_scenarios_worker, world_size, scenarios)
+
+
+def scenario_outcome(results, name):
+    """The scenario's value on each rank, or a failure with the rank's traceback."""
+    for rank, result in enumerate(results):
+        status, value = result[name]
+        assert status == "ok", f"rank {rank}:\n{value}"
+    return [result[name][1] for result in results]

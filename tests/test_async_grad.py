@@ -9,11 +9,13 @@ break, no recompile, equal to the eager synchronous model. At tp=1 the option st
 import re
 from contextlib import contextmanager
 
+import pytest
 import torch
 import torch._dynamo
 
 from parallel import comm
 from parallel.launch import run_on_gloo
+from tests.conftest import run_gloo_scenarios, scenario_outcome
 from tests.test_compile import steps_diff
 from tests.test_model import POLICIES, batch, make
 
@@ -83,8 +85,8 @@ def _check(results):
             assert sync_async == 0 and fused_async == counts["tp_bwd"] + 1, (key, counts, fused_async)
 
 
-def test_async_equals_sync_tp2_every_policy():
-    _check(run_on_gloo(_eager_worker, 2))
+def test_async_equals_sync_tp2_every_policy(world2):
+    _check(scenario_outcome(world2, "eager"))
 
 
 def test_async_equals_sync_tp3_every_policy():
@@ -121,8 +123,8 @@ def _autocast_worker(rank, world_size):
     return out
 
 
-def test_async_under_bf16_autocast_tp2():
-    for result in run_on_gloo(_autocast_worker, 2):
+def test_async_under_bf16_autocast_tp2(world2):
+    for result in scenario_outcome(world2, "autocast"):
         for policy, (loss_diff, grad_rel) in result.items():
             assert loss_diff < 1e-6 and grad_rel < 2e-2, (policy, loss_diff, grad_rel)
 
@@ -158,8 +160,8 @@ def _compile_worker(rank, world_size):
     return worst
 
 
-def test_compiled_async_fullgraph_no_recompile_equals_eager():
-    for result in run_on_gloo(_compile_worker, 2):
+def test_compiled_async_fullgraph_no_recompile_equals_eager(world2):
+    for result in scenario_outcome(world2, "compiled"):
         assert len(result) == len(POLICIES)
         for policy, diff in result.items():
             assert diff < 1e-12, (policy, diff)
@@ -193,10 +195,10 @@ def _inductor_worker(rank, world_size):
     return worst
 
 
-def test_inductor_async_equals_eager():
+def test_inductor_async_equals_eager(world2):
     """Generated code (CPU inductor, which fused readers of torch's functional collectives too early):
     both fused kinds of entry and the LM head's, equal to the synchronous eager model."""
-    for diff in run_on_gloo(_inductor_worker, 2):
+    for diff in scenario_outcome(world2, "inductor"):
         assert diff < 1e-10, diff
 
 
@@ -208,9 +210,20 @@ def _order_worker(rank, world_size):
     return compiled_vs_sync_eager("selective:0,m1", group, "inductor", n_layer=2, async_grad=False)
 
 
-def test_inductor_issues_the_same_collectives_on_every_rank():
+def test_inductor_issues_the_same_collectives_on_every_rank(world2):
     """Rank 0 alone adds a region's biases through a 0/1 buffer, not an `if`, so both ranks compile the
     same graph; with the `if`, inductor placed the region's tp_grad all-reduce before layer 0's f
     all-reduces on rank 0 and after them on rank 1 (experiments/compiler_repros/collective_order/)."""
-    for diff in run_on_gloo(_order_worker, 2):
+    for diff in scenario_outcome(world2, "order"):
         assert diff < 1e-10, diff
+
+
+# -------------------------------------------------------------------------- one spawn for the world-2 cases
+SCENARIOS = {"eager": _eager_worker, "autocast": _autocast_worker, "compiled": _compile_worker,
+             "inductor": _inductor_worker, "order": _order_worker}
+
+
+@pytest.fixture(scope="module")
+def world2():
+    """The world-2 scenarios in one job (conftest.run_gloo_scenarios), each test reading its own outcome."""
+    return run_gloo_scenarios(SCENARIOS)

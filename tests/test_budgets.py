@@ -9,7 +9,7 @@ import pytest
 
 from training.config import ConfigError, parse, wsd_decay_start
 from data.loader import passes_read, train_offsets
-from tests.conftest import TINY, eval_records, read_metrics, run_train, train_losses
+from tests.conftest import TINY, eval_records, read_metrics, run_train, run_trains, train_losses
 from training.step import get_lr
 
 
@@ -56,12 +56,17 @@ WSD_TINY = [*TINY, "--lr_schedule=wsd", "--cooldown_frac=0.2", "--eval_interval=
 def test_a_branch_equals_a_single_wsd_run_bit_for_bit(workdir, tmp_path):
     single = os.path.join(tmp_path, "out-wsd-single")
     trunk, branch = os.path.join(tmp_path, "out-wsd-trunk"), os.path.join(tmp_path, "out-wsd-branch")
-    run_train([*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", f"--out_dir={single}"], workdir)
-    run_train([*WSD_TINY, "--max_iters=16", "--lr_decay_iters=20", "--save_iters=8,16", f"--out_dir={trunk}"], workdir)
+    split = os.path.join(tmp_path, "out-wsd-branch-split")  # below: a branch stopped at 9, then resumed
+    branch_args = [*WSD_TINY, "--lr_decay_iters=10", "--init_from=branch",
+                   f"--branch_from={os.path.join(trunk, 'ckpt_8.pt')}", f"--out_dir={split}"]
+    # independent runs go at once (run_trains): the single run and the trunk, then two branches of the trunk
+    run_trains([[*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", f"--out_dir={single}"],
+                [*WSD_TINY, "--max_iters=16", "--lr_decay_iters=20", "--save_iters=8,16", f"--out_dir={trunk}"]], workdir)
     assert sorted(n for n in os.listdir(trunk) if n.startswith("ckpt_") and n[5].isdigit()) == ["ckpt_16.pt", "ckpt_8.pt"]
     trunk_files = {n: os.path.getmtime(os.path.join(trunk, n)) for n in os.listdir(trunk)}
-    proc = run_train([*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", "--init_from=branch",
-                      f"--branch_from={os.path.join(trunk, 'ckpt_8.pt')}", f"--out_dir={branch}"], workdir)
+    proc, _ = run_trains([[*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", "--init_from=branch",
+                           f"--branch_from={os.path.join(trunk, 'ckpt_8.pt')}", f"--out_dir={branch}"],
+                          [*branch_args, "--max_iters=9"]], workdir)
     assert "branched from" in proc.stdout
     # the trunk is left as it was
     assert {n: os.path.getmtime(os.path.join(trunk, n)) for n in os.listdir(trunk)} == trunk_files
@@ -72,10 +77,6 @@ def test_a_branch_equals_a_single_wsd_run_bit_for_bit(workdir, tmp_path):
     assert lrs == {i: r["lr"] for i, r in ((r["iter"], r) for r in read_metrics(single) if r["type"] == "train")
                    if i >= 8}
     # a branch stopped at 9 and resumed in its own out_dir (the same command plus --init_from=resume) goes on exactly
-    split = os.path.join(tmp_path, "out-wsd-branch-split")
-    branch_args = [*WSD_TINY, "--lr_decay_iters=10", "--init_from=branch",
-                   f"--branch_from={os.path.join(trunk, 'ckpt_8.pt')}", f"--out_dir={split}"]
-    run_train([*branch_args, "--max_iters=9"], workdir)
     proc = run_train([*branch_args, "--max_iters=10", "--init_from=resume"], workdir)
     assert "resumed from" in proc.stdout and "branched from" not in proc.stdout
     assert train_losses(split) == cut
@@ -88,13 +89,14 @@ def test_a_branch_must_continue_its_trunk(workdir, tmp_path):
     trunk = os.path.join(tmp_path, "out-wsd-trunk2")
     run_train([*WSD_TINY, "--max_iters=8", "--lr_decay_iters=20", "--save_iters=8", f"--out_dir={trunk}"], workdir)
     source = f"--branch_from={os.path.join(trunk, 'ckpt_8.pt')}"
-    proc = run_train([*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", "--init_from=branch", source, "--seed=7",
-                      f"--out_dir={os.path.join(tmp_path, 'out-b1')}"], workdir, check=False)
-    assert proc.returncode == 1 and "was trained with seed=1337, this branch has seed=7" in proc.stderr
-    # budget 5 decays from iteration 4, before the branch point 8: not the trunk's rate
-    proc = run_train([*WSD_TINY, "--max_iters=5", "--lr_decay_iters=5", "--init_from=branch", source,
-                      f"--out_dir={os.path.join(tmp_path, 'out-b2')}"], workdir, check=False)
-    assert proc.returncode == 1 and "learning rate differs from the trunk's before it (iteration 4" in proc.stderr
+    seed, early = run_trains([
+        [*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", "--init_from=branch", source, "--seed=7",
+         f"--out_dir={os.path.join(tmp_path, 'out-b1')}"],
+        # budget 5 decays from iteration 4, before the branch point 8: not the trunk's rate
+        [*WSD_TINY, "--max_iters=5", "--lr_decay_iters=5", "--init_from=branch", source,
+         f"--out_dir={os.path.join(tmp_path, 'out-b2')}"]], workdir, check=False)
+    assert seed.returncode == 1 and "was trained with seed=1337, this branch has seed=7" in seed.stderr
+    assert early.returncode == 1 and "learning rate differs from the trunk's before it (iteration 4" in early.stderr
     assert not os.path.exists(os.path.join(tmp_path, "out-b1")) and not os.path.exists(os.path.join(tmp_path, "out-b2"))
 
 
@@ -128,8 +130,7 @@ def test_passes_resume_mid_pass_is_exact(workdir, tmp_path):
     args = [*TINY, "--data_order=passes", "--max_iters=150", "--eval_interval=65", "--log_interval=5",
             "--lr_decay_iters=150"]
     whole, split = os.path.join(tmp_path, "out-passes"), os.path.join(tmp_path, "out-passes-split")
-    run_train([*args, f"--out_dir={whole}"], workdir)
-    run_train([*args, f"--out_dir={split}", "--max_iters=130"], workdir)
+    run_trains([[*args, f"--out_dir={whole}"], [*args, f"--out_dir={split}", "--max_iters=130"]], workdir)
     run_train([*args, f"--out_dir={split}", "--init_from=resume"], workdir)
     assert train_losses(split) == train_losses(whole) and max(train_losses(whole)) == 145
     assert eval_records(whole)[150]["passes"] == pytest.approx(150 * 16 / 1874)

@@ -30,7 +30,7 @@ def test_bisect_partial_grads_runs_each_variant_in_place_of_the_model_constructi
 
 
 
-def _coalesced_grads_worker(rank, world_size, policy):
+def _coalesced_grads_worker(rank, world_size, policies):
     import torch
     import torch.distributed as dist
     from model.gpt import GPT
@@ -41,10 +41,14 @@ def _coalesced_grads_worker(rank, world_size, policy):
         tensors = self._partial_tensors
         return tensors if not tensors or not torch.is_grad_enabled() else coalesced(tensors, self.tp_group)
     GPT._partial_params = partial_params
-    model = make(policy, tp_group=dist.new_group(list(range(world_size))))
-    idx, targets = batch()
-    model(idx, targets)[1].backward()
-    return full_grads(model)
+    group = dist.new_group(list(range(world_size)))
+    grads = {}
+    for policy in policies:
+        model = make(policy, tp_group=group)
+        idx, targets = batch()
+        model(idx, targets)[1].backward()
+        grads[policy] = full_grads(model)
+    return grads
 
 
 def test_bisect_candidate_coalesced_f_gives_the_tp1_gradients_at_tp2():
@@ -52,12 +56,14 @@ def test_bisect_candidate_coalesced_f_gives_the_tp1_gradients_at_tp2():
     import torch
     from parallel.launch import run_on_gloo
     from tests.test_model import batch, full_grads, make
-    for policy in ("grouped:2", "parallel"):
+    policies = ("grouped:2", "parallel")
+    results = run_on_gloo(_coalesced_grads_worker, 2, policies)[0]  # both policies in one job: a spawn costs seconds
+    for policy in policies:
         reference = make(policy)
         idx, targets = batch()
         reference(idx, targets)[1].backward()
         expected = full_grads(reference)
-        got = run_on_gloo(_coalesced_grads_worker, 2, policy)[0]
+        got = results[policy]
         for name, grad in expected.items():
             torch.testing.assert_close(got[name], grad, atol=1e-12, rtol=0, msg=f"{policy} {name}")
 

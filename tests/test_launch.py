@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from training.config import VALID_KEYS
-from tests.conftest import TRAIN_SCRIPT, read_metrics, run_env, run_train, train_command, train_losses
+from tests.conftest import TRAIN_SCRIPT, read_metrics, run_env, run_train, run_trains, train_command, train_losses
 
 # 4 tracks, 2 micro-steps per iteration: 8 processes make dp 2 x tp 4, one micro-step per replica.
 # warmup_iters=0 and a large learning rate so the weights move within the 3 iterations compared.
@@ -18,8 +18,8 @@ TINY_8 = ["--dataset=syn", "--data_dir=data", "--n_layer=1", "--n_head=4", "--n_
 
 def test_eight_processes_choose_dp2_tp4_and_match_one_process(workdir):
     out8, out1 = os.path.join(workdir, "out-launch-8"), os.path.join(workdir, "out-launch-1")
-    run_train([*TINY_8, f"--out_dir={out8}"], workdir, nproc=8, timeout=300)
-    run_train([*TINY_8, f"--out_dir={out1}"], workdir)
+    # the one-process reference beside the eight (run_trains: independent runs at once)
+    run_trains([[*TINY_8, f"--out_dir={out8}"], [*TINY_8, f"--out_dir={out1}"]], workdir, nproc=[8, 1], timeout=300)
     with open(os.path.join(out8, "log.txt")) as f:
         first = f.readline()
     assert first.startswith("layout: world 8 = dp 2 x tp 4 (tp='auto': the largest divisor of n_tracks=4 "

@@ -8,7 +8,7 @@ from model.generate import KVCache
 from model.gpt import GPT, GPTConfig
 from model.sync_policy import parse_sync_policy
 from parallel import comm
-from parallel.launch import run_on_gloo
+from tests.conftest import run_gloo_scenarios, scenario_outcome
 from tests.reference import ladder_forward, nanogpt_forward, track_forward
 
 SMALL = dict(n_layer=4, n_head=4, n_embd=32, block_size=16, vocab_size=64, bias=True, dropout=0.0)
@@ -230,8 +230,15 @@ def _tp2_worker(rank, world_size):
 
 
 
-def test_tp2_training_matches_tp1_and_replicated_params_stay_identical():
-    r0, r1 = run_on_gloo(_tp2_worker, 2)
+@pytest.fixture(scope="module")
+def world2():
+    """The world-2 workers below in one job (conftest.run_gloo_scenarios: starting the ranks costs seconds)."""
+    return run_gloo_scenarios({"tp2": _tp2_worker, "tracks_error": _tracks_error_worker,
+                               "uneven_vocab": _uneven_vocab_worker})
+
+
+def test_tp2_training_matches_tp1_and_replicated_params_stay_identical(world2):
+    r0, r1 = scenario_outcome(world2, "tp2")
     idx, targets = batch()
     for policy in ("spd", "grouped:2", "parallel", "ladder"):
         assert r0[policy]["identical"] and r1[policy]["identical"], policy
@@ -257,8 +264,8 @@ def test_tp2_training_matches_tp1_and_replicated_params_stay_identical():
     assert torch.equal(r0["tokens"], make("spd", n_tracks=4).eval().generate(idx[:, :4], 8))
 
 
-def test_tp_not_dividing_tracks_is_an_error():
-    messages = run_on_gloo(_tracks_error_worker, 2)
+def test_tp_not_dividing_tracks_is_an_error(world2):
+    messages = scenario_outcome(world2, "tracks_error")
     assert all("n_tracks=1 is not divisible by tp=2" in m for m in messages), messages
 
 
@@ -288,10 +295,10 @@ def _uneven_vocab_worker(rank, world_size):
                 logits=last_logits, sd=model.state_dict(), vocab_calls=counts["vocab"])
 
 
-def test_vocab_parallel_head_with_uneven_shards_equals_tp1():
+def test_vocab_parallel_head_with_uneven_shards_equals_tp1(world2):
     """vocab 65 over 2 ranks: shards of 32 and 33 rows; loss (with ignored targets), every gradient,
     the gathered last-position logits and the full checkpoint equal the tp=1 model's."""
-    r0, r1 = run_on_gloo(_uneven_vocab_worker, 2)
+    r0, r1 = scenario_outcome(world2, "uneven_vocab")
     assert (r0["rows"], r1["rows"]) == (32, 33)
     ref = make("grouped:2", n_tracks=4, vocab_size=65)
     idx, targets = batch(V=65)

@@ -47,15 +47,16 @@ def test_a_run_longer_than_one_pass_is_refused(tmp_path):
 def test_one_pass_run_resumes_on_the_same_windows_and_a_too_long_run_stops(workdir):
     """Trained end to end: 5 iterations then resumed to 10 give the uninterrupted run's losses (the order is
     a function of the seed), and a run longer than one pass stops before training with one line."""
-    from tests.conftest import TINY, run_train, train_losses
+    from tests.conftest import TINY, run_train, run_trains, train_losses
     args = [*TINY, "--data_order=one_pass", "--max_iters=10", "--eval_interval=5"]
     whole, split = os.path.join(workdir, "out-onepass"), os.path.join(workdir, "out-onepass-split")
-    run_train([*args, f"--out_dir={whole}"], workdir)
-    run_train([*args, f"--out_dir={split}", "--max_iters=5"], workdir)
-    run_train([*args, f"--out_dir={split}", "--init_from=resume"], workdir)
-    assert train_losses(split) == train_losses(whole) and len(train_losses(whole)) == 10
-    # syn's 60,000 train tokens hold 1,874 windows of 32; 200 iterations of 16 sequences need 3,200
-    proc = run_train([*args, "--max_iters=200", f"--out_dir={os.path.join(workdir, 'out-onepass-long')}"],
-                     workdir, check=False)
+    # the independent runs at once (run_trains): the whole run, the first half, and one that is too long
+    # (syn's 60,000 train tokens hold 1,874 windows of 32; 200 iterations of 16 sequences need 3,200)
+    *trained, proc = run_trains([[*args, f"--out_dir={whole}"], [*args, f"--out_dir={split}", "--max_iters=5"],
+                           [*args, "--max_iters=200", f"--out_dir={os.path.join(workdir, 'out-onepass-long')}"]],
+                          workdir, check=False)
+    assert all(p.returncode == 0 for p in trained), [p.stderr[-3000:] for p in trained]
     assert proc.returncode != 0 and "holds 1,874 windows of block_size=32" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+    run_train([*args, f"--out_dir={split}", "--init_from=resume"], workdir)
+    assert train_losses(split) == train_losses(whole) and len(train_losses(whole)) == 10

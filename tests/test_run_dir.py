@@ -2,7 +2,7 @@
 aside) and a resume of it says what to run; --overwrite moves only the trainer's files and names them."""
 import os
 
-from tests.conftest import TINY, run_train
+from tests.conftest import TINY, run_train, run_trains
 
 
 def test_a_run_without_a_checkpoint_starts_again_and_keeps_its_logs(workdir, tmp_path):
@@ -34,13 +34,15 @@ def test_overwrite_moves_only_the_runs_files(workdir, tmp_path):
 
 
 def test_a_directory_where_the_run_writes_a_file_is_one_line(workdir, tmp_path):
-    for name in ("metrics.jsonl", "config.json", "ckpt.pt"):
-        out = tmp_path / f"out-dir-{name}"
-        (out / name).mkdir(parents=True)
-        for extra in ([], ["--init_from=resume"]):
-            proc = run_train([*TINY, "--max_iters=2", f"--out_dir={out}", *extra], workdir, check=False)
-            assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
-            assert f"{out / name} is a directory, but the run writes a file of that name there" in proc.stderr
+    cases = [(tmp_path / f"out-dir-{name}", name, extra) for name in ("metrics.jsonl", "config.json", "ckpt.pt")
+             for extra in ([], ["--init_from=resume"])]
+    for out, name, _ in cases:
+        (out / name).mkdir(parents=True, exist_ok=True)
+    procs = run_trains([[*TINY, "--max_iters=2", f"--out_dir={out}", *extra] for out, _, extra in cases], workdir,
+                       check=False)
+    for (out, name, _), proc in zip(cases, procs):
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"{out / name} is a directory, but the run writes a file of that name there" in proc.stderr
         assert sorted(os.listdir(out)) == [name]  # nothing written
 
 
@@ -53,13 +55,14 @@ def test_the_logs_of_a_run_past_its_first_eval_are_a_record_not_a_false_start(wo
     records = '{"type": "layout"}\n{"type": "eval", "iter": 0}\n{"type": "eval", "iter": 300}\n{"type": "summary"'
     for name, text in (("log.txt", "step 300: ...\n"), ("metrics.jsonl", records), ("config.json", "{}")):
         (out / name).write_text(text)  # the last line cut short, as a kill leaves it
-    for extra, message in (([], "already holds the records of a run evaluated up to iter 300, without its "
-                                "checkpoints: choose another --out_dir, or pass --overwrite=True"),
-                           (["--init_from=resume"], "the run there was evaluated up to iter 300, but its checkpoints "
-                                                    "are gone (a record); train into another --out_dir")):
-        proc = run_train([*TINY, "--max_iters=2", f"--out_dir={out}", *extra], workdir, check=False)
+    cases = (([], "already holds the records of a run evaluated up to iter 300, without its "
+                  "checkpoints: choose another --out_dir, or pass --overwrite=True"),
+             (["--init_from=resume"], "the run there was evaluated up to iter 300, but its checkpoints "
+                                      "are gone (a record); train into another --out_dir"))
+    procs = run_trains([[*TINY, "--max_iters=2", f"--out_dir={out}", *extra] for extra, _ in cases], workdir, check=False)
+    for (_, message), proc in zip(cases, procs):
         assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
-        assert sorted(os.listdir(out)) == ["config.json", "log.txt", "metrics.jsonl"]
+    assert sorted(os.listdir(out)) == ["config.json", "log.txt", "metrics.jsonl"]
     proc = run_train([*TINY, "--max_iters=2", f"--out_dir={out}", "--overwrite=True"], workdir)
     (aside,) = [n for n in os.listdir(out) if n.startswith("replaced-")]
     assert (out / aside / "log.txt").read_text() == "step 300: ...\n" and (out / "ckpt.pt").exists()

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 import analysis.compare as compare_runs
-from tests.conftest import TINY, read_metrics, run_train, start_train
+from tests.conftest import TINY, read_metrics, run_trains, start_train
 
 from experiments import runner
 
@@ -30,12 +30,10 @@ def summary_block(stdout):
 @pytest.fixture(scope="module")
 def two_runs(workdir):
     """Two finished tiny CPU runs: baseline and spd, the same seed. Returns {policy: (out_dir, stdout)}."""
-    runs = {}
-    for policy in ("baseline", "spd"):
-        out = os.path.join(workdir, f"out-summary-{policy}")
-        proc = run_train([*TINY, f"--max_iters={ITERS}", f"--sync_policy={policy}", f"--out_dir={out}"], workdir)
-        runs[policy] = (out, proc.stdout)
-    return runs
+    outs = {policy: os.path.join(workdir, f"out-summary-{policy}") for policy in ("baseline", "spd")}
+    procs = run_trains([[*TINY, f"--max_iters={ITERS}", f"--sync_policy={policy}", f"--out_dir={out}"]
+                        for policy, out in outs.items()], workdir)  # at once: independent runs
+    return {policy: (out, proc.stdout) for (policy, out), proc in zip(outs.items(), procs)}
 
 
 def test_finished_run_ends_with_the_summary_block_and_record(two_runs):

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from tests.conftest import REPO, TINY, TRAIN_SCRIPT, run_env, run_train, start_train
+from tests.conftest import REPO, TINY, TRAIN_SCRIPT, run_env, run_train, run_trains, start_train
 from tests.test_kill import LAUNCHER, logged_iters, temp_files, wait_until
 
 STOP_S = 5.0
@@ -175,8 +175,10 @@ def test_resume_refuses_another_data_order_and_notes_tp_async_grad_at_tp1(workdi
     proc = run_train([*args, "--tp_async_grad=True"], workdir)
     assert proc.stdout.count("note: tp_async_grad=True does nothing at tp=1") == 1, proc.stdout
     before = tree_digests(workdir)
-    for key, value, saved in (("data_order", "passes", "'random'"), ("seed", "7", "1337")):
-        proc = run_train([*args, "--init_from=resume", "--max_iters=4", f"--{key}={value}"], workdir, check=False)
+    cases = (("data_order", "passes", "'random'"), ("seed", "7", "1337"))
+    procs = run_trains([[*args, "--init_from=resume", "--max_iters=4", f"--{key}={value}"] for key, value, _ in cases],
+                       workdir, check=False)
+    for (key, value, saved), proc in zip(cases, procs):
         line = last_line(proc.stderr)
         assert proc.returncode == 1 and line.startswith(f"error: {out}/ckpt.pt was trained with {key}={saved}, "
                                                         f"this resume has {key}="), proc.stderr

@@ -19,7 +19,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import REPO, TINY, eval_records, read_metrics, run_train, start_train, train_losses
+from tests.conftest import REPO, TINY, eval_records, read_metrics, run_train, run_trains, start_train, train_losses
 
 ITERS = 20
 DROPOUT = "--dropout=0.1"  # so the tests also cover dropout RNG handling
@@ -178,16 +178,29 @@ def test_nonfinite_loss_stops_and_keeps_checkpoint(workdir, reference_run):
     assert ckpt["iter_num"] == ITERS and all(torch.isfinite(t).all() for t in ckpt["model"].values())
 
 
-@pytest.mark.parametrize("extra, nproc, message", [
+BAD_REQUESTS = [
     (["--n_layr=3"], 1, "unknown config key 'n_layr'"),
     (["--n_layer=abc"], 1, "config key 'n_layer' expects int, got 'abc'"),
     (["--sync_policy=fastest"], 1, "bad sync_policy 'fastest'"),
     (["--dataset=nonexistent"], 1, "does not have for dataset='nonexistent' (datasets with one: "),
     (["--tp=4"], 2, "tp=4 does not divide the world size 2"),
-])
-def test_bad_requests_fail_cleanly_without_out_dir(workdir, extra, nproc, message):
-    out = os.path.join(workdir, "out-never")
-    proc = run_train([*TINY, f"--out_dir={out}", *extra], workdir, nproc=nproc, check=False)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_request_runs(workdir):
+    """{case index: (out_dir, CompletedProcess)} of every BAD_REQUESTS case, run at once (run_trains: each process
+    mostly imports torch before it refuses), each with an out_dir of its own."""
+    outs = [os.path.join(workdir, f"out-never-{i}") for i in range(len(BAD_REQUESTS))]
+    procs = run_trains([[*TINY, f"--out_dir={out}", *extra] for out, (extra, _, _) in zip(outs, BAD_REQUESTS)],
+                       workdir, nproc=[nproc for _, nproc, _ in BAD_REQUESTS], check=False)
+    return dict(enumerate(zip(outs, procs)))
+
+
+@pytest.mark.parametrize("case", range(len(BAD_REQUESTS)), ids=[" ".join(extra) for extra, _, _ in BAD_REQUESTS])
+def test_bad_requests_fail_cleanly_without_out_dir(bad_request_runs, case):
+    _, nproc, message = BAD_REQUESTS[case]
+    out, proc = bad_request_runs[case]
     assert proc.returncode != 0
     assert message in proc.stderr
     assert not os.path.exists(out)
@@ -202,9 +215,8 @@ def test_sample_is_the_same_at_tp1_and_tp2(workdir, reference_run):
     """sample.py loads the full checkpoint at any tp; TP ranks draw the same tokens as one process."""
     sample = os.path.join(REPO, "sample.py")
     args = [f"--out_dir={reference_run}", "--prompt=the ", "--num_samples=2", "--max_new_tokens=30"]
-    proc = run_train(args, workdir, script=sample)
-    one = proc.stdout
-    two = run_train(args + ["--tp=2"], workdir, nproc=2, script=sample).stdout
+    proc, proc2 = run_trains([args, args + ["--tp=2"]], workdir, nproc=[1, 2], script=sample)  # at once
+    one, two = proc.stdout, proc2.stdout
     texts = one.split("---------------\n")[:-1]
     assert len(texts) == 2 and all(t.startswith("the ") and len(t) == len("the ") + 30 + 1 for t in texts)
     assert two == one
@@ -235,16 +247,20 @@ def test_finetune_from_checkpoint_under_another_policy_and_sensitivity(workdir, 
     from tests.conftest import run_env
     ckpt = os.path.join(reference_run, "ckpt.pt")
     out = os.path.join(workdir, "out-finetune")
-    run_train(tiny(out, f"--init_from={ckpt}", "--sync_policy=spd", "--max_iters=5", "--n_layer=7"), workdir)
+    scratch = os.path.join(workdir, "out-spd-scratch")
+    # the three processes are independent (they read the reference checkpoint): all at once
+    sensitivity = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "spd_sensitivity.py"), ckpt, "--syncs", "2", "--device", "cpu",
+         "--out", os.path.join(workdir, "sens.json")], cwd=workdir, env=run_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    run_trains([tiny(out, f"--init_from={ckpt}", "--sync_policy=spd", "--max_iters=5", "--n_layer=7"),
+                tiny(scratch, "--sync_policy=spd", "--max_iters=5")], workdir)
     evals = eval_records(out)
     assert evals[0]["iter"] == 0 and evals[0]["syncs_per_fwd"] == 2  # spd at the checkpoint's 2 layers
-    scratch = os.path.join(workdir, "out-spd-scratch")
-    run_train(tiny(scratch, "--sync_policy=spd", "--max_iters=5"), workdir)
     assert evals[0]["val_loss"] < eval_records(scratch)[0]["val_loss"] - 0.1  # it starts trained
 
-    result = subprocess.run(
-        [sys.executable, os.path.join(REPO, "spd_sensitivity.py"), ckpt, "--syncs", "2", "--device", "cpu",
-         "--out", os.path.join(workdir, "sens.json")], cwd=workdir, env=run_env(), capture_output=True, text=True)
+    stdout, stderr = sensitivity.communicate(timeout=240)
+    result = subprocess.CompletedProcess(sensitivity.args, sensitivity.returncode, stdout, stderr)
     assert result.returncode == 0, result.stderr
     # progress: one bar per pass (each point alone, then cumulative), on stderr beside the tables on stdout
     assert "each point dropped alone" in result.stderr and "cumulative drop" in result.stderr

@@ -61,11 +61,15 @@ def test_one_process_skips_two_rank_groups(tmp_path):
 
 
 def test_bad_arguments_exit_with_one_line():
-    for bad in (["--policies", "grouped:5"], ["--size", "huge"], ["--modes", "graph"], ["--tp2_n_tracks", "3"],
-                ["--tp_async_grad", "maybe"], ["--no_such_flag"]):
-        proc = subprocess.run([sys.executable, *MODULE, *bad, "--out_dir", "/nonexistent/never-written"], cwd=REPO,
-                              env=run_env(), capture_output=True, text=True, timeout=60)
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        assert proc.returncode == 2, (bad, proc.stderr)
-        assert len(lines) == 1 and lines[0].startswith("error: "), (bad, proc.stderr)
-        assert "Traceback" not in proc.stderr + proc.stdout
+    cases = (["--policies", "grouped:5"], ["--size", "huge"], ["--modes", "graph"], ["--tp2_n_tracks", "3"],
+             ["--tp_async_grad", "maybe"], ["--no_such_flag"])
+    # all at once: each process spends its seconds importing torch, and the machine has more than one core
+    procs = [subprocess.Popen([sys.executable, *MODULE, *bad, "--out_dir", "/nonexistent/never-written"], cwd=REPO,
+                              env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for bad in cases]
+    for bad, proc in zip(cases, procs):
+        stdout, stderr = proc.communicate(timeout=60)
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2, (bad, stderr)
+        assert len(lines) == 1 and lines[0].startswith("error: "), (bad, stderr)
+        assert "Traceback" not in stderr + stdout
