@@ -15,7 +15,7 @@ for name in shakespeare shakespeare_char; do
     fi
 done
 
-echo "running tests/ (about 14 minutes on an idle 2-core CPU machine, much longer on a busy one; pytest prints a dot per test)"
+echo "running tests/ (about 12 minutes on an idle 2-core CPU machine, much longer on a busy one; pytest prints a dot per test)"
 python -m pytest -q tests/
 if [ -f test_all_architectures.py ]; then
     python test_all_architectures.py
