@@ -802,8 +802,39 @@ def calibrate(device, sizes, tps, workloads, repeats, out_dir):
     return path
 
 
+def calibration_repeatability(path_a, path_b):
+    """Two calibrations of the same rows (two runs of `calibrate`): |b / a - 1| per (row, sublayer), for the
+    kernel times and the eager times: lines of median, 90th percentile and worst."""
+    def load(path):
+        with open(path) as f:
+            return {(r["size"], r["tp"], r["workload"]): r for r in json.load(f)["rows"]}
+    a, b = load(path_a), load(path_b)
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise ValueError(f"{path_a} and {path_b} share no (size, tp, workload) row")
+    lines = [f"{len(common)} rows in both"]
+    for label, key in (("kernel time", "sublayers_ms"), ("eager", "eager_ms")):
+        diffs = sorted(abs(100.0 * (b[k][key][s] / a[k][key][s] - 1.0)) for k in common
+                       for s in a[k].get(key, {}) if s in b[k].get(key, {}) and a[k][key][s] > 0)
+        if diffs:
+            lines.append(f"{label}: |second / first - 1| median {statistics.median(diffs):.1f}%, 90th percentile "
+                         f"{diffs[int(0.9 * (len(diffs) - 1))]:.1f}%, worst {diffs[-1]:.1f}% over {len(diffs)} sublayer times")
+    return lines
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["calibrate-compare"]:
+        ap = argparse.ArgumentParser(prog="python -m bench.step_model calibrate-compare", formatter_class=HelpFormatter,
+                                     description="How far two calibrations of the same rows differ (repeatability).")
+        ap.add_argument("first", help="a step_model_calibration_<device>.json")
+        ap.add_argument("second", help="another run's, of the same rows")
+        a = ap.parse_args(argv[1:])
+        try:
+            print("\n".join(calibration_repeatability(a.first, a.second)))
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(str(e))
+        return
     if argv[:1] == ["calibrate"]:
         ap = argparse.ArgumentParser(prog="python -m bench.step_model calibrate", formatter_class=HelpFormatter,
                                      description="Per-sublayer times on one device at each tp's shard width.")

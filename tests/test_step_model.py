@@ -119,3 +119,22 @@ def test_calibrate_runs_on_cpu(tmp_path):
         assert all(v > 0 for v in r["sublayers_ms"].values())
     assert "optimizer" in rows[1]["sublayers_ms"]
     assert (tmp_path / "step_model_calibration_cpu.md").read_text().count("| tiny |") == 2
+
+
+def test_calibration_repeatability_against_a_case_by_hand(tmp_path):
+    """calibrate-compare: |second / first - 1| per (row, sublayer), kernel and eager times apart; rows only one
+    file has are left out."""
+    import json
+    first = {"rows": [{"size": "124m", "tp": 1, "workload": "decode_b1",
+                       "sublayers_ms": {"mlp": 1.0, "attention": 2.0}, "eager_ms": {"mlp": 4.0, "attention": 8.0}},
+                      {"size": "124m", "tp": 2, "workload": "decode_b1",
+                       "sublayers_ms": {"mlp": 9.0}, "eager_ms": {"mlp": 9.0}}]}
+    second = {"rows": [{"size": "124m", "tp": 1, "workload": "decode_b1",
+                        "sublayers_ms": {"mlp": 1.1, "attention": 1.9}, "eager_ms": {"mlp": 6.0, "attention": 8.0}}]}
+    (tmp_path / "a.json").write_text(json.dumps(first))
+    (tmp_path / "b.json").write_text(json.dumps(second))
+    lines = sm.calibration_repeatability(str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    # kernel: |1.1/1 - 1| = 10%, |1.9/2 - 1| = 5%: median 7.5%, 90th percentile (index 0 of 2) 5%, worst 10%
+    assert lines == ["1 rows in both",
+                     "kernel time: |second / first - 1| median 7.5%, 90th percentile 5.0%, worst 10.0% over 2 sublayer times",
+                     "eager: |second / first - 1| median 25.0%, 90th percentile 0.0%, worst 50.0% over 2 sublayer times"]
