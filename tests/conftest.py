@@ -76,10 +76,15 @@ def run_train(args, cwd, nproc=1, timeout=240, check=True, script=TRAIN_SCRIPT):
     """Run the training script to completion (torchrun when nproc > 1); returns CompletedProcess."""
     proc = subprocess.run(train_command(args, nproc, script), cwd=cwd, env=run_env(), capture_output=True,
                           text=True, timeout=timeout)
-    if check and proc.returncode != 0:
+    if check:
+        check_trained(proc)
+    return proc
+
+
+def check_trained(proc):
+    if proc.returncode != 0:
         raise AssertionError(f"training failed (rc {proc.returncode}):\nSTDOUT:\n{proc.stdout[-4000:]}\n"
                              f"STDERR:\n{proc.stderr[-4000:]}")
-    return proc
 
 
 def run_trains(arg_lists, cwd, nproc=1, timeout=240, check=True, script=TRAIN_SCRIPT):
@@ -96,10 +101,9 @@ def run_trains(arg_lists, cwd, nproc=1, timeout=240, check=True, script=TRAIN_SC
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    for proc in done:
-        if check and proc.returncode != 0:
-            raise AssertionError(f"training failed (rc {proc.returncode}):\nSTDOUT:\n{proc.stdout[-4000:]}\n"
-                                 f"STDERR:\n{proc.stderr[-4000:]}")
+    if check:
+        for proc in done:
+            check_trained(proc)
     return done
 
 

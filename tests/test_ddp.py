@@ -1,24 +1,19 @@
 """BucketedDDP on CPU/gloo: after every step each rank equals one process trained on the full batch.
 
-Ranks are spawned with torch.multiprocessing (world 2, and 4 for the sub-group case).
+Ranks are spawned by conftest.run_gloo_scenarios (world 2, and 4 for the sub-group case).
 """
-import socket
-import time
-import traceback
 from contextlib import nullcontext
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
 from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.mesh import build_groups
+from tests.conftest import run_gloo_scenarios, scenario_outcome
 
 V, D, H = 16, 8, 12  # vocab, width, hidden
 B, T = 4, 6  # global batch: B sequences of T tokens, split evenly over the DP ranks
@@ -113,36 +108,6 @@ def trainable_bytes(model):
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
-# -------------------------------------------------------------------------- spawning
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _entry(rank, world, port, fn, args):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=30))
-    try:
-        fn(rank, world, *args)
-    finally:
-        dist.destroy_process_group()
-
-
-def run_dist(fn, *args, world=2, timeout=120):
-    ctx = mp.start_processes(_entry, args=(world, _free_port(), fn, args), nprocs=world,
-                             join=False, start_method="spawn")
-    deadline = time.time() + timeout
-    while not ctx.join(timeout=1):  # raises with the child's traceback if one fails
-        if time.time() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"{fn.__name__} hung for {timeout} s")
-
-
 # -------------------------------------------------------------------------- training
 
 
@@ -209,7 +174,7 @@ def _w_full_batch(rank, world):
 
 
 def test_matches_full_batch_every_mode_and_bucket_size(world2):
-    check(world2, "full_batch")
+    scenario_outcome(world2, "full_batch")
 
 
 def _w_no_sync(rank, world):
@@ -219,7 +184,7 @@ def _w_no_sync(rank, world):
 
 
 def test_no_sync_accumulation_matches_full_batch(world2):
-    check(world2, "no_sync")
+    scenario_outcome(world2, "no_sync")
 
 
 def _w_torch_ddp(rank, world):
@@ -242,7 +207,7 @@ def _w_torch_ddp(rank, world):
 
 
 def test_matches_torch_ddp(world2):
-    check(world2, "torch_ddp")
+    scenario_outcome(world2, "torch_ddp")
 
 
 def _w_sub_group(rank, world):
@@ -253,9 +218,8 @@ def _w_sub_group(rank, world):
                     data_offset=mesh.tp_rank + 1, ref_seed=mesh.tp_rank + 100 * (mesh.tp_rank + 1))
 
 
-def test_sub_group_of_a_dp_x_tp_mesh(tmp_path):
-    run_dist(_w_many, ["sub_group"], str(tmp_path), world=4)
-    check(tmp_path, "sub_group", world=4)
+def test_sub_group_of_a_dp_x_tp_mesh():
+    scenario_outcome(run_gloo_scenarios({"sub_group": _w_sub_group}, world_size=4), "sub_group")
 
 
 def _w_unused(rank, world):
@@ -290,7 +254,7 @@ def _w_unused(rank, world):
 
 
 def test_unused_parameters_raise_or_count_as_zero(world2):
-    check(world2, "unused")
+    scenario_outcome(world2, "unused")
 
 
 class Swapped(nn.Module):
@@ -337,7 +301,7 @@ def _w_rebuild(rank, world):
 
 
 def test_buckets_rebuilt_in_arrival_order(world2):
-    check(world2, "rebuild")
+    scenario_outcome(world2, "rebuild")
 
 
 # -------------------------------------------------------------------------- one spawn for all
@@ -348,31 +312,9 @@ SCENARIOS = {"full_batch": _w_full_batch, "no_sync": _w_no_sync, "torch_ddp": _w
              "unused": _w_unused, "rebuild": _w_rebuild, "sub_group": _w_sub_group}
 
 
-def _w_many(rank, world, names, out_dir):
-    failed = None
-    for name in names:
-        if failed:
-            outcome = f"not run: {failed!r} failed before it"
-        else:
-            try:
-                SCENARIOS[name](rank, world)
-                outcome = "ok"
-            except Exception:
-                outcome, failed = traceback.format_exc(), name
-        Path(out_dir, f"{name}.{rank}").write_text(outcome)
-
-
-def check(out_dir, name, world=2):
-    for r in range(world):
-        outcome = Path(out_dir, f"{name}.{r}").read_text()
-        assert outcome == "ok", f"rank {r}:\n{outcome}"
-
-
 @pytest.fixture(scope="module")
-def world2(tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("ddp_world2")
-    run_dist(_w_many, [n for n in SCENARIOS if n != "sub_group"], str(out_dir))
-    return out_dir
+def world2():
+    return run_gloo_scenarios({n: fn for n, fn in SCENARIOS.items() if n != "sub_group"})
 
 
 # -------------------------------------------------------------------------- single process
