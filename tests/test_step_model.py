@@ -119,6 +119,22 @@ def test_calibrate_runs_on_cpu(tmp_path):
         assert all(v > 0 for v in r["sublayers_ms"].values())
     assert "optimizer" in rows[1]["sublayers_ms"]
     assert (tmp_path / "step_model_calibration_cpu.md").read_text().count("| tiny |") == 2
+    assert json.load(open(path))["decode_cache"] == sm.DECODE_CACHE
+
+
+def test_decode_rows_of_an_untagged_calibration_are_not_used(tmp_path, monkeypatch):
+    """A calibration made before decode attention wrote its cache in place (no decode_cache tag) timed a
+    torch.cat of the whole cache: predictions take its training rows but not its decode rows."""
+    rows = [{"size": "124m", "tp": 2, "workload": w, "sublayers_ms": {"mlp": ms}}
+            for w, ms in (("decode_b8", 1.5), ("train_b8", 7.0))]
+    monkeypatch.setattr(sm, "RESULTS", str(tmp_path))
+    cal = tmp_path / "step_model_calibration_h100.json"
+    cal.write_text(json.dumps({"rows": rows}))
+    assert sm.measured_sublayers("H100", "124m", "decode_b8", 2) == {}
+    assert sm.measured_sublayers("H100", "124m", "train_b8", 2) == {"mlp": 7.0}
+    cal.write_text(json.dumps({"rows": rows, "decode_cache": sm.DECODE_CACHE}))
+    assert sm.measured_sublayers("H100", "124m", "decode_b8", 2) == {"mlp": 1.5}
+    assert sm.measured_sublayers("H200", "124m", "decode_b8", 2) == {}
 
 
 def test_calibration_repeatability_against_a_case_by_hand(tmp_path):
