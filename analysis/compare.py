@@ -1036,6 +1036,11 @@ def budget_analysis(stats, metric="final_val", target_tokens=SEED_TOKENS):
             continue
         key = (tuple(x for i, x in enumerate(c["setting"]) if i != max_i), c["policy"])
         groups.setdefault(key, []).append(c)
+    # the budgets every policy of a setting has: slopes over them compare policies measured to different budgets
+    all_budgets = {key: {c["tokens"] for c in cells} for key, cells in groups.items()}
+    common = {}
+    for (setting, _), have in all_budgets.items():
+        common[setting] = have if setting not in common else common[setting] & have
     out = []
     for (setting, policy), cells in groups.items():
         cells.sort(key=lambda c: c["tokens"])
@@ -1058,6 +1063,17 @@ def budget_analysis(stats, metric="final_val", target_tokens=SEED_TOKENS):
         if len(bends) >= 2:  # the seeds are the replicates: their bends' t-interval, as for the slope
             entry["bend"], entry["bend_ci"], _ = mean_ci(bends, level)
             entry["bend_seeds"] = len(bends)
+        if any(have != common[setting] for (st, _), have in all_budgets.items() if st == setting):
+            in_common = {}
+            for bud in entry["budgets"]:
+                if bud["tokens"] in common[setting]:
+                    for seed, gap in bud["gaps"].items():
+                        in_common.setdefault(seed, []).append((math.log2(bud["tokens"]), gap))
+            slopes = [line_fit(*zip(*pts))[1] for pts in in_common.values() if len(pts) >= 2]
+            if len(slopes) >= 2:
+                entry["common_tokens"] = [min(common[setting]), max(common[setting])]
+                entry["common_slope"], entry["common_slope_ci"], _ = mean_ci(slopes, level)
+                entry["common_seeds"] = len(slopes)
         if fits:
             slope, slope_half, _ = mean_ci([b for _, b in fits.values()], level)
             x0, interval, kind = fieller(list(fits.values()), level)
@@ -1094,6 +1110,8 @@ def crossover_text(e):
         return "one seed: no interval"
     if e["crossover_tokens"] is None:
         return "flat line: no crossover"
+    if e.get("trend") == "flat":  # a line whose slope's interval holds 0 places its zero anywhere
+        return "none located: the slope is not told from 0"
     where = _tokens(e["crossover_tokens"])
     interval = e["crossover_interval"]
     span = f" [{_tokens(interval[0])}, {_tokens(interval[1])}]" if interval else " (interval unbounded: slope not told from 0)"
@@ -1107,6 +1125,10 @@ def budget_table(analysis, margin):
     budgets = sorted({(b["iters"], b["tokens"]) for e in analysis for b in e["budgets"]})
     header = ["width", "policy", "syncs/fwd"] + [f"{it} it ({_tokens(t)})" for it, t in budgets] + [
         "slope, points per doubling (95% CI)", "bend, points per doubling² (95% CI)", "crossover (gap = 0)", f"at {_tokens(SEED_TOKENS)} (extrapolated, 95% PI)"]
+    spans = {tuple(e["common_tokens"]) for e in analysis if "common_tokens" in e}
+    if spans:  # policies measured to different budgets: their slopes over the budgets all of them have
+        header.insert(len(header) - 3, "slope over " + "; ".join(f"{_tokens(a)}-{_tokens(b)}" for a, b in sorted(spans))
+                      + " (the budgets every policy has)")
     rows = []
     for e in analysis:
         by = {(b["iters"], b["tokens"]): b for b in e["budgets"]}
@@ -1118,7 +1140,10 @@ def budget_table(analysis, margin):
         slope = "—" if "slope" not in e else _fmt_ci(e["slope"], e["slope_ci"]) + f" ({e['seeds_fitted']} seeds)"
         bend = "—" if "bend" not in e else _fmt_ci(e["bend"], e["bend_ci"]) + f" ({e['bend_seeds']} seeds)"
         target = "—" if "target_gap" not in e else _fmt_ci(e["target_gap"], e["target_pi"], "%")
-        rows.append([e["label"], e["policy"], str(e["syncs"]), *cells, slope, bend, crossover_text(e), target])
+        common_slope = ([_fmt_ci(e["common_slope"], e["common_slope_ci"]) + f" ({e['common_seeds']} seeds)"
+                         if "common_slope" in e else "—"] if spans else [])
+        rows.append([e["label"], e["policy"], str(e["syncs"]), *cells, slope, *common_slope, bend, crossover_text(e),
+                     target])
     note = (f"Each budget cell: paired gap to the baseline, mean ± 95% t half-width (n seeds), verdict at that budget "
             f"(Holm over the policies of the budget; 'keeps the loss' needs TOST within ±{margin:g}%). Slope: "
             f"gap_s = a_s + b_s·log2(tokens) fitted per seed, b averaged over seeds with its t-interval. Bend: c_s of "

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from analysis.compare import bend_fit, budget_analysis, fieller, line_fit, seed_statistics, t_quantile, versus
+from analysis.compare import bend_fit, budget_analysis, crossover_text, fieller, line_fit, seed_statistics, t_quantile, versus
 
 
 def test_line_fit_by_hand():
@@ -73,6 +73,26 @@ def test_budget_analysis_slope_crossover_and_extrapolation_by_hand():
     assert [b["n"] for b in e["budgets"]] == [3, 3, 3] and e["seeds_fitted"] == 3
     # straight lines per seed: no bend, and the interval of three zeros is zero
     assert e["bend"] == pytest.approx(0.0, abs=1e-9) and e["bend_seeds"] == 3
+
+
+def test_common_range_slope_when_policies_reach_different_budgets():
+    """A policy measured to fewer budgets: every policy also gets its slope over the budgets all of them have;
+    the longer one's full slope stays as it is."""
+    long = {1: [-3.0, -3.0, 1.0], 2: [-2.0, -1.0, 4.0]}   # 64k, 128k, 256k; flat, then a jump at 256k
+    short = {1: [-1.0, -2.0], 2: [0.0, -2.0]}
+    cells = [cell(it, "spd", {s: g[k] for s, g in long.items()}) for k, it in enumerate((64, 128, 256))]
+    cells += [cell(it, "parallel", {s: g[k] for s, g in short.items()}) for k, it in enumerate((64, 128))]
+    by = {e["policy"]: e for e in budget_analysis({"level": 0.95, "cells": cells})}
+    # spd per seed over 64k-256k: slopes (4 / 2, 6 / 2) = 2, 3; over 64k-128k alone: 0 and 1
+    assert by["spd"]["slope"] == pytest.approx(2.5)
+    assert by["spd"]["common_slope"] == pytest.approx(0.5) and by["spd"]["common_tokens"] == [64000, 128000]
+    assert by["spd"]["common_slope_ci"] == pytest.approx(12.706205 * math.sqrt(0.5) / math.sqrt(2), rel=1e-5)
+    # parallel has only the common budgets: the same slopes, -1 and -2
+    assert by["parallel"]["common_slope"] == pytest.approx(by["parallel"]["slope"]) == pytest.approx(-1.5)
+    # its interval, -1.5 +- 6.35 (1 df), holds 0: the line's zero is nowhere in particular
+    assert by["parallel"]["trend"] == "flat" and crossover_text(by["parallel"]).startswith("none located")
+    # one policy alone (or all with the same budgets): no common-range slope
+    assert "common_slope" not in budget_analysis({"level": 0.95, "cells": cells[:3]})[0]
 
 
 def test_versus_pairs_seed_by_seed():
