@@ -560,8 +560,11 @@ def write_validation(fit, tables, rows):
               "GEMMs' and copies' cost falls with fewer tracks beyond the (k - 1) stream bytes.",
               "- *train_b8 on H100* (2x H100 rows of bench/results/h100_tp2/, the per-sublayer calibration): modeled "
               "compute is 0.80 of the measured floor (median): the sublayers' kernel times leave out the embedding, "
-              "the residual adds, the final layer norm and the gaps between a graph's kernels; the all-reduces, "
-              "modeled with the 2x H200 fit, are 0.91 of the measured time over the floor.",
+              "the residual adds, the final layer norm, the gaps between a graph's kernels and the biases (calibrate's "
+              "linears have none; the tp=1 H100 profile bench/results/train_profile_tracks_h100_baseline.txt shows "
+              "0.77 ms per iteration of aten::sum reduce kernels, the bias gradients); no tp=2 H100 profile was taken "
+              "to split the rest. The all-reduces, modeled with the 2x H200 fit, are 0.91 of the measured time over "
+              "the floor.",
               "- *eager and compiled-without-graphs rows*: host-bound (the profiles show the device busy 5-10% of the "
               "wall time in eager decode, and the compiled tp=2 step spread from 25.2 to 30.2 ms between runs); the "
               "model is of device time and is not meant for them.",
