@@ -204,3 +204,37 @@ def test_rerun_check_against_a_case_by_hand(tmp_path):
     # mean 0, sample std sqrt(8) = 2.828, t(0.975, 1 df) = 12.706: half-width 12.706 * 2.828 / sqrt(2) = 25.41
     assert "- all: +0.00 ± 25.41% (mean ± 95% t half-width over 2 pairs, 1 df)" in text
     assert "H100 against another" not in text  # one such pair gives no interval
+
+
+def test_cosine_plan_is_one_run_per_budget():
+    """docs_study run --schedule cosine: per (seed, policy) one cosine run per budget, decayed over all of it,
+    with the branches' data order, no trunk and no checkpoint to branch from; logs under the sweep's cosine/."""
+    from experiments.docs_study.run import cosine_runs
+    runs = cosine_runs("config/docs_124m.py", [1280, 320], ["ladder"], [1337], "sweep/cosine")
+    assert [r.name for r in runs] == ["d768-b320-ladder-s1337", "d768-b1280-ladder-s1337"]
+    for run, b in zip(runs, (320, 1280)):
+        assert {"--lr_schedule=cosine", "--data_order=passes", f"--max_iters={b}", f"--lr_decay_iters={b}",
+                "--sync_policy=ladder", "--seed=1337"} <= set(run.args)
+        assert not any(a.startswith(("--init_from", "--save_iters")) for a in run.args) and not run.needs
+        assert run.final_dir(".") == os.path.join(".", "sweep", "cosine", run.name)
+
+
+def test_cosine_check_pairs_each_budget_with_its_cosine_run(tmp_path):
+    """docs_study budgets: with runs under cosine/, cosine_check.md sets each branch's paired gap against the
+    cosine run of the same budget and seed. Here the cosine runs are part 3's stored 640-iteration ones, so the
+    table must repeat wsd_check.md's row for the same seeds."""
+    import shutil
+    from experiments.docs_study.run import budget_report
+    stored = os.path.join("experiments", "docs_study")
+    for seed in (1337, 1338):
+        for tag in ("baseline", "ladder"):
+            shutil.copytree(os.path.join(stored, "budgets", "runs", f"d768-b640-{tag}-s{seed}"),
+                            tmp_path / "runs" / f"d768-b640-{tag}-s{seed}")
+            shutil.copytree(os.path.join(stored, "one_budget", "runs", f"d768-{tag}-s{seed}"),
+                            tmp_path / "cosine" / f"d768-b640-{tag}-s{seed}")
+    versus_glob = str(tmp_path / "cosine" / "d768-*")
+    assert budget_report(str(tmp_path), versus_glob) == 0
+    wsd_rows = [line for line in (tmp_path / "wsd_check.md").read_text().splitlines() if "| ladder |" in line]
+    cosine_rows = [line for line in (tmp_path / "cosine_check.md").read_text().splitlines() if "| ladder |" in line]
+    assert len(cosine_rows) == 1 and "| 768 | 640 | ladder | 1337,1338 |" in cosine_rows[0]
+    assert cosine_rows[0].split("|")[5:] == wsd_rows[0].split("|")[5:]

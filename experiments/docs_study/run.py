@@ -6,6 +6,8 @@ curves and GPU time of the one-budget sweep (part 3).
         --seeds 1337,1338,1339 --jobs 8 --deadline 540 --scratch /tmp/scratch --pack "$OUT"   # on the GPU machine
     python -m experiments.docs_study.run run --budgets 10,20 --smoke --set dataset=shakespeare \
         --policies baseline,grouped:12 --seeds 1337   # CPU: a check of the machinery, 6 tiny runs
+    python -m experiments.docs_study.run run --schedule cosine --budgets 320,1280,2560 --policies baseline,ladder \
+        --seeds 1337,1338,1339 --jobs 5 --scratch /tmp/scratch --pack "$OUT"   # a cosine run per budget (cosine/)
     python -m experiments.docs_study.run budgets     # part 4's budget_table.md, budget.png, stats.json, wsd_check.md
     python -m experiments.docs_study.run report      # part 3's val_curves.png and gpu_seconds.md (experiments/docs_study/one_budget)
 
@@ -21,6 +23,8 @@ branch per budget B (iterations of the config's tokens per iteration):
     branch B   init_from='branch' from the trunk's ckpt_<s(B)>.pt, max_iters = lr_decay_iters = B: the
                1-sqrt cooldown of a WSD run of budget B, which it equals bit for bit
                (tests/test_budgets.py), in its own run directory.
+`run --schedule cosine` instead trains one cosine run per (policy, seed, budget), decayed over the whole budget,
+into <--sweep>/cosine/: `budgets` then writes cosine_check.md, each branch's paired gap minus the cosine run's.
 data_order='passes': every training window once per pass, the first pass in the one_pass order of the
 one-budget sweep, so a branch of up to one pass reads the batches the cosine runs of part 3 read. Runs land
 in <--sweep>/runs/ (default experiments/docs_study/budgets/runs/): d768-trunk2048-<policy>-s<seed> and
@@ -145,6 +149,23 @@ def gpu_seconds(sweep, runs):
     return "\n".join(lines) + "\n"
 
 
+def cosine_runs(config, budgets, policies, seeds, sweep_dir, sets=()):
+    """One cosine run per (seed, policy, budget), decayed over the whole budget: the check of the WSD branches
+    at every budget. Same data order as the branches (`passes`), so up to one pass they read the same batches."""
+    width = f"d{parse([config, *sets]).n_embd}"
+    runs = []
+    for seed in seeds:
+        for policy in policies:
+            tag = DOCS_POLICIES.get(policy) or re.sub(r"[^A-Za-z0-9]", "", policy)
+            for b in sorted(budgets):
+                runs.append(Run(f"{width}-b{b}-{tag}-s{seed}", sweep_dir,
+                                [config, "--tp=1", "--lr_schedule=cosine", "--data_order=passes",
+                                 "--always_save_checkpoint=True", "--keep_best=False", f"--sync_policy={policy}",
+                                 f"--seed={seed}", *sets, f"--max_iters={b}", f"--lr_decay_iters={b}"],
+                                policy, seed, width, tag))
+    return runs
+
+
 def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), cooldown_frac=0.2):
     """The trunk and branches of every (seed, policy), chain by chain. Each trunk keeps the branch points
     of its branches (Run.keep); each branch needs its own (Run.needs)."""
@@ -203,6 +224,9 @@ def run_main(argv):
     parser.add_argument("--policies", default="baseline,ladder,spd,grouped:4,grouped:12")
     parser.add_argument("--seeds", default="1337,1338,1339")
     parser.add_argument("--cooldown-frac", type=float, default=0.2)
+    parser.add_argument("--schedule", default="wsd", choices=["wsd", "cosine"],
+                        help="wsd: trunks and cooldown branches (runs/); cosine: one run per budget, decayed over all "
+                             "of it (cosine/), the check of the branches that `budgets` writes to cosine_check.md")
     parser.add_argument("--sweep", default=BUDGET_SWEEP, help="the part's folder; the runs' logs go to its runs/")
     parser.add_argument("--jobs", type=int, default=8, help="runs at once on the GPU (trunks and branches)")
     parser.add_argument("--deadline", type=float, default=None, help="stop (resumably) after this many seconds")
@@ -229,6 +253,9 @@ def run_main(argv):
         policies = args.policies.split(",")
         if any(b < 1 for b in budgets) or len(set(budgets)) != len(budgets):
             raise SweepError(f"--budgets {args.budgets}: give distinct iteration counts >= 1")
+        if args.schedule == "cosine":
+            runs = cosine_runs(args.config, budgets, policies, seeds, os.path.join(args.sweep, "cosine"), sets)
+            return run_and_pack(runs, args)
         runs = budget_runs(args.config, budgets, policies, seeds, os.path.join(args.sweep, "runs"), args.scratch, sets,
                            args.cooldown_frac)
         return run_and_pack(trim_keeps(runs, args.root, args.scratch), args)
@@ -337,7 +364,13 @@ def budget_report(sweep, versus_glob):
     others = [load_run(d) for d in sorted(glob.glob(versus_glob))]
     write_text(os.path.join(sweep, "wsd_check.md"), versus_table(versus(branches, others), versus_glob) + "\n")
     write_text(os.path.join(sweep, "rerun_check.md"), rerun_check(sweep))
-    print(f"wrote {sweep}/budget.png, budget_table.md, stats.json, wsd_check.md, rerun_check.md")
+    written = "budget.png, budget_table.md, stats.json, wsd_check.md, rerun_check.md"
+    cosine = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "cosine", "d*-b*-*-s*")))]
+    if cosine:  # `run --schedule cosine`: the branches against a cosine run of every budget
+        write_text(os.path.join(sweep, "cosine_check.md"),
+                   versus_table(versus(branches, cosine), os.path.join(sweep, "cosine")) + "\n")
+        written += ", cosine_check.md"
+    print(f"wrote {sweep}/{written}")
     return 0
 
 
