@@ -560,8 +560,8 @@ def write_validation(fit, tables, rows):
               "GEMMs' and copies' cost falls with fewer tracks beyond the (k - 1) stream bytes.",
               "- *train_b8 on H100* (2x H100 rows of bench/results/h100_tp2/, the per-sublayer calibration): modeled "
               "compute is 0.80 of the measured floor (median): the sublayers' kernel times leave out the embedding, "
-              "the residual adds, the final layer norm, the gaps between a graph's kernels and the biases (calibrate's "
-              "linears have none; the tp=1 H100 profile bench/results/train_profile_tracks_h100_baseline.txt shows "
+              "the residual adds, the final layer norm, the gaps between a graph's kernels and the biases (the stored "
+              "calibration's linears had none; calibrate adds them now; the tp=1 H100 profile bench/results/train_profile_tracks_h100_baseline.txt shows "
               "0.77 ms per iteration of aten::sum reduce kernels, the bias gradients); no tp=2 H100 profile was taken "
               "to split the rest. The all-reduces, modeled with the 2x H200 fit, are 0.91 of the measured time over "
               "the floor.",
@@ -761,22 +761,24 @@ def calibrate(device, sizes, tps, workloads, repeats, out_dir):
                 x = mk(b, T, C)
                 ln_w, ln_b = mk(C), mk(C)
                 w_qkv, w_o, w_fc, w_pr, w_head = mk(3 * Ct, C), mk(C, Ct), mk(Ft, C), mk(C, Ft), mk(Vt, C)
+                # GPT-2's linears have biases (the head has none): in training their gradients are reductions
+                b_qkv, b_o, b_fc, b_pr = mk(3 * Ct), mk(C), mk(Ft), mk(C)
                 # decode writes its T new positions into a preallocated cache and attends over all ctx of
                 # them, as model/generate.py's KVCache does (a torch.cat of the cache would copy all of it)
                 kv = torch.randn(2, b, Hl, ctx, hs, device=dev, dtype=dtype) if T < ctx else None
                 targets = torch.randint(0, Vt, (b * T,), device=dev)
 
                 def attention():
-                    q, k, v = F.linear(x, w_qkv).view(b, T, 3, Hl, hs).transpose(1, 3).unbind(2)
+                    q, k, v = F.linear(x, w_qkv, b_qkv).view(b, T, 3, Hl, hs).transpose(1, 3).unbind(2)
                     if kv is not None:
                         kv[0][:, :, ctx - T:], kv[1][:, :, ctx - T:] = k, v
                         k, v = kv[0], kv[1]
                     y = F.scaled_dot_product_attention(q, k, v, is_causal=kv is None)
-                    return F.linear(y.transpose(1, 2).reshape(b, T, Ct), w_o)
+                    return F.linear(y.transpose(1, 2).reshape(b, T, Ct), w_o, b_o)
 
                 ops = {"layernorm": lambda: F.layer_norm(x, (C,), ln_w, ln_b),
                        "attention": attention,
-                       "mlp": lambda: F.linear(F.gelu(F.linear(x, w_fc)), w_pr),
+                       "mlp": lambda: F.linear(F.gelu(F.linear(x, w_fc, b_fc)), w_pr, b_pr),
                        "head+ce": (lambda: F.cross_entropy(F.linear(x, w_head).view(-1, Vt).float(), targets))
                        if train else (lambda: F.linear(x[:, -1:], w_head))}
                 per = {"layernorm": 2 * L, "attention": L, "mlp": L, "head+ce": 1}
@@ -809,7 +811,7 @@ def calibrate(device, sizes, tps, workloads, repeats, out_dir):
                 print(f"{name} {size} tp={tp} {w}: " + ", ".join(f"{k} {v:.3f} ms (eager {eager[k]:.3f})"
                                                                  for k, v in meas.items()))
     import torch as _t
-    out = dict(device=name, torch=_t.__version__, repeats=repeats, rows=rows, decode_cache=DECODE_CACHE,
+    out = dict(device=name, torch=_t.__version__, repeats=repeats, rows=rows, decode_cache=DECODE_CACHE, biases=True,
                command="python -m bench.step_model " + " ".join(sys.argv[1:]))
     path = os.path.join(out_dir, f"step_model_calibration_{name.lower()}.json")
     write_text(path, json.dumps(out, indent=1))
