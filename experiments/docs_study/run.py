@@ -270,25 +270,37 @@ def run_main(argv):
 TRUNK_NAME = re.compile(r"^(d\d+)-trunk\d+-(\w+)-s(\d+)(?:\.out)?$")
 
 
+def trunk_logs(sweep, folders=("earlier", "runs")):
+    """[((width, tag, seed), path relative to the sweep, {iter: val_loss}, device)]: every trunk log in these
+    folders of the sweep, folder by folder: earlier/ (the first version of a trunk trained again for a later
+    branch), runs/, stopped/ (the stdout, <name>.out, of a trunk whose machine was lost; its eval lines are
+    log.txt's)."""
+    out = []
+    for folder in folders:
+        for path in sorted(glob.glob(os.path.join(sweep, folder, "d*-trunk*-*-s*"))):
+            match = TRUNK_NAME.match(os.path.basename(path))
+            if not match:
+                continue
+            records = (records_from_log(path) if path.endswith(".out")
+                       else read_records(os.path.join(path, "metrics.jsonl")))
+            layout = next((r for r in records if r.get("type") == "layout"), {})
+            curve = {r["iter"]: r["val_loss"] for r in records if r.get("type") == "eval"}
+            out.append(((match[1], match[2], int(match[3])), os.path.relpath(path, sweep), curve,
+                        layout.get("device_name", "not logged")))
+    return out
+
+
 def trunk_curves(sweep):
     """{width label: {policy: [(tokens, mean paired gap %, n seeds)]}}: each trunk's val loss against the baseline
     trunk of the same seed at the same iteration, at the constant learning rate (not an end-of-schedule gap).
-    Finished trunks from their metrics.jsonl; trunks stopped with a lost machine from their stdout (stopped/)."""
+    Finished trunks from runs/; trunks stopped with a lost machine from their stdout (stopped/)."""
     val = {}  # (width, tag, seed) -> {iter: val}
     tokens_per_iter, policy_of = {}, {}
-    for path in sorted(glob.glob(os.path.join(sweep, "runs", "d*-trunk*-*-s*")) + glob.glob(os.path.join(sweep, "stopped", "*.out"))):
-        match = TRUNK_NAME.match(os.path.basename(path))
-        if not match:
-            continue
-        key = (match[1], match[2], int(match[3]))
-        curve = val.setdefault(key, {})
-        if path.endswith(".out"):  # its eval lines are log.txt's
-            curve.update((r["iter"], r["val_loss"]) for r in records_from_log(path) if r["type"] == "eval")
-            continue
-        run = load_run(path)
-        curve.update(dict(run["curve"]))
-        tokens_per_iter[match[1]] = run["tokens_per_iter"]
-        policy_of[match[2]] = run["policy"]
+    for key, path, curve, _ in trunk_logs(sweep, ("runs", "stopped")):
+        val.setdefault(key, {}).update(curve)
+        if not path.endswith(".out"):
+            run = load_run(os.path.join(sweep, path))
+            tokens_per_iter[key[0]], policy_of[key[1]] = run["tokens_per_iter"], run["policy"]
     out = {}
     for (width, tag, seed), curve in val.items():
         base = val.get((width, "baseline", seed))
@@ -303,28 +315,14 @@ def trunk_curves(sweep):
             for width, policies in out.items()}
 
 
-def trunk_logs(sweep):
-    """{(width, tag, seed): [(path, {iter: val_loss}, device)]}: every trunk log of the sweep, runs/ and earlier/
-    (trunks trained again for a later branch: their first version, kept for this check)."""
-    out = {}
-    for path in (sorted(glob.glob(os.path.join(sweep, "earlier", "d*-trunk*-*-s*")))  # in the order trained
-                 + sorted(glob.glob(os.path.join(sweep, "runs", "d*-trunk*-*-s*")))):
-        match = TRUNK_NAME.match(os.path.basename(path))
-        if not match:
-            continue
-        records = read_records(os.path.join(path, "metrics.jsonl"))
-        layout = next((r for r in records if r.get("type") == "layout"), {})
-        curve = {r["iter"]: r["val_loss"] for r in records if r.get("type") == "eval"}
-        out.setdefault((match[1], match[2], int(match[3])), []).append(
-            (os.path.relpath(path, sweep), curve, layout.get("device_name", "not logged")))
-    return out
-
-
 def rerun_check(sweep, from_iter=256):
     """rerun_check.md: the same (policy, seed) trunk trained twice, on one GPU or on two: the mean relative
     val-loss difference over their common evals from `from_iter` on, and a t-interval over the pairs."""
     rows, diffs = [], {"all": [], "H100 against another": []}
-    for (width, tag, seed), logs in sorted(trunk_logs(sweep).items()):
+    by_trunk = {}
+    for key, path, curve, device in trunk_logs(sweep):
+        by_trunk.setdefault(key, []).append((path, curve, device))
+    for (width, tag, seed), logs in sorted(by_trunk.items()):
         for (path_a, a, dev_a), (path_b, b, dev_b) in zip(logs, logs[1:]):
             common = sorted(i for i in set(a) & set(b) if i >= from_iter)
             if not common:
