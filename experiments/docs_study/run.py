@@ -227,7 +227,7 @@ def run_main(argv):
     parser.add_argument("--schedule", default="wsd", choices=["wsd", "cosine"],
                         help="wsd: trunks and cooldown branches (runs/); cosine: one run per budget, decayed over all "
                              "of it (cosine/), the check of the branches that `budgets` writes to cosine_check.md")
-    parser.add_argument("--sweep", default=BUDGET_SWEEP, help="the part's folder; the runs' logs go to its runs/")
+    parser.add_argument("--sweep", default=BUDGET_SWEEP, help="the part's folder; the runs' logs go to its runs/ (cosine/ with --schedule cosine)")
     parser.add_argument("--jobs", type=int, default=8, help="runs at once on the GPU (trunks and branches)")
     parser.add_argument("--deadline", type=float, default=None, help="stop (resumably) after this many seconds")
     parser.add_argument("--pack", default=None, help="write DIR/sweep-logs.tgz with the runs' logs at the end")
