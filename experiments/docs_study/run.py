@@ -149,6 +149,16 @@ def gpu_seconds(sweep, runs):
     return "\n".join(lines) + "\n"
 
 
+def sweep_args(config, schedule):
+    """The trainer arguments every run of the budget sweep shares, around its schedule's."""
+    return [config, "--tp=1", *schedule, "--data_order=passes", "--always_save_checkpoint=True", "--keep_best=False"]
+
+
+def policy_tag(policy):
+    """The policy as it appears in run names: grouped:12 -> grouped12."""
+    return DOCS_POLICIES.get(policy) or re.sub(r"[^A-Za-z0-9]", "", policy)
+
+
 def cosine_runs(config, budgets, policies, seeds, sweep_dir, sets=()):
     """One cosine run per (seed, policy, budget), decayed over the whole budget: the check of the WSD branches
     at every budget. Same data order as the branches (`passes`), so up to one pass they read the same batches."""
@@ -156,11 +166,10 @@ def cosine_runs(config, budgets, policies, seeds, sweep_dir, sets=()):
     runs = []
     for seed in seeds:
         for policy in policies:
-            tag = DOCS_POLICIES.get(policy) or re.sub(r"[^A-Za-z0-9]", "", policy)
+            tag = policy_tag(policy)
             for b in sorted(budgets):
                 runs.append(Run(f"{width}-b{b}-{tag}-s{seed}", sweep_dir,
-                                [config, "--tp=1", "--lr_schedule=cosine", "--data_order=passes",
-                                 "--always_save_checkpoint=True", "--keep_best=False", f"--sync_policy={policy}",
+                                [*sweep_args(config, ["--lr_schedule=cosine"]), f"--sync_policy={policy}",
                                  f"--seed={seed}", *sets, f"--max_iters={b}", f"--lr_decay_iters={b}"],
                                 policy, seed, width, tag))
     return runs
@@ -177,12 +186,11 @@ def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), c
     if bad:
         raise SweepError(f"--budgets {bad}: the branch point {points[bad[0]]} of budget {bad[0]} is inside the warmup "
                          f"({cfg.warmup_iters} iterations); use budgets whose cooldown starts after it")
-    common = [config, "--tp=1", "--lr_schedule=wsd", f"--cooldown_frac={cooldown_frac}", "--data_order=passes",
-              "--always_save_checkpoint=True", "--keep_best=False"]
+    common = sweep_args(config, ["--lr_schedule=wsd", f"--cooldown_frac={cooldown_frac}"])
     runs = []
     for seed in seeds:
         for policy in policies:
-            tag = DOCS_POLICIES.get(policy) or re.sub(r"[^A-Za-z0-9]", "", policy)
+            tag = policy_tag(policy)
             base = [*common, f"--sync_policy={policy}", f"--seed={seed}", *sets]
             trunk = Run(f"{width}-trunk{points[top]}-{tag}-s{seed}", sweep_dir,
                         [*base, f"--max_iters={points[top]}", f"--lr_decay_iters={top}",
