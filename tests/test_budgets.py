@@ -235,6 +235,33 @@ def test_cosine_check_pairs_each_budget_with_its_cosine_run(tmp_path):
     versus_glob = str(tmp_path / "cosine" / "d768-*")
     assert budget_report(str(tmp_path), versus_glob) == 0
     wsd_rows = [line for line in (tmp_path / "wsd_check.md").read_text().splitlines() if "| ladder |" in line]
-    cosine_rows = [line for line in (tmp_path / "cosine_check.md").read_text().splitlines() if "| ladder |" in line]
+    check = (tmp_path / "cosine_check.md").read_text()
+    cosine_rows = [line for line in check.splitlines() if line.startswith("| 768 |") and "| ladder |" in line]
     assert len(cosine_rows) == 1 and "| 768 | 640 | ladder | 1337,1338 |" in cosine_rows[0]
     assert cosine_rows[0].split("|")[5:] == wsd_rows[0].split("|")[5:]
+    # the cosine runs' own trend: the runs of --versus are the same runs here, so none is counted twice
+    [trend_row] = [line for line in check.splitlines() if line.startswith("| w768 n4 | ladder |")]
+    assert "(cosine/ alone)" in check and trend_row.split("|")[4].strip().endswith("(2) better")
+
+
+def test_cosine_trend_adds_part3_runs_only_at_the_budgets_cosine_lacks(tmp_path):
+    """cosine_check.md's second table: the cosine runs' own paired gaps, with part 3's cosine runs of the same
+    policies and seeds at the budgets cosine/ lacks; the 640 cell must be part 3's gap for those seeds, the 2560
+    cell the stored cosine runs', each seed's numbers recomputed here from the logs' final val loss."""
+    import glob
+    from experiments.docs_study.run import cosine_trend, load_run
+    stored = os.path.join("experiments", "docs_study")
+    cosine = [load_run(d) for d in sorted(glob.glob(os.path.join(stored, "budgets", "cosine", "d768-b2560-*-s133[78]")))]
+    part3_glob = os.path.join(stored, "one_budget", "runs", "d768-*")
+    part3 = [load_run(d) for d in sorted(glob.glob(part3_glob))]
+    table = cosine_trend(cosine, part3, part3_glob)
+    assert "(cosine/ and 4 runs of" in table
+    [row] = [line for line in table.splitlines() if "| ladder |" in line]
+
+    def mean_gap(runs, budget):
+        final = {(r["policy"], r["seed"]): r["final_val"] for r in runs if r["setting"][-1] == budget}
+        gaps = [100 * (final["ladder", s] / final["baseline", s] - 1) for s in (1337, 1338)]
+        return sum(gaps) / 2
+    cells = row.split("|")
+    assert f"{mean_gap(part3, 640):+.2f}%" in cells[4] and "(2)" in cells[4]
+    assert f"{mean_gap(cosine, 2560):+.2f}%" in cells[5] and "(2)" in cells[5]

@@ -357,6 +357,20 @@ def rerun_check(sweep, from_iter=256):
     return "\n".join(lines) + "\n"
 
 
+def cosine_trend(cosine, others, versus_glob):
+    """The gap against the budget with no branch in it: the cosine runs' own paired gaps, with the runs of `others`
+    (part 3's cosine runs) of the same policies and seeds at the budgets cosine/ lacks."""
+    from analysis.compare import budget_analysis, budget_table, seed_statistics
+    have = {(r["policy"], r["seed"], r["setting"]) for r in cosine}
+    policies, seeds = {r["policy"] for r in cosine}, {r["seed"] for r in cosine}
+    added = [r for r in others if r["policy"] in policies and r["seed"] in seeds
+             and (r["policy"], r["seed"], r["setting"]) not in have]
+    stats = seed_statistics(cosine + added)
+    source = f"cosine/ and {len(added)} runs of {versus_glob}" if added else "cosine/ alone"
+    return (f"## The cosine runs' own gaps against the budget ({source})\n\n"
+            + budget_table(budget_analysis(stats), stats["margin"]))
+
+
 def budget_report(sweep, versus_glob):
     """budget_table.md, budget.png, stats.json, wsd_check.md and rerun_check.md in the budget sweep's directory."""
     from analysis.compare import budget_analysis, budget_table, plot_budgets, seed_statistics, versus, versus_table
@@ -374,7 +388,8 @@ def budget_report(sweep, versus_glob):
     cosine = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "cosine", "d*-b*-*-s*")))]
     if cosine:  # `run --schedule cosine`: the branches against a cosine run of every budget
         write_text(os.path.join(sweep, "cosine_check.md"),
-                   versus_table(versus(branches, cosine), os.path.join(sweep, "cosine")) + "\n")
+                   versus_table(versus(branches, cosine), os.path.join(sweep, "cosine")) + "\n\n"
+                   + cosine_trend(cosine, others, versus_glob) + "\n")
         written += ", cosine_check.md"
     print(f"wrote {sweep}/{written}")
     return 0
