@@ -594,7 +594,7 @@ def write_validation(fit, tables, rows):
 
 
 # ------------------------------------------------------------------ loss against modeled time
-PARETO_POLICIES = ("baseline", "ladder", "spd", "grouped:4", "grouped:12")
+PARETO_POLICIES = ("baseline", "ladder", "spd", "parallel", "grouped:4", "grouped:12")
 PAPERS = {"spd": ("SPD, arXiv 2502.20727", "about 20% lower inference latency, LLaMA2-70B on 8 GPUs"),
           "ladder": ("Ladder Residual, arXiv 2501.06589", "about 30% end-to-end wall-clock inference speed-up, 70B, TP over 8 GPUs")}
 
