@@ -1155,11 +1155,12 @@ def budget_table(analysis, margin):
     return format_table(header, rows, True) + "\n\n" + note
 
 
-def plot_budgets(analysis, path, margin, trunk_curves=None):
+def plot_budgets(analysis, path, margin, trunk_curves=None, other_schedule=()):
     """Gap to baseline (%) against training tokens (log2 axis), one panel per width: each policy's mean over
     seeds with its 95% t band and the seeds as points, the fitted mean line dashed, 0 and the margin.
     trunk_curves: {width label: {policy: [(tokens, mean gap, n seeds)]}}, drawn thin and dotted: the gap
-    along the constant-rate trunk, which is not an end-of-schedule gap."""
+    along the constant-rate trunk, which is not an end-of-schedule gap. other_schedule: budget_analysis entries
+    of runs with a cosine schedule over each whole budget, drawn as hollow diamonds with their 95% t bars."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -1188,6 +1189,11 @@ def plot_budgets(analysis, path, margin, trunk_curves=None):
             curve = (trunk_curves or {}).get(label, {}).get(e["policy"])
             if curve:
                 ax.plot([t for t, _, _ in curve], [g for _, g, _ in curve], ":", color=color, lw=1, alpha=0.7)
+        for e in (e for e in other_schedule if e["label"] == label):
+            color = colors[policies.index(e["policy"]) % len(colors)] if e["policy"] in policies else "black"
+            ax.errorbar([b["tokens"] * 1.05 for b in e["budgets"]], [b["gap"] for b in e["budgets"]],
+                        yerr=[b["gap_ci"] or 0.0 for b in e["budgets"]], fmt="D", mfc="none", color=color, ms=7,
+                        capsize=3, lw=1, label=f"{e['policy']}: a cosine run of the whole budget")
         ax.axhline(0.0, color="black", lw=1)
         ax.axhspan(-margin, margin, color="gray", alpha=0.12, lw=0, label=f"±{margin:g}% margin")
         ax.set_xscale("log", base=2)
@@ -1200,6 +1206,8 @@ def plot_budgets(analysis, path, margin, trunk_curves=None):
         title = f"{label}: gap at the end of each budget's schedule; band 95% t, dashed: fitted a + b·log2(tokens)"
         if trunk_curves and trunk_curves.get(label):
             title += "\ndotted: gap along the constant-lr trunk (not an end-of-schedule gap)"
+        if any(e["label"] == label for e in other_schedule):
+            title += "; hollow diamonds: cosine over the whole budget"
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")

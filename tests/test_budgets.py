@@ -249,13 +249,15 @@ def test_cosine_trend_adds_part3_runs_only_at_the_budgets_cosine_lacks(tmp_path)
     policies and seeds at the budgets cosine/ lacks; the 640 cell must be part 3's gap for those seeds, the 2560
     cell the stored cosine runs', each seed's numbers recomputed here from the logs' final val loss."""
     import glob
-    from experiments.docs_study.run import cosine_trend, load_run
+    from analysis.compare import budget_table
+    from experiments.docs_study.run import cosine_budgets, load_run
     stored = os.path.join("experiments", "docs_study")
     cosine = [load_run(d) for d in sorted(glob.glob(os.path.join(stored, "budgets", "cosine", "d768-b2560-*-s133[78]")))]
     part3_glob = os.path.join(stored, "one_budget", "runs", "d768-*")
     part3 = [load_run(d) for d in sorted(glob.glob(part3_glob))]
-    table = cosine_trend(cosine, part3, part3_glob)
-    assert "(cosine/ and 4 runs of" in table
+    trend, added = cosine_budgets(cosine, part3)
+    table = budget_table(trend, 1.0)
+    assert added == 4  # baseline and ladder of seeds 1337-1338 at 640 iterations; the 10 policies' others left out
     [row] = [line for line in table.splitlines() if "| ladder |" in line]
 
     def mean_gap(runs, budget):

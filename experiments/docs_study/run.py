@@ -357,18 +357,16 @@ def rerun_check(sweep, from_iter=256):
     return "\n".join(lines) + "\n"
 
 
-def cosine_trend(cosine, others, versus_glob):
-    """The gap against the budget with no branch in it: the cosine runs' own paired gaps, with the runs of `others`
-    (part 3's cosine runs) of the same policies and seeds at the budgets cosine/ lacks."""
-    from analysis.compare import budget_analysis, budget_table, seed_statistics
+def cosine_budgets(cosine, others):
+    """The gap against the budget with no branch in it: budget_analysis of the cosine runs' own paired gaps, with
+    the runs of `others` (part 3's cosine runs) of the same policies and seeds at the budgets cosine/ lacks; and
+    how many of those were added."""
+    from analysis.compare import budget_analysis, seed_statistics
     have = {(r["policy"], r["seed"], r["setting"]) for r in cosine}
     policies, seeds = {r["policy"] for r in cosine}, {r["seed"] for r in cosine}
     added = [r for r in others if r["policy"] in policies and r["seed"] in seeds
              and (r["policy"], r["seed"], r["setting"]) not in have]
-    stats = seed_statistics(cosine + added)
-    source = f"cosine/ and {len(added)} runs of {versus_glob}" if added else "cosine/ alone"
-    return (f"## The cosine runs' own gaps against the budget ({source})\n\n"
-            + budget_table(budget_analysis(stats), stats["margin"]))
+    return budget_analysis(seed_statistics(cosine + added)), len(added)
 
 
 def budget_report(sweep, versus_glob):
@@ -378,18 +376,21 @@ def budget_report(sweep, versus_glob):
     stats = seed_statistics(branches)
     budgets = budget_analysis(stats)
     curves = trunk_curves(sweep)
-    plot_budgets(budgets, os.path.join(sweep, "budget.png"), stats["margin"], curves)
+    others = [load_run(d) for d in sorted(glob.glob(versus_glob))]
+    cosine = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "cosine", "d*-b*-*-s*")))]
+    cosine_trend, added = cosine_budgets(cosine, others) if cosine else ([], 0)
+    plot_budgets(budgets, os.path.join(sweep, "budget.png"), stats["margin"], curves, cosine_trend)
     write_text(os.path.join(sweep, "budget_table.md"), budget_table(budgets, stats["margin"]) + "\n")
     write_text(os.path.join(sweep, "stats.json"), json.dumps({"stats": stats, "budgets": budgets}, indent=1))
-    others = [load_run(d) for d in sorted(glob.glob(versus_glob))]
     write_text(os.path.join(sweep, "wsd_check.md"), versus_table(versus(branches, others), versus_glob) + "\n")
     write_text(os.path.join(sweep, "rerun_check.md"), rerun_check(sweep))
     written = "budget.png, budget_table.md, stats.json, wsd_check.md, rerun_check.md"
-    cosine = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "cosine", "d*-b*-*-s*")))]
     if cosine:  # `run --schedule cosine`: the branches against a cosine run of every budget
+        source = f"cosine/ and {added} runs of {versus_glob}" if added else "cosine/ alone"
         write_text(os.path.join(sweep, "cosine_check.md"),
                    versus_table(versus(branches, cosine), os.path.join(sweep, "cosine")) + "\n\n"
-                   + cosine_trend(cosine, others, versus_glob) + "\n")
+                   + f"## The cosine runs' own gaps against the budget ({source})\n\n"
+                   + budget_table(cosine_trend, stats["margin"]) + "\n")
         written += ", cosine_check.md"
     print(f"wrote {sweep}/{written}")
     return 0
