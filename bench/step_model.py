@@ -506,6 +506,15 @@ def error_stats(rows):
                 p90=errs[int(0.9 * (len(errs) - 1))])
 
 
+def h100_compute_ratios(graph):
+    """'workload x.xx, ...': the median of modeled compute over the measured floor of the H100 graph rows."""
+    by = {}
+    for r in graph:
+        if r["device"] == "H100" and r.get("floor_ms"):
+            by.setdefault(r["workload"], []).append(r["compute"] / r["floor_ms"])
+    return ", ".join(f"{w} {statistics.median(v):.2f}" for w, v in sorted(by.items())) or "no H100 rows"
+
+
 def write_validation(fit, tables, rows):
     lines = ["# Step-time model: predicted ÷ measured, every stored row at tp ≥ 2", "",
              "Made by `python -m bench.step_model --validate` (bench/step_model.py). Every predicted time is "
@@ -558,13 +567,11 @@ def write_validation(fit, tables, rows):
               "- *diverged tracks at k = 1*: the tracks term, fitted at k = 4 on one GPU, over-predicts grouped "
               "policies' compute by 5-30% at k = 1 on tp=4 (their floors); the model leaves out how the batched "
               "GEMMs' and copies' cost falls with fewer tracks beyond the (k - 1) stream bytes.",
-              "- *train_b8 on H100* (2x H100 rows of bench/results/h100_tp2/, the per-sublayer calibration): modeled "
-              "compute is 0.80 of the measured floor (median): the sublayers' kernel times leave out the embedding, "
-              "the residual adds, the final layer norm, the gaps between a graph's kernels and the biases (the stored "
-              "calibration's linears had none; calibrate adds them now; the tp=1 H100 profile bench/results/train_profile_tracks_h100_baseline.txt shows "
-              "0.77 ms per iteration of aten::sum reduce kernels, the bias gradients); no tp=2 H100 profile was taken "
-              "to split the rest. The all-reduces, modeled with the 2x H200 fit, are 0.91 of the measured time over "
-              "the floor.",
+              "- *H100 rows* (2x H100, bench/results/h100_tp2/, with the per-sublayer calibration where it has the row): modeled "
+              "compute over the measured floor, median per workload: " + h100_compute_ratios(graph) + ". A sum of "
+              "sublayer kernel times leaves out the embedding, the residual adds, the final layer norm and the gaps "
+              "between a graph's kernels, which weigh most in decode's many short kernels; no tp=2 H100 profile was "
+              "taken to split this further.",
               "- *eager and compiled-without-graphs rows*: host-bound (the profiles show the device busy 5-10% of the "
               "wall time in eager decode, and the compiled tp=2 step spread from 25.2 to 30.2 ms between runs); the "
               "model is of device time and is not meant for them.",
@@ -573,10 +580,11 @@ def write_validation(fit, tables, rows):
               "from k to k - 1 (the code's k = 1 paths: F.linear, the sum over tracks a view), and ladder's point "
               "prediction from full overlap to the midpoint of its bounds (its all-reduce kernels run 71 against "
               "61 us beside compute in the stored profile). Before them: median 10.8%, worst 47.9% over the same rows. "
-              "After the first H100 rows came (bench/results/h100_tp2/): the H100 calibration's decode rows are no "
-              "longer used (DECODE_CACHE in bench/step_model.py), because `calibrate` had timed decode attention with "
-              "a torch.cat of the whole KV cache, which the model never runs (its decode_b8 compute was 1.55x the "
-              "measured floors); with them the H100 graph rows were median 18.0%, worst 87.1%.",
+              "After the first H100 rows came (bench/results/h100_tp2/): a calibration's decode rows are used only "
+              "if `calibrate` wrote the KV cache in place (DECODE_CACHE in bench/step_model.py), because the first "
+              "H100 calibration had timed decode attention with a torch.cat of the whole cache, which the model never "
+              "runs (its decode_b8 compute was 1.55x the measured floors); with those rows the H100 graph rows were "
+              "median 18.0%, worst 87.1%. The stored calibration is a rerun that writes the cache in place.",
               "", "Columns: modeled ms (point: no overlap; ladder the midpoint of its bounds), its compute + tracks part and "
               "its all-reduce part; measured ms, and the measured floor (the same policy with every collective skipped, "
               "where stored) for telling a compute miss from a communication miss.", "",

@@ -370,7 +370,8 @@ def cosine_budgets(cosine, others):
 
 
 def budget_report(sweep, versus_glob):
-    """budget_table.md, budget.png, stats.json, wsd_check.md and rerun_check.md in the budget sweep's directory."""
+    """budget_table.md, budget.png, stats.json, wsd_check.md, rerun_check.md and, with runs in cosine/,
+    cosine_check.md in the budget sweep's directory."""
     from analysis.compare import budget_analysis, budget_table, plot_budgets, seed_statistics, versus, versus_table
     branches = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "runs", "d*-b*-*-s*")))]
     stats = seed_statistics(branches)
