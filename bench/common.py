@@ -99,7 +99,15 @@ def as_graph(fn, pool=None):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, pool=pool):
         fn()
-    return graph.replay
+
+    def replay(keep_alive=fn):
+        # The graph reads and writes memory that only fn's closure holds (its inputs, a decode step's
+        # KV cache), allocated before the capture, so outside the graph's pool. Returning graph.replay
+        # alone let those tensors be freed with fn: the caching allocator then gave their memory to
+        # other tensors, which every replay overwrote (illegal memory accesses and SIGSEGVs in
+        # bench/tp_latency.py --modes graph, where nothing else held fn).
+        graph.replay()
+    return replay
 
 
 # ----------------------------------------------------------------------------- arguments

@@ -17,11 +17,13 @@ which kernels grew. With NCCL, each rank's all-reduce kernels are also timed by 
 the call: a long first one and short others mean the ranks start their calls apart. Written to <out_dir>/profile_<workload>_<mode>_tp<N>.txt (rank 0).
 """
 import argparse
+import functools
 import os
 import statistics
 import sys
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
@@ -31,7 +33,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.profile_policy ... "
              "(or torchrun ... -m bench.profile_policy ...)")
 from bench.common import GPT2_VOCAB, as_graph, command_line, split_policies  # noqa: E402
-from bench.tp_latency import SIZES, make_workload, torch_tp_model  # noqa: E402
+from bench.tp_latency import SIZES, ctx_call, make_workload, torch_tp_model  # noqa: E402
 from training.config import HelpFormatter, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
@@ -141,6 +143,8 @@ def main():
                    help="torch.compile settings of the compiled modes (model/compile_modes.py)")
     p.add_argument("--torch_tp", action="store_true", help="also profile PyTorch's TP")
     p.add_argument("--no_bias", action="store_true", help="models without biases (as tp_latency.py --no_bias)")
+    p.add_argument("--floor", action="store_true", help="skip every collective (parallel.comm.skipped_collectives): "
+                   "the compute alone, the rows tp_latency marks [floor]")
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--seq_len", type=int, default=1024)
@@ -158,10 +162,11 @@ def main():
         mode_tag += "_" + args.compile_mode.replace("-", "_")
     vocab = GPT2_VOCAB
     header = (f"# profile: {args.size} n_tracks={args.n_tracks} {args.workload} "
-              f"{mode_tag} tp={world}{' no bias' if args.no_bias else ''}, {args.calls} calls, "
+              f"{mode_tag} tp={world}{' floor (no collectives)' if args.floor else ''}{' no bias' if args.no_bias else ''}, {args.calls} calls, "
               f"{torch.cuda.get_device_name() if cuda else 'CPU'}, torch {torch.__version__}\n"
               f"command: {command_line(__file__, sys.argv[1:])}\n")
     sections = [header]
+    floor = comm.skipped_collectives if args.floor else nullcontext
     variants = split_policies(args.policies)
     if args.torch_tp:
         variants.append("torch_tp")
@@ -173,10 +178,13 @@ def main():
             model = GPT(GPTConfig(**SIZES[args.size], block_size=args.seq_len, vocab_size=vocab,
                                   n_tracks=args.n_tracks, sync_policy=policy, bias=not args.no_bias),
                         tp_group=group).to(device)
-        fn = make_workload(model, args.workload, args.seq_len, vocab, device, cuda, for_graph=graph,
-                           compile_backend=backend, compile_mode=args.compile_mode)
-        if graph:
-            fn = as_graph(fn)
+        with floor():  # a graph captures (or skips) the collectives once, at capture
+            fn = make_workload(model, args.workload, args.seq_len, vocab, device, cuda, for_graph=graph,
+                               compile_backend=backend, compile_mode=args.compile_mode)
+            if graph:
+                fn = as_graph(fn)
+            else:
+                fn = functools.partial(ctx_call, floor, fn)
         for _ in range(3):
             fn()
         if policy == variants[0]:  # the first profiler session of a process is slow to start (CUPTI)
@@ -203,7 +211,7 @@ def main():
         del model, fn
     if rank == 0:
         path = os.path.join(args.out_dir, f"profile_{args.size}_n{args.n_tracks}_{args.workload}_"
-                                          f"{mode_tag}_tp{world}.txt")
+                                          f"{mode_tag}_tp{world}{'_floor' if args.floor else ''}.txt")
         write_text(path, "\n".join(sections))
         print(f"wrote {path}")
     if world > 1:

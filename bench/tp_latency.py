@@ -4,7 +4,7 @@
     torchrun --standalone --nproc_per_node=2 -m bench.tp_latency        # tp = world size (1, 2, 4)
     python -m bench.tp_latency --merge                                  # one table + PNG over all tp
 
-For each model size (GPT-2 124M and GPT-2 medium, both n_tracks=4) and each policy, in one run:
+For each model size (GPT-2 124M, medium and large: 36 x 20 heads x 1280; --n_tracks, default 4) and each policy, in one run:
     prefill_b1 / prefill_b8   forward over a 1 x 1024 / 8 x 1024 prompt (no grad)
     decode_b1 / decode_b8     one token with a KV cache holding 1023 tokens (no grad)
     train_b8                  forward + backward over 8 x 1024 tokens
@@ -61,6 +61,7 @@ from parallel import comm  # noqa: E402
 from parallel.mesh import init_mesh  # noqa: E402
 
 SIZES = {"124m": dict(n_layer=12, n_head=12, n_embd=768), "medium": dict(n_layer=24, n_head=16, n_embd=1024),
+         "large": dict(n_layer=36, n_head=20, n_embd=1280),
          "tiny": dict(n_layer=2, n_head=4, n_embd=64)}
 POLICIES = ["baseline", "ladder", "spd", "parallel", "selective:m0-3,m5,m7,m9-11", "grouped:2", "grouped:3",
             "grouped:4", "grouped:6"]
@@ -499,6 +500,49 @@ def merge(out_dir):
     print(f"wrote {out_dir}/tp_latency.md and .png")
 
 
+def savings(before, after):
+    """Markdown: per (size, workload, mode, n_tracks, policy), each side's ms, its floor over
+    baseline's floor and its saving 1 - policy / baseline (both from the same run), before and after.
+    before, after: lists of runs (tp_latency_tp*.json contents), e.g. two commits on one machine."""
+    def table(runs):
+        out = {}
+        for r in all_rows(runs):
+            if isinstance(r["ms"], float) and r["policy"] != "torch_tp":
+                out[(r["size"], r["workload"], r["mode"], r["tp"], r["n_tracks"], r["policy"], r["floor"])] = r["ms"]
+        return out
+
+    def cells(ms, key):
+        size, workload, mode, tp, n, policy = key
+        mine, floor = ms.get((*key, False)), ms.get((*key, True))
+        base, base_floor = (ms.get((size, workload, mode, tp, n, "baseline", f)) for f in (False, True))
+        if mine is None:
+            return ["-", "-", "-"]
+        floor_ratio = f"{floor / base_floor:.3f}" if floor is not None and base_floor else "-"
+        saving = f"{100 * (1 - mine / base):.1f}%" if base else "-"
+        return [f"{mine:.3f}", floor_ratio, saving]
+
+    old, new = table(before), table(after)
+    keys = sorted({k[:-1] for k in old} | {k[:-1] for k in new},
+                  key=lambda k: (list(SIZES).index(k[0]), k[4], WORKLOADS.index(k[1]), k[2], k[3], k[5]))
+    out = [md_row(["size", "workload", "mode", "tp", "n_tracks", "policy", "before ms", "floor ÷ baseline floor",
+                   "saving", "after ms", "floor ÷ baseline floor", "saving"]),
+           "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for key in keys:
+        out.append(md_row([*map(str, key), *cells(old, key), *cells(new, key)]))
+    return "\n".join(out) + "\n"
+
+
+def load_runs(paths, flag):
+    runs = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                runs.append(json.load(f))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: {flag} {path}: {e}")
+    return runs
+
+
 def main():
     parser = argparse.ArgumentParser(prog="python -m bench.tp_latency", description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {list(SIZES)}")
@@ -524,7 +568,15 @@ def main():
                         help="keep SDPA off cuDNN's attention kernels (which the graph profiles show it picks on H200)")
     parser.add_argument("--out_dir", default="bench/results")
     parser.add_argument("--merge", action="store_true", help="merge tp_latency_tp*.json in out_dir")
+    parser.add_argument("--before", nargs="+", metavar="JSON", help="with --after: print each policy's floor "
+                        "and saving against baseline, before and after (tp_latency_tp*.json files of two versions)")
+    parser.add_argument("--after", nargs="+", metavar="JSON")
     args = parser.parse_args()
+    if (args.before is None) != (args.after is None):
+        parser.error("--before and --after go together, each with one or more tp_latency_tp*.json files")
+    if args.before:
+        print(savings(load_runs(args.before, "--before"), load_runs(args.after, "--after")), end="")
+        return
     unknown = [s for s in args.sizes.split(",") if s not in SIZES]
     if unknown:
         parser.error(f"unknown size(s) {unknown}; allowed: {list(SIZES)}")

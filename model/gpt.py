@@ -38,8 +38,9 @@ or one rank), rank 0 adds b inside its partial sum instead, which g then counts 
 several sublayers between two syncs enters through one f(x) and leaves through one g. Inside such
 a region the replicated parameters it uses (its LayerNorms and row-parallel biases) only see this
 rank's tracks, so their gradient is partial: they enter through one f applied to their
-concatenation, whose backward sums them over the TP group once per backward. The region's biases
-are added into the all-reduce by TP rank 0 only, so the sum holds them once. Under autocast a
+concatenation, whose backward sums them over the TP group once per backward. Every track's stream
+holds the region's biases, so the region's last GEMM adds a bias that leaves each of them once in
+the all-reduced sum (TP rank 0's; Block.sync_bias). Under autocast a
 replicated activation is cast to the compute dtype before it enters f, so f's backward all-reduces
 a bf16 gradient (the cast happens in the next matmul anyway).
 With async_grad_allreduce (a runtime option of GPT, off by default and not in GPTConfig) every f
@@ -48,13 +49,16 @@ f(x) with its first sublayer's LayerNorm, the LM head's) is fused with that GEMM
 all-reduce travels while the GEMM's weight gradient is computed (parallel/comm.py): the same function,
 collectives and counts.
 
-Shapes. While all tracks of a rank read the same input (right after a sync) each projection is
-one matmul over the rank's concatenated shards (plain Megatron TP). Diverged tracks carry a
-leading track dim k: their LayerNorms, residual adds and GEMMs (batched) run over all k tracks at
-once (model/tp_layers.py). d_t is carried in the compute dtype (bf16 under autocast) and each
-sublayer rebuilds s_t = x + beta + d_t inside its LayerNorm's kernel. Carrying s_t itself (fp32)
-instead was measured (one H100, 124M, n_tracks 4, tp=1, compiled): 6% faster for grouped:6, whose
-regions are 12 sublayers long, but 2-4% slower for spd and grouped:2 (EXPERIMENT_SUMMARY.md §3c).
+Regions. Inside a region each track carries its own stream s_t = x + beta + d_t, as Megatron
+carries x: a sublayer reads LN(s_t), its GEMM adds its bias, and s_t += o_t is its one residual
+add. At the region's sync this rank sends sum_t (s_t - xin) + the summed outputs, or sum_t o_t
+itself while the streams hold one output (spd), so one track per rank (k = 1) runs the kernels of
+a Megatron sublayer (issue 49: rebuilding s_t = x + beta + d_t from its parts before every
+LayerNorm cost 5-22% more than baseline with every collective skipped; bench/results/issue49/).
+Diverged tracks carry a leading track dim k (none at k = 1): their LayerNorms, residual adds and
+GEMMs (batched) run over all k tracks at once (model/tp_layers.py). While all tracks of a rank
+read the same input (right after a sync) each projection is one matmul over the rank's
+concatenated shards (plain Megatron TP).
 
 torch.compile. forward() reads the policy only through self._plan (built once per policy: per sync
 point a few booleans and indices) and the collectives are traceable (parallel/comm.py), so the
@@ -137,10 +141,12 @@ class Streams(NamedTuple):
     """The residual streams between two sublayers (module docstring's x, d_t and beta)."""
     x: torch.Tensor                        # the shared stream at the last sync (replicated)
     xin: Optional[torch.Tensor] = None     # f(x): the input of the open region (None: no region open)
-    d: Optional[torch.Tensor] = None       # [k,B,T,C] each track's own outputs d_t (None: all 0)
-    beta: Optional[torch.Tensor] = None    # replicated biases since the last sync
+    d: Optional[torch.Tensor] = None       # the tracks' outputs while the region has one ([k,B,T,C], [B,T,C] at k=1)
     summed: Optional[torch.Tensor] = None  # outputs already summed over this rank's tracks (not in s)
     pending: Optional[tuple] = None        # ladder: (partial sum being all-reduced, its handle, bias)
+    s: Optional[torch.Tensor] = None       # each track's stream s_t = x + beta + d_t (None: xin; k=1: [B,T,C])
+    track_biases: tuple = ()               # the region's biases in every s_t so far
+    summed_biases: tuple = ()              # the region's biases in `summed` so far
 
 
 class CausalSelfAttention(nn.Module):
@@ -229,6 +235,8 @@ class Block(nn.Module):
         # every rank traces the same graph. With an `if`, inductor's peak-memory reordering placed the
         # region's tp_grad all-reduce at different points on the two ranks (experiments/compiler_repros/collective_order/)
         self.register_buffer("adds_biases", torch.tensor(float(self.tp_rank == 0)), persistent=False)
+        self.register_buffer("track_bias_weight", self.adds_biases - k, persistent=False)  # Block.sync_bias
+        self.register_buffer("summed_bias_weight", self.adds_biases - 1, persistent=False)
         self.async_grad = False  # GPT.set_async_grad_allreduce: f fused with the next column GEMM
 
     def forward(self, streams, steps, partial, kv_cache=None):
@@ -261,35 +269,54 @@ class Block(nn.Module):
                 return Streams(self.add_pending(st), pending=launched)
             return Streams(self.residual(st.x, comm.reduce_from_tp_region(out, group), bias))
 
+        return self.region_sublayer(st, reads, step, ln, run, column, partial, fuse)
+
+    def region_sublayer(self, st, reads, step, ln, run, column, partial, fuse):
+        """A sublayer inside a track-local region: this rank's k tracks read their own streams s_t
+        (module docstring, "Regions"), and only the region's last sublayer all-reduces."""
+        group, k = self.tp_group, self.k
         ln_weight, ln_bias = partial[step.ln_weight], None if step.ln_bias is None else partial[step.ln_bias]
-        if fuse and st.xin is None and reads.d is None and reads.beta is None:
-            # the region's entry: its first sublayer reads LN(f(x)) of the shared x
+        bias = None if step.proj_bias is None else partial[step.proj_bias]
+        track_biases, summed_biases = st.track_biases, st.summed_biases
+        if step.sync and bias is not None:  # the all-reduce must hold each of the region's biases once
+            bias = self.sync_bias(bias, track_biases, summed_biases)
+        elif bias is not None and step.per_track:
+            track_biases = track_biases + (bias,)
+        elif bias is not None:
+            summed_biases = summed_biases + (bias,)
+        per_track = step.per_track and k > 1  # one track: its output is [B,T,C], no track dim
+        if fuse and st.xin is None and reads.s is None:  # the region's entry: LN(f(x)), f fused with the GEMM
             xin, projected = comm.copy_to_tp_region_ln_linear(st.x, ln_weight, ln_bias, column.weight, column.bias,
                                                               group)
-            out = run(None, step.per_track, None, projected)
+            out = run(None, per_track, bias, projected)
         else:
             xin = st.xin if st.xin is not None else comm.copy_to_tp_region(st.x, group)
-            stream = xin  # what this sublayer reads: each track's x + beta + d_t (or the shared x + beta)
-            if reads.d is not None:
-                stream = stream + reads.d if reads.beta is None else stream + reads.beta + reads.d
-            elif reads.beta is not None:
-                stream = stream + reads.beta
-            out = run(ln(stream, ln_weight, ln_bias), step.per_track)
-        bias = None if step.proj_bias is None else partial[step.proj_bias]
-        beta = bias if st.beta is None else (st.beta if bias is None else st.beta + bias)
-        d, summed = st.d, st.summed
-        if step.per_track:
-            d = out if d is None else d + out
-        else:
-            summed = out if summed is None else summed + out
-        if not step.sync:
-            return Streams(st.x, xin, d, beta, summed)
-        change = summed  # a synced point's output is summed over the tracks (step.per_track is False)
-        if d is not None:  # one track per rank: the sum over tracks is a view, not a reduce kernel
-            change = change + (d[0] if self.k == 1 else d.sum(0))
-        if beta is not None:
-            change = change + (beta * self.adds_biases).to(change.dtype)
+            out = run(ln(reads.s if reads.s is not None else xin, ln_weight, ln_bias), per_track, bias)
+        if step.per_track:  # a later sublayer of the region reads it: into each track's stream
+            first = st.s is None
+            return Streams(st.x, xin, out if first else None, st.summed, s=(xin if first else st.s) + out,
+                           track_biases=track_biases, summed_biases=summed_biases)
+        summed = out if st.summed is None else st.summed + out
+        if not step.sync:  # parallel's attention: only the synced sum reads it
+            return Streams(st.x, xin, st.d, summed, s=st.s, track_biases=track_biases, summed_biases=summed_biases)
+        change = summed
+        if st.d is not None:  # the tracks' streams hold one output: sum it over the tracks
+            change = change + (st.d if k == 1 else st.d.sum(0))
+        elif st.s is not None:  # sum_t (s_t - xin); xin's two uses cancel exactly in autograd
+            tracks = st.s - xin if k == 1 else torch.sub(st.s.sum(0), xin, alpha=k)
+            change = change + tracks.to(change.dtype)
         return Streams(self.residual(st.x, comm.reduce_from_tp_region(change, group)))
+
+    def sync_bias(self, bias, track_biases, summed_biases):
+        """The bias of a region's last GEMM, so that the all-reduce holds each of the region's biases
+        once. This rank's change already holds each track bias k times (each of its k streams added
+        it) and each bias of a summed output once; rank 0 (adds_biases 1) must add them once, the
+        others none:  c = adds * b + (adds - k) * sum(track biases) + (adds - 1) * sum(summed biases)."""
+        c = bias * self.adds_biases
+        for biases, weight in ((track_biases, self.track_bias_weight), (summed_biases, self.summed_bias_weight)):
+            if biases:
+                c = torch.addcmul(c, biases[0] if len(biases) == 1 else torch.stack(biases).sum(0), weight)
+        return c
 
     def residual(self, x, y, bias=None):
         return x + self.resid_dropout(y if bias is None else y + bias)

@@ -11,7 +11,7 @@ tracks' streams have diverged):
         z [B,T,k*F] or [k,B,T,F]
         per_track=False    -> sum_t z_t W_t^T      [B,T,C]     one GEMM: the partial sum that g
                                                                all-reduces (plus b, if asked)
-        per_track=True     -> z_t W_t^T            [k,B,T,C]   each track's own output
+        per_track=True     -> z_t W_t^T (+ b)      [k,B,T,C]   each track's own output
 
 The layers do no communication of their own: the caller wraps a region's input in f and its
 partial sum in g (parallel/comm.py), since where a region starts and ends is the sync policy's.
@@ -87,8 +87,8 @@ class ColumnParallelLinear(nn.Module):
 
 class RowParallelLinear(nn.Module):
     """This rank's k tracks of a linear layer whose input features are split by track. Its bias
-    is replicated (the caller adds it once to the summed output); forward(bias=...) adds a given
-    bias inside the GEMM, for the caller that has decided rank 0 adds it there."""
+    is replicated (the caller decides where it is added); forward(bias=...) adds a given bias inside
+    the GEMM: to every track's output (per_track) or to the partial sum."""
 
     def __init__(self, in_features, out_features, k, bias):
         super().__init__()
@@ -101,14 +101,16 @@ class RowParallelLinear(nn.Module):
         k, weight = self.k, self.weight
         C = weight.shape[0]
         if k == 1:  # one track: a plain matmul; only the track dim is added or dropped
-            out = F.linear(z, weight, None if per_track else bias)
+            out = F.linear(z, weight, bias)
             if per_track:
                 return out if z.dim() == 4 else out.unsqueeze(0)
             return out.squeeze(0) if z.dim() == 4 else out
-        if per_track:
+        if per_track:  # a given bias is added to every track's output, inside the GEMM (baddbmm)
             lead = z.shape[1:3] if z.dim() == 4 else z.shape[:2]
             zk = z.reshape(k, -1, z.shape[-1]) if z.dim() == 4 else z.reshape(-1, k, z.shape[-1] // k).transpose(0, 1)
-            return torch.bmm(zk, weight.view(C, k, -1).permute(1, 2, 0)).view(k, *lead, C)
+            wk = weight.view(C, k, -1).permute(1, 2, 0)
+            out = torch.bmm(zk, wk) if bias is None else torch.baddbmm(bias, zk, wk)
+            return out.view(k, *lead, C)
         if z.dim() == 4:  # tracks back to concatenated features: sum_t z_t W_t^T is one GEMM
             z = z.permute(1, 2, 0, 3).reshape(z.shape[1], z.shape[2], -1)
         return F.linear(z, weight, bias)
