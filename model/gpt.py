@@ -40,7 +40,7 @@ a region the replicated parameters it uses (its LayerNorms and row-parallel bias
 rank's tracks, so their gradient is partial: they enter through one f applied to their
 concatenation, whose backward sums them over the TP group once per backward. Every track's stream
 holds the region's biases, so the region's last GEMM adds a bias that leaves each of them once in
-the all-reduced sum (TP rank 0's; Block.sync_bias). Under autocast a
+the all-reduced sum (TP rank 0's; GPT._plan_sublayers). Under autocast a
 replicated activation is cast to the compute dtype before it enters f, so f's backward all-reduces
 a bf16 gradient (the cast happens in the next matmul anyway).
 With async_grad_allreduce (a runtime option of GPT, off by default and not in GPTConfig) every f
@@ -134,7 +134,8 @@ def autocast_input(h):
 #   per_track    in a region: the output stays per track (a later sublayer of the region reads it)
 #   block_input  the sublayer reads the streams of its block's input (parallel's MLP)
 #   ln_weight, ln_bias, proj_bias: for a region's sublayer, slots in GPT's partial-grad parameters
-Step = namedtuple("Step", "megatron ladder sync per_track block_input ln_weight ln_bias proj_bias")
+#   sync_bias    a region's synced sublayer: its row of GPT.sync_biases(), the bias its GEMM adds instead
+Step = namedtuple("Step", "megatron ladder sync per_track block_input ln_weight ln_bias proj_bias sync_bias")
 
 
 class Streams(NamedTuple):
@@ -145,8 +146,6 @@ class Streams(NamedTuple):
     summed: Optional[torch.Tensor] = None  # outputs already summed over this rank's tracks (not in s)
     pending: Optional[tuple] = None        # ladder: (partial sum being all-reduced, its handle, bias)
     s: Optional[torch.Tensor] = None       # each track's stream s_t = x + beta + d_t (None: xin; k=1: [B,T,C])
-    track_biases: tuple = ()               # the region's biases in every s_t so far
-    summed_biases: tuple = ()              # the region's biases in `summed` so far
 
 
 class CausalSelfAttention(nn.Module):
@@ -231,12 +230,6 @@ class Block(nn.Module):
         self.ln_2 = LayerNorm(config.n_embd, config.bias)
         self.mlp = MLP(config, k)
         self.resid_dropout = nn.Dropout(config.dropout)
-        # 1 on TP rank 0, else 0: rank 0 alone adds a region's biases, by a multiply rather than an `if`, so
-        # every rank traces the same graph. With an `if`, inductor's peak-memory reordering placed the
-        # region's tp_grad all-reduce at different points on the two ranks (experiments/compiler_repros/collective_order/)
-        self.register_buffer("adds_biases", torch.tensor(float(self.tp_rank == 0)), persistent=False)
-        self.register_buffer("track_bias_weight", self.adds_biases - k, persistent=False)  # Block.sync_bias
-        self.register_buffer("summed_bias_weight", self.adds_biases - 1, persistent=False)
         self.async_grad = False  # GPT.set_async_grad_allreduce: f fused with the next column GEMM
 
     def forward(self, streams, steps, partial, kv_cache=None):
@@ -276,14 +269,9 @@ class Block(nn.Module):
         (module docstring, "Regions"), and only the region's last sublayer all-reduces."""
         group, k = self.tp_group, self.k
         ln_weight, ln_bias = partial[step.ln_weight], None if step.ln_bias is None else partial[step.ln_bias]
-        bias = None if step.proj_bias is None else partial[step.proj_bias]
-        track_biases, summed_biases = st.track_biases, st.summed_biases
-        if step.sync and bias is not None:  # the all-reduce must hold each of the region's biases once
-            bias = self.sync_bias(bias, track_biases, summed_biases)
-        elif bias is not None and step.per_track:
-            track_biases = track_biases + (bias,)
-        elif bias is not None:
-            summed_biases = summed_biases + (bias,)
+        # a synced sublayer's GEMM adds the region's biases, so that the all-reduce holds each once
+        slot = step.sync_bias if step.sync_bias is not None else step.proj_bias
+        bias = None if slot is None else partial[slot]
         per_track = step.per_track and k > 1  # one track: its output is [B,T,C], no track dim
         if fuse and st.xin is None and reads.s is None:  # the region's entry: LN(f(x)), f fused with the GEMM
             xin, projected = comm.copy_to_tp_region_ln_linear(st.x, ln_weight, ln_bias, column.weight, column.bias,
@@ -294,11 +282,10 @@ class Block(nn.Module):
             out = run(ln(reads.s if reads.s is not None else xin, ln_weight, ln_bias), per_track, bias)
         if step.per_track:  # a later sublayer of the region reads it: into each track's stream
             first = st.s is None
-            return Streams(st.x, xin, out if first else None, st.summed, s=(xin if first else st.s) + out,
-                           track_biases=track_biases, summed_biases=summed_biases)
+            return Streams(st.x, xin, out if first else None, st.summed, s=(xin if first else st.s) + out)
         summed = out if st.summed is None else st.summed + out
         if not step.sync:  # parallel's attention: only the synced sum reads it
-            return Streams(st.x, xin, st.d, summed, s=st.s, track_biases=track_biases, summed_biases=summed_biases)
+            return Streams(st.x, xin, st.d, summed, s=st.s)
         change = summed
         if st.d is not None:  # the tracks' streams hold one output: sum it over the tracks
             change = change + (st.d if k == 1 else st.d.sum(0))
@@ -306,17 +293,6 @@ class Block(nn.Module):
             tracks = st.s - xin if k == 1 else torch.sub(st.s.sum(0), xin, alpha=k)
             change = change + tracks.to(change.dtype)
         return Streams(self.residual(st.x, comm.reduce_from_tp_region(change, group)))
-
-    def sync_bias(self, bias, track_biases, summed_biases):
-        """The bias of a region's last GEMM, so that the all-reduce holds each of the region's biases
-        once. This rank's change already holds each track bias k times (each of its k streams added
-        it) and each bias of a summed output once; rank 0 (adds_biases 1) must add them once, the
-        others none:  c = adds * b + (adds - k) * sum(track biases) + (adds - 1) * sum(summed biases)."""
-        c = bias * self.adds_biases
-        for biases, weight in ((track_biases, self.track_bias_weight), (summed_biases, self.summed_bias_weight)):
-            if biases:
-                c = torch.addcmul(c, biases[0] if len(biases) == 1 else torch.stack(biases).sum(0), weight)
-        return c
 
     def residual(self, x, y, bias=None):
         return x + self.resid_dropout(y if bias is None else y + bias)
@@ -388,11 +364,13 @@ class GPT(nn.Module):
     def _plan_sublayers(self):
         """Per layer, the Steps of its two sync points. A region's replicated parameters (LayerNorm
         weight and bias, c_proj bias) get slots in one list, summed over the TP group through one f
-        (_partial_params). The forward reads only this plan, never names or the policy."""
+        (_partial_params); so do the biases of the regions' synced GEMMs (sync_bias_coeffs). The forward
+        reads only this plan, never names or the policy."""
         self.policy = self.config.policy
         self.syncs_per_forward = self.policy.n_syncs
         sync, parallel, ladder = self.policy.sync, self.policy.parallel, self.policy.ladder
-        partial, steps = [], []
+        partial, steps, sync_rows = [], [], []
+        in_tracks, in_summed = [], []  # the open region's bias slots: in every track's stream, in the sum
 
         def slot(p):
             if p is None:
@@ -408,22 +386,52 @@ class GPT(nn.Module):
             # parallel: the MLP reads the block input, so the attention output only feeds the sum
             per_track = not sync[j] and not (parallel and sub == 0)
             slots = (None, None, None) if megatron else (slot(ln.weight), slot(ln.bias), slot(proj.c_proj.bias))
-            steps.append(Step(megatron, ladder, sync[j], per_track, parallel and sub == 1, *slots))
-        self._plan = [tuple(steps[2 * layer:2 * layer + 2]) for layer in range(self.config.n_layer)]
+            sync_bias = None
+            if not megatron and slots[2] is not None:
+                if sync[j]:
+                    sync_bias = len(sync_rows)
+                    sync_rows.append((slots[2], tuple(in_tracks), tuple(in_summed)))
+                    in_tracks, in_summed = [], []
+                else:
+                    (in_tracks if per_track else in_summed).append(slots[2])
+            steps.append(Step(megatron, ladder, sync[j], per_track, parallel and sub == 1, *slots, sync_bias))
+        # A region's synced GEMM adds c = adds*b + (adds - k)*sum(track biases) + (adds - 1)*sum(summed
+        # biases), adds = 1 on TP rank 0, else 0: this rank's change already holds each bias that entered
+        # its k streams k times and each bias of a summed output once, and the all-reduce must hold every
+        # bias of the region once. One matmul per forward, coeffs @ partial, gives every region's c; the
+        # rank enters as values, not as an `if`, so every rank traces the same graph (with an `if`,
+        # inductor placed the tp_grad all-reduce differently on two ranks: experiments/compiler_repros/collective_order/)
+        adds = float(self.tp_rank == 0)
+        coeffs = torch.zeros(len(sync_rows), len(partial))
+        for row, (own, tracks, summed) in enumerate(sync_rows):
+            coeffs[row, own] = adds
+            coeffs[row, list(tracks)] = adds - self.k
+            coeffs[row, list(summed)] = adds - 1
+        self._plan = [tuple(step._replace(sync_bias=None if step.sync_bias is None else len(partial) + step.sync_bias)
+                            for step in steps[2 * layer:2 * layer + 2]) for layer in range(self.config.n_layer)]
         self._partial_tensors = partial  # Parameters persist across .to()
+        old = getattr(self, "sync_bias_coeffs", None)
+        self.register_buffer("sync_bias_coeffs", coeffs if old is None else coeffs.to(old.device, old.dtype),
+                             persistent=False)
 
     def _partial_params(self):
         """Replicated params used inside track-local regions, through one f: their grads get summed.
-        Returns a list aligned with the plan's slots."""
+        Returns a list aligned with the plan's slots: the params, then every region's synced-GEMM bias
+        (sync_bias_coeffs @ the params, one matmul)."""
         tensors = self._partial_tensors
         if not tensors or not torch.is_grad_enabled() or self.tp == 1:
             # One rank: nothing to sum. Also sidesteps a miscompile: compiled by inductor on CUDA
             # (torch 2.11, tp=1), the grads of these params had the params' own norm, 67.9 = the
             # norm of grouped:2's 12 LayerNorm weights (ones) in a 6 x 384 model: apparently the
             # params themselves (EXPERIMENT_SUMMARY.md section 1c).
+            stacked = None if not self.sync_bias_coeffs.shape[0] else torch.stack(tensors)
+        else:
+            flat = comm.copy_to_tp_region(torch.cat([t.reshape(-1) for t in tensors]), self.tp_group, "tp_grad")
+            tensors = [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+            stacked = None if not self.sync_bias_coeffs.shape[0] else flat.view(len(tensors), -1)  # n_embd each
+        if stacked is None:
             return tensors
-        flat = comm.copy_to_tp_region(torch.cat([t.reshape(-1) for t in tensors]), self.tp_group, "tp_grad")
-        return [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+        return tensors + list((self.sync_bias_coeffs.to(stacked.dtype) @ stacked).unbind(0))
 
     # ---------------------------------------------------------------- forward
     def forward(self, idx, targets=None, kv_cache=None):
