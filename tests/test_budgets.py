@@ -267,3 +267,22 @@ def test_cosine_trend_adds_part3_runs_only_at_the_budgets_cosine_lacks(tmp_path)
     cells = row.split("|")
     assert f"{mean_gap(part3, 640):+.2f}%" in cells[4] and "(2)" in cells[4]
     assert f"{mean_gap(cosine, 2560):+.2f}%" in cells[5] and "(2)" in cells[5]
+
+
+def test_budgets_refuses_a_glob_that_matches_nothing(tmp_path, capsys):
+    """Issue 53: `budgets --versus '/nonexistent/*'` exited 0 and rewrote the stored wsd_check.md,
+    cosine_check.md and budget.png from fewer runs. A glob or sweep that matches nothing now stops in one
+    line and leaves every stored file as it was."""
+    import hashlib
+    import pytest
+    from experiments.docs_study.run import main
+    sweep = os.path.join("experiments", "docs_study", "budgets")
+    stored = {name: hashlib.sha256(open(os.path.join(sweep, name), "rb").read()).hexdigest()
+              for name in ("wsd_check.md", "cosine_check.md", "budget.png")}
+    for argv, named in ((["budgets", "--versus", str(tmp_path / "nonexistent" / "*")], "--versus"),
+                        (["budgets", "--sweep", str(tmp_path / "nonexistent")], "--sweep")):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert str(stop.value).startswith(f"error: {named} ") and "nothing written" in str(stop.value)
+    assert stored == {name: hashlib.sha256(open(os.path.join(sweep, name), "rb").read()).hexdigest()
+                      for name in stored}

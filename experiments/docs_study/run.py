@@ -373,7 +373,15 @@ def budget_report(sweep, versus_glob):
     """budget_table.md, budget.png, stats.json, wsd_check.md, rerun_check.md and, with runs in cosine/,
     cosine_check.md in the budget sweep's directory."""
     from analysis.compare import budget_analysis, budget_table, plot_budgets, seed_statistics, versus, versus_table
-    branches = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "runs", "d*-b*-*-s*")))]
+    # every file below is replaced whole: from no runs (a mistyped --sweep or --versus) they would lose rows
+    branch_dirs = sorted(glob.glob(os.path.join(sweep, "runs", "d*-b*-*-s*")))
+    if not branch_dirs:
+        raise SystemExit(f"error: --sweep {sweep}: no run directories {os.path.join(sweep, 'runs', 'd*-b*-*-s*')}; "
+                         f"nothing written")
+    if not glob.glob(versus_glob):
+        raise SystemExit(f"error: --versus {versus_glob!r} matches no run directory; nothing written "
+                         f"(the stored wsd_check.md, cosine_check.md and budget.png are kept)")
+    branches = [load_run(d) for d in branch_dirs]
     stats = seed_statistics(branches)
     budgets = budget_analysis(stats)
     curves = trunk_curves(sweep)

@@ -9,8 +9,8 @@ tensors of different sizes (gloo aborts: "Received data size doesn't match expec
 could hang or sum unrelated tensors). With torch._inductor.config.reorder_for_peak_memory = False the
 order is the same on both ranks. repro_cpu.txt is the output at ed244d9.
 
-Fixed since: rank 0 adds the region's biases through a 0/1 buffer (model/gpt.py, Block.adds_biases),
-so both ranks trace the same graph, and the order is the same with the pass on (repro_cpu_fixed.txt;
+Fixed since: rank 0 adds the region's biases through values in a buffer, not an `if` (model/gpt.py:
+Block.adds_biases at the fix, GPT.sync_bias_coeffs since issue 49), so both ranks trace the same graph, and the order is the same with the pass on (repro_cpu_fixed.txt;
 tests/test_async_grad.py::test_inductor_issues_the_same_collectives_on_every_rank runs real gloo
 collectives that way).
 
