@@ -1155,6 +1155,13 @@ def budget_table(analysis, margin):
     return format_table(header, rows, True) + "\n\n" + note
 
 
+def _policy_order(analysis):
+    """The policies by syncs per forward, most first (ties by name, last first): the color order of the budget
+    figures, the same from run to run (a set's order of strings is not)."""
+    names = sorted({e["policy"] for e in analysis}, reverse=True)
+    return sorted(names, key=lambda p: -max(e["syncs"] or 0 for e in analysis if e["policy"] == p))
+
+
 def plot_budgets(analysis, path, margin, trunk_curves=None, other_schedule=()):
     """Gap to baseline (%) against training tokens (log2 axis), one panel per width: each policy's mean over
     seeds with its 95% t band and the seeds as points, the fitted mean line dashed, 0 and the margin.
@@ -1168,8 +1175,7 @@ def plot_budgets(analysis, path, margin, trunk_curves=None, other_schedule=()):
     labels = sorted({e["label"] for e in analysis})
     fig, axes = plt.subplots(1, len(labels), figsize=(8 * len(labels), 5.5), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    policies = sorted({e["policy"] for e in analysis}, key=lambda p: -max(e["syncs"] or 0 for e in analysis
-                                                                         if e["policy"] == p))
+    policies = _policy_order(analysis)
     for ax, label in zip(axes[0], labels):
         for e in (e for e in analysis if e["label"] == label):
             color = colors[policies.index(e["policy"]) % len(colors)]
@@ -1211,6 +1217,65 @@ def plot_budgets(analysis, path, margin, trunk_curves=None, other_schedule=()):
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+OVERLAPPED = {"ladder"}  # policies whose syncs are overlapped with compute rather than fewer
+
+
+def _syncs_text(policy, syncs):
+    """'1 sync', '12 syncs', '24 syncs, overlapped': a policy's all-reduces per forward pass in words."""
+    text = "? syncs" if syncs is None else f"{syncs} sync{'' if syncs == 1 else 's'}"
+    return text + (", overlapped" if policy in OVERLAPPED else "")
+
+
+def plot_budget_headline(analysis, path, n_params=None, title=None, baseline_syncs=24):
+    """The one-panel summary of plot_budgets: each policy's mean paired gap to the baseline (%) at the end of
+    each budget with its 95% t band, against training tokens (log axis, ticked at the budgets, with tokens per
+    parameter when n_params is given); labels say each policy's syncs per forward. No seeds, fits or trunks."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8.5, 5.4))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    policies = _policy_order(analysis)
+    ticks = sorted({b["tokens"] for e in analysis for b in e["budgets"]})
+    ax.axhline(0.0, color="black", lw=1.2, zorder=1)
+    lines = []
+    short = lambda t: f"{t / 1e6:.1f}M" if t < 2e7 else _tokens(t) if t >= 1e9 else f"{t / 1e6:.0f}M"
+    for e in analysis:
+        color = colors[policies.index(e["policy"]) % len(colors)]
+        tok = [b["tokens"] for b in e["budgets"]]
+        gap = [b["gap"] for b in e["budgets"]]
+        half = [b["gap_ci"] or 0.0 for b in e["budgets"]]
+        line, = ax.plot(tok, gap, "o-", color=color, lw=2.2, ms=6, zorder=3,
+                        label=f"{e['policy']} ({_syncs_text(e['policy'], e['syncs'])}"
+                              + (f"; run to {short(tok[-1])})" if tok[-1] < ticks[-1] else ")"))
+        ax.fill_between(tok, [g - h for g, h in zip(gap, half)], [g + h for g, h in zip(gap, half)],
+                        color=color, alpha=0.11, lw=0, zorder=2)
+        lines.append((gap[-1], line))
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(ticks[0] / 1.3, ticks[-1] * 1.3)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([short(t) + (f"\n{t / n_params:.2g} per param" if n_params else "") for t in ticks],
+                       fontsize=10)
+    ax.minorticks_off()
+    ax.text(ticks[0] / 1.25, 0.0, f"baseline ({_syncs_text('baseline', baseline_syncs)})", va="bottom",
+            ha="left", fontsize=9, zorder=4)
+    ax.set_xlabel("training tokens (log scale)" + (" and tokens per parameter" if n_params else ""))
+    ax.set_ylabel("val loss gap to baseline, %\n(below 0: lower loss, better)")
+    ns = sorted({b["n"] for e in analysis for b in e["budgets"]})
+    seeds = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+    ax.set_title((title or "Loss cost of fewer syncs against the training budget")
+                 + f"\ngap at the end of each budget's run, mean of {seeds} paired seeds; shaded: 95% interval",
+                 fontsize=11)
+    ax.grid(alpha=0.3)
+    ordered = [line for _, line in sorted(lines, key=lambda x: -x[0])]  # the legend in the lines' order at the right
+    ax.legend(handles=ordered, title="policy (syncs per forward pass)", fontsize=9, title_fontsize=9,
+              loc="upper left")
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)

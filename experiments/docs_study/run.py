@@ -8,7 +8,7 @@ curves and GPU time of the one-budget sweep (part 3).
         --policies baseline,grouped:12 --seeds 1337   # CPU: a check of the machinery, 6 tiny runs
     python -m experiments.docs_study.run run --schedule cosine --budgets 320,1280,2560 --policies baseline,ladder \
         --seeds 1337,1338,1339 --jobs 5 --scratch /tmp/scratch --pack "$OUT"   # a cosine run per budget (cosine/)
-    python -m experiments.docs_study.run budgets     # part 4's budget_table.md, budget.png, stats.json, wsd_check.md
+    python -m experiments.docs_study.run budgets     # part 4's budget_table.md, budget.png, budget_full.png, stats.json, wsd_check.md
     python -m experiments.docs_study.run report      # part 3's val_curves.png and gpu_seconds.md (experiments/docs_study/one_budget)
 
 The two parts' records: part 4 (`run`, `budgets`) in experiments/docs_study/budgets/, part 3 (its runs trained by
@@ -369,10 +369,25 @@ def cosine_budgets(cosine, others):
     return budget_analysis(seed_statistics(cosine + added)), len(added)
 
 
+def model_params(run_dirs):
+    """The model's parameter count from the first run's log ('123.59M parameters'), or None."""
+    for d in run_dirs:
+        try:
+            with open(os.path.join(d, "log.txt")) as f:
+                m = re.search(r"([\d.]+)M parameters", f.read())
+        except OSError:
+            continue
+        if m:
+            return float(m.group(1)) * 1e6
+    return None
+
+
 def budget_report(sweep, versus_glob):
-    """budget_table.md, budget.png, stats.json, wsd_check.md, rerun_check.md and, with runs in cosine/,
-    cosine_check.md in the budget sweep's directory."""
-    from analysis.compare import budget_analysis, budget_table, plot_budgets, seed_statistics, versus, versus_table
+    """budget_table.md, budget.png (the one-panel summary), budget_full.png (with the seeds, fits, trunk curves and
+    cosine runs), stats.json, wsd_check.md, rerun_check.md and, with runs in cosine/, cosine_check.md in the budget
+    sweep's directory."""
+    from analysis.compare import (budget_analysis, budget_table, plot_budget_headline, plot_budgets, seed_statistics,
+                                  versus, versus_table)
     # every file below is replaced whole: from no runs (a mistyped --sweep or --versus) they would lose rows
     branch_dirs = sorted(glob.glob(os.path.join(sweep, "runs", "d*-b*-*-s*")))
     if not branch_dirs:
@@ -380,7 +395,7 @@ def budget_report(sweep, versus_glob):
                          f"nothing written")
     if not glob.glob(versus_glob):
         raise SystemExit(f"error: --versus {versus_glob!r} matches no run directory; nothing written "
-                         f"(the stored wsd_check.md, cosine_check.md and budget.png are kept)")
+                         f"(the stored wsd_check.md, cosine_check.md, budget.png and budget_full.png are kept)")
     branches = [load_run(d) for d in branch_dirs]
     stats = seed_statistics(branches)
     budgets = budget_analysis(stats)
@@ -388,12 +403,14 @@ def budget_report(sweep, versus_glob):
     others = [load_run(d) for d in sorted(glob.glob(versus_glob))]
     cosine = [load_run(d) for d in sorted(glob.glob(os.path.join(sweep, "cosine", "d*-b*-*-s*")))]
     cosine_trend, added = cosine_budgets(cosine, others) if cosine else ([], 0)
-    plot_budgets(budgets, os.path.join(sweep, "budget.png"), stats["margin"], curves, cosine_trend)
+    plot_budget_headline(budgets, os.path.join(sweep, "budget.png"), model_params(branch_dirs),
+                         "GPT-2 124M: loss cost of fewer syncs grows with the training budget")
+    plot_budgets(budgets, os.path.join(sweep, "budget_full.png"), stats["margin"], curves, cosine_trend)
     write_text(os.path.join(sweep, "budget_table.md"), budget_table(budgets, stats["margin"]) + "\n")
     write_text(os.path.join(sweep, "stats.json"), json.dumps({"stats": stats, "budgets": budgets}, indent=1))
     write_text(os.path.join(sweep, "wsd_check.md"), versus_table(versus(branches, others), versus_glob) + "\n")
     write_text(os.path.join(sweep, "rerun_check.md"), rerun_check(sweep))
-    written = "budget.png, budget_table.md, stats.json, wsd_check.md, rerun_check.md"
+    written = "budget.png, budget_full.png, budget_table.md, stats.json, wsd_check.md, rerun_check.md"
     if cosine:  # `run --schedule cosine`: the branches against a cosine run of every budget
         source = f"cosine/ and {added} runs of {versus_glob}" if added else "cosine/ alone"
         write_text(os.path.join(sweep, "cosine_check.md"),
