@@ -9,7 +9,12 @@ Loads out_dir/ckpt.pt (full, unsharded weights, whatever tp trained it) into the
 over --tp ranks (default: all processes). Text is encoded with the dataset's meta.pkl for
 character-level datasets, else with the offline GPT-2 BPE (data/gpt2_tokenizer.py). Every TP
 rank draws the same tokens (same seed; logits are replicated); rank 0 prints the samples, and to
-stderr each sample's decode time and tokens/s (the first sample's includes compiling and capturing).
+stderr each sample's decode time and tokens/s, split into its setup (the prefill and the first decode step,
+which compiles and captures in sample 1) and the steady rate of the tokens after it.
+
+On a CPU without OMP_NUM_THREADS in the environment, sample.py picks the thread count itself: half the cores
+that the load average leaves free, at most 4, at least 1 (default_threads; on a busy 2-core machine one thread
+decoded 7 to 64 times faster than two). Set OMP_NUM_THREADS to choose. The rate lines name the thread count.
 
 --decode (GPT.generate): auto (default) is graph on CUDA and eager on CPU; graph = a static KV
 cache, one torch.compile(fullgraph=True) decode step for every position, captured once as a CUDA
@@ -20,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -28,6 +34,7 @@ from data.loader import DATA_DIR, read_plain_pickle
 from training.checkpoint import MODEL_KEYS, load_weights, read_checkpoint
 from training.config import HelpFormatter, OneLineArgumentParser, ascii_float, ascii_int
 from model.compile_modes import COMPILE_MODES
+import model.generate as generation
 from model.gpt import GPT, GPTConfig
 from parallel.mesh import init_mesh
 
@@ -112,6 +119,86 @@ def load_codec(checkpoint, ckpt_path):
     return encode, lambda ids: "".join(itos[i] for i in ids)
 
 
+def usable_cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
+
+
+def load_average():
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def default_threads(cores, load):
+    """Decode threads for a CPU of `cores` cores at this 1-minute load average: half the cores the load leaves
+    free, at most 4, at least 1. A batch-1 decode step is a chain of small matrix-vector products whose threads
+    wait for each other at every op, so a thread that must share its core stalls them all. Measured (steady
+    tokens/s, eager, tp=1): on a 2-core machine busy with tests (load 3.6), 2 threads decoded the quickstart's
+    model (8.8M parameters) at 1.9 tokens/s against 123 with one, GPT-2 124M at 2.8 against 19; on an idle
+    32-core host, 124M gave 23 with one thread, 59 with 4 and 68 with 8, the quickstart's model 185 and 210."""
+    return max(1, min(4, int((cores - load) // 2)))
+
+
+def pick_threads(device_type):
+    """Intra-op threads for decoding on device_type, and why (for the rate lines). On CPU, where
+    OMP_NUM_THREADS is not set: default_threads. OMP_NUM_THREADS (torch reads it; torchrun sets 1) is kept as
+    given. On CUDA: as torch has it."""
+    if device_type != "cpu":
+        return torch.get_num_threads(), None
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads(), f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"
+    cores, load = usable_cores(), load_average()
+    threads = default_threads(cores, load)
+    torch.set_num_threads(threads)
+    return threads, f"sample.py's choice for {cores} cores at load {load:.1f}; OMP_NUM_THREADS sets it"
+
+
+class TokenClock:
+    """Times one generate() call in two parts without touching it: the setup (the prefill and the first decode
+    step, which compiles, and captures the CUDA graph) and the tokens after it. model/generate.py draws every
+    token with sample_one(probs); while timing, the wrapper waits for the device when the second token is drawn
+    (after the first decode step) and notes the time. Tokens and RNG state are those of an untimed call.
+    Where generate has no sample_one (another version), only the whole call is timed."""
+
+    def __init__(self, device_type):
+        self.sync = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
+        self.setup_done = None  # perf_counter() once the first decode step is done
+
+    @contextmanager
+    def timing(self):
+        original = getattr(generation, "sample_one", None)
+        self.setup_done, drawn = None, 0
+        if original is None:
+            yield self
+            return
+
+        def timed(probs):
+            nonlocal drawn
+            drawn += 1
+            if drawn == 2:  # probs come from the first decode step: wait for it
+                self.sync()
+                self.setup_done = time.perf_counter()
+            return original(probs)
+
+        generation.sample_one = timed
+        try:
+            yield self
+        finally:
+            generation.sample_one = original
+
+
+def rate_parts(start, end, setup_done, tokens):
+    """(setup seconds, steady tokens, steady tokens/s) of a timed sample; None when there is no steady part
+    (fewer than 3 tokens, or no setup time)."""
+    if setup_done is None or tokens < 3 or end <= setup_done:
+        return None
+    return setup_done - start, tokens - 2, (tokens - 2) / (end - setup_done)
+
+
 def fail(message, rank=0):
     if rank == 0:
         print(f"error: {message}", file=sys.stderr, flush=True)
@@ -130,6 +217,7 @@ def main(argv):
     if args.decode == "graph" and device_type != "cuda":
         fail(f"--decode=graph captures a CUDA graph; the device here is {device_type} "
              f"(use --decode=auto, eager or compiled)")
+    threads, threads_why = pick_threads(device_type)
     tp = args.tp if args.tp is not None else int(os.environ.get("WORLD_SIZE", "1"))
     try:
         mesh = init_mesh(tp, device_type)
@@ -184,25 +272,38 @@ def main(argv):
     if temperature < GREEDY_BELOW:  # greedy: only the most likely token is left to draw
         temperature, top_k = 1.0, 1
     torch.manual_seed(args.seed)  # the same stream on every rank: TP ranks must draw the same tokens
-    rates = []
+    rates, parts, clock = [], [], TokenClock(device_type)
+    on = (f"; {threads} CPU thread{'s' if threads > 1 else ''} ({threads_why})" if threads_why else "")
     with torch.no_grad():
         for i in range(args.num_samples):
             t0 = time.perf_counter()
-            y = model.generate(x, args.max_new_tokens, temperature=temperature, top_k=top_k,
-                               decode=args.decode, compile_mode=args.compile_mode)
-            tokens = y[0].tolist()  # waits for the device: the time below is the whole sample's
-            seconds = time.perf_counter() - t0
+            with clock.timing():
+                y = model.generate(x, args.max_new_tokens, temperature=temperature, top_k=top_k,
+                                   decode=args.decode, compile_mode=args.compile_mode)
+                tokens = y[0].tolist()  # waits for the device: the time below is the whole sample's
+            end = time.perf_counter()
+            seconds = end - t0
             rates.append(args.max_new_tokens / seconds)
+            parts.append(rate_parts(t0, end, clock.setup_done, args.max_new_tokens))
             if mesh.is_master:
                 print(decode(tokens))
                 print("---------------", flush=True)
+                work = ("compile, capture" if i == 0 else "capture") if args.decode == "graph" else \
+                    "compile" if args.decode == "compiled" and i == 0 else ""
+                split = (f" = setup {parts[-1][0]:.3f} s (prefill + first decode step{': ' + work if work else ''})"
+                         f" + {parts[-1][1]} tokens at {parts[-1][2]:.1f} tokens/s" if parts[-1] else
+                         " (no steady rate: it needs 3 or more tokens)")
                 print(f"sample {i + 1}/{args.num_samples}: {args.max_new_tokens} tokens in {seconds:.3f} s, "
-                      f"{rates[-1]:.1f} tokens/s (decode={args.decode}, {device_type}, tp={mesh.tp})",
+                      f"{rates[-1]:.1f} tokens/s (decode={args.decode}, {device_type}, tp={mesh.tp}){split}{on}",
                       file=sys.stderr, flush=True)
     if mesh.is_master and len(rates) > 1:
         first = "sample 1" + (", with compile and capture" if args.decode != "eager" else "")
+        steady = [p for p in parts if p]
+        after = (f"; steady after each sample's setup: median {statistics.median(p[2] for p in steady):.1f} "
+                 f"tokens/s over samples 1-{len(rates)} (setup: median {statistics.median(p[0] for p in steady):.3f} s)"
+                 if len(steady) == len(parts) else "")
         print(f"decode: median {statistics.median(rates[1:]):.1f} tokens/s over samples 2-{len(rates)} "
-              f"({first}: {rates[0]:.1f})", file=sys.stderr, flush=True)
+              f"({first}: {rates[0]:.1f}){after}", file=sys.stderr, flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0

@@ -55,7 +55,7 @@ import torch.distributed as dist
 from training.checkpoint import (MODEL_KEYS, RESUME_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
                         restore_rng_states, set_aside)
 from training.config import (SAME_DATA_KEYS, VALID_KEYS, ConfigError, TrainConfig, format_config, help_text, merge,
-                          model_config, parse, resolve_layout, save_config, save_iter_set)
+                          model_config, parse, resolve_compile, resolve_layout, save_config, save_iter_set)
 from data.loader import DataError, check_data, check_one_pass, dropout_seed, get_train_batch, passes_read
 from training.memory_check import check_memory
 from model.gpt import GPT
@@ -86,8 +86,20 @@ def fail(message, mesh=None, code=1, every_rank=False):
         print(f"error: {message}", file=sys.stderr, flush=True)
     record_error_for_torchrun(f"error: {message}")  # torchrun's summary, printed last, then names it
     if dist.is_available() and dist.is_initialized():
+        release_cuda_graphs()
         dist.destroy_process_group()
     sys.exit(code)
+
+
+def release_cuda_graphs():
+    """Free the CUDA graphs that compile_mode='reduce-overhead' captured, before the process group goes: a
+    graph that captured NCCL all-reduces keeps ncclCommDestroy waiting for ever (pytorch/pytorch#115388; a
+    tp=2 run on 2 H200s finished training and then hung in shut_down). Nothing to do where none was made."""
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    if trees is not None:
+        trees.reset_cudagraph_trees()
+        import gc
+        gc.collect()
 
 
 # ----------------------------------------------------------------------------- setup
@@ -259,9 +271,10 @@ def build_model(cfg, vocab_size, init, mesh):
     return raw_model.to(mesh.device)
 
 
-def open_run(cfg, layout, mesh, control, raw_model, dtype):
+def open_run(cfg, layout, mesh, control, raw_model, dtype, plan):
     """Claim out_dir (rank 0 creates and locks it, removes orphan temp files and, with --overwrite=True,
-    moves an old run aside; all ranks agree), write config.json and open the log. Returns (log, derived)."""
+    moves an old run aside; all ranks agree), write config.json and open the log, whose first lines state the
+    layout and how the model runs (plan: resolve_compile's). Returns (log, derived)."""
     fresh = cfg.init_from != "resume"
     claim_error, claim_notes = None, []
     if mesh.is_master:
@@ -276,7 +289,8 @@ def open_run(cfg, layout, mesh, control, raw_model, dtype):
     derived = {"world_size": mesh.world_size, "dp": mesh.dp, "micro_steps_per_replica": layout.micro_steps,
                "tokens_per_iter": tokens_per_iter, "device": mesh.device, "resolved_dtype": dtype,
                "vocab_size": raw_model.config.vocab_size, "n_params": raw_model.get_num_params(),
-               "declared_syncs_per_forward": raw_model.syncs_per_forward, "tp_requested": layout.requested, **where}
+               "declared_syncs_per_forward": raw_model.syncs_per_forward, "tp_requested": layout.requested,
+               "compile_resolved": plan.name, "compile_mode_resolved": plan.mode, **where}
     if mesh.is_master:
         save_config(cfg, os.path.join(cfg.out_dir, "config.json"), extra={"derived": derived})
     log = RunLog(cfg.out_dir, mesh.is_master, fresh=fresh)
@@ -300,7 +314,8 @@ def open_run(cfg, layout, mesh, control, raw_model, dtype):
               f"{derived['n_params'] / 1e6:.2f}M parameters, {dtype} on {mesh.device.split(':')[0]} "
               f"({where['device_name']}; {where['cpu_cores']} CPU cores for rank 0, load average {load})",
               {"type": "layout", "world_size": mesh.world_size, "dp": mesh.dp, "tp": mesh.tp,
-               "tp_requested": layout.requested, **where})
+               "tp_requested": layout.requested, "compile": plan.name, "compile_requested": cfg.compile, **where})
+    log.write(plan.line)
     if mesh.is_master:
         print(f"config:\n{format_config(cfg)}", flush=True)
     comm.barrier()  # out_dir exists before any rank goes on
@@ -431,21 +446,22 @@ def say_summary(log, cfg, mesh, *, trained, iter_num, tokens_per_iter, passes, s
                           "load_avg_end": load_end})
 
 
-def wrap(raw_model, cfg, mesh):
-    """torch.compile (fullgraph: a graph break is an error, never a silent eager fallback; the model is
-    built to trace whole, tests/test_compile.py), then our data-parallel wrapper."""
+def wrap(raw_model, cfg, mesh, plan):
+    """torch.compile as plan says (resolve_compile; fullgraph: a graph break is an error, never a silent eager
+    fallback; the model is built to trace whole, tests/test_compile.py), then our data-parallel wrapper."""
     model = raw_model
-    if cfg.compile:
+    if plan.compiled:
         if cfg.tp_async_grad and mesh.tp > 1:
             # with it on, inductor (torch 2.13, CPU) ran the weight-gradient GEMM before the all-reduce's
             # start instead of between start and wait: nothing overlapped (tests/test_async_grad.py)
             import torch._inductor.config as inductor_config
             inductor_config.reorder_for_peak_memory = False
         if mesh.is_master:  # compiling happens at the first call, silently otherwise
-            print("compiling the model (torch.compile, fullgraph=True): the first eval and the first iteration "
+            graphs = ", then CUDA graphs" if plan.mode == "reduce-overhead" else ""
+            print(f"compiling the model (torch.compile, fullgraph=True{graphs}): the first eval and the first iteration "
                   "wait for it, from under a minute to several minutes (longer on CPU)", flush=True)
         model = torch.compile(raw_model, fullgraph=True, backend=cfg.compile_backend,
-                              mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
+                              mode=None if plan.mode == "default" else plan.mode)
     # a dp group of one replica is fine too: then no communication
     return BucketedDDP(model, process_group=mesh.dp_group, bucket_cap_mb=cfg.bucket_cap_mb)
 
@@ -527,6 +543,7 @@ def shut_down(control, wandb):
         # exited while a peer still talked to it aborted once ("terminate called without an active
         # exception", dp2 x tp2 on a loaded CPU)
         comm.barrier()
+        release_cuda_graphs()
         dist.destroy_process_group()
 
 
@@ -541,7 +558,8 @@ def main(argv):
     data_dir, vocab_size, dtype = check_request(cfg, layout, mesh)
     cfg, init = read_init(cfg, vocab_size, data_dir, mesh)
     raw_model = build_model(cfg, vocab_size, init, mesh)
-    log, derived = open_run(cfg, layout, mesh, control, raw_model, dtype)
+    plan = resolve_compile(cfg, device.split(":")[0])  # compile='auto': compiled + CUDA graphs on CUDA, eager on CPU
+    log, derived = open_run(cfg, layout, mesh, control, raw_model, dtype, plan)
     tokens_per_iter, ckpt_path = derived["tokens_per_iter"], os.path.join(cfg.out_dir, "ckpt.pt")
     keep_iters = save_iter_set(cfg)  # a trunk's branch points: ckpt_<iter>.pt besides ckpt.pt
     train_tokens = os.path.getsize(os.path.join(data_dir, "train.bin")) // 2
@@ -549,7 +567,8 @@ def main(argv):
     optimizer = configure_optimizer(raw_model, cfg, device)
     iter_num, best_val_loss = restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg)
     start_iter = iter_num
-    model = wrap(raw_model, cfg, mesh)
+    model = wrap(raw_model, cfg, mesh, plan)
+    graphs = plan.compiled and plan.mode == "reduce-overhead"  # CUDA graphs: .grad kept allocated (train_step)
     model_args = dataclasses.asdict(raw_model.config)  # GPTConfig's fields, as checkpoints keep them
     wandb = start_wandb(cfg, mesh, derived)
 
@@ -604,7 +623,7 @@ def main(argv):
         x, y, micro_batches = get_train_batch(data_dir, cfg, iter_num, mesh.dp_rank, micro_steps, device)
         seeds = [dropout_seed(cfg.seed, iter_num, g) for g in micro_batches]
         train_loss, grad_norm = train_step(model, raw_model, optimizer, scaler, x, y, seeds, cfg.grad_clip,
-                                           mesh.tp_group, autocast_ctx, device)
+                                           mesh.tp_group, autocast_ctx, device, keep_grads=graphs)
         nonfinite.update(iter_num, train_loss, None if scaler.is_enabled() else grad_norm)
         timed_iters += 1
 
@@ -617,7 +636,7 @@ def main(argv):
         iter_num += 1
         if iter_num == start_iter + 1:
             # the first step is done: from now on a signal stops after a step, with a checkpoint. Before it
-            # (the first eval, and with --compile=True minutes of compiling) it stops at once: nothing new to save
+            # (the first eval, and when compiled minutes of compiling) it stops at once: nothing new to save
             control.start()
         signum = control.agreed_stop()  # SIGINT/SIGTERM: every rank stops after the same step
         if signum:

@@ -100,13 +100,16 @@ class TrainConfig:
     min_lr: float = option(6e-5, LR, "final learning rate")
     device: str = option("auto", SYSTEM, "'auto' (CUDA when every local process gets a GPU, else CPU), 'cpu', 'cuda'")
     dtype: str = option("auto", SYSTEM, "'auto': bfloat16 autocast on CUDA, float32 on CPU")
-    # fullgraph=True: a graph break is an error, never a silent eager fallback
-    compile: bool = option(False, SYSTEM, "torch.compile(model, fullgraph=True)")
+    # fullgraph=True: a graph break is an error, never a silent eager fallback. 'auto' (resolve_compile): the
+    # design launch runs fast without flags on GPUs, and a CPU run stays eager (compiling there costs minutes)
+    compile: "bool|auto" = option("auto", SYSTEM, "torch.compile(model, fullgraph=True); 'auto': compiled with CUDA "
+                                                   "graphs on CUDA, eager on CPU (the log's 'compile:' line says which)")
     compile_backend: str = option("inductor", SYSTEM, "'inductor'; 'aot_eager' traces without code generation "
                                                    "(fast on CPU, for checks)")
     # 'reduce-overhead' (CUDA graphs) took a 124M tp=2 step on H200s from 30.2 to 21.4 ms
     # (bench/results/train_throughput_graphs.md); at tp=1 it changed nothing
-    compile_mode: str = option("default", SYSTEM, "'default' or 'reduce-overhead' (CUDA graphs; helps at tp >= 2)")
+    compile_mode: str = option("default", SYSTEM, "compile=True: 'default' or 'reduce-overhead' (CUDA graphs; helps at "
+                                                  "tp >= 2); compile='auto' takes reduce-overhead on CUDA itself")
     seed: int = option(1337, SYSTEM, "seed of the initial weights, the data order and dropout")
 
     def to_dict(self):
@@ -152,10 +155,13 @@ def coerce(key, value):
         # bool is a subclass of int: --n_layer=True must not pass as 1, nor --bias=1 as True.
         "int": is_int,
         "int|auto": is_int or value == "auto",
+        "bool|auto": isinstance(value, bool) or value == "auto",
         "float": isinstance(value, (int, float)) and not isinstance(value, bool),
         "bool": isinstance(value, bool),
         "str": isinstance(value, str),
     }[want]
+    if not ok and want == "bool|auto":
+        raise ConfigError(f"invalid {key}={value!r}; allowed: True, False or 'auto'")
     if not ok:
         raise ConfigError(f"config key '{key}' expects {want}, got {value!r} "
                           f"({type(value).__name__})")
@@ -405,6 +411,39 @@ def resolve_layout(cfg, world_size):
     except ConfigError as e:
         raise ConfigError(f"world {world_size} = dp {dp} x tp {tp} ({why}): {e}") from None
     return Layout(tp=tp, dp=dp, micro_steps=micro_steps, why=why, requested=cfg.tp)
+
+
+@dataclass
+class CompilePlan:
+    compiled: bool
+    mode: str  # torch.compile's mode: 'default' or 'reduce-overhead' (CUDA graphs)
+    line: str  # the log's 'compile:' line: what was asked, what runs and why
+
+    @property
+    def name(self):
+        return "eager" if not self.compiled else "compiled + CUDA graphs" if self.mode == "reduce-overhead" else "compiled"
+
+
+def resolve_compile(cfg, device_type):
+    """How the model runs on device_type ('cuda' or 'cpu'): a CompilePlan. compile=True/False as before 'auto'
+    existed (True: compile_mode as given). compile='auto': on CUDA compiled with CUDA graphs (compile_mode
+    'reduce-overhead', whatever compile_mode says: --compile=True compiles without them), or without them
+    where the backend is not inductor, whose mode it is; on CPU eager, where compiling costs minutes and a
+    run's results stay those of the eager tests. compile_mode keeps its default, so a stored run's
+    config.json still equals its plan (experiments/runner.py)."""
+    if cfg.compile is False:
+        return CompilePlan(False, "default", "compile: False -> eager")
+    if cfg.compile is True:
+        plan = CompilePlan(True, cfg.compile_mode, "")
+        plan.line = (f"compile: True -> {plan.name} (compile_mode={cfg.compile_mode!r}, backend "
+                     f"{cfg.compile_backend!r}, {device_type})")
+        return plan
+    if device_type != "cuda":
+        return CompilePlan(False, "default", f"compile: auto -> eager ({device_type})")
+    if cfg.compile_backend != "inductor":
+        return CompilePlan(True, "default", f"compile: auto -> compiled, no CUDA graphs (cuda; compile_backend="
+                                            f"{cfg.compile_backend!r}: CUDA graphs are inductor's)")
+    return CompilePlan(True, "reduce-overhead", "compile: auto -> compiled + CUDA graphs (cuda)")
 
 
 # What a resumed run (and a branch) keeps from its checkpoint's run: the data it reads and their order.

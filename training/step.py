@@ -78,14 +78,23 @@ def configure_optimizer(model, cfg, device):
 
 
 def train_step(model, raw_model, optimizer, scaler, x, y, micro_batch_seeds, grad_clip, tp_group,
-               autocast_ctx, device):
+               autocast_ctx, device, keep_grads=False):
     """One optimizer step over this replica's micro-batches x[m], y[m] (gradient accumulation).
 
     Data-parallel grads are synced only after the last micro-step's backward. Returns (mean loss
     over the micro-batches, global grad norm) as device tensors: nothing here waits for the device
     (float16's GradScaler excepted: its step checks for infs on the host).
+
+    keep_grads: every .grad stays allocated, zeroed in place between steps, so backward always adds
+    into it. Needed with CUDA graphs (compile_mode='reduce-overhead'): a .grad that is None takes
+    over the backward graph's output buffer, which the next micro-step's replay overwrites (torch
+    refuses: "accessing tensor output of CUDAGraphs that has been overwritten").
     """
     micro_steps = x.shape[0]
+    if keep_grads:
+        for p in raw_model.parameters():
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
     loss_sum = torch.zeros((), device=x.device)
     for m in range(micro_steps):
         seed_dropout(micro_batch_seeds[m], device)
@@ -100,7 +109,7 @@ def train_step(model, raw_model, optimizer, scaler, x, y, micro_batch_seeds, gra
     grad_norm = clip_grad_norm_(raw_model.parameters(), grad_clip, tp_group)
     scaler.step(optimizer)
     scaler.update()
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=not keep_grads)
     return loss_sum / micro_steps, grad_norm
 
 
