@@ -105,7 +105,7 @@ def test_fit_uses_no_row_at_tp_ge_2():
 def test_bad_input_names_the_value():
     with pytest.raises(ValueError, match="unknown size 'huge'"):
         sm.shape_of("huge")
-    with pytest.raises(ValueError, match="tp=3"):
+    with pytest.raises(ValueError, match="tp=3 is not modeled"):
         sm.predict("124m", "decode_b1", 3, "baseline", 3, "H200", {}, FIT)
 
 
@@ -154,3 +154,63 @@ def test_calibration_repeatability_against_a_case_by_hand(tmp_path):
     assert lines == ["1 rows in both",
                      "kernel time: |second / first - 1| median 7.5%, 90th percentile 5.0%, worst 10.0% over 2 sublayer times",
                      "eager: |second / first - 1| median 25.0%, 90th percentile 0.0%, worst 50.0% over 2 sublayer times"]
+
+
+def test_allreduce_cost_per_tp_entry():
+    # a fit with its own entry at tp=4 uses it; tp=8 without one falls back to the ring law from tp=2
+    fit = dict(FIT, by_tp={"4": {"alpha_us": 20.0, "bw_GBps": 200.0}})
+    assert sm.allreduce_ms(1e6, 4, fit) == pytest.approx(0.020 + 1.5 * 1e6 / 200e9 * 1e3)
+    assert sm.allreduce_ms(2e6, 8, fit) == pytest.approx(0.070 + 1.75 * 2e6 / 100e9 * 1e3)
+    by = sm.comm_by_tp(6.0, 200.0, "t", [], (10.0, 300.0, "t4", []))
+    assert (by["8"]["alpha_us"], by["8"]["bw_GBps"]) == (pytest.approx(18.0), 300.0)  # 10 + 4 * (10 - 6) / 2
+
+
+def test_row_fit_recovers_known_parameters():
+    # ms over floor = n * alpha + B / bw with alpha 8 us, bw 250 GB/s
+    pts = [(n, B, n * 8e-3 + B / 250e9 * 1e3, None) for n, B in ((10, 1e4), (30, 1e6), (50, 3e7), (100, 2e8))]
+    alpha, bw = sm.fit_comm_rows(pts)
+    assert alpha == pytest.approx(8.0, rel=1e-6) and bw == pytest.approx(250.0, rel=1e-6)
+
+
+def _row(policy, ms, pred, **kw):
+    r = dict(source="s", device="H200", size="124m", workload="decode_b1", mode="graph", tp=2, n_tracks=2,
+             policy=policy, ms=ms, pred=pred, target=True)
+    r.update(kw)
+    return r
+
+
+def test_saving_metric_by_hand():
+    rows = [_row("baseline", 10.0, 9.0), _row("grouped:4", 8.0, 8.1),     # measured 20%, predicted 10%: 10 points
+            _row("spd", 11.0, 8.55),                                    # measured -10%, predicted 5%: 15 points, sign
+            _row("ladder", 9.8, 9.0),                                   # measured 2% (< 5%: no sign test), predicted 0
+            _row("grouped:4", 5.0, 5.0, n_tracks=4),                    # no baseline at n_tracks 4: left out
+            _row("grouped:4", 5.0, 5.0, source="other")]                # another run: left out
+    pairs = sm.savings(rows)
+    assert [(p["row"]["policy"], round(p["measured"], 6), round(p["predicted"], 6)) for p in pairs] == \
+        [("grouped:4", 0.2, 0.1), ("spd", -0.1, 0.05), ("ladder", 0.02, 0.0)]
+    st = sm.saving_stats(pairs)
+    assert (st["n"], st["median"], st["p90"], st["worst"]) == (3, pytest.approx(10.0), pytest.approx(15.0), pytest.approx(15.0))
+    assert (st["sign_errors"], st["n_sign"]) == (1, 2) and st["sign_rows"][0]["policy"] == "spd"
+
+
+@pytest.mark.parametrize("field", ["size", "device"])
+def test_held_out_split_never_sees_its_own_configuration(field):
+    """Leave one size (device) out: the fit for a held-out value uses no row of it: tables, alpha/bw and their
+    sources are unchanged when every row of that value is changed, and name none of it."""
+    rows = sm.stored_rows()
+    for value in sorted({r[field] for r in rows if r["tp"] >= 2}):
+        test = (lambda size, device, v=value: size == v) if field == "size" else (lambda size, device, v=value: device == v)
+        try:
+            split = sm.fit_split(rows, test)
+        except ValueError:
+            continue  # nothing left to fit alpha/bw: validate() predicts no row with it
+        changed = [dict(r, ms=r["ms"] * 3, floor_ms=r["floor_ms"] and r["floor_ms"] * 2) if r[field] == value else r
+                   for r in rows]
+        again = sm.fit_split(changed, test)
+        assert again["tables"] == split["tables"] and again["fit"] == split["fit"]
+        assert not split["calibration"]
+        for t in split["tables"].values():
+            assert all(e[field] != value for e in t.values())
+        idx = 0 if field == "size" else 1
+        for e in split["fit"]["by_tp"].values():
+            assert all(c[idx] != value for c in e["fitted_on"])
