@@ -32,6 +32,7 @@ Conversion loads the old file with weights_only=True and numpy's array reconstru
 unpickles it with weights_only=False: the one place in the project that does so, and only on
 the user's explicit request, for a file they trust.
 """
+import glob
 import os
 import random
 import re
@@ -319,6 +320,20 @@ def read_checkpoint(path, need=MODEL_KEYS):
     return checkpoint
 
 
+def resumable_elsewhere(out_dir, limit=3):
+    """'; or resume one of: a, b' naming sibling out_dirs (beside out_dir, and out-* in the working directory)
+    that hold a ckpt.pt, or '' where none does."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    found = {os.path.relpath(os.path.dirname(p)) for pattern in (os.path.join(parent, "*", "ckpt.pt"), "out-*/ckpt.pt",
+                                                                 "out-*/*/ckpt.pt") for p in glob.glob(pattern)}
+    found.discard(os.path.relpath(out_dir))
+    if not found:
+        return ""
+    names = sorted(found)
+    more = f" (and {len(names) - limit} more)" if len(names) > limit else ""
+    return f"; or resume one of the out_dirs that hold a ckpt.pt: {', '.join(names[:limit])}{more}"
+
+
 def read_for_resume(out_dir):
     """(checkpoint, path, note) to resume from: out_dir/ckpt.pt, or, when that one is missing or
     unusable, out_dir/ckpt_best.pt if it is valid (note then says so; else None). Nothing is written.
@@ -332,7 +347,8 @@ def read_for_resume(out_dir):
                 from training.run_dir import last_eval_iter
                 logs = [n for n in ("log.txt", "metrics.jsonl") if os.path.exists(os.path.join(out_dir, n))]
                 evaluated_to = last_eval_iter(out_dir)
-                why = ("there is no run to resume in this out_dir" if not logs else
+                why = ("there is no run to resume in this out_dir; to start one, --init_from=scratch"
+                       + resumable_elsewhere(out_dir) if not logs else
                        f"the run there was evaluated up to iter {evaluated_to}, but its checkpoints are "
                        f"gone (a record); train into another --out_dir" if evaluated_to else
                        "the run there stopped before its first checkpoint; start it again with the same command "

@@ -140,9 +140,11 @@ VALID_KEYS = tuple(FIELD_TYPES)
 
 def _unknown_key_error(key, where):
     close = difflib.get_close_matches(key, VALID_KEYS, n=3)
-    hint = f" Did you mean {' or '.join(close)}?" if close else ""
-    return ConfigError(f"unknown config key '{key}' ({where}).{hint} "
-                       f"Valid keys (--help gives each one's type, default and meaning): {', '.join(VALID_KEYS)}")
+    if close:  # the suggestions alone: the whole list buried them (issue 52)
+        return ConfigError(f"unknown config key '{key}' ({where}). Did you mean {' or '.join(close)}? "
+                           f"(--help lists every key)")
+    return ConfigError(f"unknown config key '{key}' ({where}). Valid keys (--help gives each one's type, "
+                       f"default and meaning): {', '.join(VALID_KEYS)}")
 
 
 def coerce(key, value):
@@ -256,7 +258,11 @@ def read_config_file(path):
     if not os.path.exists(path) and not os.path.isabs(path) and os.path.exists(os.path.join(REPO, path)):
         path = os.path.join(REPO, path)
     if not os.path.exists(path):
-        raise ConfigError(f"config file not found: {path}")
+        folder = os.path.dirname(path) or "."
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".py")) if os.path.isdir(folder) else []
+        close = difflib.get_close_matches(os.path.basename(path), names, n=3, cutoff=0.75)
+        hint = f"; did you mean {' or '.join(os.path.join(os.path.dirname(path), n) for n in close)}?" if close else ""
+        raise ConfigError(f"config file not found: {path}{hint}")
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path} is not a file")
     try:

@@ -48,11 +48,14 @@ def main(argv):
     parser.prog = "python -m training.launch"
     args = parser.parse_args(argv)
     try:  # torchrun's own checks of its options (run() makes the same call first), before any worker starts
+        if str(args.nproc_per_node).lstrip("-").isdigit() and int(args.nproc_per_node) < 1:
+            raise ValueError(f"--nproc_per_node={args.nproc_per_node} must be >= 1 (or auto, cpu, gpu)")
         config_from_args(args)
         if args.rdzv_endpoint:
             parse_rendezvous_endpoint(args.rdzv_endpoint, default_port=-1)
     except (ValueError, AssertionError) as e:
-        print(f"launch refused: a torchrun option is not valid: {str(e).strip().splitlines()[0]} (--nnodes="
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"launch refused: a torchrun option is not valid: {reason} (--nnodes="
               f"{args.nnodes}, --nproc_per_node={args.nproc_per_node}, --rdzv_endpoint={args.rdzv_endpoint!r}); "
               f"torchrun --help lists them", file=sys.stderr, flush=True)
         return 2

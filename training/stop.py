@@ -103,7 +103,11 @@ def _handle(signum, frame):
                     f"stopped, nothing to save")
         os._exit(128 + signum)
     if not _signal["training"]:
-        _say(f"error: {name} before training began: stopped, nothing to save")
+        # under torchrun a SIGTERM is most often the launcher's, stopping this rank because another failed
+        # (its error follows): this rank's line must not read as the cause (issue 52)
+        why = (" (from the launcher: another rank failed, or the launch was stopped)"
+               if signum == signal.SIGTERM and "TORCHELASTIC_RUN_ID" in os.environ else "")
+        _say(f"error: {name} before training began{why}: stopped, nothing to save")
         os._exit(128 + signum)
     if not _signal["num"]:
         _signal["num"], _signal["at"] = signum, time.monotonic()  # the loop stops, saves and says so
