@@ -416,22 +416,22 @@ class GPT(nn.Module):
 
     def _partial_params(self):
         """Replicated params used inside track-local regions, through one f: their grads get summed.
-        Returns a list aligned with the plan's slots: the params, then every region's synced-GEMM bias
-        (sync_bias_coeffs @ the params, one matmul)."""
+        Returns a list aligned with the plan's slots."""
         tensors = self._partial_tensors
         if not tensors or not torch.is_grad_enabled() or self.tp == 1:
             # One rank: nothing to sum. Also sidesteps a miscompile: compiled by inductor on CUDA
             # (torch 2.11, tp=1), the grads of these params had the params' own norm, 67.9 = the
             # norm of grouped:2's 12 LayerNorm weights (ones) in a 6 x 384 model: apparently the
             # params themselves (EXPERIMENT_SUMMARY.md section 1c).
-            stacked = None if not self.sync_bias_coeffs.shape[0] else torch.stack(tensors)
-        else:
-            flat = comm.copy_to_tp_region(torch.cat([t.reshape(-1) for t in tensors]), self.tp_group, "tp_grad")
-            tensors = [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
-            stacked = None if not self.sync_bias_coeffs.shape[0] else flat.view(len(tensors), -1)  # n_embd each
-        if stacked is None:
             return tensors
-        return tensors + list((self.sync_bias_coeffs.to(stacked.dtype) @ stacked).unbind(0))
+        flat = comm.copy_to_tp_region(torch.cat([t.reshape(-1) for t in tensors]), self.tp_group, "tp_grad")
+        return [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+
+    def _sync_biases(self, partial):
+        """Every region's synced-GEMM bias (_plan_sublayers), from the partial params: one matmul."""
+        if not self.sync_bias_coeffs.shape[0]:
+            return []
+        return list((self.sync_bias_coeffs.to(partial[0].dtype) @ torch.stack(partial)).unbind(0))
 
     # ---------------------------------------------------------------- forward
     def forward(self, idx, targets=None, kv_cache=None):
@@ -448,6 +448,7 @@ class GPT(nn.Module):
         wte = self.transformer.wte
         streams = Streams(self.transformer.drop(wte(idx) + self.transformer.wpe(pos)))
         partial = self._partial_params()
+        partial = partial + self._sync_biases(partial)  # the plan's sync_bias slots follow the params'
         for block, steps in zip(self.transformer.h, self._plan):
             streams = block(streams, steps, partial, kv_cache)
         assert streams.xin is None, "the last sync point is always synced"
