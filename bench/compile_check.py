@@ -28,6 +28,7 @@ import torch.distributed as dist
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.compile_check ... "
              "(or torchrun ... -m bench.compile_check ...)")
+from training.cli import check_policies, guarded, positive_int  # noqa: E402
 from bench.common import split_policies  # noqa: E402
 from training.config import HelpFormatter, write_text  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
@@ -77,10 +78,10 @@ def check_policy(policy, args, mesh):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.compile_check", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--policies", default=POLICIES, help="comma-separated sync policies")
-    p.add_argument("--n_tracks", type=int, default=2)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--batch_size", type=int, default=8)
-    p.add_argument("--block_size", type=int, default=64)
+    p.add_argument("--n_tracks", type=positive_int, default=2)
+    p.add_argument("--steps", type=positive_int, default=3)
+    p.add_argument("--batch_size", type=positive_int, default=8)
+    p.add_argument("--block_size", type=positive_int, default=64)
     p.add_argument("--lr", type=float, default=0.05, help="SGD step between the checks")
     p.add_argument("--backend", default="inductor")
     p.add_argument("--tol", type=float, default=1e-3, help="max allowed relative gradient difference")
@@ -89,6 +90,7 @@ def main(argv=None):
                    "CUDA tensors through the host): inductor's CUDA code at tp>1 on a one-GPU machine")
     p.add_argument("--out_dir", default=None)
     args = p.parse_args(argv)
+    check_policies(p, split_policies(args.policies), [SHAPE["n_layer"]])
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if args.one_gpu:
@@ -123,4 +125,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))

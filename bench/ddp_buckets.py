@@ -45,6 +45,7 @@ import torch.nn.functional as F
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.ddp_buckets ... "
              "(or torchrun ... -m bench.ddp_buckets ...)")
+from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
 from bench.common import GPT2_VOCAB, REPO, command_line, multicast_off, pyplot, save_results  # noqa: E402
 from training.config import HelpFormatter, save_figure  # noqa: E402
 from parallel.ddp import BucketedDDP  # noqa: E402
@@ -211,10 +212,10 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.ddp_buckets", formatter_class=HelpFormatter, description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="124m,xl", help=f"comma list of {list(SIZES)}")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {VARIANTS}")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--batch_size", type=int, default=None, help="per rank; default per size")
-    p.add_argument("--seq_len", type=int, default=None, help="default 1024 (64 for tiny)")
+    p.add_argument("--steps", type=positive_int, default=20)
+    p.add_argument("--warmup", type=non_negative_int, default=5)
+    p.add_argument("--batch_size", type=positive_int, default=None, help="per rank; default per size")
+    p.add_argument("--seq_len", type=positive_int, default=None, help="default 1024 (64 for tiny)")
     p.add_argument("--model", default="auto", choices=["auto", "gpt", "toy"])
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--out_dir", default=None, help="default bench/results (GPU only)")
@@ -338,4 +339,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main))

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.decode_gemm ...")
+from training.cli import guarded, positive_int  # noqa: E402
 from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, save_results,  # noqa: E402
                           source_commit, use_cuda)
 from model.compile_modes import compile_step  # noqa: E402
@@ -104,8 +105,8 @@ def main(argv=None):
     p.add_argument("--tps", default="2", help="comma-separated TP degrees (the per-rank shapes; one GPU runs them)")
     p.add_argument("--rows", default="1,8", help="comma-separated M (sequences decoded at once)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {VARIANTS}")
-    p.add_argument("--copies", type=int, default=8, help="weight copies per graph, at least (CUDA: and >= 256 MiB)")
-    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--copies", type=positive_int, default=8, help="weight copies per graph, at least (CUDA: and >= 256 MiB)")
+    p.add_argument("--repeats", type=positive_int, default=30)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--compile_backend", default="inductor", help="aot_eager: CPU smoke only")
     p.add_argument("--out_dir", default=None)
@@ -170,4 +171,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))

@@ -32,6 +32,7 @@ from torch.profiler import ProfilerActivity, profile
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.profile_policy ... "
              "(or torchrun ... -m bench.profile_policy ...)")
+from training.cli import check_policies, guarded, positive_int  # noqa: E402
 from bench.common import GPT2_VOCAB, as_graph, command_line, split_policies  # noqa: E402
 from bench.tp_latency import SIZES, ctx_call, make_workload, torch_tp_model  # noqa: E402
 from training.config import HelpFormatter, write_text  # noqa: E402
@@ -132,7 +133,7 @@ def nccl_position_report(per_rank):
 def main():
     p = argparse.ArgumentParser(prog="python -m bench.profile_policy", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default="124m", choices=list(SIZES))
-    p.add_argument("--n_tracks", type=int, default=4)
+    p.add_argument("--n_tracks", type=positive_int, default=4)
     p.add_argument("--policies", default="baseline;spd;grouped:4;parallel;ladder", help="';'-separated (or ',')")
     p.add_argument("--workload", default="prefill_b8", choices=["prefill_b1", "prefill_b8", "decode_b1",
                                                                 "decode_b8", "train_b8"])
@@ -145,11 +146,12 @@ def main():
     p.add_argument("--no_bias", action="store_true", help="models without biases (as tp_latency.py --no_bias)")
     p.add_argument("--floor", action="store_true", help="skip every collective (parallel.comm.skipped_collectives): "
                    "the compute alone, the rows tp_latency marks [floor]")
-    p.add_argument("--calls", type=int, default=10)
-    p.add_argument("--top", type=int, default=12)
-    p.add_argument("--seq_len", type=int, default=1024)
+    p.add_argument("--calls", type=positive_int, default=10)
+    p.add_argument("--top", type=positive_int, default=12)
+    p.add_argument("--seq_len", type=positive_int, default=1024)
     p.add_argument("--out_dir", default="bench/results")
     args = p.parse_args()
+    check_policies(p, split_policies(args.policies), [SIZES[args.size]["n_layer"]])
 
     cuda = torch.cuda.is_available()
     mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), "cuda" if cuda else "cpu")  # tp = world size
@@ -219,4 +221,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main))

@@ -26,6 +26,7 @@ import tempfile
 
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.sample_decode ...")
+from training.cli import check_policies, guarded, non_negative_int, positive_int  # noqa: E402
 from bench.common import REPO, source_commit, split_policies, use_cuda  # noqa: E402
 from training.config import HelpFormatter, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
@@ -71,18 +72,21 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.sample_decode", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", choices=sorted(SHAPES), default="124m")
     p.add_argument("--policies", default="baseline", help="comma-separated sync policies (one checkpoint each)")
-    p.add_argument("--n_tracks", type=int, default=2)
+    p.add_argument("--n_tracks", type=positive_int, default=2)
     p.add_argument("--nprocs", default="1,2", help="comma-separated TP degrees (processes of sample.py)")
     p.add_argument("--modes", default="eager,compiled,graph")
     p.add_argument("--compile_modes", default="default", help=f"comma-separated, of {list(COMPILE_MODES)}")
-    p.add_argument("--max_new_tokens", type=int, default=200)
-    p.add_argument("--num_samples", type=int, default=3)
-    p.add_argument("--check_tokens", type=int, default=0, help="float32 token check length (0: none)")
+    p.add_argument("--max_new_tokens", type=positive_int, default=200)
+    p.add_argument("--num_samples", type=positive_int, default=3)
+    p.add_argument("--check_tokens", type=non_negative_int, default=0, help="float32 token check length (0: none)")
     p.add_argument("--dtype", default="auto", help="sample.py --dtype of the timed runs")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out_dir", default=None, help="write sample_decode.md there")
     args = p.parse_args(argv)
+    if not all(n.isdigit() and int(n) >= 1 for n in args.nprocs.split(",")):
+        p.error(f"--nprocs {args.nprocs!r}: comma-separated integers >= 1 (TP degrees)")
     nprocs = [int(n) for n in args.nprocs.split(",")]
+    check_policies(p, args.policies.split(","), [SHAPES[args.shape]["n_layer"]])
     bad = [m for m in args.compile_modes.split(",") if m not in COMPILE_MODES]
     if bad:
         p.error(f"--compile_modes {bad} not allowed; allowed: {list(COMPILE_MODES)}")
@@ -129,4 +133,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))

@@ -62,6 +62,7 @@ import torch.nn as nn
 
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.sync_frequency ...")
+from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
 from bench.common import REPO, command_line, save_results  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from training.config import HelpFormatter  # noqa: E402
@@ -284,20 +285,20 @@ def parse_args(argv):
                    help="auto: fp16 on cuda, fp32 on mps/cpu")
     p.add_argument("--quick", action="store_true",
                    help="fewer repeats/ops; on CPU also rows 128, gpt_batch 1, big matmul 1024")
-    p.add_argument("--repeats", type=int, default=None, help="default 5 (quick: 3)")
-    p.add_argument("--ops", type=int, default=None,
+    p.add_argument("--repeats", type=positive_int, default=None, help="default 5 (quick: 3)")
+    p.add_argument("--ops", type=positive_int, default=None,
                    help="ops per timing, rounded up to a multiple of N (default 1024; quick: 16)")
-    p.add_argument("--warmup", type=int, default=20, help="untimed ops before timing each model")
-    p.add_argument("--width", type=int, default=512, help="model width W")
-    p.add_argument("--rows", type=int, default=None, help="rows of x for matmul/MLPs (default 512)")
-    p.add_argument("--gpt_batch", type=int, default=None, help="GPT idx batch (default 4: 512 tokens)")
-    p.add_argument("--seq_len", type=int, default=128, help="GPT idx length (= block_size)")
-    p.add_argument("--small_size", type=int, default=512)
-    p.add_argument("--big_size", type=int, default=None, help="default 8192 (cpu: 2048, cpu quick: 1024)")
-    p.add_argument("--pending", type=int, default=64, help="small matmuls launched before the timed .item()")
-    p.add_argument("--pending_big", type=int, default=None, help="big matmuls launched before the timed "
+    p.add_argument("--warmup", type=non_negative_int, default=20, help="untimed ops before timing each model")
+    p.add_argument("--width", type=positive_int, default=512, help="model width W")
+    p.add_argument("--rows", type=positive_int, default=None, help="rows of x for matmul/MLPs (default 512)")
+    p.add_argument("--gpt_batch", type=positive_int, default=None, help="GPT idx batch (default 4: 512 tokens)")
+    p.add_argument("--seq_len", type=positive_int, default=128, help="GPT idx length (= block_size)")
+    p.add_argument("--small_size", type=positive_int, default=512)
+    p.add_argument("--big_size", type=positive_int, default=None, help="default 8192 (cpu: 2048, cpu quick: 1024)")
+    p.add_argument("--pending", type=positive_int, default=64, help="small matmuls launched before the timed .item()")
+    p.add_argument("--pending_big", type=positive_int, default=None, help="big matmuls launched before the timed "
                    ".item() (default 4; cpu: 1)")
-    p.add_argument("--item_trials", type=int, default=20)
+    p.add_argument("--item_trials", type=positive_int, default=20)
     p.add_argument("--seconds_per_timing", type=float, default=0.5,
                    help="target length of one small/big matmul timing (sets its op count)")
     p.add_argument("--out_dir", default=os.path.join(REPO, "bench", "results"))
@@ -356,4 +357,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main))

@@ -51,6 +51,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.tp_latency ... "
              "(or torchrun ... -m bench.tp_latency ...)")
+from training.cli import check_policies, guarded, non_negative_int, positive_int  # noqa: E402
 from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, pyplot, save_results,  # noqa: E402
                           source_commit, split_policies, use_cuda)
 from training.config import HelpFormatter, save_figure, write_text  # noqa: E402
@@ -63,8 +64,9 @@ from parallel.mesh import init_mesh  # noqa: E402
 SIZES = {"124m": dict(n_layer=12, n_head=12, n_embd=768), "medium": dict(n_layer=24, n_head=16, n_embd=1024),
          "large": dict(n_layer=36, n_head=20, n_embd=1280),
          "tiny": dict(n_layer=2, n_head=4, n_embd=64)}
-POLICIES = ["baseline", "ladder", "spd", "parallel", "selective:m0-3,m5,m7,m9-11", "grouped:2", "grouped:3",
-            "grouped:4", "grouped:6"]
+# every one valid at every size's n_layer (a selective spec names layers, so it belongs to one size: pass it
+# with --sizes 124m, as bench/gpu_suite.sh does)
+POLICIES = ["baseline", "ladder", "spd", "parallel", "grouped:2", "grouped:3", "grouped:4", "grouped:6"]
 WORKLOADS = ["prefill_b1", "prefill_b8", "decode_b1", "decode_b8", "train_b8"]
 MODES = ["eager", "graph", "compiled", "compiled+graph"]
 
@@ -548,10 +550,10 @@ def main():
     parser.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {list(SIZES)}")
     parser.add_argument("--policies", default=";".join(POLICIES), help="';'-separated sync policies (or ',')")
     parser.add_argument("--n_tracks", default="4", help="comma-separated; values not divisible by tp are skipped")
-    parser.add_argument("--seq_len", type=int, default=1024)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=30, help="timed calls per variant")
-    parser.add_argument("--rounds", type=int, default=10, help="the repeats are split into this many "
+    parser.add_argument("--seq_len", type=positive_int, default=1024)
+    parser.add_argument("--warmup", type=non_negative_int, default=5)
+    parser.add_argument("--repeats", type=positive_int, default=30, help="timed calls per variant")
+    parser.add_argument("--rounds", type=positive_int, default=10, help="the repeats are split into this many "
                         "rounds over all variants of a workload")
     parser.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     parser.add_argument("--no_graphs", action="store_true")
@@ -580,6 +582,10 @@ def main():
     unknown = [s for s in args.sizes.split(",") if s not in SIZES]
     if unknown:
         parser.error(f"unknown size(s) {unknown}; allowed: {list(SIZES)}")
+    check_policies(parser, split_policies(args.policies), {SIZES[s]["n_layer"] for s in args.sizes.split(",")})
+    n_tracks = args.n_tracks.split(",")
+    if not all(n.isdigit() and int(n) >= 1 for n in n_tracks):
+        parser.error(f"--n_tracks {args.n_tracks!r}: comma-separated integers >= 1 (each dividing n_head)")
     for name, given, allowed in (("workload", args.workloads, WORKLOADS), ("mode", args.modes, MODES),
                                  ("compile mode", args.compile_mode, list(COMPILE_MODES))):
         bad = [v for v in given.split(",") if v not in allowed]
@@ -592,4 +598,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main))

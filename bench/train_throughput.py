@@ -88,6 +88,7 @@ from torch.nn import functional as F
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.train_throughput ... "
              "(or torchrun ... -m bench.train_throughput ...)")
+from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
 from bench.common import (GPT2_VOCAB, call_times, command_line, md_row, multicast_off, save_results,  # noqa: E402
                           source_commit, split_policies)
 from training.config import HelpFormatter, write_text  # noqa: E402
@@ -247,11 +248,11 @@ def build_parser():
     p.add_argument("--modes", default="compiled", help="comma-separated of " + ", ".join(MODES) + " (see Modes)")
     p.add_argument("--no_fullgraph", action="store_true",
                    help="compile without fullgraph=True (graph breaks fall back to eager instead of failing)")
-    p.add_argument("--batch_size", type=int, default=12)
-    p.add_argument("--seq_len", type=int, default=None, help="default: the size's block (124m 1024, tiny 64, char 256)")
-    p.add_argument("--micro_steps", type=int, default=1, help="micro-batches per iteration (gradient accumulation)")
-    p.add_argument("--warmup", type=int, default=20, help="untimed iterations first (compilation included)")
-    p.add_argument("--iters", type=int, default=40, help="timed iterations")
+    p.add_argument("--batch_size", type=positive_int, default=12)
+    p.add_argument("--seq_len", type=positive_int, default=None, help="default: the size's block (124m 1024, tiny 64, char 256)")
+    p.add_argument("--micro_steps", type=positive_int, default=1, help="micro-batches per iteration (gradient accumulation)")
+    p.add_argument("--warmup", type=non_negative_int, default=20, help="untimed iterations first (compilation included)")
+    p.add_argument("--iters", type=positive_int, default=40, help="timed iterations")
     p.add_argument("--grad_clip", type=float, default=1.0)
     p.add_argument("--bucket_cap_mb", type=float, default=25, help="for BucketedDDP and torch DDP")
     p.add_argument("--device", default="auto", help="auto, cuda or cpu")
@@ -652,4 +653,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main))
