@@ -290,11 +290,16 @@ def test_fresh_start_over_a_run_is_refused_and_overwrite_moves_it_aside(workdir,
     assert_checkpoints_intact(out, workdir, before)
 
     # orphans of killed writes (a checkpoint, config.json) are removed by the next start that takes the lock
-    orphans = [os.path.join(out, ".tmp-abc123ckpt.pt"), os.path.join(out, ".tmp-xyzconfig.json")]
+    orphans = [os.path.join(out, ".tmp-abc123-ckpt.pt.partial-write"),
+               os.path.join(out, ".tmp-xyz-config.json.partial-write")]
     for p in orphans:
         open(p, "wb").close()
+    user_file = os.path.join(out, ".tmp-user-notes")  # a user's own file, whatever its name, is never ours
+    with open(user_file, "w") as f:
+        f.write("mine")
     run_train([*STOP_ARGS, f"--out_dir={out}", "--max_iters=5", "--overwrite=True"], workdir)
-    assert temp_files(out) == []
+    assert temp_files(out) == [".tmp-user-notes"] and open(user_file).read() == "mine"
+    os.remove(user_file)
     (aside,) = [n for n in os.listdir(out) if n.startswith("replaced-")]
     aside = os.path.join(out, aside)
     assert sorted(os.listdir(aside)) == ["ckpt.pt", "ckpt_best.pt", "config.json", "log.txt", "metrics.jsonl"]

@@ -46,7 +46,7 @@ import zipfile
 import numpy as np
 import torch
 
-from training.config import HelpFormatter, OneLineArgumentParser, atomic_write
+from training.config import TEMP_SUFFIX, HelpFormatter, OneLineArgumentParser, atomic_write
 
 FORMAT_VERSION = 2
 # What each reader needs. RESUME_KEYS is everything save_checkpoint writes.
@@ -155,7 +155,8 @@ def write_checkpoint(paths, checkpoint, links=()):
 def _link_atomically(source, path):
     """Make path a hard link of source (the same bytes, no second write or copy on disk; replacing either
     name later leaves the other as it was), atomically. False where the file system cannot link."""
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".tmp-link-{os.getpid()}-{os.path.basename(path)}")
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       f".tmp-link-{os.getpid()}-{os.path.basename(path)}{TEMP_SUFFIX}")
     try:
         os.link(source, tmp)
         os.replace(tmp, path)

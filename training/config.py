@@ -499,11 +499,17 @@ def format_config(cfg):
     return "\n".join(f"  {k} = {v!r}" for k, v in cfg.to_dict().items())
 
 
+# The suffix of every temp file the trainer writes (atomic_write, training/checkpoint.py's links): the start of
+# a run removes the ones a killed run left (training/run_dir.remove_orphans), and only those: a user's own
+# '.tmp-notes' in the out_dir is never touched.
+TEMP_SUFFIX = ".partial-write"
+
+
 def atomic_write(path, write):
     """Call write(f) on a binary temp file in path's directory, fsync, then os.replace it onto path:
     a reader (or a run killed midway) sees the old file or the new one, never half of one."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=f"-{os.path.basename(path)}{TEMP_SUFFIX}")
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

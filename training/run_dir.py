@@ -7,7 +7,8 @@
 The lock is flock() on out_dir/.lock, held until the process exits: the kernel releases it when the
 process dies, however it dies (kill -9 too), so a stale lock never blocks a later run. A second
 trainer on the same out_dir is refused. With the lock held no other trainer writes there, so every
-start removes the temp files ('.tmp-*') that an atomic write cut short (a killed run) left behind.
+start removes the temp files ('.tmp-*.partial-write', TEMP_SUFFIX) that an atomic write cut short (a killed
+run) left behind, and no other file.
 """
 import fcntl
 import glob
@@ -15,6 +16,8 @@ import json
 import os
 import re
 import time
+
+from training.config import TEMP_SUFFIX
 
 # The files a run writes; any of them means out_dir holds a run (ckpt.pt.invalid*: a resume set it aside).
 RUN_FILES = ("ckpt.pt", "ckpt_best.pt", "log.txt", "metrics.jsonl", "config.json")
@@ -126,7 +129,7 @@ def lock(out_dir):
 def remove_orphans(out_dir):
     """Remove the temp files of atomic writes a killed run cut short; returns their names.
     Only while holding the lock: then no other process is writing one."""
-    orphans = sorted(glob.glob(os.path.join(glob.escape(out_dir), ".tmp-*")))
+    orphans = sorted(glob.glob(os.path.join(glob.escape(out_dir), ".tmp-*" + TEMP_SUFFIX)))
     for path in orphans:
         os.remove(path)
     return [os.path.basename(p) for p in orphans]
