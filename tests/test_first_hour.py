@@ -62,3 +62,32 @@ def test_launcher_sigterm_before_training_is_not_read_as_the_cause(monkeypatch):
     stop._handle(signal.SIGTERM, None)
     assert exits == [143] and said == ["error: SIGTERM before training began (from the launcher: another rank "
                                        "failed, or the launch was stopped): stopped, nothing to save"]
+
+
+# issue 53's silent cases of the trainer's command line: each refused in one line, before any work
+def test_override_before_a_config_file_that_sets_it_is_refused(tmp_path):
+    config = tmp_path / "x.py"
+    config.write_text("n_layer = 4\n")
+    with pytest.raises(ConfigError, match=r"--n_layer=3 comes before .*x\.py, which sets n_layer too"):
+        parse(["--n_layer=3", str(config)])
+    assert parse([str(config), "--n_layer=3"]).n_layer == 3  # after it: applied
+    assert parse(["--n_head=4", str(config)]).n_head == 4     # a key the file leaves alone: applied
+
+
+def test_config_file_that_exits_is_an_error(tmp_path):
+    config = tmp_path / "x.py"
+    config.write_text("import sys\nsys.exit(0)\n")
+    with pytest.raises(ConfigError, match=r"calls sys.exit\(0\)"):
+        parse([str(config)])
+
+
+def test_cosine_schedule_without_a_decay_is_refused():
+    for argv in (["--lr_decay_iters=0"], ["--warmup_iters=100", "--lr_decay_iters=50"]):
+        with pytest.raises(ConfigError, match="lr_schedule='cosine'.*no decay"):
+            parse(argv)
+    assert parse(["--lr_decay_iters=0", "--decay_lr=False"]).lr_decay_iters == 0  # a constant rate needs none
+
+
+def test_out_dir_with_a_tilde_names_the_expanded_path():
+    with pytest.raises(ConfigError, match="--out_dir=" + os.path.expanduser("~/x")):
+        parse(["--out_dir=~/x"])

@@ -202,6 +202,9 @@ def validate(cfg):
         raise ConfigError(f"invalid bucket_cap_mb={cfg.bucket_cap_mb!r}; must be > 0")
     if not cfg.out_dir:
         raise ConfigError("out_dir must not be empty")
+    if cfg.out_dir.startswith("~"):  # the shell expands ~ only unquoted and at a word's start: '--out_dir=~/x' is literal
+        raise ConfigError(f"out_dir={cfg.out_dir!r} starts with '~', which would be a directory named '~' here; "
+                          f"write the path out: --out_dir={os.path.expanduser(cfg.out_dir)}")
     if cfg.decay_lr and cfg.min_lr > cfg.learning_rate:
         raise ConfigError(f"min_lr={cfg.min_lr!r} is above learning_rate={cfg.learning_rate!r}: the schedule decays "
                           f"from learning_rate down to min_lr, so min_lr must be <= learning_rate")
@@ -238,6 +241,10 @@ def check_schedule(cfg):
     """ConfigError for a learning-rate schedule or save_iters that cannot be what the user meant."""
     save_iter_set(cfg)
     if cfg.lr_schedule != "wsd":
+        if cfg.decay_lr and cfg.lr_decay_iters <= cfg.warmup_iters:  # as wsd refuses a decay inside the warmup
+            raise ConfigError(f"lr_schedule='cosine': lr_decay_iters={cfg.lr_decay_iters} is not after the warmup of "
+                              f"warmup_iters={cfg.warmup_iters}, so there is no decay; raise lr_decay_iters or lower "
+                              f"warmup_iters (or --decay_lr=False for a constant learning rate)")
         return
     if not 0.0 < cfg.cooldown_frac <= 1.0:
         raise ConfigError(f"invalid cooldown_frac={cfg.cooldown_frac!r}; must be in (0, 1] (the share of "
@@ -292,6 +299,8 @@ def read_config_file(path):
     namespace = {}
     try:
         exec(compile(source, path, "exec"), namespace)
+    except SystemExit as e:  # exit(0) in a config would end the trainer with success, having trained nothing
+        raise ConfigError(f"config file {path} calls sys.exit({e.code!r}): a config file only assigns keys") from None
     except Exception as e:  # a config file is user code: report its error without our traceback
         where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
         first = str(e).splitlines()[0] if str(e) else ""
@@ -326,13 +335,17 @@ def parse_override(arg):
 
 def parse(argv):
     """Build a validated TrainConfig from argv (without the program name)."""
-    values = {}
+    values, overridden = {}, {}  # overridden: key -> the --key=value that set it
     for arg in argv:
         if arg.startswith("--"):
             key, value = parse_override(arg)
             values[key] = coerce(key, value)
+            overridden[key] = arg
         else:
             for key, value in read_config_file(arg).items():
+                if key in overridden:  # nanoGPT's rule, which --help states: overrides come after config files
+                    raise ConfigError(f"{overridden[key]} comes before {arg}, which sets {key} too and would "
+                                      f"replace it: put --key=value overrides after the config files")
                 try:
                     values[key] = coerce(key, value)
                 except ConfigError as e:
