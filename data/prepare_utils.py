@@ -1,6 +1,50 @@
-"""Small helpers shared by the data/<name>/prepare.py scripts."""
+"""Small helpers shared by the data/<name>/prepare.py scripts.
+
+    sys.exit(run(main))        main under training.cli's guard (issue 53): Ctrl-C, SIGTERM or SIGHUP ends in one
+                               "stopped (...)" line, a PrepareError in one "error: ..." line (exit 1), never a traceback
+    write_atomic(path, data)   a temp file in the same folder + os.replace: never half-written
+    worker_pool(n)             a process pool whose workers never outlive this process
+"""
+import contextlib
+import ctypes
+import multiprocessing
 import os
+import signal
 import sys
+from concurrent.futures import ProcessPoolExecutor
+
+# run as files (python data/<name>/prepare.py), the scripts have their own folder and data/ on sys.path; the
+# shared guard is in training/, one folder further up
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.append(REPO)
+from training.cli import Stopped, guarded  # noqa: E402
+
+
+class PrepareError(Exception):
+    """A problem the user can fix; run() prints it as one 'error: ...' line and exits 1."""
+
+
+def _on_sighup(signum, frame):
+    raise Stopped("SIGHUP", 128 + signal.SIGHUP)
+
+
+def run(main, *args):
+    """Exit code of main(*args) under training.cli.guarded, SIGHUP (a closed terminal) handled as SIGTERM is,
+    a PrepareError as one line; `finally` blocks run, so temp files are removed and pools ended."""
+    def body():
+        try:
+            return main(*args)
+        except PrepareError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:  # under nohup: keep ignoring it
+        return guarded(body)
+    previous = signal.signal(signal.SIGHUP, _on_sighup)
+    try:
+        return guarded(body)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def temp_path(path):
@@ -10,7 +54,8 @@ def temp_path(path):
 
 
 def write_atomic(path, data):
-    """Write bytes to path via a temp file in the same folder + os.replace: never half-written."""
+    """Write bytes to path via a temp file in the same folder + os.replace: never half-written. A failed write
+    (a full disk, `ulimit -f`) is a PrepareError naming path, which is left as it was."""
     tmp = temp_path(path)
     try:
         with open(tmp, "wb") as f:
@@ -18,6 +63,9 @@ def write_atomic(path, data):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        raise PrepareError(f"cannot write {path}: {e.strerror or e} ({len(data):,} bytes); "
+                           f"it was left as it was") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -31,3 +79,43 @@ def check_no_arguments(argv, doc, script):
         sys.exit(0)
     if argv:
         sys.exit(f"error: {script} takes no arguments (got {' '.join(argv)}); run: python {script}")
+
+
+# ----------------------------------------------------------------------------- worker pool
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _die_with_parent(parent):
+    """Pool worker initializer: the parent's signal handlers (inherited through fork) are not ours; on Linux
+    the kernel sends us SIGTERM when the parent dies, even by SIGKILL (PR_SET_PDEATHSIG)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # ended by the parent or the kernel: quietly
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the parent handles it
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+@contextlib.contextmanager
+def worker_pool(workers):
+    """A ProcessPoolExecutor of `workers` forked processes that never outlive this one: leaving the with block by
+    an exception (an error, Ctrl-C, SIGTERM) terminates them at once, and the kernel ends them if this process
+    is killed. Leaving it normally waits for the work submitted."""
+    before = set(multiprocessing.active_children())
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # until each worker has its own handlers
+    try:
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                   initializer=_die_with_parent, initargs=(os.getpid(),))
+        pool.submit(int)  # with fork, the first submit starts every worker
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    try:
+        yield pool
+    except BaseException:
+        for process in set(multiprocessing.active_children()) - before:
+            process.terminate()
+        pool.shutdown(cancel_futures=True)  # quick once they are gone; waits for the pool's own thread
+        raise
+    pool.shutdown()

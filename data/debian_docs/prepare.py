@@ -49,7 +49,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+import zlib
 
 import numpy as np
 from tqdm import tqdm
@@ -59,7 +59,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
 sys.path.insert(0, os.path.dirname(HERE))  # data/
 from gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
-from prepare_utils import write_atomic  # noqa: E402
+from prepare_utils import PrepareError, run, worker_pool, write_atomic  # noqa: E402
 
 DEB_DIR = os.path.join(HERE, "debs")
 MANIFEST = os.path.join(HERE, "corpus.json")
@@ -91,10 +91,6 @@ PACKAGES = [
      "7b0af5cfde3cbdef5e9d6e78f92ec335ced7c2790f37a40f49bebc6f7347ac0f",
      r"^\./usr/share/dictd/gcide\.(dict\.dz|index)$", "gcide"),
 ]
-
-
-class PrepareError(Exception):
-    pass
 
 
 def deb_filename(package, version):
@@ -392,14 +388,23 @@ def normalise(text):
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-def documents(members):
-    """[(domain, package, doc id, text)] after markup stripping, length filter and exact dedup."""
+def documents(members, pack=None):
+    """[(domain, package, doc id, text)] after markup stripping, length filter and exact dedup. A package file
+    that cannot be read (not gzip, a malformed dictionary index) is a PrepareError naming it and the pack or .deb."""
     docs, seen, dropped = [], set(), {"short": 0, "duplicate": 0}
-    for domain, package, _, _, _, fmt in PACKAGES:
-        if fmt == "gcide":
-            raw_docs = gcide_documents(members[package])
-        else:
-            raw_docs = [(name, CLEANERS[fmt](decode(name, data))) for name, data in members[package]]
+    for domain, package, version, _, _, fmt in PACKAGES:
+        name = "gcide.dict.dz and gcide.index"
+        try:
+            if fmt == "gcide":
+                raw_docs = gcide_documents(members[package])
+            else:
+                raw_docs = []
+                for name, data in members[package]:
+                    raw_docs.append((name, CLEANERS[fmt](decode(name, data))))
+        except (OSError, EOFError, ValueError, zlib.error) as e:
+            source = f"--from-pack {pack}" if pack else os.path.join(DEB_DIR, deb_filename(package, version))
+            raise PrepareError(f"{source}: {package}'s {name} cannot be read ({type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else 'truncated'})") from None
         for name, text in raw_docs:
             text = normalise(text)
             if len(text) < MIN_CHARS:
@@ -430,15 +435,15 @@ def _encode(texts):
 def tokenize(texts, workers):
     chunks = [texts[i:i + 200] for i in range(0, len(texts), 200)]
     out = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with worker_pool(workers) as pool:  # its workers end with this process, however it ends
         for ids in tqdm(pool.map(_encode, chunks), total=len(chunks), desc="tokenize", unit="chunk"):
             out.extend(ids)
     return out
 
 
 # ----------------------------------------------------------------------------- main
-def build(members, workers):
-    docs, dropped = documents(members)
+def build(members, workers, pack=None):
+    docs, dropped = documents(members, pack)
     docs.sort(key=lambda d: doc_hash(d[2]))
     print(f"{len(docs):,} documents ({dropped['duplicate']:,} duplicates and {dropped['short']:,} under "
           f"{MIN_CHARS} characters dropped)", flush=True)
@@ -515,7 +520,7 @@ def main(argv=None):
         members = read_members_from_pack(args.from_pack) if args.from_pack else read_members_from_debs()
         if args.pack:
             write_pack(members, args.pack)
-        arrays, counts, dropped = build(members, args.workers)
+        arrays, counts, dropped = build(members, args.workers, args.from_pack)
         made = manifest(arrays, counts, dropped)
         if not args.update_manifest:
             with open(MANIFEST) as f:
@@ -539,4 +544,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # Ctrl-C, SIGTERM, SIGHUP: one line, no traceback, no temp file or worker left

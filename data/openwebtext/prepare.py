@@ -23,6 +23,11 @@ import numpy as np
 import tiktoken
 from tqdm import tqdm
 
+# run as a file (python data/<name>/prepare.py, as in nanoGPT), this script has only its own folder on
+# sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/
+from prepare_utils import PrepareError, run  # noqa: E402
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -80,6 +85,8 @@ def main():
             arr.flush()
             del arr
             os.replace(tmp, filename)
+        except OSError as e:  # a full disk, `ulimit -f`
+            raise PrepareError(f"cannot write {filename}: {e.strerror or e}; it was left as it was") from None
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -87,4 +94,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))  # Ctrl-C, SIGTERM, a failed write: one line, no traceback

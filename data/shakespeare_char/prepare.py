@@ -23,7 +23,7 @@ from tqdm import tqdm
 # run as a file (python data/<name>/prepare.py, as in nanoGPT), this script has only its own folder on
 # sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/
-from prepare_utils import check_no_arguments, write_atomic
+from prepare_utils import check_no_arguments, run, write_atomic
 from shakespeare_text import load_play, play_paths
 
 
@@ -54,4 +54,4 @@ def main():
 
 if __name__ == "__main__":
     check_no_arguments(sys.argv[1:], __doc__, "data/shakespeare_char/prepare.py")
-    main()
+    sys.exit(run(main))  # Ctrl-C, SIGTERM, a failed write: one line, no traceback
