@@ -10,6 +10,7 @@ describes every column, test and panel):
 import sys
 
 from analysis.compare import main
+from training.cli import guarded
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))  # Ctrl-C, SIGTERM and a closed stdout end in one line (issue 53)

@@ -27,11 +27,13 @@ import sys
 import time
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from data.loader import DATA_DIR, read_plain_pickle
 from training.checkpoint import MODEL_KEYS, load_weights, read_checkpoint
+from training.cli import guarded
 from training.config import HelpFormatter, OneLineArgumentParser, ascii_float, ascii_int
 from model.compile_modes import COMPILE_MODES
 import model.generate as generation
@@ -86,19 +88,31 @@ GREEDY_BELOW = 1e-5  # a temperature below this means greedy: logits / T would o
 def load_codec(checkpoint, ckpt_path):
     """(encode, decode) of the checkpoint's own vocabulary: its dataset's meta.pkl (in the run's data_dir, else
     the repository's data/, never the cwd's) when that holds as many ids as the model, the GPT-2 BPE for a
-    GPT-2 sized model; else ValueError: text decoded with another vocabulary would be garbage or an IndexError."""
+    GPT-2 sized model unless its dataset is character-level (a model trained without the dataset's meta.pkl:
+    character_ids); else ValueError: text decoded with another vocabulary would be garbage or an IndexError."""
     vocab = checkpoint["model_args"]["vocab_size"]
     config = checkpoint.get("config") if isinstance(checkpoint.get("config"), dict) else {}
     dataset, data_dir = config.get("dataset"), config.get("data_dir")
     dataset = dataset if isinstance(dataset, str) and dataset else None
     roots = ([data_dir] if isinstance(data_dir, str) and data_dir else []) + [DATA_DIR]
     metas = [os.path.join(root, dataset, "meta.pkl") for root in roots] if dataset else []
+    other = None  # a meta.pkl of the dataset with another number of ids: (path, its vocab_size)
     for meta_path in metas:
         if os.path.exists(meta_path):
             meta = read_plain_pickle(meta_path)  # plain data only: unpickling it runs no code
             if isinstance(meta, dict) and meta.get("vocab_size") == vocab:
                 break
+            if isinstance(meta, dict) and "itos" in meta and other is None:
+                other = meta_path, meta.get("vocab_size")
     else:
+        if vocab >= GPT2_VOCAB and dataset:  # issue 53: character ids must not be decoded as GPT-2 BPE
+            why = (f"{other[0]} maps {other[1]!r} ids to characters, not the model's {vocab}" if other else
+                   character_ids(dataset, roots))
+            if why:
+                raise ValueError(f"{ckpt_path}: its dataset {dataset!r} is character-level ({why}), so its "
+                                 f"{vocab} ids are not GPT-2 BPE and decoding them as BPE would print garbage; "
+                                 f"the run was trained without the dataset's meta.pkl (the trainer then takes "
+                                 f"GPT-2's vocabulary): prepare the dataset and retrain")
         if vocab >= GPT2_VOCAB:
             from data.gpt2_tokenizer import get_gpt2_encoding
             enc = get_gpt2_encoding()
@@ -117,6 +131,31 @@ def load_codec(checkpoint, ckpt_path):
         return [stoi[c] for c in s]
 
     return encode, lambda ids: "".join(itos[i] for i in ids)
+
+
+CHAR_IDS_BELOW = 256  # a GPT-2 BPE text of CHAR_SAMPLE tokens uses ids above this (' the' is 262)
+CHAR_SAMPLE = 1000
+
+
+def character_ids(dataset, roots, scan=1 << 20):
+    """Why `dataset` (under the first of roots that has it) holds character ids, or None: its name ends in
+    _char (nanoGPT's convention), or the first `scan` tokens of its val.bin (else train.bin), CHAR_SAMPLE or
+    more, are all below CHAR_IDS_BELOW. Called only without a meta.pkl that decodes the model's ids."""
+    if dataset.endswith("_char"):
+        return "its name ends in _char"
+    for root in roots:
+        for split in ("val", "train"):
+            path = os.path.join(root, dataset, f"{split}.bin")
+            try:
+                with open(path, "rb") as f:
+                    ids = np.frombuffer(f.read(2 * scan), dtype=np.uint16)
+            except (OSError, ValueError):  # ValueError: an odd size; the trainer refuses such a file anyway
+                continue
+            if len(ids) >= CHAR_SAMPLE:
+                top = int(ids.max())
+                return (f"the first {len(ids)} token ids of {path} are all below {CHAR_IDS_BELOW}, the largest "
+                        f"{top}" if top < CHAR_IDS_BELOW else None)
+    return None
 
 
 def usable_cores():
@@ -310,4 +349,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(guarded(main, sys.argv[1:]))  # Ctrl-C, SIGTERM and a closed stdout end in one line (issue 53)

@@ -29,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from training.checkpoint import CheckpointError, load_weights, read_checkpoint
+from training.cli import guarded
 from training.config import HelpFormatter, OneLineArgumentParser, ascii_int, atomic_write
 from model.gpt import GPT, GPTConfig
 from data.loader import DataError, check_data, eval_offsets, load_tokens, open_split
@@ -128,9 +129,10 @@ def main(argv=None):
     print(f"{args.ckpt}: iter {ckpt['iter_num']}, baseline val loss {base:.4f} ({n_points} syncs)")
     droppable = list(range(n_points - 2, -1, -1))  # last block toward the first; the final sync stays
     sensitivity = {}
-    for p in tqdm(droppable, desc="each point dropped alone", unit="eval"):
-        model.set_sync_policy(selective_spec(set(range(n_points)) - {p}))
-        sensitivity[p] = measure() - base
+    with tqdm(droppable, desc="each point dropped alone", unit="eval") as bar:  # closed (its line ended) on Ctrl-C
+        for p in bar:
+            model.set_sync_policy(selective_spec(set(range(n_points)) - {p}))
+            sensitivity[p] = measure() - base
     print(f"\n{'point':>6} {'dropped alone: val loss':>24} {'increase':>9}  rank")
     ranked = sorted(droppable, key=lambda p: -sensitivity[p])
     for p in droppable:
@@ -138,12 +140,13 @@ def main(argv=None):
 
     print(f"\n{'syncs':>6} {'cumulative drop (least sensitive first)':>40} {'val loss':>9}")
     kept, cumulative = set(range(n_points)), []
-    bar = tqdm(list(reversed(ranked)), desc="cumulative drop", unit="eval")
-    for p in bar:
-        kept.discard(p)
-        model.set_sync_policy(selective_spec(kept))
-        cumulative.append({"syncs": len(kept), "dropped": point_name(p), "val_loss": measure()})
-        bar.write(f"{len(kept):>6} {'- ' + point_name(p):>40} {cumulative[-1]['val_loss']:>9.4f}", file=sys.stdout)
+    with tqdm(list(reversed(ranked)), desc="cumulative drop", unit="eval") as bar:
+        for p in bar:
+            kept.discard(p)
+            model.set_sync_policy(selective_spec(kept))
+            cumulative.append({"syncs": len(kept), "dropped": point_name(p), "val_loss": measure()})
+            bar.write(f"{len(kept):>6} {'- ' + point_name(p):>40} {cumulative[-1]['val_loss']:>9.4f}",
+                      file=sys.stdout)
 
     policy = selective_spec(set(ranked[:args.syncs - 1]) | {n_points - 1})
     print(f"\nmost sensitive first: {', '.join(point_name(p) for p in ranked)}")
@@ -158,4 +161,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))  # Ctrl-C, SIGTERM and a closed stdout end in one line (issue 53)

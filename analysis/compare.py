@@ -69,7 +69,8 @@ import sys
 import tempfile
 from types import SimpleNamespace
 
-from training.config import ConfigError, HelpFormatter, OneLineArgumentParser, coerce, save_figure, write_text
+from training.config import (ConfigError, HelpFormatter, OneLineArgumentParser, ascii_float, coerce, save_figure,
+                             write_text)
 
 # [0-9], not \d: digits are ASCII only (\d would also match e.g. Arabic-Indic digits)
 EVAL_LINE = re.compile(r"^step ([0-9]+): train loss ([0-9.eE+-]+|nan|inf), val loss ([0-9.eE+-]+|nan|inf), "
@@ -85,10 +86,11 @@ class RunError(Exception):
     pass
 
 
-def expand(patterns):
+def expand(patterns, skipped=None):
     """Dirs from arguments that may be globs (quoted, so the shell left them alone); order kept, no
     repeats. Plain files are skipped, so `compare_runs.py sweep/*` works beside a sweep's other
-    outputs (plots, tables)."""
+    outputs (plots, tables), and appended to `skipped` (a list) for the caller to name (issue 53:
+    never dropped without a word)."""
     dirs = []
     for pattern in patterns:
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
@@ -96,12 +98,31 @@ def expand(patterns):
             raise RunError(f"no run directory matches {pattern!r}")
         for path in matches:
             if os.path.isfile(path):
+                if skipped is not None and path not in skipped:
+                    skipped.append(path)
                 continue
             if path not in dirs:
                 dirs.append(path)
     if not dirs:
         raise RunError(f"no run directory among {' '.join(patterns)}")
     return dirs
+
+
+def skipped_note(skipped):
+    """The one line naming the plain files expand() skipped ('' when none)."""
+    if not skipped:
+        return ""
+    return (f"note: skipped {len(skipped)} plain file{'s' if len(skipped) > 1 else ''}, not run director"
+            f"{'ies' if len(skipped) > 1 else 'y'}: {_names(skipped)}")
+
+
+def num(x, spec=".4f", big=1e6):
+    """x formatted with `spec`, or with 4 significant digits (scientific notation where needed: 1e+308,
+    inf, nan) when it is not finite or its size reaches `big`, where `spec` would print hundreds of digits
+    (a loss of 1e308 with .4f; issue 53)."""
+    if isinstance(x, (int, float)) and math.isfinite(x) and abs(x) < big:
+        return format(x, spec)
+    return format(x, ("+" if spec.startswith("+") else "") + ".4g")
 
 
 def records_from_log(path):
@@ -306,8 +327,9 @@ def baseline_stats(runs, key="final_val"):
     values = [r[key] for r in base]
     mean = statistics.fmean(values)
     std = statistics.stdev(values) if len(values) > 1 else None
-    noise = f", std {std:.4f} = {100 * std / mean:.2f}% (run-to-run noise)" if std is not None else ""
-    return mean, std, f"{key.replace('_', ' ')}: mean of {len(values)} baseline run(s): {mean:.4f}{noise}"
+    noise = (f", std {num(std)} = {num(100 * std / mean, '.2f')}% (run-to-run noise)" if std is not None
+             else "")
+    return mean, std, f"{key.replace('_', ' ')}: mean of {len(values)} baseline run(s): {num(mean)}{noise}"
 
 
 def baseline_references(runs):
@@ -343,10 +365,10 @@ def table_rows(runs, refs):
         delta = delta_best = "—"  # no baseline run in this run's setting (baseline_references says so)
         if refs[r["setting"]] is not None:
             final_base, best_base, _ = refs[r["setting"]]
-            delta = f"{100 * (r['final_val'] - final_base) / final_base:+.2f}%"
-            delta_best = f"{100 * (r['best_val'] - best_base) / best_base:+.2f}%"
+            delta = f"{num(100 * (r['final_val'] - final_base) / final_base, '+.2f')}%"
+            delta_best = f"{num(100 * (r['best_val'] - best_base) / best_base, '+.2f')}%"
         rows.append([r["name"], r["policy"], "?" if r["syncs"] is None else str(r["syncs"]), str(r["final_iter"]),
-                     f"{r['final_val']:.4f}", f"{r['best_val']:.4f}", delta, delta_best,
+                     num(r["final_val"]), num(r["best_val"]), delta, delta_best,
                      "?" if r["tok_per_s"] is None else f"{r['tok_per_s']:,.0f}"])
     return header, rows
 
@@ -867,7 +889,7 @@ def verdict_sentence(analysis, n_seeds_text):
 
 
 def _fmt_ci(mean, half, unit=""):
-    return f"{mean:+.2f}{unit}" + ("" if half is None else f" ± {half:.2f}")
+    return f"{num(mean, '+.2f')}{unit}" + ("" if half is None else f" ± {num(half, '.2f')}")
 
 
 def _fmt_p(p):
@@ -884,7 +906,7 @@ def stats_table(stats):
         row = [c["label"], c["policy"], "?" if c["syncs"] is None else str(c["syncs"]), str(len(c["seeds"]))]
         for metric in ("final_val", "best_val"):
             m = c[metric]
-            row.append(f"{m['mean']:.4f}" + ("" if m["std"] is None else f" ± {m['std']:.4f}"))
+            row.append(num(m["mean"]) + ("" if m["std"] is None else f" ± {num(m['std'])}"))
         for metric in ("final_val", "best_val"):
             m = c[metric]
             tests = metric == "final_val"  # the verdicts use final val; best val is shown beside it
@@ -897,7 +919,7 @@ def stats_table(stats):
             n = len(m["paired_seeds"])
             row.append(_fmt_ci(m["gap"], m["gap_ci"]) + ("" if n == len(c["seeds"]) else f" ({n} paired)"))
             if tests:
-                ci90 = "" if m["ci90"] is None else f"[{m['ci90'][0]:+.2f}, {m['ci90'][1]:+.2f}]"
+                ci90 = "" if m["ci90"] is None else f"[{num(m['ci90'][0], '+.2f')}, {num(m['ci90'][1], '+.2f')}]"
                 row += [ci90, _fmt_p(m.get("p_diff_holm")), _fmt_p(m.get("p_tost_holm"))]
             row.append(m["verdict"] or "inconclusive (1 seed)")
             if tests:
@@ -1374,7 +1396,7 @@ def main(argv=None):
                         help="write the trend plot (gap to baseline vs syncs per forward) here; implies --stats")
     parser.add_argument("--stats-json", default=None, metavar="FILE",
                         help="write the statistics and the verdict's numbers as JSON; implies --stats")
-    parser.add_argument("--margin", type=float, default=MARGIN, metavar="PCT",
+    parser.add_argument("--margin", type=ascii_float, default=MARGIN, metavar="PCT",
                         help=f"equivalence margin in %% of the baseline's val loss (default {MARGIN:g}); state it "
                              f"before looking at the runs")
     parser.add_argument("--metric", choices=("final", "best"), default="final",
@@ -1395,11 +1417,14 @@ def main(argv=None):
             check_out(args.stats_json, "--stats-json", formats=None)
         if not args.margin > 0:  # before any work (--margin is only used with the statistics)
             raise RunError(f"--margin={args.margin}: must be > 0 (a percentage of the baseline's val loss)")
-        runs = [load_run(d) for d in expand(args.runs)]
-        other_runs = [load_run(d) for d in expand([args.versus])] if args.versus else None
+        skipped = []
+        runs = [load_run(d) for d in expand(args.runs, skipped)]
+        other_runs = [load_run(d) for d in expand([args.versus], skipped)] if args.versus else None
     except RunError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    if skipped:  # stderr: stdout may be a markdown table (experiments/shakespeare_sweep/run.sh tees it)
+        print(skipped_note(skipped), file=sys.stderr)
     refs, reference_lines = baseline_references(runs)
     header, rows = table_rows(runs, refs)
     print(format_table(header, rows, args.markdown))
@@ -1438,4 +1463,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from training.cli import guarded
+    sys.exit(guarded(main))
