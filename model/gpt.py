@@ -134,7 +134,7 @@ def autocast_input(h):
 #   per_track    in a region: the output stays per track (a later sublayer of the region reads it)
 #   block_input  the sublayer reads the streams of its block's input (parallel's MLP)
 #   ln_weight, ln_bias, proj_bias: for a region's sublayer, slots in GPT's partial-grad parameters
-#   sync_bias    a region's synced sublayer: its row of GPT.sync_biases(), the bias its GEMM adds instead
+#   sync_bias    a region's synced sublayer: the slot (after the params', GPT._sync_biases) of the bias its GEMM adds
 Step = namedtuple("Step", "megatron ladder sync per_track block_input ln_weight ln_bias proj_bias sync_bias")
 
 
