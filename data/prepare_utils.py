@@ -15,9 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 # run as files (python data/<name>/prepare.py), the scripts have their own folder and data/ on sys.path; the
 # shared guard is in training/, one folder further up
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.append(REPO)
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from training.cli import Stopped, guarded  # noqa: E402
 
 

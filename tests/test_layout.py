@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-MAX_PATH_INSERTS = 3
+MAX_PATH_INSERTS = 4  # the data prepare scripts (shakespeare, shakespeare_char, debian_docs, openwebtext), run as files
 MAX_FUNCTION_LINES = 80
 LIBRARY = ("model", "parallel", "training", "analysis", os.path.join("data", "loader.py"),
            os.path.join("bench", "common.py"))
@@ -77,7 +77,7 @@ def root_constants(rel, source):
     return found
 
 
-def test_at_most_three_path_insertions_outside_tests():
+def test_at_most_four_path_insertions_outside_tests():
     found = [f"{rel}:{line}" for rel, source in python_files() for line in path_inserts(source)]
     assert len(found) <= MAX_PATH_INSERTS, (
         f"{len(found)} sys.path.insert calls outside tests/ (at most {MAX_PATH_INSERTS}: the data prepare "
