@@ -160,8 +160,11 @@ def alive(pid):
 def test_stop_while_tokenizing_leaves_no_worker(tmp_path, sig, code, line):
     harness = tmp_path / "harness.py"
     harness.write_text(HARNESS.format(repo=REPO))
+    # SIGHUP at its default, whatever this test inherited (under nohup, or a CI shell that ignores it, the
+    # harness would inherit SIG_IGN, and run() rightly leaves an ignored SIGHUP ignored)
     proc = subprocess.Popen([sys.executable, str(harness)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         workers = [int(proc.stdout.readline()) for _ in range(2)]
         assert len(set(workers)) == 2 and all(alive(pid) for pid in workers)
