@@ -114,6 +114,6 @@ def worker_pool(workers):
     except BaseException:
         for process in set(multiprocessing.active_children()) - before:
             process.terminate()
-        pool.shutdown(cancel_futures=True)  # quick once they are gone; waits for the pool's own thread
+        pool.shutdown(wait=False, cancel_futures=True)  # its workers are gone: nothing to wait for
         raise
     pool.shutdown()

@@ -159,11 +159,10 @@ def read_members_from_debs():
     """{package: [(member name, raw bytes)]} from the pinned .debs."""
     fetch_debs()
     members = {}
-    with tqdm(PACKAGES, desc="read .debs", unit="pkg") as bar:  # closed (a newline) before an error's line
-        for _, package, version, _, pattern, _ in bar:
-            members[package] = deb_members(os.path.join(DEB_DIR, deb_filename(package, version)), pattern)
-            if not members[package]:
-                raise PrepareError(f"{package}={version}: no file matches {pattern}")
+    for _, package, version, _, pattern, _ in tqdm(PACKAGES, desc="read .debs", unit="pkg"):
+        members[package] = deb_members(os.path.join(DEB_DIR, deb_filename(package, version)), pattern)
+        if not members[package]:
+            raise PrepareError(f"{package}={version}: no file matches {pattern}")
     return members
 
 
@@ -436,10 +435,8 @@ def _encode(texts):
 def tokenize(texts, workers):
     chunks = [texts[i:i + 200] for i in range(0, len(texts), 200)]
     out = []
-    # the bar in a `with`: a stop closes it (a newline) before the guard's line, which would otherwise end the bar's line
-    with worker_pool(workers) as pool, tqdm(pool.map(_encode, chunks), total=len(chunks), desc="tokenize",
-                                            unit="chunk") as bar:  # the pool's workers end with this process
-        for ids in bar:
+    with worker_pool(workers) as pool:  # its workers end with this process, however it ends
+        for ids in tqdm(pool.map(_encode, chunks), total=len(chunks), desc="tokenize", unit="chunk"):
             out.extend(ids)
     return out
 
