@@ -17,7 +17,7 @@ from parallel import comm
 from parallel.launch import run_on_gloo
 from tests.conftest import run_gloo_scenarios, scenario_outcome
 from tests.test_compile import steps_diff
-from tests.test_model import POLICIES, batch, make
+from tests.test_model import POLICIES, batch, compile_layers, make
 
 # n_tracks per tp: one track per rank, and several (n_head=12: every n_tracks used here divides it)
 SHAPES = {2: (2, 6), 3: (3, 6)}
@@ -155,7 +155,8 @@ def compiled_vs_sync_eager(policy, tp_group, backend, n_tracks=4, async_grad=Tru
 def _compile_worker(rank, world_size):
     import torch.distributed as dist
     group = dist.new_group([0, 1])
-    worst = {policy: compiled_vs_sync_eager(policy, group, "aot_eager") for policy in POLICIES}
+    worst = {policy: compiled_vs_sync_eager(policy, group, "aot_eager", n_layer=compile_layers(policy))
+             for policy in POLICIES}
     assert not comm._in_flight
     return worst
 
@@ -176,15 +177,12 @@ def _inductor_worker(rank, world_size):
     # placed the region's tp_grad all-reduce differently on the two ranks while their graphs differed;
     # they no longer do: test_inductor_issues_the_same_collectives_on_every_rank.)
     # two layers: layer 0 two Megatron sublayers, layer 1 a region (its entry fused with LN) and the LM head
+    # the code inductor generates for that comparison (its forward, backward and eval graphs) is read below:
+    # one compile serves both checks
+    from torch._inductor.utils import run_and_get_code
     with inductor_config.patch(reorder_for_peak_memory=False):
-        worst = compiled_vs_sync_eager("selective:0,m1", group, "inductor", n_layer=2)
-        # the generated backward: dgrad GEMM, start, wgrad GEMM, wait, in each of the 4 fused nodes
-        from torch._inductor.utils import run_and_get_code
-        model = build("selective:0,m1", 4, group, True, n_layer=2)
-        compiled = torch.compile(model, fullgraph=True, backend="inductor")
-        idx, targets = batch()
-        torch._dynamo.reset()
-        _, codes = run_and_get_code(lambda: compiled(idx, targets)[1].backward())
+        worst, codes = run_and_get_code(compiled_vs_sync_eager, "selective:0,m1", group, "inductor", n_layer=2)
+    # the generated backward: dgrad GEMM, start, wgrad GEMM, wait, in each of the 4 fused nodes
     assert not comm._in_flight
     calls = [line.strip() for code in codes for line in code.splitlines()
              if re.match(r"\s*(buf\d+ = torch\.ops\.reduced_sync\.all_reduce_(start|wait)|extern_kernels\.(add)?mm\()", line)]

@@ -8,7 +8,7 @@ import torch._dynamo
 from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.launch import run_on_gloo
-from tests.test_model import POLICIES, batch, make
+from tests.test_model import POLICIES, batch, compile_layers, make
 
 
 def steps_diff(pairs, idx, targets, backward=lambda model, loss: loss.backward()):
@@ -41,7 +41,9 @@ def steps_diff(pairs, idx, targets, backward=lambda model, loss: loss.backward()
 def compiled_vs_eager(policy, tp_group, wrap=lambda m: m):
     """Max |compiled - eager| over the loss and every gradient, across two compiled training steps and
     two compiled evals on the same weights; raises if a recompile happens after the first of each."""
-    eager, compiled = make(policy, n_tracks=4, tp_group=tp_group), make(policy, n_tracks=4, tp_group=tp_group)
+    n_layer = compile_layers(policy)  # 2 for the policies that repeat per layer
+    eager = make(policy, n_tracks=4, tp_group=tp_group, n_layer=n_layer)
+    compiled = make(policy, n_tracks=4, tp_group=tp_group, n_layer=n_layer)
     ddp_eager, ddp_compiled = wrap(eager), wrap(torch.compile(compiled, fullgraph=True, backend="aot_eager"))
 
     def backward(model, loss):

@@ -64,7 +64,9 @@ def test_compile_mode_settings_apply_to_inductor_only(monkeypatch):
 
 
 def test_coordinate_descent_decode_samples_the_eager_tokens():
-    model = make("grouped:2").eval()
+    # two layers (inductor compiles the step twice, uncached): grouped:2 is one group over both, whose first
+    # sublayer reads the shared stream and whose later ones read the tracks
+    model = make("grouped:2", n_layer=2).eval()
     prompt, _ = batch(B=1, T=5)  # one sequence: every GEMM of the decode step has one row
     torch.manual_seed(7)
     eager = model.generate(prompt, 6, top_k=10, decode="eager")

@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from model.generate import StaticKVCache, sample_one
 from parallel.launch import run_on_gloo
-from tests.test_model import POLICIES, SMALL, batch, make
+from tests.test_model import POLICIES, SMALL, batch, compile_layers, make
 
 
 def sample(model, decode, prompt, n_new, seed=7):
@@ -20,7 +20,7 @@ def sample(model, decode, prompt, n_new, seed=7):
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_compiled_decode_samples_the_eager_tokens_without_recompiles(policy):
-    model = make(policy).eval()
+    model = make(policy, n_layer=compile_layers(policy)).eval()
     prompt, _ = batch(B=2, T=5)
     eager = sample(model, "eager", prompt, 8)
     torch._dynamo.reset()
@@ -37,7 +37,7 @@ def test_compiled_decode_samples_the_eager_tokens_without_recompiles(policy):
 
 
 def test_compiled_decode_past_block_size_refills_the_cache():
-    model = make("grouped:2").eval()
+    model = make("grouped:2", n_layer=2).eval()  # the refill does not depend on the depth; compiling does
     prompt, _ = batch(B=2, T=4)
     n_new = 2 * SMALL["block_size"]  # the context outgrows block_size twice: the cache is refilled
     torch._dynamo.reset()
@@ -170,7 +170,7 @@ def _compiled_decode_worker(rank, world_size, policies, n_new):
     prompt, _ = batch(B=2, T=5)
     out = {}
     for policy in policies:
-        model = make(policy, tp_group=group).eval()
+        model = make(policy, tp_group=group, n_layer=compile_layers(policy)).eval()
         torch._dynamo.reset()
         out[policy] = sample(model, "compiled", prompt, n_new)
     return out
@@ -185,7 +185,11 @@ def test_compiled_decode_under_tp_samples_the_tp1_eager_tokens(tp, policies, n_n
     prompt, _ = batch(B=2, T=5)
     for policy, tokens in results[0].items():
         assert all(torch.equal(tokens, r[policy]) for r in results[1:])
-        assert torch.equal(tokens, sample(make(policy).eval(), "eager", prompt, n_new)), policy
+        reference = make(policy, n_layer=compile_layers(policy)).eval()
+        assert torch.equal(tokens, sample(reference, "eager", prompt, n_new)), policy
+
+
+LADDER_DECODE = dict(n_layer=6, n_head=6, n_embd=192, block_size=64, vocab_size=96)
 
 
 def _inductor_decode_logits_gap(rank, world_size, policy):
@@ -193,11 +197,11 @@ def _inductor_decode_logits_gap(rank, world_size, policy):
     from model.compile_modes import compile_step
     from model.gpt import GPT, GPTConfig
     torch.manual_seed(0)
-    config = GPTConfig(n_layer=6, n_head=6, n_embd=192, block_size=64, vocab_size=96, bias=True, dropout=0.0,
-                       n_tracks=2, sync_policy=policy)
+    config = GPTConfig(**LADDER_DECODE, bias=True, dropout=0.0, n_tracks=2, sync_policy=policy)
     model = GPT(config, tp_group=dist.new_group(list(range(world_size)))).eval()
-    idx = torch.randint(0, 96, (2, 16), generator=torch.Generator().manual_seed(1))
-    eager_cache, compiled_cache = StaticKVCache(6, 64), StaticKVCache(6, 64)
+    idx = torch.randint(0, config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(1))
+    eager_cache = StaticKVCache(config.n_layer, config.block_size)
+    compiled_cache = StaticKVCache(config.n_layer, config.block_size)
     step = compile_step(model.forward, "inductor", "default")
     worst = 0.0
     with torch.no_grad():

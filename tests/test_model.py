@@ -13,6 +13,15 @@ from tests.reference import ladder_forward, nanogpt_forward, track_forward
 
 SMALL = dict(n_layer=4, n_head=4, n_embd=32, block_size=16, vocab_size=64, bias=True, dropout=0.0)
 POLICIES = ["baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:4", "selective:a0,m1,a2,m3"]
+# The policies whose plan repeats layer by layer: the compiled tests (tests/test_compile.py, test_async_grad.py,
+# test_decode.py) build them with 2 layers, where a layer already follows a layer (compiling takes time in
+# proportion to the layers); grouped:2, grouped:4 and the selective spec need SMALL's 4 layers to be what they are.
+PER_LAYER_POLICIES = ("baseline", "spd", "parallel", "ladder")
+
+
+def compile_layers(policy):
+    """n_layer of the compiled tests' model for this policy."""
+    return 2 if policy in PER_LAYER_POLICIES else SMALL["n_layer"]
 
 
 def make(policy="baseline", n_tracks=4, tp_group=None, seed=0, **overrides):

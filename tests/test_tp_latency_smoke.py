@@ -10,7 +10,7 @@ import torch
 
 from parallel.launch import run_on_gloo
 from tests.conftest import REPO
-TINY = ["--sizes", "tiny", "--seq_len", "16", "--warmup", "1", "--repeats", "1", "--n_tracks", "4,2"]
+TINY = ["--sizes", "tiny", "--seq_len", "16", "--warmup", "1", "--repeats", "1", "--rounds", "1", "--n_tracks", "4,2"]
 
 
 def run(*args):

@@ -30,23 +30,28 @@ def tiny(out_dir, *extra):
 
 
 @pytest.fixture(scope="module")
-def reference_run(workdir):
-    out = os.path.join(workdir, "out-ref")
-    run_train(tiny(out), workdir)
-    return out
-
-
-@pytest.fixture(scope="module")
-def layout_runs(workdir):
-    """dp=2 (world 2), dp=2 x tp=2 (world 4), and tp=2 (world 2) run as 10 iterations then resumed to 20.
-    A copy of the tp=2 checkpoint at iteration 10 is kept for the tp=2 -> tp=1 test."""
-    runs = {name: os.path.join(workdir, f"out-{name}") for name in ("dp2", "tp2", "dp2tp2")}
-    run_train(tiny(runs["dp2"], "--tp=1"), workdir, nproc=2)  # tp='auto' would take tp=2
-    run_train(tiny(runs["dp2tp2"], "--tp=2"), workdir, nproc=4)
-    run_train(tiny(runs["tp2"], "--tp=2", "--max_iters=10"), workdir, nproc=2)
+def first_runs(workdir):
+    """The reference run (one process), dp=2 (world 2), dp=2 x tp=2 (world 4), and tp=2 (world 2) run as 10
+    iterations then resumed to 20; the independent runs at once (run_trains: their processes spend most of
+    their time starting). A copy of the tp=2 checkpoint at iteration 10 is kept for the tp=2 -> tp=1 test."""
+    runs = {name: os.path.join(workdir, f"out-{name}") for name in ("ref", "dp2", "tp2", "dp2tp2")}
+    run_trains([tiny(runs["ref"]),
+                tiny(runs["dp2"], "--tp=1"),  # tp='auto' would take tp=2
+                tiny(runs["dp2tp2"], "--tp=2"),
+                tiny(runs["tp2"], "--tp=2", "--max_iters=10")], workdir, nproc=[1, 2, 4, 2])
     shutil.copytree(runs["tp2"], os.path.join(workdir, "out-tp2-at10"))
     run_train(tiny(runs["tp2"], "--tp=2", "--init_from=resume"), workdir, nproc=2)
     return runs
+
+
+@pytest.fixture(scope="module")
+def reference_run(first_runs):
+    return first_runs["ref"]
+
+
+@pytest.fixture(scope="module")
+def layout_runs(first_runs):
+    return {name: first_runs[name] for name in ("dp2", "tp2", "dp2tp2")}
 
 
 @pytest.mark.parametrize("name, dp, tp", [("dp2", 2, 1), ("tp2", 1, 2), ("dp2tp2", 2, 2)])
