@@ -109,18 +109,23 @@ def test_sample_stopped_by_a_signal_is_one_line(root, sig, code, word):
     assert digest(os.path.join(root, "runs"), os.path.join(root, "data")) == before
 
 
-def test_sample_into_a_closed_pipe_is_quiet(root):
-    """`python sample.py ... | head -c 20`: before issue 53, a BrokenPipeError traceback."""
-    proc = popen([*SAMPLE, "--num_samples=3", "--max_new_tokens=2", "--start=FILE:prompt.txt"], root)
+def finish(proc):
+    """(stderr, exit code) of a child whose stdout its reader closed; killed if it outlives the wait."""
     try:
-        head = proc.stdout.read(20)
-        proc.stdout.close()  # head exits
         err = proc.stderr.read()
-        rc = proc.wait(timeout=120)
+        return err, proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_sample_into_a_closed_pipe_is_quiet(root):
+    """`python sample.py ... | head -c 20`: before issue 53, a BrokenPipeError traceback."""
+    proc = popen([*SAMPLE, "--num_samples=3", "--max_new_tokens=2", "--start=FILE:prompt.txt"], root)
+    head = proc.stdout.read(20)
+    proc.stdout.close()  # head exits
+    err, rc = finish(proc)
     assert head == SYN_CHARS[:10] * 2
     assert rc == 0 and "Traceback" not in err and "Error" not in err, err
 
@@ -150,13 +155,7 @@ def test_compare_runs_into_a_closed_pipe_is_quiet(tmp_path):
     good = write_run(tmp_path / "runs", "good", "baseline", 3.0)
     proc = popen([os.path.join(REPO, "compare_runs.py"), good, "--out", str(tmp_path / "c.png")], tmp_path)
     proc.stdout.close()  # closed before the child prints its table (it is still importing)
-    try:
-        err = proc.stderr.read()
-        rc = proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    err, rc = finish(proc)
     assert rc == 0 and err == "", err
 
 
