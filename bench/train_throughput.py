@@ -60,8 +60,9 @@ keeps its rows: <out_dir>/train_throughput.{md,json}. --profile SUBSTRING also w
 variant whose name holds SUBSTRING, a torch.profiler key_averages table over 3 more iterations
 (top 40 by device time) to <out_dir>/train_profile_<variant>.txt.
 
-Sizes: 124m (GPT-2: 12 layers, 12 heads, 768, vocab 50304, seq 1024) and tiny (4 layers, 4 heads,
-64, vocab 512, seq 64: 4 layers so that grouped:2 and grouped:4 are valid) for CPU smoke runs.
+Sizes: 124m (GPT-2: 12 layers, 12 heads, 768, vocab 50304, seq 1024), medium (GPT-2 medium's 24 layers,
+16 heads, 1024) and tiny (4 layers, 4 heads, 64, vocab 512, seq 64: 4 layers so that grouped:2 and
+grouped:4 are valid) for CPU smoke runs. --no_bias: nanoGPT's bias=False (the study's config/docs_124m.py).
 
 CPU smoke run (gloo, tiny model, never into bench/results):
 
@@ -102,7 +103,7 @@ multicast_off()  # before any NCCL communicator exists
 # char192 / char384 / char768: the shapes of config/shakespeare_char_{192,384,768}.py (vocabulary 76,
 # block 256), so the study's loss can be set against measured time (issue 15: run with --batch_size 64;
 # tests/test_pareto.py checks them against the config files).
-SIZES = {"124m": (12, 12, 768, GPT2_VOCAB, 1024), "tiny": (4, 4, 64, 512, 64), "char192": (6, 6, 192, 76, 256),
+SIZES = {"124m": (12, 12, 768, GPT2_VOCAB, 1024), "medium": (24, 16, 1024, GPT2_VOCAB, 1024), "tiny": (4, 4, 64, 512, 64), "char192": (6, 6, 192, 76, 256),
          "char384": (6, 6, 384, 76, 256), "char768": (6, 12, 768, 76, 256)}
 POLICIES = ["baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:3", "grouped:4", "grouped:6",
             "selective:m0-3,m5,m7,m9-11"]
@@ -254,6 +255,8 @@ def build_parser():
     p.add_argument("--warmup", type=non_negative_int, default=20, help="untimed iterations first (compilation included)")
     p.add_argument("--iters", type=positive_int, default=40, help="timed iterations")
     p.add_argument("--grad_clip", type=float, default=1.0)
+    p.add_argument("--no_bias", action="store_true",
+                   help="models without biases (nanoGPT's bias=False, as config/docs_124m.py trains)")
     p.add_argument("--bucket_cap_mb", type=float, default=25, help="for BucketedDDP and torch DDP")
     p.add_argument("--device", default="auto", help="auto, cuda or cpu")
     p.add_argument("--profile", default=None, metavar="VARIANT_SUBSTRING",
@@ -350,7 +353,7 @@ def build_variant(v, args, env):
     from parallel.ddp import BucketedDDP
     n_layer, n_head, n_embd, vocab, _ = SIZES[args.size]
     shape = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab, block_size=args.seq_len,
-                 dropout=0.0, bias=True)
+                 dropout=0.0, bias=not args.no_bias)
     compiled = v["mode"].startswith("compiled")
     torch._inductor.config.reorder_for_compute_comm_overlap = v["mode"] == "compiled-overlap"
     torch._inductor.config.reorder_for_compute_comm_overlap_passes = (
@@ -511,7 +514,7 @@ def markdown(meta, rows, ratios):
            f"- torch {meta['torch']}, commit {meta['commit']}",
            f"- command: `{meta['command']}`",
            f"- model {meta['size']} (n_layer {meta['n_layer']}, n_head {meta['n_head']}, n_embd {meta['n_embd']}, "
-           f"vocab {meta['vocab_size']}), batch {meta['batch_size']} x seq {meta['seq_len']} x "
+           f"vocab {meta['vocab_size']}{'' if meta.get('bias', True) else ', no biases'}), batch {meta['batch_size']} x seq {meta['seq_len']} x "
            f"{meta['micro_steps']} micro-step(s) per replica, {meta['dtype']}, warmup {meta['warmup']}, "
            f"median of {meta['iters']} iterations (slowest rank)",
            "- plain and tp1 rows: one GPU (every rank runs its own copy at once); tp2: one replica on 2 GPUs; "
@@ -585,7 +588,7 @@ def run(args, argv):
     meta = dict(device=torch.cuda.get_device_name() if env.cuda else "CPU", n_gpus=env.world if env.cuda else 0,
                 world_size=env.world, torch=torch.__version__, commit=source_commit(), command=command,
                 size=args.size, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab,
-                batch_size=args.batch_size, seq_len=args.seq_len, micro_steps=args.micro_steps,
+                bias=not args.no_bias, batch_size=args.batch_size, seq_len=args.seq_len, micro_steps=args.micro_steps,
                 warmup=args.warmup, iters=args.iters, grad_clip=args.grad_clip,
                 dtype="bf16 autocast" if env.cuda else "float32", fullgraph=not args.no_fullgraph)
     if env.world < 2 and any(g in args.groups for g in ("tp2", "dp2")):
