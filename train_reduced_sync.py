@@ -61,7 +61,8 @@ from training.memory_check import check_memory
 from model.gpt import GPT
 from parallel import comm
 from parallel.ddp import BucketedDDP
-from parallel.mesh import RendezvousError, env_int, init_mesh, record_error_for_torchrun
+from parallel.mesh import (TEARDOWN_DEADLINE_S, RendezvousError, close_process_groups, env_int, init_mesh,
+                           record_error_for_torchrun)
 from training.run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
 from training.stop import Control, install_signal_handlers, report_fatal, waiting, watch_parent
 from training.step import (NonFiniteTracker, RunLog, configure_optimizer, estimate_loss, estimate_mfu, get_lr,
@@ -85,21 +86,19 @@ def fail(message, mesh=None, code=1, every_rank=False):
     elif rank <= 0:
         print(f"error: {message}", file=sys.stderr, flush=True)
     record_error_for_torchrun(f"error: {message}")  # torchrun's summary, printed last, then names it
-    if dist.is_available() and dist.is_initialized():
-        release_cuda_graphs()
-        dist.destroy_process_group()
-    sys.exit(code)
+    sys.exit(end_process(code, close_process_groups(barrier=False)))
 
 
-def release_cuda_graphs():
-    """Free the CUDA graphs that compile_mode='reduce-overhead' captured, before the process group goes: a
-    graph that captured NCCL all-reduces keeps ncclCommDestroy waiting for ever (pytorch/pytorch#115388; a
-    tp=2 run on 2 H200s finished training and then hung in shut_down). Nothing to do where none was made."""
-    trees = sys.modules.get("torch._inductor.cudagraph_trees")
-    if trees is not None:
-        trees.reset_cudagraph_trees()
-        import gc
-        gc.collect()
+def end_process(code, stuck_stage):
+    """code, to exit with; where the process groups' teardown passed its deadline (close_process_groups:
+    stuck_stage names the step), say so and end at once: the thread stuck in NCCL would keep the
+    interpreter from exiting."""
+    if stuck_stage is None:
+        return code
+    print(f"note: the process groups' teardown did not finish within {TEARDOWN_DEADLINE_S:.0f} s ({stuck_stage}); "
+          f"exiting without it (nothing of the run is lost)", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
 
 
 # ----------------------------------------------------------------------------- setup
@@ -538,13 +537,7 @@ def shut_down(control, wandb):
     control.finish()
     if wandb is not None:
         wandb.finish()
-    if dist.is_initialized():
-        # every rank done with every collective before any tears its group down: a gloo rank that
-        # exited while a peer still talked to it aborted once ("terminate called without an active
-        # exception", dp2 x tp2 on a loaded CPU)
-        comm.barrier()
-        release_cuda_graphs()
-        dist.destroy_process_group()
+    return close_process_groups()  # None, or the teardown stage that hung (end_process says so)
 
 
 # ----------------------------------------------------------------------------- main
@@ -651,8 +644,8 @@ def main(argv):
                     passes=passes_read(cfg, train_tokens, iter_num), seconds=time.time() - run_start, final=final,
                     best_val=best_val_loss, best_iter=best_iter, syncs=syncs, ckpt_path=ckpt_path,
                     stopped=signal.Signals(signum).name if signum else None)
-    shut_down(control, wandb)
-    return 128 + signum if signum else 0  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
+    stuck_stage = shut_down(control, wandb)
+    return end_process(128 + signum if signum else 0, stuck_stage)  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
 
 
 if __name__ == "__main__":

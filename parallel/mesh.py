@@ -236,3 +236,51 @@ def record_error_for_torchrun(message):
             json.dump({"message": message, "timestamp": int(time.time())}, f)
     except OSError:
         pass  # the message was printed; the summary only loses its copy
+
+
+TEARDOWN_DEADLINE_S = 30.0  # seconds for freeing CUDA graphs and destroying the process groups
+
+
+def release_cuda_graphs():
+    """Free the CUDA graphs that torch.compile(mode='reduce-overhead') captured. A graph that captured an
+    NCCL collective holds a reference on its communicator until the graph object is destroyed, and
+    ncclCommDestroy waits for that reference (pytorch/pytorch#115388; vllm-project/vllm#39846 explains the
+    reference count). Nothing to do where no graph was made."""
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    if trees is not None:
+        trees.reset_cudagraph_trees()
+        import gc
+        gc.collect()
+
+
+def close_process_groups(barrier=True, deadline_s=TEARDOWN_DEADLINE_S):
+    """The end of a distributed run: a barrier (every rank done with every collective before any tears its
+    group down: a gloo rank that exited while a peer still talked to it aborted once), the CUDA graphs freed,
+    then dist.destroy_process_group(). Returns None when that finished, else the stage that passed
+    deadline_s: the caller then ends the process without it (os._exit), its work being saved. The steps run
+    in a daemon thread because a call blocked in NCCL would keep the main thread's signal handlers from
+    running, and a graph still alive somewhere makes ncclCommDestroy wait for ever (a 124M tp=2 run with
+    compile='auto' on 2 H200s finished, saved, and then hung here). The barrier has no deadline of its own
+    here: the process group's timeout ends it."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    from parallel import comm  # here: comm is the model's, and mesh is imported by scripts before it
+    box = {"stage": "barrier"}
+
+    def teardown():
+        if barrier:
+            comm.barrier()
+        box["stage"], box["since"] = "freeing the CUDA graphs", time.monotonic()
+        release_cuda_graphs()
+        box["stage"] = "destroying the process groups"
+        dist.destroy_process_group()
+        box["stage"] = None
+
+    thread = threading.Thread(target=teardown, name="teardown", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)
+        since = box.get("since")
+        if since is not None and time.monotonic() - since > deadline_s:
+            return box["stage"]
+    return box["stage"]
