@@ -2,9 +2,18 @@
 # The project's test command (README.md): set up the Python environment and install the requirements
 # (scripts/env.sh: the active virtual environment, else the project's .venv/), prepare the offline
 # Shakespeare datasets if they are missing, then run the unit tests and the all-architectures check.
-# Run from anywhere:  bash scripts/test.sh
+# Run from anywhere:
+#   bash scripts/test.sh          # the default tier: every test not marked slow, then test_all_architectures.py
+#   bash scripts/test.sh --slow   # the slow tier (pytest.ini's marker): process-level runs, benchmark smokes
+#   bash scripts/test.sh --all    # both (CI, .ci/run, runs the default tier and then the slow one)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  "") tier=(-m "not slow"); what="the default tier (about 5 minutes on an idle 2-core CPU machine)" ;;
+  --slow) tier=(-m slow); what="the slow tier (about 9 minutes on an idle 2-core CPU machine)" ;;
+  --all) tier=(); what="every test (about 14 minutes on an idle 2-core CPU machine)" ;;
+  *) echo "error: unknown option ${1}; allowed: none (the default tier), --slow, --all" >&2; exit 2 ;;
+esac
 
 source scripts/env.sh
 
@@ -15,8 +24,8 @@ for name in shakespeare shakespeare_char; do
     fi
 done
 
-echo "running tests/ (about 12 minutes on an idle 2-core CPU machine, much longer on a busy one; pytest prints a dot per test)"
-python -m pytest -q tests/
-if [ -f test_all_architectures.py ]; then
+echo "running $what of tests/ (longer on a busy machine; pytest prints a dot per test)"
+python -m pytest -q "${tier[@]}" tests/
+if [ "${1:-}" != --slow ] && [ -f test_all_architectures.py ]; then
     python test_all_architectures.py
 fi

@@ -85,6 +85,7 @@ def _check(results):
             assert sync_async == 0 and fused_async == counts["tp_bwd"] + 1, (key, counts, fused_async)
 
 
+@pytest.mark.slow
 def test_async_equals_sync_tp2_every_policy(world2):
     _check(scenario_outcome(world2, "eager"))
 
@@ -123,6 +124,7 @@ def _autocast_worker(rank, world_size):
     return out
 
 
+@pytest.mark.slow
 def test_async_under_bf16_autocast_tp2(world2):
     for result in scenario_outcome(world2, "autocast"):
         for policy, (loss_diff, grad_rel) in result.items():
@@ -161,6 +163,7 @@ def _compile_worker(rank, world_size):
     return worst
 
 
+@pytest.mark.slow
 def test_compiled_async_fullgraph_no_recompile_equals_eager(world2):
     for result in scenario_outcome(world2, "compiled"):
         assert len(result) == len(POLICIES)
@@ -193,6 +196,7 @@ def _inductor_worker(rank, world_size):
     return worst
 
 
+@pytest.mark.slow
 def test_inductor_async_equals_eager(world2):
     """Generated code (CPU inductor, which fused readers of torch's functional collectives too early):
     both fused kinds of entry and the LM head's, equal to the synchronous eager model."""
@@ -208,6 +212,7 @@ def _order_worker(rank, world_size):
     return compiled_vs_sync_eager("selective:0,m1", group, "inductor", n_layer=2, async_grad=False)
 
 
+@pytest.mark.slow
 def test_inductor_issues_the_same_collectives_on_every_rank(world2):
     """Rank 0 alone adds a region's biases through a 0/1 buffer, not an `if`, so both ranks compile the
     same graph; with the `if`, inductor placed the region's tp_grad all-reduce before layer 0's f

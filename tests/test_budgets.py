@@ -12,6 +12,8 @@ from data.loader import passes_read, train_offsets
 from tests.conftest import TINY, eval_records, read_metrics, run_train, run_trains, train_losses
 from training.step import get_lr
 
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+
 
 def wsd(**kw):
     return parse(["--lr_schedule=wsd", "--learning_rate=1e-3", "--min_lr=1e-4", "--warmup_iters=10",

@@ -136,6 +136,7 @@ def test_old_format_says_how_to_convert_and_converts(tmp_path, workdir, monkeypa
     assert one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.slow
 def test_resume_falls_back_to_best_and_overwrites_nothing(workdir):
     """A run to 10 (checkpoints at 5 and 10); ckpt.pt truncated: resume takes ckpt_best.pt, says so,
     keeps the bad file, and continues with the losses of an uninterrupted run. With both files bad it

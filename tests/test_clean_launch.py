@@ -11,6 +11,9 @@ import time
 from tests.conftest import REPO, TINY, TRAIN_SCRIPT, run_env
 from tests.test_kill import logged_iters, wait_until
 from tests.test_stops import STOP_S, last_line, tree_digests
+import pytest
+
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
 
 
 def launch(args, cwd):

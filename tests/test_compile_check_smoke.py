@@ -11,6 +11,8 @@ import pytest
 from bench import compile_check
 from experiments.compiler_repros.partial_grads import bisect_partial_grads
 
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+
 SMALL_SHAPE = {**compile_check.SHAPE, "n_layer": 2, "n_embd": 48}  # n_head 6: 3 heads per track at n_tracks=2
 
 

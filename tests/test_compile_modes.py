@@ -37,6 +37,7 @@ def extern_gemms(mode, rows, fn=linear_gelu):
     return sorted({call.split("(")[0] for call in "\n".join(code).split() if call.startswith("extern_kernels.")})
 
 
+@pytest.mark.slow
 def test_coordinate_descent_splits_a_one_row_addmm_only():
     assert extern_gemms("default", 1) == ["extern_kernels.addmm"]
     assert extern_gemms("coordinate-descent", 1) == ["extern_kernels.mm"]
@@ -63,6 +64,7 @@ def test_compile_mode_settings_apply_to_inductor_only(monkeypatch):
         compile_step(lambda t: t, "inductor", "reduce-overhead")
 
 
+@pytest.mark.slow
 def test_coordinate_descent_decode_samples_the_eager_tokens():
     # two layers (inductor compiles the step twice, uncached): grouped:2 is one group over both, whose first
     # sublayer reads the shared stream and whose later ones read the tracks

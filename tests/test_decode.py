@@ -176,6 +176,7 @@ def _compiled_decode_worker(rank, world_size, policies, n_new):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tp,policies,n_new", [
     (2, ("baseline", "grouped:2", "ladder"), 6),
     (4, ("spd", "parallel", "grouped:4"), 4),  # one track per rank: every sum is a real all-reduce over 4
@@ -214,6 +215,7 @@ def _inductor_decode_logits_gap(rank, world_size, policy):
     return worst
 
 
+@pytest.mark.slow
 def test_inductor_compiled_ladder_decode_at_tp2_equals_eager():
     """Regression for EXPERIMENT_SUMMARY section 1d in decode: with torch's functional collectives the
     inductor-compiled ladder step at tp=2 (6 layers) gave logits 0.44 away from eager on the CPU."""

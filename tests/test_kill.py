@@ -19,6 +19,8 @@ from training.checkpoint import RESUME_KEYS, read_checkpoint
 from tests.conftest import (REPO, TINY, TRAIN_SCRIPT, eval_records, read_metrics, run_env, run_train, start_train,
                             train_command, train_losses)
 
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+
 ITERS = 60
 KILLS = 6  # each kill is a trainer start (seconds of CPU importing torch); 3 of them in a write
 ARGS = [*TINY, "--eval_interval=1", "--eval_iters=1", "--dropout=0.1", f"--max_iters={ITERS}"]

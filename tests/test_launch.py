@@ -14,6 +14,8 @@ from parallel.launch import run_on_gloo
 from training.config import VALID_KEYS
 from tests.conftest import TRAIN_SCRIPT, read_metrics, run_env, run_train, run_trains, train_command, train_losses
 
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+
 # 4 tracks, 2 micro-steps per iteration: 8 processes make dp 2 x tp 4, one micro-step per replica.
 # warmup_iters=0 and a large learning rate so the weights move within the 3 iterations compared.
 TINY_8 = ["--dataset=syn", "--data_dir=data", "--n_layer=1", "--n_head=4", "--n_embd=16", "--n_tracks=4", "--block_size=8",

@@ -9,6 +9,8 @@ import pytest
 
 from data.loader import DataError, check_one_pass, train_offsets
 
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+
 
 def cfg(**kw):
     base = dict(data_order="one_pass", gradient_accumulation_steps=2, batch_size=3, block_size=8, max_iters=5,

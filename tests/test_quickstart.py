@@ -12,6 +12,9 @@ import subprocess
 import sys
 
 from tests.conftest import REPO, run_env, write_markov_text
+import pytest
+
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
 
 # conftest's TINY model with 4 layers, so that grouped:4 (the second run's policy) has a group to sync
 TINY_QUICKSTART = ["--dataset=syn", "--data_dir=data", "--n_layer=4", "--n_head=4", "--n_embd=32", "--block_size=32",

@@ -3,6 +3,9 @@ aside) and a resume of it says what to run; --overwrite moves only the trainer's
 import os
 
 from tests.conftest import TINY, run_train, run_trains
+import pytest
+
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
 
 
 def test_a_run_without_a_checkpoint_starts_again_and_keeps_its_logs(workdir, tmp_path):

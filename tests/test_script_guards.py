@@ -25,6 +25,8 @@ import pytest
 from tests.checkpoint_cases import write_valid
 from tests.conftest import REPO, SYN_CHARS, run_env
 
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+
 BPE_VOCAB = 50304  # what the trainer takes for a dataset without meta.pkl
 
 

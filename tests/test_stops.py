@@ -15,6 +15,9 @@ import time
 
 from tests.conftest import REPO, TINY, TRAIN_SCRIPT, run_env, run_train, run_trains, start_train
 from tests.test_kill import LAUNCHER, logged_iters, temp_files, wait_until
+import pytest
+
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
 
 STOP_S = 5.0
 ARGS = [*TINY, "--max_iters=100000", "--eval_interval=100000", "--eval_iters=1"]

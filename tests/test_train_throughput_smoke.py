@@ -6,6 +6,9 @@ import subprocess
 import sys
 
 from tests.conftest import REPO, run_env
+import pytest
+
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
 
 MODULE = ["-m", "bench.train_throughput"]
 

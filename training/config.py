@@ -103,7 +103,7 @@ class TrainConfig:
     # fullgraph=True: a graph break is an error, never a silent eager fallback. 'auto' (resolve_compile): the
     # design launch runs fast without flags on GPUs, and a CPU run stays eager (compiling there costs minutes)
     compile: "bool|auto" = option("auto", SYSTEM, "torch.compile(model, fullgraph=True); 'auto': compiled with CUDA "
-                                                   "graphs on CUDA, eager on CPU (the log's 'compile:' line says which)")
+                                                   "graphs on CUDA at tp=1, else eager (the log's 'compile:' line says which)")
     compile_backend: str = option("inductor", SYSTEM, "'inductor'; 'aot_eager' traces without code generation "
                                                    "(fast on CPU, for checks)")
     # 'reduce-overhead' (CUDA graphs) took a 124M tp=2 step on H200s from 30.2 to 21.4 ms
@@ -445,9 +445,10 @@ class CompilePlan:
 
 def resolve_compile(cfg, device_type):
     """How the model runs on device_type ('cuda' or 'cpu'): a CompilePlan. compile=True/False as before 'auto'
-    existed (True: compile_mode as given). compile='auto': on CUDA compiled with CUDA graphs (compile_mode
+    existed (True: compile_mode as given). compile='auto': on CUDA at tp=1 compiled with CUDA graphs (compile_mode
     'reduce-overhead', whatever compile_mode says: --compile=True compiles without them), or without them
-    where the backend is not inductor, whose mode it is; on CPU eager, where compiling costs minutes and a
+    where the backend is not inductor, whose mode it is; on CUDA at tp > 1 eager (the comment below says why);
+    on CPU eager, where compiling costs minutes and a
     run's results stay those of the eager tests. compile_mode keeps its default, so a stored run's
     config.json still equals its plan (experiments/runner.py)."""
     if cfg.compile is False:
@@ -459,6 +460,12 @@ def resolve_compile(cfg, device_type):
         return plan
     if device_type != "cuda":
         return CompilePlan(False, "default", f"compile: auto -> eager ({device_type})")
+    if isinstance(cfg.tp, int) and cfg.tp > 1:
+        # compiled tp=2 training on CUDA (124M, n_tracks 4, grouped:2) drifted from eager, while eager tp=2, eager
+        # tp=1 and compiled tp=1 agreed to 4 decimals (bench/results/issue49/README.md, "Compiled at tp=2"):
+        # until that is explained, 'auto' takes the exact path there; compile=True still compiles
+        return CompilePlan(False, "default", f"compile: auto -> eager (cuda, tp={cfg.tp}: compiled training at tp > 1 "
+                                             f"is not yet shown equal to eager on CUDA; --compile=True compiles anyway)")
     if cfg.compile_backend != "inductor":
         return CompilePlan(True, "default", f"compile: auto -> compiled, no CUDA graphs (cuda; compile_backend="
                                             f"{cfg.compile_backend!r}: CUDA graphs are inductor's)")
