@@ -17,7 +17,8 @@ from model.gpt import GPT, GPTConfig
 from model.sync_policy import parse_sync_policy
 from parallel import comm
 from parallel.launch import run_on_gloo
-from training.config import HelpFormatter
+from training.config import HelpFormatter, OneLineArgumentParser
+from training.cli import guarded
 
 POLICIES = ["baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:3", "grouped:4", "grouped:6",
             "selective:m0-3,m5,m7,m9-11"]
@@ -65,7 +66,7 @@ def worker(rank, world_size, dtype_name):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"],
                         help="the dtype of the comparison (default %(default)s; tolerance 2e-5, float64 1e-12)")
     args = parser.parse_args()
@@ -95,4 +96,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main))

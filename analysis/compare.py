@@ -325,7 +325,7 @@ def baseline_stats(runs, key="final_val"):
     """(mean of `key` over the baseline runs, std or None, description); there must be one."""
     base = [r for r in runs if r["policy"] == "baseline"]
     values = [r[key] for r in base]
-    mean = statistics.fmean(values)
+    mean = fmean(values)
     std = statistics.stdev(values) if len(values) > 1 else None
     noise = (f", std {num(std)} = {num(100 * std / mean, '.2f')}% (run-to-run noise)" if std is not None
              else "")
@@ -422,7 +422,7 @@ def plot_final_vals(ax, runs, k, setting, look, margin, bands):
     here_policies = [p for p in look.policies if any(r["policy"] == p for r in own)]
     base = [r["final_val"] for r in own if r["policy"] == "baseline"]
     if base:
-        mean = statistics.fmean(base)
+        mean = fmean(base)
         ax.axhspan(mean * (1 - margin / 100), mean * (1 + margin / 100), color="0.5", alpha=0.12, lw=0)
     n_settings = len(look.settings)
     for syncs in sorted({r["syncs"] for r in own}):
@@ -606,10 +606,20 @@ def t_quantile(p, df):
     return 0.5 * (lo + hi)
 
 
+def fmean(values):
+    """statistics.fmean; for values near the float limit (a loss of 1e308 in a broken run's log), whose sum
+    overflows, the sum of v / n: their mean, not an OverflowError."""
+    values = list(values)
+    try:
+        return statistics.fmean(values)
+    except OverflowError:
+        return math.fsum(v / len(values) for v in values)
+
+
 def mean_ci(values, level=0.95):
     """(mean, half-width of the Student-t interval at `level`, sample std): None for what n = 1 cannot give."""
     n = len(values)
-    mean = statistics.fmean(values)
+    mean = fmean(values)
     if n < 2:
         return mean, None, None
     std = statistics.stdev(values)
@@ -619,7 +629,7 @@ def mean_ci(values, level=0.95):
 def welch_ci(a, b, level=0.95):
     """(mean(b) - mean(a), half-width of Welch's t interval) for two independent samples; half None if
     either has one value or both have zero spread."""
-    diff = statistics.fmean(b) - statistics.fmean(a)
+    diff = fmean(b) - fmean(a)
     if len(a) < 2 or len(b) < 2:
         return diff, None
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
@@ -669,7 +679,7 @@ def paired_tests(gaps, margin):
     Returns (p of the difference test, p of TOST = the larger of its two one-sided p's, p of its upper
     one-sided test alone = non-inferiority, 90% interval)."""
     n = len(gaps)
-    mean, std = statistics.fmean(gaps), statistics.stdev(gaps)
+    mean, std = fmean(gaps), statistics.stdev(gaps)
     if std == 0:  # identical gaps on every seed: no spread to test against
         return float(mean == 0), float(abs(mean) >= margin), float(mean >= margin), (mean, mean)
     se = std / math.sqrt(n)
@@ -771,7 +781,7 @@ def seed_statistics(runs, level=0.95, margin=MARGIN):
 
 
 def _slope(xs, ys):
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    mx, my = fmean(xs), fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
 
@@ -848,7 +858,7 @@ def verdict_sentence(analysis, n_seeds_text):
     grows = sum(e.get("trend") == "grows" for e in with_slope)
     shrinks = sum(e.get("trend") == "shrinks" for e in with_slope)
     tested = sum(e.get("trend") is not None for e in with_slope)
-    slope = statistics.fmean(e["slope"] for e in with_slope)
+    slope = fmean(e["slope"] for e in with_slope)
     lo_d = min(min(e["gaps"]) for e in with_slope)
     hi_d = max(max(e["gaps"]) for e in with_slope)
     at = lambda d: [e["gaps"][d][0] for e in with_slope if d in e["gaps"]]
@@ -856,8 +866,8 @@ def verdict_sentence(analysis, n_seeds_text):
             f"{grows} of {n} settings and shrinks in {shrinks} (95% interval of the per-seed slope above or below 0"
             + ("" if tested == n else f"; {n - tested} with one seed, untested") +
             f"), by {slope:+.3f} percentage points per layer between syncs on average "
-            f"({statistics.fmean(at(lo_d)):+.2f}% at a sync every {'layer' if lo_d == 1 else f'{lo_d} layers'} vs "
-            f"{statistics.fmean(at(hi_d)):+.2f}% every {hi_d} layers, mean over settings)")
+            f"({fmean(at(lo_d)):+.2f}% at a sync every {'layer' if lo_d == 1 else f'{lo_d} layers'} vs "
+            f"{fmean(at(hi_d)):+.2f}% every {hi_d} layers, mean over settings)")
     widths = analysis["widths"]
     if not widths:
         text += "; with one width per setting, the data say nothing about width"
@@ -867,18 +877,18 @@ def verdict_sentence(analysis, n_seeds_text):
         w = widths[0]
         slopes = [x for x in widths if "slope_diff" in x]
         slope_text = "" if not slopes else (
-            f"; slope wide minus narrow {statistics.fmean(x['slope_diff'] for x in slopes):+.3f} points per layer, "
+            f"; slope wide minus narrow {fmean(x['slope_diff'] for x in slopes):+.3f} points per layer, "
             f"excluding 0 in {sum(x['slope_significant'] for x in slopes)} of {len(slopes)}")
         text += (f"; at the largest common interval the gap is smaller at the wider model in {smaller} of "
                  f"{len(widths)} comparisons (width {w['v_small']} vs {w['v_large']}"
                  + (f" and others" if len({(x['v_small'], x['v_large']) for x in widths}) > 1 else "") +
-                 f"; wide minus narrow {statistics.fmean(x['diff'] for x in widths):+.2f} points on average, "
+                 f"; wide minus narrow {fmean(x['diff'] for x in widths):+.2f} points on average, "
                  f"95% Welch interval excluding 0 in {sig} of {len(widths)}{slope_text})")
     tracks = [t for t in analysis.get("tracks", []) if "slope_diff" in t]
     if tracks:
         t = tracks[0]
         sig = sum(x["slope_significant"] for x in tracks)
-        text += (f"; with more tracks the slope is {statistics.fmean(x['slope_diff'] for x in tracks):+.3f} points "
+        text += (f"; with more tracks the slope is {fmean(x['slope_diff'] for x in tracks):+.3f} points "
                  f"per layer higher on average ({len(tracks)} comparison{'s' if len(tracks) > 1 else ''}, "
                  f"n_tracks {t['v_small']} vs {t['v_large']}"
                  + (" and others" if len({(x['v_small'], x['v_large']) for x in tracks}) > 1 else "") +
@@ -1006,15 +1016,15 @@ SEED_TOKENS, SEED_GAP = 20_000 * 491_520, 100 * (3.35 / 3.28 - 1)
 def line_fit(xs, ys):
     """Least-squares (intercept, slope) of y = a + b x."""
     b = _slope(xs, ys)
-    return statistics.fmean(ys) - b * statistics.fmean(xs), b
+    return fmean(ys) - b * fmean(xs), b
 
 
 def bend_fit(xs, ys):
     """Least-squares c of y = a + b x + c x^2: how far the gap bends away from a line in log2(tokens)
     (x^2 is first made orthogonal to 1 and x, so c is the multiple-regression coefficient)."""
-    mx = statistics.fmean(xs)
+    mx = fmean(xs)
     u = [x - mx for x in xs]
-    mq = statistics.fmean(v * v for v in u)
+    mq = fmean(v * v for v in u)
     q = [v * v - mq for v in u]
     beta = sum(a * b for a, b in zip(q, u)) / sum(v * v for v in u)
     r = [a - beta * b for a, b in zip(q, u)]
@@ -1026,8 +1036,8 @@ def fieller(fits, level=0.95):
     (n - 1 df) of that mean contains 0 (Fieller's interval for -mean(a) / mean(b), from the seeds'
     spread of (a, b)). Returns (x0 or None, (lo, hi) or None, 'bounded'/'unbounded')."""
     n = len(fits)
-    a = statistics.fmean(f[0] for f in fits)
-    b = statistics.fmean(f[1] for f in fits)
+    a = fmean(f[0] for f in fits)
+    b = fmean(f[1] for f in fits)
     x0 = -a / b if b != 0 else None
     if n < 2:
         return x0, None, "unbounded"
@@ -1211,7 +1221,7 @@ def plot_budgets(analysis, path, margin, trunk_curves=None, other_schedule=()):
             for b in e["budgets"]:
                 ax.scatter([b["tokens"]] * len(b["gaps"]), list(b["gaps"].values()), color=color, s=10, alpha=0.6)
             if "slope" in e:
-                a = statistics.fmean(f["a"] for f in e["fits"].values())
+                a = fmean(f["a"] for f in e["fits"].values())
                 xs = [min(tok), max(tok)]
                 ax.plot(xs, [a + e["slope"] * math.log2(x) for x in xs], "--", color=color, lw=1, alpha=0.8)
             curve = (trunk_curves or {}).get(label, {}).get(e["policy"])
@@ -1323,7 +1333,7 @@ def versus(runs, other_runs, metric="final_val", level=0.95, margin=MARGIN):
         diffs = [a[s] - b[s] for s in seeds]
         mean, half, _ = mean_ci(diffs, level)
         rows.append({"policy": c["policy"], "n_embd": key(c)[0], "iters": key(c)[1], "seeds": seeds,
-                     "gap": statistics.fmean(a[s] for s in seeds), "other_gap": statistics.fmean(b[s] for s in seeds),
+                     "gap": fmean(a[s] for s in seeds), "other_gap": fmean(b[s] for s in seeds),
                      "diff": mean, "diff_ci": half, "diffs": diffs,
                      "differ": half is not None and abs(mean) > half})
     return rows

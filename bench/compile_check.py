@@ -30,7 +30,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
              "(or torchrun ... -m bench.compile_check ...)")
 from training.cli import check_policies, guarded, positive_int  # noqa: E402
 from bench.common import split_policies  # noqa: E402
-from training.config import HelpFormatter, write_text  # noqa: E402
+from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel.mesh import build_groups, init_mesh  # noqa: E402
 
@@ -76,7 +76,7 @@ def check_policy(policy, args, mesh):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.compile_check", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m bench.compile_check", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--policies", default=POLICIES, help="comma-separated sync policies")
     p.add_argument("--n_tracks", type=positive_int, default=2)
     p.add_argument("--steps", type=positive_int, default=3)
@@ -91,6 +91,9 @@ def main(argv=None):
     p.add_argument("--out_dir", default=None)
     args = p.parse_args(argv)
     check_policies(p, split_policies(args.policies), [SHAPE["n_layer"]])
+    if SHAPE["n_head"] % args.n_tracks:
+        p.error(f"--n_tracks={args.n_tracks} must divide the model's n_head={SHAPE['n_head']}: one of "
+                f"{[d for d in range(1, SHAPE['n_head'] + 1) if SHAPE['n_head'] % d == 0]}")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if args.one_gpu:

@@ -47,7 +47,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
              "(or torchrun ... -m bench.ddp_buckets ...)")
 from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
 from bench.common import GPT2_VOCAB, REPO, command_line, multicast_off, pyplot, save_results  # noqa: E402
-from training.config import HelpFormatter, save_figure  # noqa: E402
+from training.config import HelpFormatter, OneLineArgumentParser, save_figure  # noqa: E402
 from parallel.ddp import BucketedDDP  # noqa: E402
 from parallel.mesh import init_mesh  # noqa: E402
 
@@ -209,7 +209,7 @@ def run_variant(model, opt, variant, mesh, x, y, args, cuda, profile_dir=None, s
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.ddp_buckets", formatter_class=HelpFormatter, description=__doc__.split("\n")[0])
+    p = OneLineArgumentParser(prog="python -m bench.ddp_buckets", formatter_class=HelpFormatter, description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="124m,xl", help=f"comma list of {list(SIZES)}")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {VARIANTS}")
     p.add_argument("--steps", type=positive_int, default=20)

@@ -39,7 +39,7 @@ from training.cli import guarded, positive_int  # noqa: E402
 from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, save_results,  # noqa: E402
                           source_commit, use_cuda)
 from model.compile_modes import compile_step  # noqa: E402
-from training.config import HelpFormatter  # noqa: E402
+from training.config import HelpFormatter, OneLineArgumentParser  # noqa: E402
 
 SIZES = {"124m": dict(n_embd=768, vocab=GPT2_VOCAB), "tiny": dict(n_embd=64, vocab=512)}
 VARIANTS = ("cublas", "inductor", "autotune", "coordesc", "reduction")
@@ -100,7 +100,7 @@ def max_error(fn, ref, x, w, b):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.decode_gemm", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m bench.decode_gemm", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--size", choices=sorted(SIZES), default="124m")
     p.add_argument("--tps", default="2", help="comma-separated TP degrees (the per-rank shapes; one GPU runs them)")
     p.add_argument("--rows", default="1,8", help="comma-separated M (sequences decoded at once)")

@@ -16,11 +16,11 @@ import torch
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.hbm_bandwidth ...")
 from training.cli import guarded, positive_int  # noqa: E402
-from training.config import HelpFormatter, write_text  # noqa: E402
+from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(prog="python -m bench.hbm_bandwidth", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m bench.hbm_bandwidth", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--gib", type=float, default=1.0, help="size of the copied tensor, GiB")
     p.add_argument("--iters", type=positive_int, default=20)
     p.add_argument("--out", default=None, help="also write the line to this file")

@@ -35,7 +35,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
 from training.cli import check_policies, guarded, positive_int  # noqa: E402
 from bench.common import GPT2_VOCAB, as_graph, command_line, split_policies  # noqa: E402
 from bench.tp_latency import SIZES, ctx_call, make_workload, torch_tp_model  # noqa: E402
-from training.config import HelpFormatter, write_text  # noqa: E402
+from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402
@@ -131,7 +131,7 @@ def nccl_position_report(per_rank):
 
 
 def main():
-    p = argparse.ArgumentParser(prog="python -m bench.profile_policy", description=__doc__, formatter_class=HelpFormatter)
+    p = OneLineArgumentParser(prog="python -m bench.profile_policy", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default="124m", choices=list(SIZES))
     p.add_argument("--n_tracks", type=positive_int, default=4)
     p.add_argument("--policies", default="baseline;spd;grouped:4;parallel;ladder", help="';'-separated (or ',')")

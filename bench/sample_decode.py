@@ -28,7 +28,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.sample_decode ...")
 from training.cli import check_policies, guarded, non_negative_int, positive_int  # noqa: E402
 from bench.common import REPO, source_commit, split_policies, use_cuda  # noqa: E402
-from training.config import HelpFormatter, write_text  # noqa: E402
+from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 
 SHAPES = {  # model_args of the checkpoint sample.py loads
@@ -69,7 +69,7 @@ def run_sample(ckpt_dir, nproc, mode, tokens, samples, dtype, device, compile_mo
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.sample_decode", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m bench.sample_decode", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", choices=sorted(SHAPES), default="124m")
     p.add_argument("--policies", default="baseline", help="comma-separated sync policies (one checkpoint each)")
     p.add_argument("--n_tracks", type=positive_int, default=2)

@@ -55,7 +55,8 @@ import time
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.step_model ...")
 from model.sync_policy import parse_sync_policy  # noqa: E402
-from training.config import REPO, HelpFormatter, save_figure, write_text  # noqa: E402
+from training.cli import guarded, positive_int  # noqa: E402
+from training.config import REPO, HelpFormatter, OneLineArgumentParser, save_figure, write_text  # noqa: E402
 
 RESULTS = os.path.join(REPO, "bench", "results")
 
@@ -1174,7 +1175,7 @@ def calibration_repeatability(path_a, path_b):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["calibrate-compare"]:
-        ap = argparse.ArgumentParser(prog="python -m bench.step_model calibrate-compare", formatter_class=HelpFormatter,
+        ap = OneLineArgumentParser(prog="python -m bench.step_model calibrate-compare", formatter_class=HelpFormatter,
                                      description="How far two calibrations of the same rows differ (repeatability).")
         ap.add_argument("first", help="a step_model_calibration_<device>.json")
         ap.add_argument("second", help="another run's, of the same rows")
@@ -1185,7 +1186,7 @@ def main(argv=None):
             ap.error(str(e))
         return
     if argv[:1] == ["calibrate"]:
-        ap = argparse.ArgumentParser(prog="python -m bench.step_model calibrate", formatter_class=HelpFormatter,
+        ap = OneLineArgumentParser(prog="python -m bench.step_model calibrate", formatter_class=HelpFormatter,
                                      description="Per-sublayer times on one device at each tp's shard width.")
         ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
         ap.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {', '.join(SHAPES)}")
@@ -1201,14 +1202,14 @@ def main(argv=None):
         tps = [int(t) for t in a.tps.split(",")]
         print(calibrate(a.device, a.sizes.split(","), tps, a.workloads.split(","), a.repeats, a.out_dir))
         return
-    ap = argparse.ArgumentParser(prog="python -m bench.step_model", description=__doc__.split("\n\n")[0],
+    ap = OneLineArgumentParser(prog="python -m bench.step_model", description=__doc__.split("\n\n")[0],
                                  formatter_class=HelpFormatter)
     ap.add_argument("--validate", action="store_true", help="predict every stored tp>=2 row; write the table")
     ap.add_argument("--pareto", action="store_true", help="loss gap against modeled time; the 70B-class table")
     ap.add_argument("--size", default="xl", help=f"one of {', '.join(list(SHAPES) + list(ALIASES))}")
-    ap.add_argument("--tp", type=int, default=8, help="tensor-parallel degree: 1, 2, 4 or 8")
+    ap.add_argument("--tp", type=positive_int, default=8, help="tensor-parallel degree: 1, 2, 4 or 8")
     ap.add_argument("--policy", default="grouped:4", help="a sync_policy spec, as train_reduced_sync.py takes it")
-    ap.add_argument("--n_tracks", type=int, default=None, help="default: tp (one track per GPU)")
+    ap.add_argument("--n_tracks", type=positive_int, default=None, help="default: tp (one track per GPU)")
     ap.add_argument("--device", default="H100", help=f"one of {', '.join(DEVICES)}")
     a = ap.parse_args(argv)
     if a.device not in DEVICES:
@@ -1234,7 +1235,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BrokenPipeError:  # the reader (`... | head`) took what it wanted: no traceback, no error at exit's flush
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(guarded(main))  # Ctrl-C, SIGTERM and a closed stdout end in one line

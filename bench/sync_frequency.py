@@ -65,7 +65,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
 from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
 from bench.common import REPO, command_line, save_results  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
-from training.config import HelpFormatter  # noqa: E402
+from training.config import HelpFormatter, OneLineArgumentParser  # noqa: E402
 
 SYNC_EVERY = [2 ** i for i in range(9)]  # 1, 2, 4, ..., 256
 MODELS = ["matmul", "mlp1", "mlp3", "gpt_block"]
@@ -278,7 +278,7 @@ def render(res):
 
 # ----------------------------------------------------------------------------- main
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench.sync_frequency", description=__doc__.split("\n")[0],
+    p = OneLineArgumentParser(prog="python -m bench.sync_frequency", description=__doc__.split("\n")[0],
                                 formatter_class=HelpFormatter)
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "mps", "cpu"])
     p.add_argument("--dtype", default="auto", choices=["auto"] + list(DTYPES),

@@ -54,7 +54,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
 from training.cli import check_policies, guarded, non_negative_int, positive_int  # noqa: E402
 from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, pyplot, save_results,  # noqa: E402
                           source_commit, split_policies, use_cuda)
-from training.config import HelpFormatter, save_figure, write_text  # noqa: E402
+from training.config import HelpFormatter, OneLineArgumentParser, save_figure, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES, compile_step  # noqa: E402
 from model.generate import KVCache, StaticKVCache  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
@@ -546,7 +546,7 @@ def load_runs(paths, flag):
 
 
 def main():
-    parser = argparse.ArgumentParser(prog="python -m bench.tp_latency", description=__doc__, formatter_class=HelpFormatter)
+    parser = OneLineArgumentParser(prog="python -m bench.tp_latency", description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--sizes", default="124m,medium", help=f"comma-separated, of {list(SIZES)}")
     parser.add_argument("--policies", default=";".join(POLICIES), help="';'-separated sync policies (or ',')")
     parser.add_argument("--n_tracks", default="4", help="comma-separated; values not divisible by tp are skipped")

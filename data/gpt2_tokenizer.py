@@ -83,6 +83,9 @@ def get_gpt2_encoding():
 
 
 if __name__ == "__main__":
+    import sys
+    if sys.argv[1:]:
+        sys.exit(f"error: data/gpt2_tokenizer.py takes no arguments (got {' '.join(sys.argv[1:])}); it encodes and decodes one line as a self-check")
     enc = get_gpt2_encoding()
     ids = enc.encode_ordinary("Hello world")
     print(ids, "->", repr(enc.decode(ids)))

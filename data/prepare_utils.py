@@ -4,6 +4,7 @@
                                "stopped (...)" line, a PrepareError in one "error: ..." line (exit 1), never a traceback
     write_atomic(path, data)   a temp file in the same folder + os.replace: never half-written
     worker_pool(n)             a process pool whose workers never outlive this process
+    OneLineArgumentParser      argparse whose errors are one line (training/config.py)
 """
 import contextlib
 import ctypes
@@ -17,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 # shared guard is in training/, one folder further up
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from training.cli import Stopped, guarded  # noqa: E402
+from training.config import OneLineArgumentParser  # noqa: E402,F401 -- the prepare scripts' parser: one-line errors
 
 
 class PrepareError(Exception):

@@ -116,6 +116,9 @@ def load_play(path, val_fraction=VAL_FRACTION):
 
 
 if __name__ == "__main__":
+    import sys
+    if sys.argv[1:]:
+        sys.exit(f"error: data/shakespeare_text.py takes no arguments (got {' '.join(sys.argv[1:])}); it prints the start of one play")
     # print the start of one play, to eyeball the extraction
     train, val = load_play(play_paths()[0])
     print(train[:1500])

@@ -243,3 +243,11 @@ def test_verdicts_on_synthetic_cells():
     assert cell(0.001, 0.6, 2.0) == "worse" and cell(0.001, 0.6, -2.0) == "better"
     assert cell(0.2, 0.3, 0.4) == "inconclusive"
     assert compare_runs.decide({"p_diff_holm": None}) is None  # one seed: no test
+
+
+def test_means_of_values_near_the_float_limit_do_not_overflow():
+    """A broken run's log can hold a loss of 1e308: two of them averaged are 1e308, not an OverflowError."""
+    mean, half, std = compare_runs.mean_ci([1e308, 1e308])
+    assert mean == 1e308 and std == 0.0 and half == 0.0
+    diff, _ = compare_runs.welch_ci([1e308, 1e308], [1.0, 2.0])
+    assert diff == 1.5 - 1e308

@@ -491,4 +491,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from training.cli import guarded
+    sys.exit(guarded(main))

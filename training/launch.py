@@ -19,6 +19,9 @@ below error level; torchrun's start-up notes are kept.
 import logging
 import signal
 import sys
+import types
+
+from training.config import OneLineArgumentParser
 
 
 def first_failure_line(error):
@@ -46,6 +49,7 @@ def main(argv):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     parser = get_args_parser()  # torchrun's own parser, under the name this launcher runs by
     parser.prog = "python -m training.launch"
+    parser.error = types.MethodType(OneLineArgumentParser.error, parser)  # one line, not torchrun's 30-line usage
     args = parser.parse_args(argv)
     try:  # torchrun's own checks of its options (run() makes the same call first), before any worker starts
         if str(args.nproc_per_node).lstrip("-").isdigit() and int(args.nproc_per_node) < 1:

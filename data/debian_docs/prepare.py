@@ -59,7 +59,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
 sys.path.insert(0, os.path.dirname(HERE))  # data/
 from gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
-from prepare_utils import PrepareError, run, worker_pool, write_atomic  # noqa: E402
+from prepare_utils import OneLineArgumentParser, PrepareError, run, worker_pool, write_atomic  # noqa: E402
 
 DEB_DIR = os.path.join(HERE, "debs")
 MANIFEST = os.path.join(HERE, "corpus.json")
@@ -502,7 +502,7 @@ def check_arguments(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
+    parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0].strip(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pack", metavar="FILE", help="also write the package files read, as FILE (tar.xz)")
     parser.add_argument("--from-pack", metavar="FILE", help="read the package files from FILE instead of the .debs")

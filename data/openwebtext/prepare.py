@@ -26,11 +26,11 @@ from tqdm import tqdm
 # run as a file (python data/<name>/prepare.py, as in nanoGPT), this script has only its own folder on
 # sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/
-from prepare_utils import PrepareError, run  # noqa: E402
+from prepare_utils import OneLineArgumentParser, PrepareError, run  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num_proc", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                         help="worker processes for tokenization and loading (default: half the CPUs)")
     parser.add_argument("--val_size", type=float, default=0.0005, help="fraction of documents held out as val (default %(default)s)")

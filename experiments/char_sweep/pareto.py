@@ -22,7 +22,8 @@ if __name__ == "__main__" and not __package__:  # run by its path: the imports b
     sys.exit("run it from the repository root as: python -m experiments.char_sweep.pareto " + " ".join(sys.argv[1:]))
 
 from bench.common import pyplot
-from training.config import HelpFormatter, save_figure, write_text
+from training.config import HelpFormatter, OneLineArgumentParser, save_figure, write_text
+from training.cli import guarded
 
 
 def load_points(stats_path, throughput_path, mode, metric):
@@ -85,7 +86,7 @@ def plot(points, path, title):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.char_sweep.pareto", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.char_sweep.pareto", description=__doc__.split("\n\n")[0])
     p.add_argument("--stats", required=True, help="compare_runs.py --stats-json output")
     p.add_argument("--throughput", required=True, help="bench/train_throughput.py's train_throughput.json")
     p.add_argument("--mode", default="compiled-graphs", help="the throughput rows' mode")
@@ -112,4 +113,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))

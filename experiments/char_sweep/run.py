@@ -72,8 +72,9 @@ import sys
 if __name__ == "__main__" and not __package__:  # run by its path: the imports below need the repository root
     sys.exit("run it from the repository root as: python -m experiments.char_sweep.run " + " ".join(sys.argv[1:]))
 
-from training.config import REPO, HelpFormatter  # (no torch import)
+from training.config import REPO, HelpFormatter, OneLineArgumentParser  # (no torch import)
 from experiments.runner import Run, SweepError, check_args, finished, planned_config, run_and_pack
+from training.cli import guarded
 
 # ---------------------------------------------------------------- the character-level grid
 CHAR_CONFIGS = {w: f"config/shakespeare_char_{w}.py" for w in (192, 384, 768)}
@@ -274,7 +275,7 @@ def list_parts(root, scratch, sets, smoke):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.char_sweep.run", description=__doc__.split("\n\n")[0],
+    parser = OneLineArgumentParser(prog="python -m experiments.char_sweep.run", description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("part", nargs="?", help="which runs (see --list)")
     parser.add_argument("--list", action="store_true", help="print the parts, their runs and relative cost")
@@ -335,4 +336,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))

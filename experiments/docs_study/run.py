@@ -53,9 +53,10 @@ if __name__ == "__main__" and not __package__:  # run by its path: the imports b
 
 from bench.common import pyplot
 from analysis.compare import load_run, mean_ci, records_from_log
-from training.config import REPO, ConfigError, HelpFormatter, parse, save_figure, write_text
+from training.config import REPO, ConfigError, HelpFormatter, OneLineArgumentParser, parse, save_figure, write_text
 from experiments.char_sweep.run import DOCS_POLICIES, SMOKE_DOCS
 from experiments.runner import Run, SweepError, check_args, read_records, run_and_pack, run_state
+from training.cli import guarded
 
 # each part's tables, figures and call logs, beside its runs/
 SWEEP = os.path.join("experiments", "docs_study", "one_budget")
@@ -225,7 +226,7 @@ def trim_keeps(runs, root, scratch):
 
 
 def run_main(argv):
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run run", description="train the budget sweep: per policy and seed a WSD trunk at constant learning rate and one "
+    parser = OneLineArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run run", description="train the budget sweep: per policy and seed a WSD trunk at constant learning rate and one "
                                      "cooldown branch per budget; resumable (finished runs are skipped, stopped ones resume)")
     parser.add_argument("--config", default=os.path.join("config", "docs_124m.py"))
     parser.add_argument("--budgets", default="320,640,1280,2560", help="iterations, comma-separated")
@@ -427,7 +428,7 @@ def main(argv=None):
     if argv[:1] == ["run"]:
         return run_main(argv[1:])
     if argv[:1] == ["budgets"]:
-        parser = argparse.ArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run budgets")
+        parser = OneLineArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run budgets")
         parser.add_argument("--sweep", default=BUDGET_SWEEP)
         parser.add_argument("--versus", default=os.path.join(SWEEP, "runs", "d768-*"), help="the cosine runs of one budget")
         args = parser.parse_args(argv[1:])
@@ -435,7 +436,7 @@ def main(argv=None):
     if argv[:1] == ["report"]:
         argv = argv[1:]
     # the usage names the other modes: an option of `run` (--budgets, --seeds, ...) given without it lands here
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run [run ...|budgets ...|report]",
         description=__doc__.split("\n\n")[0],
         epilog="commands (each with its own --help):\n"
@@ -455,4 +456,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))

@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
+from training.config import OneLineArgumentParser
+from training.cli import guarded
 
 
 def functional(o):  # torch's functional all-reduce: the graph waits where the result is first read
@@ -50,7 +52,7 @@ def make_step(all_reduce):
 
 
 def main():
-    p = argparse.ArgumentParser(prog="python -m experiments.compiler_repros.collective_fusion.repro", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m experiments.compiler_repros.collective_fusion.repro", description=__doc__.split("\n\n")[0])
     p.add_argument("--cuda", action="store_true")
     p.add_argument("--one_gpu", action="store_true", help="CUDA tensors of every rank on cuda:0, joined by gloo")
     args = p.parse_args()
@@ -84,4 +86,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))

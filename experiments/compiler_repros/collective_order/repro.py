@@ -55,16 +55,21 @@ def worker(rank, world_size, peak):
             if re.match(r"\s*buf\d+ = torch\.ops\.reduced_sync\.", line)]
 
 
-if __name__ == "__main__":
-    import argparse
+def main(argv=None):
     from parallel.launch import run_on_gloo
-    parser = argparse.ArgumentParser(prog="python -m experiments.compiler_repros.collective_order.repro",
-                                     description=__doc__.split("\n\n")[0])
+    from training.config import OneLineArgumentParser
+    parser = OneLineArgumentParser(prog="python -m experiments.compiler_repros.collective_order.repro",
+                                   description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-peak", action="store_true", help="turn inductor's peak-memory reordering off")
-    peak = not parser.parse_args().no_peak
+    peak = not parser.parse_args(argv).no_peak
     orders = run_on_gloo(worker, 2, peak)
     print(f"reorder_for_peak_memory={peak}")
     for rank, order in enumerate(orders):
         print(f"rank {rank}:")
         print("\n".join("    " + line for line in order))
     print("same order on both ranks" if orders[0] == orders[1] else "DIFFERENT ORDERS")
+
+
+if __name__ == "__main__":
+    from training.cli import guarded
+    sys.exit(guarded(main))

@@ -42,10 +42,11 @@ import torch
 import torch.distributed as dist
 
 from bench import compile_check
-from training.config import write_text
+from training.config import OneLineArgumentParser, write_text
 from model.gpt import GPT
 from parallel import comm
 from parallel.mesh import init_mesh
+from training.cli import guarded
 
 
 class _CopyIdentity(torch.autograd.Function):
@@ -89,7 +90,7 @@ VARIANTS = {
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m experiments.compiler_repros.partial_grads.bisect_partial_grads", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m experiments.compiler_repros.partial_grads.bisect_partial_grads", description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--policies", default="grouped:2,spd")
     p.add_argument("--steps", type=int, default=2)
@@ -146,4 +147,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))
