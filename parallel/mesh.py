@@ -141,6 +141,11 @@ def _rendezvous(backend, timeout_s, on_wait=None):
     if not 0 <= rank < world:
         raise RendezvousError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
     addr, port = os.environ["MASTER_ADDR"], env_int("MASTER_PORT", 0)
+    try:  # a typo in the host name is said as such, at once, not as a connection that timed out
+        socket.getaddrinfo(addr, port)
+    except (socket.gaierror, UnicodeError) as e:
+        raise RendezvousError(f"MASTER_ADDR={addr!r} does not resolve to an address ({e}): set it to rank 0's host "
+                              f"name or IP address") from None
     start = time.monotonic()
     deadline, next_note = start + timeout_s, start + FIRST_WAIT_NOTE
     state = {"waiting": f"rank 0 to open the rendezvous at {addr}:{port}" if rank else

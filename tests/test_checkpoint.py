@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import training.checkpoint as ckpt_mod
-from training.checkpoint import RESUME_KEYS, CheckpointError, read_checkpoint, restore_rng_states, rng_states
-from tests.checkpoint_cases import (tree_state, write_malicious, write_old_format, write_random_bytes,
+from training.checkpoint import (RESUME_KEYS, CheckpointError, read_checkpoint, read_for_resume, restore_rng_states,
+                                 rng_states)
+from tests.checkpoint_cases import (tiny_checkpoint, tree_state, write_malicious, write_old_format, write_random_bytes,
                                     write_truncated, write_valid)
 from tests.conftest import TINY, read_metrics, run_train, start_train, train_losses
 
@@ -174,3 +175,46 @@ def test_resume_falls_back_to_best_and_overwrites_nothing(workdir):
     assert sorted(got) == list(range(15))
     for it in range(15):
         assert got[it] == want[it], f"iter {it}"
+
+
+def test_resume_of_a_run_still_before_its_first_checkpoint_says_it_is_running(tmp_path):
+    """Another trainer holding out_dir's lock, with no checkpoint yet: it was described as a run that "stopped
+    before its first checkpoint"; it is running."""
+    from training import run_dir
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    with open(os.path.join(out, "log.txt"), "w") as f:
+        f.write("layout: ...\n")
+    run_dir.lock(out)  # held as another trainer would hold it
+    try:
+        with pytest.raises(CheckpointError) as e:
+            read_for_resume(out)
+        assert f"the run there is still running (pid {os.getpid()} holds its lock)" in str(e.value)
+    finally:
+        os.close(run_dir._held.pop())
+    with pytest.raises(CheckpointError) as e:  # released: the old description holds again
+        read_for_resume(out)
+    assert "stopped before its first checkpoint" in str(e.value)
+
+
+def test_resume_from_a_checkpoint_of_nan_weights_takes_ckpt_best(tmp_path):
+    """A diverged run's ckpt.pt full of NaN was resumed and then said only "training diverged"; it is unusable,
+    so the resume takes ckpt_best.pt with a note, or, without one, says why in one line."""
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+
+    def resumable(weights_fill=None):  # the keys a resume reads, around a tiny model
+        c = {**tiny_checkpoint(), "optimizer": {"state": {}, "param_groups": []}, "layout": {"tp": 1, "dp": 1},
+             "best_val_loss": 3.0, "data": {"seed": 0, "batch_size": 2, "block_size": 8, "gradient_accumulation_steps": 1},
+             "rng": rng_states("cpu"), "scaler": {}, "iter_num": 8}
+        if weights_fill is not None:
+            c["model"] = {k: torch.full_like(v, weights_fill) if v.is_floating_point() else v
+                          for k, v in c["model"].items()}
+        return c
+    ckpt_mod.write_checkpoint([os.path.join(out, "ckpt.pt")], resumable(float("nan")))
+    with pytest.raises(CheckpointError) as e:
+        read_for_resume(out)
+    assert e.value.kind == "nonfinite" and "its model weights hold NaN or inf" in str(e.value)
+    ckpt_mod.write_checkpoint([os.path.join(out, "ckpt_best.pt")], resumable())
+    checkpoint, path, note = read_for_resume(out)
+    assert path.endswith("ckpt_best.pt") and "its model weights hold NaN or inf" in note and "resuming from" in note

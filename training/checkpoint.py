@@ -61,7 +61,7 @@ _NESTED = {"layout": ("tp", "dp"), "data": ("seed", "batch_size", "block_size", 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used. str(e) is one line: '<path>: <problem>'.
-    kind: 'missing', 'unreadable', 'corrupt', 'refused' (pickled objects), 'old_format' or 'invalid'."""
+    kind: 'missing', 'unreadable', 'corrupt', 'refused' (pickled objects), 'old_format', 'nonfinite' or 'invalid'."""
 
     def __init__(self, path, problem, kind="invalid"):
         self.path, self.problem, self.kind = path, problem, kind
@@ -335,20 +335,34 @@ def resumable_elsewhere(out_dir, limit=3):
     return f"; or resume one of the out_dirs that hold a ckpt.pt: {', '.join(names[:limit])}{more}"
 
 
+def finite_weights(path, checkpoint):
+    """checkpoint, or CheckpointError (kind 'nonfinite') if a model weight holds NaN or inf: a run that diverged
+    saved it, and resuming it would only say "training diverged" again (read_for_resume then takes ckpt_best.pt)."""
+    bad = [name for name, t in checkpoint["model"].items()
+           if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise CheckpointError(path, f"its model weights hold NaN or inf ({len(bad)} tensor(s), e.g. {bad[0]}): the "
+                                    f"run diverged before it was saved", "nonfinite")
+    return checkpoint
+
+
 def read_for_resume(out_dir):
     """(checkpoint, path, note) to resume from: out_dir/ckpt.pt, or, when that one is missing or
     unusable, out_dir/ckpt_best.pt if it is valid (note then says so; else None). Nothing is written.
     An old-format ckpt.pt is an error (convert it) rather than a reason to go back to an older file."""
     last, best = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "ckpt_best.pt")
     try:
-        return read_checkpoint(last, RESUME_KEYS), last, None
+        return finite_weights(last, read_checkpoint(last, RESUME_KEYS)), last, None
     except CheckpointError as e:
         if e.kind == "old_format" or not os.path.exists(best):
             if e.kind == "missing":
-                from training.run_dir import last_eval_iter
+                from training.run_dir import last_eval_iter, lock_holder
                 logs = [n for n in ("log.txt", "metrics.jsonl") if os.path.exists(os.path.join(out_dir, n))]
                 evaluated_to = last_eval_iter(out_dir)
-                why = ("there is no run to resume in this out_dir; to start one, --init_from=scratch"
+                holder = lock_holder(out_dir)
+                why = (f"the run there is still running (pid {holder} holds its lock) and has written no checkpoint "
+                       f"yet; wait for it to end, or train into another --out_dir" if holder else
+                       "there is no run to resume in this out_dir; to start one, --init_from=scratch"
                        + resumable_elsewhere(out_dir) if not logs else
                        f"the run there was evaluated up to iter {evaluated_to}, but its checkpoints are "
                        f"gone (a record); train into another --out_dir" if evaluated_to else
@@ -357,7 +371,7 @@ def read_for_resume(out_dir):
                 raise CheckpointError(last, f"does not exist: {why}", "missing") from None
             raise
         try:
-            checkpoint = read_checkpoint(best, RESUME_KEYS)
+            checkpoint = finite_weights(best, read_checkpoint(best, RESUME_KEYS))
         except CheckpointError as e_best:
             raise CheckpointError(last, f"{e.problem}; and the fallback {best} is not usable either: "
                                         f"{e_best.problem}", e.kind) from None

@@ -109,6 +109,23 @@ def refuse_existing_run(out_dir, fresh, overwrite):
                           f"--overwrite=True to move them aside into {aside}/")
 
 
+def lock_holder(out_dir):
+    """The pid (as written) of another process that holds out_dir's lock now, or None. Takes no lock."""
+    path = os.path.join(out_dir, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    except BlockingIOError:
+        return os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+    finally:
+        os.close(fd)
+
+
 def lock(out_dir):
     """flock out_dir/.lock for this process, or OutDirError if another process holds it."""
     path = os.path.join(out_dir, LOCK_NAME)
