@@ -29,6 +29,9 @@ def _on_sighup(signum, frame):
     raise Stopped("SIGHUP", 128 + signal.SIGHUP)
 
 
+_abandoned_pools = []  # pools left by an exception (a stop, an error): their manager thread may never end
+
+
 def run(main, *args):
     """Exit code of main(*args) under training.cli.guarded, SIGHUP (a closed terminal) handled as SIGTERM is,
     a PrepareError as one line; `finally` blocks run, so temp files are removed and pools ended."""
@@ -39,12 +42,24 @@ def run(main, *args):
             print(f"error: {e}", file=sys.stderr)
             return 1
     if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:  # under nohup: keep ignoring it
-        return guarded(body)
+        return _exit_past_abandoned_pools(guarded(body))
     previous = signal.signal(signal.SIGHUP, _on_sighup)
     try:
-        return guarded(body)
+        return _exit_past_abandoned_pools(guarded(body))
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def _exit_past_abandoned_pools(code):
+    """code; but after a pool was left by an exception, end the process here (os._exit, streams flushed):
+    concurrent.futures joins each executor's manager thread at interpreter exit, and with its workers
+    terminated mid-task that thread could wait for ever (a stop during tokenizing hung at exit about one
+    run in ten). The with-blocks and finally-blocks have already run: temp files are gone."""
+    if not _abandoned_pools:
+        return code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def temp_path(path):
@@ -116,6 +131,8 @@ def worker_pool(workers):
     except BaseException:
         for process in set(multiprocessing.active_children()) - before:
             process.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)  # its workers are gone: nothing to wait for
+        # no pool.shutdown(): the exception (a signal's) may have left the pool's locks and queues mid-call,
+        # and a shutdown then waited for ever about one stop in ten; run() ends the process without it
+        _abandoned_pools.append(pool)
         raise
     pool.shutdown()

@@ -23,7 +23,11 @@ from model.sync_policy import parse_sync_policy
 EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
 
 
-class Stopped(Exception):
+class Stopped(BaseException):
+    """A stop signal, raised where the main thread is: a BaseException, as KeyboardInterrupt is, so that a
+    library's `except Exception` does not swallow it (tqdm's did, starting its monitor thread, and the stopped
+    prepare script went on waiting for its pool)."""
+
     def __init__(self, name, code):
         super().__init__(name)
         self.name, self.code = name, code
@@ -31,6 +35,12 @@ class Stopped(Exception):
 
 def _on_sigterm(signum, frame):
     raise Stopped("SIGTERM", EXIT_SIGTERM)
+
+
+def _quiet_finalizers():
+    """After a stop, an object the signal interrupted mid-construction (a tqdm bar) can fail in its __del__ as
+    the stop's traceback is freed: Python would print that as "Exception ignored in ..." with a traceback."""
+    sys.unraisablehook = lambda unraisable: None
 
 
 def guarded(main, *args, **kwargs):
@@ -41,9 +51,11 @@ def guarded(main, *args, **kwargs):
         sys.stdout.flush()
         return code
     except KeyboardInterrupt:
+        _quiet_finalizers()
         print("stopped (Ctrl-C)", file=sys.stderr)
         return EXIT_SIGINT
     except Stopped as stop:
+        _quiet_finalizers()
         print(f"stopped ({stop.name})", file=sys.stderr)
         return stop.code
     except BrokenPipeError:  # the reader took what it wanted; stdout's flush at exit must not fail again
