@@ -7,7 +7,6 @@ bit-identical gradients on every TP rank. Exits non-zero if any row fails.
 
     python test_all_architectures.py [--dtype float32|float64]
 """
-import argparse
 import sys
 
 import torch

@@ -10,15 +10,14 @@
 
 Both axes are measured; neither is modeled. The study fixes one n_tracks (its cells' setting); a time row at
 another n_tracks is drawn hollow and its loss is the study's, borrowed (the table says so), except for ladder
-and parallel, whose function does not depend on n_tracks (their tracks never hold diverged streams). A policy the stats
-have no cell for at --iters takes its largest budget below it, and the table names that budget.
+and parallel, whose function does not depend on n_tracks (their tracks never hold diverged streams). A policy
+the stats have no cell for at --iters takes its largest budget below it, and the table names that budget.
 """
 import json
 import sys
 
 from training.cli import guarded, positive_int
 from training.config import OneLineArgumentParser, save_figure, write_text
-
 
 SAME_AT_ANY_N_TRACKS = ("ladder", "parallel")  # model/gpt.py: every sublayer reads the shared stream
 
@@ -68,7 +67,7 @@ def main(argv=None):
     if not rows:
         p.error(f"no policy is in both --stats ({', '.join(sorted(gaps)) or 'none'}) and --times")
     command = "python -m analysis.loss_vs_time " + " ".join(sys.argv[1:] if argv is None else argv)
-    lines = [f"# Loss gap against measured step-time saving\n", f"`{command}`\n",
+    lines = ["# Loss gap against measured step-time saving\n", f"`{command}`\n",
              "| policy | n_tracks (time) | step ms (baseline ms) | saving | loss gap (95% CI) | loss: budget, n_tracks |",
              "|---|---:|---:|---:|---:|---|"]
     import matplotlib

@@ -18,7 +18,6 @@ losses and each parameter's gradient are compared: max |g_compiled - g_eager| / 
 per parameter. A row fails above --tol; the exit code is 1 if any row fails. Rank 0 prints the table
 and writes <out_dir>/compile_check_tp<N>.md.
 """
-import argparse
 import os
 import sys
 

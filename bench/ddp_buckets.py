@@ -29,7 +29,6 @@ CPU smoke check (gloo, tiny model; never into bench/results):
 --model gpt uses model/gpt.py (the project's GPT, tp=1); --model toy a self-contained
 nanoGPT-shaped model below; auto (default) takes gpt if it imports.
 """
-import argparse
 import gc
 import os
 import statistics

@@ -25,7 +25,6 @@ from HBM as in the model, where the whole model's weights pass between two uses 
 overhead is not counted. Reported: median µs per call over --repeats graph replays, the read
 bandwidth (weight bytes / time) and each variant's time over cublas's. Writes decode_gemm.md/.json.
 """
-import argparse
 import os
 import statistics
 import sys

@@ -6,7 +6,6 @@ residual streams cost (EXPERIMENT_SUMMARY.md, "Tracks on one GPU: what k residua
 y.copy_(x) of --gib GiB of float32, timed with CUDA events; a copy reads and writes every byte, so the
 bandwidth is 2 * size / time. Median of --iters copies after 3 untimed ones.
 """
-import argparse
 import os
 import statistics
 import sys

@@ -16,7 +16,6 @@ overhead: Python, dispatch, autograd); if busy ~ wall it is device-bound, and th
 which kernels grew. With NCCL, each rank's all-reduce kernels are also timed by their position in
 the call: a long first one and short others mean the ranks start their calls apart. Written to <out_dir>/profile_<workload>_<mode>_tp<N>.txt (rank 0).
 """
-import argparse
 import functools
 import os
 import statistics

@@ -17,7 +17,6 @@ in every mode, and the table says whether each mode's text equals eager's. (In b
 kernel may round differently from eager, and one flipped draw changes every later token, so the
 check runs in float32; the timed runs use --dtype.)
 """
-import argparse
 import os
 import re
 import subprocess

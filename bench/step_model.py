@@ -43,7 +43,6 @@ Everything this module prints is modeled unless a row says measured. Commands (r
     python -m bench.step_model --pareto          # loss gap against modeled time, and the 70B table
     python -m bench.step_model calibrate --device cuda   # per-sublayer times on this GPU
 """
-import argparse
 import glob
 import json
 import math

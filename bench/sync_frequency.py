@@ -49,7 +49,6 @@ device name, torch version and the exact command line.
     python -m bench.sync_frequency --device cuda                 # GPU run, into bench/results/
     python -m bench.sync_frequency --device cpu --quick --out_dir /tmp/syncfreq   # CPU control
 """
-import argparse
 import os
 import platform
 import statistics

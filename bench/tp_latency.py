@@ -32,7 +32,6 @@ torch_tp, by a dispatch mode over DTensor's c10d functional ops. Each run also r
 time to launch one small kernel (eager rows are launch-bound) and the source commit.
 Results: bench/results/tp_latency_tp<N>.{md,json}; --merge writes tp_latency.{md,png}.
 """
-import argparse
 import functools
 import glob
 import json

@@ -119,6 +119,15 @@ def _listening(addr, port, deadline, poll):
             time.sleep(0.1)
 
 
+def _check_resolves(addr, port):
+    """A typo in MASTER_ADDR said as such, at once, not as a connection that timed out after rendezvous_timeout."""
+    try:
+        socket.getaddrinfo(addr, port)
+    except (socket.gaierror, UnicodeError) as e:
+        raise RendezvousError(f"MASTER_ADDR={addr!r} does not resolve to an address ({e}): set it to rank 0's host "
+                              f"name or IP address") from None
+
+
 def _rendezvous(backend, timeout_s, on_wait=None):
     """init_process_group; outside torchrun with a time limit on finding the other ranks. Under torchrun
     its agent has already gathered every worker (workers use the agent's store), so nothing waits there.
@@ -141,11 +150,7 @@ def _rendezvous(backend, timeout_s, on_wait=None):
     if not 0 <= rank < world:
         raise RendezvousError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
     addr, port = os.environ["MASTER_ADDR"], env_int("MASTER_PORT", 0)
-    try:  # a typo in the host name is said as such, at once, not as a connection that timed out
-        socket.getaddrinfo(addr, port)
-    except (socket.gaierror, UnicodeError) as e:
-        raise RendezvousError(f"MASTER_ADDR={addr!r} does not resolve to an address ({e}): set it to rank 0's host "
-                              f"name or IP address") from None
+    _check_resolves(addr, port)
     start = time.monotonic()
     deadline, next_note = start + timeout_s, start + FIRST_WAIT_NOTE
     state = {"waiting": f"rank 0 to open the rendezvous at {addr}:{port}" if rank else

@@ -14,7 +14,6 @@ group tp2 with the same n_layer and n_embd (the JSON's meta) and n_tracks, the s
 A point is on the front when no other point of its n_tracks is both faster and lower in loss. Writes
 the PNG and a markdown table beside it (same name, .md); cells without a timed row are listed as such.
 """
-import argparse
 import json
 import sys
 

@@ -15,7 +15,6 @@ parallel/comm.py therefore traces every collective as a custom op that returns a
 Prints, per variant, the largest |compiled - eager| of both outputs on every rank; exit code 1 if any
 variant differs by more than float rounding.
 """
-import argparse
 import sys
 
 if __name__ == "__main__" and not __package__:  # run by its path: ours() imports parallel/ from the repository root
