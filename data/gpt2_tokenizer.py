@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 
 import tiktoken
 
@@ -82,11 +83,23 @@ def get_gpt2_encoding():
     )
 
 
-if __name__ == "__main__":
-    import sys
-    if sys.argv[1:]:
-        sys.exit(f"error: data/gpt2_tokenizer.py takes no arguments (got {' '.join(sys.argv[1:])}); it encodes and decodes one line as a self-check")
+def _demo(argv):
+    """python data/gpt2_tokenizer.py: it encodes and decodes one line as a self-check (--help: this module's docstring)."""
+    if argv in (["-h"], ["--help"]):
+        print((__doc__ or "").strip())
+        return 0
+    if argv:
+        print(f"error: data/gpt2_tokenizer.py takes no arguments (got {' '.join(argv)}); it encodes and decodes one line as a self-check", file=sys.stderr)
+        return 1
     enc = get_gpt2_encoding()
     ids = enc.encode_ordinary("Hello world")
     print(ids, "->", repr(enc.decode(ids)))
     assert ids == [15496, 995], ids
+    return 0
+
+
+if __name__ == "__main__":  # under the shared guard: Ctrl-C, SIGTERM and a closed stdout end in one line
+    import sys
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+    from training.cli import guarded
+    sys.exit(guarded(_demo, sys.argv[1:]))

@@ -26,6 +26,7 @@ is always "later in the play" than train.
 import glob
 import importlib.util
 import os
+import sys
 import re
 
 VAL_FRACTION = 0.1
@@ -115,10 +116,22 @@ def load_play(path, val_fraction=VAL_FRACTION):
     return split_speeches(speeches, val_fraction)
 
 
-if __name__ == "__main__":
-    import sys
-    if sys.argv[1:]:
-        sys.exit(f"error: data/shakespeare_text.py takes no arguments (got {' '.join(sys.argv[1:])}); it prints the start of one play")
+def _demo(argv):
+    """python data/shakespeare_text.py: it prints the start of one play (--help: this module's docstring)."""
+    if argv in (["-h"], ["--help"]):
+        print((__doc__ or "").strip())
+        return 0
+    if argv:
+        print(f"error: data/shakespeare_text.py takes no arguments (got {' '.join(argv)}); it prints the start of one play", file=sys.stderr)
+        return 1
     # print the start of one play, to eyeball the extraction
     train, val = load_play(play_paths()[0])
     print(train[:1500])
+    return 0
+
+
+if __name__ == "__main__":  # under the shared guard: Ctrl-C, SIGTERM and a closed stdout end in one line
+    import sys
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+    from training.cli import guarded
+    sys.exit(guarded(_demo, sys.argv[1:]))

@@ -2,7 +2,7 @@
 runs under a shared wrapper (training.cli.guarded; the trainer's report_fatal, the prepare scripts'
 data.prepare_utils.run; training.launch ends torchrun's failures itself), and a bad option is refused in one
 line naming it, with exit code 2 (1 for the scripts that take no options), no traceback, and no file of the
-tree changed. The list is discovered, so an entry point added without a guard fails here."""
+tree changed; --help prints and exits 0. The list is discovered, so an entry point added without a guard fails here."""
 import os
 import re
 import subprocess
@@ -57,6 +57,17 @@ def test_the_list_is_every_command_line():
 def test_every_main_runs_under_a_guard(path, block):
     assert path in OWN_GUARD or any(g in block for g in GUARDS), \
         f"{path}: its __main__ block calls none of {GUARDS}: run its main through training.cli.guarded"
+
+
+@pytest.mark.slow
+def test_help_exits_0_at_every_entry_point():
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda path: (path, subprocess.run(
+            command(path) + ["--help"], cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=300,
+            stdin=subprocess.DEVNULL)), [p for p, _ in entry_points()]))
+    problems = [f"{path}: rc {proc.returncode}, stderr {proc.stderr[-400:]!r}" for path, proc in results
+                if proc.returncode != 0 or "Traceback" in proc.stderr or not proc.stdout.strip()]
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.slow
