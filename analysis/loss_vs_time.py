@@ -17,7 +17,7 @@ import json
 import sys
 
 from training.cli import guarded, positive_int
-from training.config import OneLineArgumentParser, save_figure, write_text
+from training.config import HelpFormatter, OneLineArgumentParser, save_figure, write_text
 
 SAME_AT_ANY_N_TRACKS = ("ladder", "parallel")  # model/gpt.py: every sublayer reads the shared stream
 
@@ -52,7 +52,8 @@ def measured_savings(paths):
 
 
 def main(argv=None):
-    p = OneLineArgumentParser(prog="python -m analysis.loss_vs_time", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m analysis.loss_vs_time", description=__doc__.split("\n\n")[0],
+                              formatter_class=HelpFormatter)
     p.add_argument("--stats", required=True, help="a study's stats.json (compare_runs --stats-json)")
     p.add_argument("--iters", type=positive_int, required=True, help="the study's budget in iterations")
     p.add_argument("--times", nargs="+", required=True, help="bench.train_throughput JSON files")
