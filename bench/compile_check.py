@@ -15,8 +15,9 @@ real backend on the real device. Two copies of one GPT (same init; dropout 0, si
 dropout draws other masks; fp32 with TF32 off) take --steps plain SGD steps on the same random
 batches, the eager copy with its own gradients, the compiled copy with its own. At every step the
 losses and each parameter's gradient are compared: max |g_compiled - g_eager| / max |g_eager|
-per parameter. A row fails above --tol; the exit code is 1 if any row fails. Rank 0 prints the table
-and writes <out_dir>/compile_check_tp<N>.md.
+per parameter, on every rank; the table shows the worst rank's. A row fails above --tol; the exit code is 1
+if any row fails. Rank 0 prints the table and writes <out_dir>/compile_check_tp<N>.md. --shape 124m
+--block_size 1024 --micro_steps 2 checks the shape and accumulation a 124M launch trains with.
 """
 import os
 import sys
@@ -33,21 +34,29 @@ from training.config import HelpFormatter, OneLineArgumentParser, write_text  # 
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel.mesh import build_groups, init_mesh  # noqa: E402
 
-SHAPE = dict(n_layer=6, n_head=6, n_embd=384, vocab_size=76, bias=False, dropout=0.0)  # the char-384 study shape
+# char384: the char-384 study shape; 124m: the study's GPT-2 124M (config/docs_124m.py, no biases), for checks at
+# the shape a launch trains (with --block_size 1024)
+SHAPES = {"char384": dict(n_layer=6, n_head=6, n_embd=384, vocab_size=76, bias=False, dropout=0.0),
+          "124m": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304, bias=False, dropout=0.0)}
 POLICIES = "baseline,spd,parallel,ladder,grouped:2,grouped:3,grouped:6"
 
 
 def loss_and_grads(run, model, idx, targets):
-    """run: model itself or its compiled wrapper (whose parameter names carry a prefix)."""
+    """run: model itself or its compiled wrapper (whose parameter names carry a prefix). idx, targets:
+    [micro_steps, B, T]; the gradients accumulate over the micro-batches into .grad, as the trainer's do."""
     for p in model.parameters():
         p.grad = None
-    _, loss = run(idx, targets)
-    loss.backward()
-    return loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    total = 0.0
+    for m in range(idx.shape[0]):
+        _, loss = run(idx[m], targets[m])
+        (loss / idx.shape[0]).backward()
+        total += loss.detach() / idx.shape[0]
+    return total, {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
 def check_policy(policy, args, mesh):
-    config = GPTConfig(**SHAPE, block_size=args.block_size, n_tracks=args.n_tracks, sync_policy=policy)
+    dims = SHAPES[args.shape]
+    config = GPTConfig(**dims, block_size=args.block_size, n_tracks=args.n_tracks, sync_policy=policy)
 
     def build():  # one seed, one init (GPT draws its full weights from the seeded stream)
         torch.manual_seed(0)
@@ -58,8 +67,9 @@ def check_policy(policy, args, mesh):
     loss_gap = 0.0
     for step in range(args.steps):
         gen = torch.Generator().manual_seed(1000 + step)  # the same batch on every rank
-        idx = torch.randint(0, SHAPE["vocab_size"], (args.batch_size, args.block_size), generator=gen).to(mesh.device)
-        targets = torch.randint(0, SHAPE["vocab_size"], (args.batch_size, args.block_size), generator=gen).to(mesh.device)
+        shape = (args.micro_steps, args.batch_size, args.block_size)
+        idx = torch.randint(0, dims["vocab_size"], shape, generator=gen).to(mesh.device)
+        targets = torch.randint(0, dims["vocab_size"], shape, generator=gen).to(mesh.device)
         loss_e, grads_e = loss_and_grads(eager, eager, idx, targets)
         loss_c, grads_c = loss_and_grads(compiled, twin, idx, targets)
         loss_gap = max(loss_gap, abs(loss_c.item() - loss_e.item()))
@@ -74,9 +84,28 @@ def check_policy(policy, args, mesh):
     return loss_gap, worst
 
 
+def worst_over_ranks(result, mesh):
+    """(loss gap, (rel, name, step)) of the rank with the largest relative gradient difference: a gradient that
+    differs on one rank only (a replicated parameter's, say) must not hide behind rank 0's."""
+    loss_gap, (rel, name, step) = result
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return result
+    mine = torch.tensor([rel, float(mesh.rank)], dtype=torch.float64, device=mesh.device)
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    worst_rank = int(max(every, key=lambda t: t[0].item())[1].item())
+    box = [(loss_gap, (rel, name, step))]
+    dist.broadcast_object_list(box, src=worst_rank)
+    gap, (rel, name, step) = box[0]
+    return gap, (rel, f"{name} on rank {worst_rank}" if name else name, step)
+
+
 def main(argv=None):
     p = OneLineArgumentParser(prog="python -m bench.compile_check", formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0])
     p.add_argument("--policies", default=POLICIES, help="comma-separated sync policies")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="char384", help="the model's shape (comment at SHAPES)")
+    p.add_argument("--micro_steps", type=positive_int, default=1, help="micro-batches accumulated into .grad per step")
+    p.add_argument("--no_cudnn_sdpa", action="store_true", help="keep attention off cuDNN's SDPA kernels (CUDA)")
     p.add_argument("--n_tracks", type=positive_int, default=2)
     p.add_argument("--steps", type=positive_int, default=3)
     p.add_argument("--batch_size", type=positive_int, default=8)
@@ -89,12 +118,15 @@ def main(argv=None):
                    "CUDA tensors through the host): inductor's CUDA code at tp>1 on a one-GPU machine")
     p.add_argument("--out_dir", default=None)
     args = p.parse_args(argv)
-    check_policies(p, split_policies(args.policies), [SHAPE["n_layer"]])
-    if SHAPE["n_head"] % args.n_tracks:
-        p.error(f"--n_tracks={args.n_tracks} must divide the model's n_head={SHAPE['n_head']}: one of "
-                f"{[d for d in range(1, SHAPE['n_head'] + 1) if SHAPE['n_head'] % d == 0]}")
+    dims = SHAPES[args.shape]
+    check_policies(p, split_policies(args.policies), [dims["n_layer"]])
+    if dims["n_head"] % args.n_tracks:
+        p.error(f"--n_tracks={args.n_tracks} must divide the model's n_head={dims['n_head']}: one of "
+                f"{[d for d in range(1, dims['n_head'] + 1) if dims['n_head'] % d == 0]}")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    if args.no_cudnn_sdpa:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     if args.one_gpu:
         dist.init_process_group("gloo")
         torch.cuda.set_device(0)
@@ -104,12 +136,14 @@ def main(argv=None):
         mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), None if args.device == "auto" else args.device)
     where = torch.cuda.get_device_name() if mesh.device.startswith("cuda") else "cpu"
     lines = [f"# compiled ({args.backend}) vs eager gradients: tp={mesh.tp}, n_tracks {args.n_tracks}, "
-             f"{SHAPE['n_layer']} x {SHAPE['n_embd']}, batch {args.batch_size} x {args.block_size}, {args.steps} "
-             f"SGD steps, fp32; {where}, torch {torch.__version__}\n",
+             f"{dims['n_layer']} x {dims['n_embd']} (vocab {dims['vocab_size']}), batch {args.batch_size} x "
+             f"{args.block_size} x {args.micro_steps} micro-step(s), {args.steps} SGD steps, fp32"
+             f"{', cuDNN SDPA off' if args.no_cudnn_sdpa else ''}; {where}, torch {torch.__version__}; the worst "
+             f"over the {mesh.world_size} rank(s)\n",
              "| policy | max loss gap | max rel. grad diff | worst parameter (step) | verdict |", "|---|---:|---:|---|---|"]
     failed = False
     for policy in split_policies(args.policies):
-        loss_gap, (rel, name, step) = check_policy(policy, args, mesh)
+        loss_gap, (rel, name, step) = worst_over_ranks(check_policy(policy, args, mesh), mesh)
         ok = rel <= args.tol
         failed |= not ok
         where = f"{name} (step {step})" if name else "-"

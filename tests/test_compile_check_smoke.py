@@ -13,17 +13,17 @@ from experiments.compiler_repros.partial_grads import bisect_partial_grads
 
 pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
 
-SMALL_SHAPE = {**compile_check.SHAPE, "n_layer": 2, "n_embd": 48}  # n_head 6: 3 heads per track at n_tracks=2
+SMALL_SHAPE = {**compile_check.SHAPES["char384"], "n_layer": 2, "n_embd": 48}  # n_head 6: 3 heads per track at n_tracks=2
 
 
 @pytest.fixture(autouse=True)
 def small_shape(monkeypatch):
-    monkeypatch.setattr(compile_check, "SHAPE", SMALL_SHAPE)
+    monkeypatch.setitem(compile_check.SHAPES, "char384", SMALL_SHAPE)
 
 
 def test_compile_check_passes_on_cpu(tmp_path):
     assert compile_check.main(["--device", "cpu", "--backend", "aot_eager", "--steps", "2", "--policies",
-                               "baseline,grouped:2", "--batch_size", "2", "--block_size", "16",
+                               "baseline,grouped:2", "--batch_size", "2", "--block_size", "16", "--micro_steps", "2",
                                "--out_dir", str(tmp_path)]) == 0
     rows = [line for line in (tmp_path / "compile_check_tp1.md").read_text().splitlines() if line.endswith("PASS |")]
     assert [r.split("|")[1].strip() for r in rows] == ["baseline", "grouped:2"]
@@ -90,7 +90,8 @@ def _compiled_ladder_worker(rank, world_size):
     from parallel.mesh import build_groups
     mesh = build_groups(world_size)
     mesh.device = "cpu"
-    args = argparse.Namespace(n_tracks=2, steps=1, batch_size=8, block_size=64, lr=0.05, backend="inductor")
+    args = argparse.Namespace(shape="char384", micro_steps=1, n_tracks=2, steps=1, batch_size=8, block_size=64, lr=0.05,
+                              backend="inductor")
     loss_gap, (rel, name, _) = compile_check.check_policy("ladder", args, mesh)
     return loss_gap, rel, name
 

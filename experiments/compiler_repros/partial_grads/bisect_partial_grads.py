@@ -105,8 +105,8 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), None if args.device == "auto" else args.device)
-    check_args = argparse.Namespace(n_tracks=2, steps=args.steps, batch_size=8, block_size=64, lr=0.05,
-                                    backend=args.backend)
+    check_args = argparse.Namespace(shape="char384", micro_steps=1, n_tracks=2, steps=args.steps, batch_size=8,
+                                    block_size=64, lr=0.05, backend=args.backend)
     where = torch.cuda.get_device_name() if mesh.device.startswith("cuda") else "cpu"
     lines = [f"# partial-gradient construction variants, compiled ({args.backend}) vs eager at tp={mesh.tp}: "
              f"{where}, torch {torch.__version__}, {args.steps} SGD steps, fp32\n",
