@@ -32,6 +32,7 @@ from training.cli import check_policies, guarded, positive_int  # noqa: E402
 from bench.common import split_policies  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
+from parallel import comm  # noqa: E402
 from parallel.mesh import build_groups, init_mesh  # noqa: E402
 
 # char384: the char-384 study shape; 124m: the study's GPT-2 124M (config/docs_124m.py, no biases), for checks at
@@ -84,20 +85,21 @@ def check_policy(policy, args, mesh):
     return loss_gap, worst
 
 
-def worst_over_ranks(result, mesh):
-    """(loss gap, (rel, name, step)) of the rank with the largest relative gradient difference: a gradient that
-    differs on one rank only (a replicated parameter's, say) must not hide behind rank 0's."""
+def worst_over_ranks(result, mesh, policy):
+    """(loss gap, (rel, name, step)) with the largest relative gradient difference over the ranks: a gradient that
+    differs on one rank only (a replicated parameter's, say) must not hide behind rank 0's. Another rank's worst
+    parameter is printed by that rank, and named by its rank here."""
     loss_gap, (rel, name, step) = result
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return result
-    mine = torch.tensor([rel, float(mesh.rank)], dtype=torch.float64, device=mesh.device)
-    every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(every, mine)
-    worst_rank = int(max(every, key=lambda t: t[0].item())[1].item())
-    box = [(loss_gap, (rel, name, step))]
-    dist.broadcast_object_list(box, src=worst_rank)
-    gap, (rel, name, step) = box[0]
-    return gap, (rel, f"{name} on rank {worst_rank}" if name else name, step)
+    mine = torch.tensor([rel, loss_gap], dtype=torch.float64, device=mesh.device)
+    every = [t.tolist() for t in comm.all_gather(mine, dist.group.WORLD, kind="bench_setup")]
+    worst_rank = max(range(len(every)), key=lambda r: every[r][0])
+    if worst_rank == mesh.rank and worst_rank != 0:
+        print(f"rank {worst_rank}: {policy}: worst parameter {name} (step {step}), rel. diff {rel:.2e}", flush=True)
+    if worst_rank == mesh.rank:
+        return max(e[1] for e in every), (rel, name, step)
+    return max(e[1] for e in every), (every[worst_rank][0], f"rank {worst_rank}'s (printed by it)", step)
 
 
 def main(argv=None):
@@ -143,7 +145,7 @@ def main(argv=None):
              "| policy | max loss gap | max rel. grad diff | worst parameter (step) | verdict |", "|---|---:|---:|---|---|"]
     failed = False
     for policy in split_policies(args.policies):
-        loss_gap, (rel, name, step) = worst_over_ranks(check_policy(policy, args, mesh), mesh)
+        loss_gap, (rel, name, step) = worst_over_ranks(check_policy(policy, args, mesh), mesh, policy)
         ok = rel <= args.tol
         failed |= not ok
         where = f"{name} (step {step})" if name else "-"
