@@ -9,9 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  "") tier=(-m "not slow"); what="the default tier (about 5 minutes on an idle 2-core CPU machine)" ;;
-  --slow) tier=(-m slow); what="the slow tier (about 12-15 minutes on a 2-core CPU machine)" ;;
-  --all) tier=(); what="every test (about 17-20 minutes on a 2-core CPU machine)" ;;
+  "") tier=(-m "not slow"); what="the default tier (about 4 minutes on an idle 2-core CPU machine)" ;;
+  --slow) tier=(-m slow); what="the slow tier (about 10 minutes on an idle 2-core CPU machine)" ;;
+  --all) tier=(); what="every test (about 14 minutes on an idle 2-core CPU machine)" ;;
   *) echo "error: unknown option ${1}; allowed: none (the default tier), --slow, --all" >&2; exit 2 ;;
 esac
 
