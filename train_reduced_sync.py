@@ -50,7 +50,6 @@ if __name__ == "__main__":
         signal.signal(_s, _stop_while_importing)
 
 import torch
-import torch.distributed as dist
 
 from training.checkpoint import (MODEL_KEYS, RESUME_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
                         restore_rng_states, set_aside)
@@ -61,7 +60,7 @@ from training.memory_check import check_memory
 from model.gpt import GPT
 from parallel import comm
 from parallel.ddp import BucketedDDP
-from parallel.mesh import (TEARDOWN_DEADLINE_S, RendezvousError, close_process_groups, env_int, init_mesh,
+from parallel.mesh import (RendezvousError, close_process_groups, end_process, env_int, init_mesh,
                            record_error_for_torchrun)
 from training.run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
 from training.stop import Control, install_signal_handlers, report_fatal, waiting, watch_parent
@@ -87,18 +86,6 @@ def fail(message, mesh=None, code=1, every_rank=False):
         print(f"error: {message}", file=sys.stderr, flush=True)
     record_error_for_torchrun(f"error: {message}")  # torchrun's summary, printed last, then names it
     sys.exit(end_process(code, close_process_groups(barrier=False)))
-
-
-def end_process(code, stuck_stage):
-    """code, to exit with; where the process groups' teardown passed its deadline (close_process_groups:
-    stuck_stage names the step), say so and end at once: the thread stuck in NCCL would keep the
-    interpreter from exiting."""
-    if stuck_stage is None:
-        return code
-    print(f"note: the process groups' teardown did not finish within {TEARDOWN_DEADLINE_S:.0f} s ({stuck_stage}); "
-          f"exiting without it (nothing of the run is lost)", file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    os._exit(code)
 
 
 # ----------------------------------------------------------------------------- setup

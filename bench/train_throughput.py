@@ -95,7 +95,7 @@ from bench.common import (GPT2_VOCAB, call_times, command_line, md_row, multicas
 from training.config import HelpFormatter, write_text  # noqa: E402
 from model.sync_policy import parse_sync_policy  # noqa: E402
 from parallel import comm  # noqa: E402
-from parallel.mesh import close_process_groups  # noqa: E402
+from parallel.mesh import close_process_groups, end_process  # noqa: E402
 
 multicast_off()  # before any NCCL communicator exists
 
@@ -639,10 +639,7 @@ def run(args, argv):
         ratios = save(args, meta, rows)
         print("\n" + markdown(meta, rows, ratios), flush=True)
         print(f"wrote {args.out_dir}/train_throughput.md and .json", flush=True)
-    stuck = close_process_groups()  # compiled-graphs rows captured NCCL all-reduces (parallel/mesh.py)
-    if stuck is not None:
-        print(f"note: the process groups' teardown did not finish ({stuck}); exiting without it", flush=True)
-        os._exit(0)
+    end_process(0, close_process_groups())  # compiled-graphs rows captured NCCL all-reduces (parallel/mesh.py)
 
 
 def main(argv=None):

@@ -83,14 +83,9 @@ def get_gpt2_encoding():
     )
 
 
-def _demo(argv):
-    """python data/gpt2_tokenizer.py: it encodes and decodes one line as a self-check (--help: this module's docstring)."""
-    if argv in (["-h"], ["--help"]):
-        print((__doc__ or "").strip())
-        return 0
-    if argv:
-        print(f"error: data/gpt2_tokenizer.py takes no arguments (got {' '.join(argv)}); it encodes and decodes one line as a self-check", file=sys.stderr)
-        return 1
+def main():
+    """python data/gpt2_tokenizer.py: encode and decode one line, a self-check; --help prints this module's docstring."""
+    check_no_arguments(sys.argv[1:], __doc__, "data/gpt2_tokenizer.py")
     enc = get_gpt2_encoding()
     ids = enc.encode_ordinary("Hello world")
     print(ids, "->", repr(enc.decode(ids)))
@@ -98,8 +93,6 @@ def _demo(argv):
     return 0
 
 
-if __name__ == "__main__":  # under the shared guard: Ctrl-C, SIGTERM and a closed stdout end in one line
-    import sys
-    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
-    from training.cli import guarded
-    sys.exit(guarded(_demo, sys.argv[1:]))
+if __name__ == "__main__":  # data/ is on sys.path (this file's folder): the prepare scripts' guard and check
+    from prepare_utils import check_no_arguments, run
+    sys.exit(run(main))

@@ -116,22 +116,14 @@ def load_play(path, val_fraction=VAL_FRACTION):
     return split_speeches(speeches, val_fraction)
 
 
-def _demo(argv):
-    """python data/shakespeare_text.py: it prints the start of one play (--help: this module's docstring)."""
-    if argv in (["-h"], ["--help"]):
-        print((__doc__ or "").strip())
-        return 0
-    if argv:
-        print(f"error: data/shakespeare_text.py takes no arguments (got {' '.join(argv)}); it prints the start of one play", file=sys.stderr)
-        return 1
-    # print the start of one play, to eyeball the extraction
+def main():
+    """python data/shakespeare_text.py: print the start of one play, to eyeball the extraction; --help prints this module's docstring."""
+    check_no_arguments(sys.argv[1:], __doc__, "data/shakespeare_text.py")
     train, val = load_play(play_paths()[0])
     print(train[:1500])
     return 0
 
 
-if __name__ == "__main__":  # under the shared guard: Ctrl-C, SIGTERM and a closed stdout end in one line
-    import sys
-    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
-    from training.cli import guarded
-    sys.exit(guarded(_demo, sys.argv[1:]))
+if __name__ == "__main__":  # data/ is on sys.path (this file's folder): the prepare scripts' guard and check
+    from prepare_utils import check_no_arguments, run
+    sys.exit(run(main))

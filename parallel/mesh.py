@@ -294,3 +294,15 @@ def close_process_groups(barrier=True, deadline_s=TEARDOWN_DEADLINE_S):
         if since is not None and time.monotonic() - since > deadline_s:
             return box["stage"]
     return box["stage"]
+
+
+def end_process(code, stuck_stage):
+    """code, to exit with; where the teardown passed its deadline (close_process_groups returned the stuck
+    stage), say so and end the process at once: the thread stuck in NCCL would keep the interpreter from
+    exiting, and everything the run made is written by then."""
+    if stuck_stage is None:
+        return code
+    print(f"note: the process groups' teardown did not finish within {TEARDOWN_DEADLINE_S:.0f} s ({stuck_stage}); "
+          f"exiting without it (nothing of the run is lost)", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
