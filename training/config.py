@@ -43,6 +43,8 @@ class TrainConfig:
     eval_interval: int = option(2000, IO, "evaluate (and checkpoint) every this many iterations")
     log_interval: int = option(1, IO, "log the training loss every this many iterations")
     eval_iters: int = option(200, IO, "batches per split in each evaluation")
+    # the size study trains each width at its own batch size and scores every width on the same val windows
+    eval_batch_size: int = option(0, IO, "sequences per eval batch; 0: batch_size (the eval windows depend on it)")
     eval_only: bool = option(False, IO, "run one evaluation and exit")
     always_save_checkpoint: bool = option(True, IO, "write ckpt.pt at every eval; False: only when val loss improves")
     keep_best: bool = option(True, IO, "also keep ckpt_best.pt, a copy at the best val loss and the fallback for a "
@@ -130,7 +132,7 @@ CHOICES = {
 # (model_config); block_size is here too because the data checks read it before the model is built.
 AT_LEAST_ONE = ("eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps",
                 "batch_size", "block_size", "tp")
-NON_NEGATIVE = ("max_iters", "warmup_iters", "lr_decay_iters", "learning_rate", "min_lr",
+NON_NEGATIVE = ("eval_batch_size", "max_iters", "warmup_iters", "lr_decay_iters", "learning_rate", "min_lr",
                 "weight_decay", "grad_clip", "seed")
 
 FIELD_TYPES = {f.name: f.type if isinstance(f.type, str) else f.type.__name__

@@ -146,7 +146,7 @@ def estimate_loss(model, raw_model, data_dir, cfg, mesh, autocast_ctx):
         data = open_split(data_dir, split)
         total = torch.zeros((), device=mesh.device)
         for k in range(mesh.dp_rank, cfg.eval_iters, mesh.dp):
-            offsets = eval_offsets(split, k, len(data), cfg.block_size, cfg.batch_size)
+            offsets = eval_offsets(split, k, len(data), cfg.block_size, cfg.eval_batch_size or cfg.batch_size)
             x, y = load_tokens(data, offsets, cfg.block_size, mesh.device)
             if syncs is None:
                 syncs = measure_syncs_per_forward(raw_model, x)
