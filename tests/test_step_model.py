@@ -214,3 +214,98 @@ def test_held_out_split_never_sees_its_own_configuration(field):
         idx = 0 if field == "size" else 1
         for e in split["fit"]["by_tp"].values():
             assert all(c[idx] != value for c in e["fitted_on"])
+
+
+def test_tracks_term_by_k():
+    """k = 1: only the policy's counted elementwise passes (none for baseline, ladder, parallel; one per spd layer, two
+    per grouped region; in training at tp > 1 one bias add per Megatron sublayer); k >= 2 adds the streams' term."""
+    ops = {p: sm.policy_ops(p, 12, "decode_b1", 2) for p in ("baseline", "ladder", "parallel", "spd", "grouped:4")}
+    assert ops == {"baseline": 0, "ladder": 0, "parallel": 0, "spd": 12, "grouped:4": 6}
+    assert [sm.policy_ops(p, 12, "train_b8", tp) for p in ("baseline", "spd", "grouped:4") for tp in (1, 2)] == \
+        [0, 24, 12, 12, 6, 6]
+    e = dict(scale=2.0, c1=1.0, c_div=5.0, c_layer=3.0)
+    one_pass = 2.0 * sm.op_pass("124m", "decode_b1", "H200") * 1e3  # ms, scaled
+    for policy, n in ops.items():
+        assert sm.tracks_ms(e, "124m", "decode_b1", policy, 1, 2, "H200") == pytest.approx(n * one_pass)
+    n_div, n_lay = sm.tracks_features("grouped:4", 12)
+    streams = 2.0 * sm.stream_pass("124m", "decode_b1", 2, "H200") * 1e3 * (5.0 * n_div + 3.0 * n_lay)
+    assert sm.tracks_ms(e, "124m", "decode_b1", "grouped:4", 2, 2, "H200") == pytest.approx(6 * one_pass + streams)
+    assert sm.tracks_ms(dict(e, c_div=0.0, c_layer=0.0), "124m", "decode_b1", "grouped:4", 4, 2, "H200") == \
+        pytest.approx(6 * one_pass)
+
+
+def test_rows_labelled_by_the_code_they_measured():
+    assert [sm.implementation(c) for c in ("099cb48", "not recorded", "d71e3f7")] == ["pre-49", "pre-49", "post-49"]
+    assert sm.implementation("ac51463") == "pre-49" and sm.implementation("cec91f0") == "post-49"  # by git ancestry
+    rows = sm.stored_rows()
+    by_source = {}
+    for r in rows:
+        by_source.setdefault(r["source"], set()).add(r["impl"])
+    assert by_source["bench/results/issue49/final/after/medium_tp2.json"] == {"post-49"}
+    assert by_source["bench/results/tp_latency_tp4.json"] == {"pre-49"}
+    assert not [s for s in by_source if "final/before" in s or "issue49/after" in s]  # SKIPPED_ROW_FILES
+    for r in rows:  # each scored row in exactly one code group; the older code at k = 1 in the last
+        groups = [name for name, keep in sm.CODE_GROUPS if keep(r)]
+        assert len(groups) == 1 and (groups[0] == sm.CODE_GROUPS[2][0]) == (r["impl"] == "pre-49" and r["n_tracks"] == r["tp"])
+
+
+def test_current_code_rows_at_tp_ge_2_enter_no_fit():
+    """The current code's rows at tp >= 2 are held out from every fit: changing their times changes no fitted quantity,
+    in the full fit or any held-out refit."""
+    rows = sm.stored_rows()
+    held = [r for r in rows if r["impl"] == "post-49" and r["tp"] >= 2]
+    assert held and not any(sm.feeds_fits(r) for r in held)
+    changed = [dict(r, ms=r["ms"] * 3, floor_ms=r["floor_ms"] and r["floor_ms"] / 2) if r in held else r for r in rows]
+    for exclude in (None, lambda size, device: size == "124m", lambda size, device: size == "medium"):
+        assert sm.fit_split(changed, exclude) == sm.fit_split(rows, exclude)
+
+
+def _tp_latency_file(path, tp, commit, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": {"tp": tp, "commit": commit, "device": "NVIDIA H200"}, "rows": [
+        dict(size="124m", n_tracks=n, policy=p, workload="decode_b1", mode="graph", ms=ms, floor=False)
+        for n, p, ms in rows]}))
+
+
+def test_new_row_files_are_picked_up_and_fit_the_k1_passes(tmp_path, monkeypatch):
+    """A tp_latency file in any folder under bench/results joins the rows (ROW_FILES); the current code's tp=1 rows at
+    k = 1 fit the coefficient of the counted passes: spd's 12 passes measured at 3 x their modeled time give c1 = 3.
+    A file in a skipped folder is not read."""
+    monkeypatch.setattr(sm, "RESULTS", str(tmp_path))
+    monkeypatch.setattr(sm, "REPO", str(tmp_path))
+    base_ms = 0.5
+    s = base_ms / (sum(sm.roofline(sm.sublayers("124m", "decode_b1", 1), "H200").values()) * 1e3)
+    spd_ms = base_ms + 3 * s * 12 * sm.op_pass("124m", "decode_b1", "H200") * 1e3
+    _tp_latency_file(tmp_path / "fresh" / "tp_latency_tp1.json", 1, "d71e3f7",
+                     [(1, "baseline", base_ms), (1, "spd", spd_ms), (1, "grouped:4", base_ms)])
+    _tp_latency_file(tmp_path / "issue49" / "final" / "before" / "medium_tp2.json", 2, "d71e3f7", [(2, "spd", 9.0)])
+    rows = sm.stored_rows()
+    assert {r["source"] for r in rows} == {"fresh/tp_latency_tp1.json"} and {r["impl"] for r in rows} == {"post-49"}
+    e = sm.calibrate_from_rows(rows, "H200")["124m|decode_b1|graph"]
+    # least squares over spd (12 passes, 3x) and grouped:4 (6 passes, 0x): c1 = (12 * 36) / (144 + 36) = 2.4
+    assert e["scale"] == pytest.approx(s) and e["c1"] == pytest.approx(2.4) and "fitted to 2" in e["c1_how"]
+    assert (e["c_div"], e["streams_how"]) == (None, "no k >= 2 row")
+
+
+def test_gap_between_kernels_anchors_a_calibration(tmp_path, monkeypatch):
+    """With a per-sublayer calibration and a tp=1 CUDA-graph baseline row on the same device, the gap per kernel is the
+    row's time less the measured sublayers and the roofline of the rest, over the kernel count; predict() then gives
+    the row's own time at tp=1, and without the gap uses the scaled split."""
+    monkeypatch.setattr(sm, "RESULTS", str(tmp_path))
+    cal = {"mlp": 0.2, "attention": 0.1}
+    (tmp_path / "step_model_calibration_h200.json").write_text(json.dumps({"decode_cache": sm.DECODE_CACHE, "rows": [
+        dict(size="124m", workload="decode_b1", tp=1, sublayers_ms=cal)]}))
+    roof = sm.roofline(sm.sublayers("124m", "decode_b1", 1), "H200")
+    rest = sum(1e3 * t for k, t in roof.items() if k not in cal)
+    K = sm.kernel_count("124m", "decode_b1", 1)
+    ms = 0.3 + rest + K * 0.8e-3  # 0.8 us per kernel
+    row = dict(size="124m", workload="decode_b1", mode="graph", tp=1, n_tracks=1, policy="baseline", ms=ms,
+               floor_ms=None, device="H200", commit="d71e3f7", impl="post-49", source="x")
+    over = sm.fit_overhead([row], "H200")
+    assert over["gap_us"] == pytest.approx(0.8) and over["fitted_on"] == [["124m", "decode_b1", "H200", 1]]
+    tables = {"H200": sm.calibrate_from_rows([row], "H200")}
+    fit = dict(FIT, overhead={"H200": over})
+    p = sm.predict("124m", "decode_b1", 1, "baseline", 1, "H200", tables, fit)
+    assert p["compute"] == pytest.approx(ms) and "0.80 us between kernels" in p["calibration"]
+    assert sm.overhead_for(dict(FIT, overhead={"H200": over}), "H100") == (pytest.approx(0.8), " (the H200 gap)")
+    assert "between kernels" not in sm.predict("124m", "decode_b1", 1, "baseline", 1, "H200", tables, FIT)["compute_parts"]
