@@ -9,6 +9,7 @@ curves and GPU time of the one-budget sweep (part 3).
     python -m experiments.docs_study.run run --schedule cosine --budgets 320,1280,2560 --policies baseline,ladder \
         --seeds 1337,1338,1339 --jobs 5 --scratch /tmp/scratch --pack "$OUT"   # a cosine run per budget (cosine/)
     python -m experiments.docs_study.run budgets     # part 4's budget_table.md, budget.png, budget_full.png, stats.json, wsd_check.md
+    python -m experiments.docs_study.run sizes       # part 5: each width's budget table, and size_table.md, size_fit.json
     python -m experiments.docs_study.run report      # part 3's val_curves.png and gpu_seconds.md (experiments/docs_study/one_budget)
 
 The two parts' records: part 4 (`run`, `budgets`) in experiments/docs_study/budgets/, part 3 (its runs trained by
@@ -61,6 +62,7 @@ from training.cli import guarded
 # each part's tables, figures and call logs, beside its runs/
 SWEEP = os.path.join("experiments", "docs_study", "one_budget")
 BUDGET_SWEEP = os.path.join("experiments", "docs_study", "budgets")
+SIZE_SWEEPS = os.path.join("experiments", "docs_study", "sizes")  # w256/, w384/, ...: one budget sweep per width
 RUN_NAME = re.compile(r"^d(\d+)-(\w+)-s(\d+)$")
 SEGMENT = re.compile(r"^\s+(d\d+-\w+-s\d+)\s+(?:complete|stopped at deadline)\s+(\d+) s")
 JOBS = re.compile(r"jobs (\d+)")
@@ -423,6 +425,72 @@ def budget_report(sweep, versus_glob):
     return 0
 
 
+def width_sweeps(sizes_dir, budget_sweep):
+    """{width: sweep folder}: the 768 budget sweep and each <sizes_dir>/w<width>/."""
+    sweeps = {768: budget_sweep}
+    for path in sorted(glob.glob(os.path.join(sizes_dir, "w*"))):
+        match = re.fullmatch(r"w(\d+)", os.path.basename(path))
+        if match and os.path.isdir(path):
+            sweeps[int(match[1])] = path
+    return sweeps
+
+
+def load_widths(sizes_dir, budget_sweep):
+    """[dict(width, n_params, non_embedding, runs, sweep, analysis, stats)] of every width sweep, smallest first: its
+    seed statistics and budget_analysis. Refuses (SystemExit, one line) a width folder without runs."""
+    from analysis.compare import budget_analysis, seed_statistics
+    widths = []
+    for width, sweep in sorted(width_sweeps(sizes_dir, budget_sweep).items()):
+        dirs = sorted(glob.glob(os.path.join(sweep, "runs", f"d{width}-b*-*-s*")))
+        if not dirs:
+            raise SystemExit(f"error: {sweep}: no run directories {os.path.join(sweep, 'runs', f'd{width}-b*-*-s*')}; "
+                             f"nothing written")
+        stats = seed_statistics([load_run(d) for d in dirs])
+        with open(os.path.join(dirs[0], "config.json")) as f:
+            derived = json.load(f).get("derived", {})
+        # the trainer's get_num_params, exact in config.json (log.txt's 'NNN.NNM parameters' is it rounded)
+        n, vocab = derived.get("n_params") or model_params(dirs), derived.get("vocab_size", 50304)
+        if n is None:
+            raise SystemExit(f"error: {sweep}: no run's log.txt logs its parameters ('NNN.NNM parameters'); nothing written")
+        widths.append(dict(width=width, n_params=n, non_embedding=n - vocab * width, runs=len(dirs), sweep=sweep,
+                           analysis=budget_analysis(stats), stats=stats))
+    return widths
+
+
+def size_report(sizes_dir, budget_sweep):
+    """Part 5: per width under sizes_dir its budget_table.md, budget_full.png and stats.json (the 768 sweep's are
+    `budgets`' own, not rewritten here), then size_table.md, size_fit.json and crossover_vs_params.png across the
+    widths (analysis/size_trend.py). Refuses, writing nothing, where a width has no runs or the stored
+    size_fit.json was made from a width or runs no longer found."""
+    from analysis.compare import budget_table, plot_budgets
+    from analysis.size_trend import plot_crossovers, size_fit, size_table
+    widths = load_widths(sizes_dir, budget_sweep)
+    out = os.path.join(sizes_dir, "size_fit.json")
+    if os.path.exists(out):  # never replaced from less data
+        with open(out) as f:
+            before = {w["width"]: w["runs"] for w in json.load(f)["widths"]}
+        now = {w["width"]: w["runs"] for w in widths}
+        fewer = [f"w{k}: {v} runs, {now.get(k, 0)} now" for k, v in before.items() if now.get(k, 0) < v]
+        if fewer:
+            raise SystemExit(f"error: {out} was made from more runs ({'; '.join(fewer)}); nothing written")
+    for w in widths:
+        if w["sweep"] != budget_sweep:
+            write_text(os.path.join(w["sweep"], "budget_table.md"), budget_table(w["analysis"], w["stats"]["margin"]) + "\n")
+            write_text(os.path.join(w["sweep"], "stats.json"),
+                       json.dumps({"stats": w["stats"], "budgets": w["analysis"]}, indent=1))
+            plot_budgets(w["analysis"], os.path.join(w["sweep"], "budget_full.png"), w["stats"]["margin"],
+                         trunk_curves(w["sweep"]))
+    fit = size_fit(widths)
+    os.makedirs(sizes_dir, exist_ok=True)
+    write_text(os.path.join(sizes_dir, "size_table.md"), size_table(fit))
+    write_text(out, json.dumps(fit, indent=1) + "\n")
+    plot_crossovers(fit, os.path.join(sizes_dir, "crossover_vs_params.png"))
+    print(f"wrote {sizes_dir}/size_table.md, size_fit.json, crossover_vs_params.png from widths "
+          f"{', '.join(str(w['width']) for w in widths)}" + (" (one width: the size trend is not measured)"
+                                                             if len(widths) == 1 else ""))
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["run"]:
@@ -433,15 +501,24 @@ def main(argv=None):
         parser.add_argument("--versus", default=os.path.join(SWEEP, "runs", "d768-*"), help="the cosine runs of one budget")
         args = parser.parse_args(argv[1:])
         return budget_report(args.sweep, args.versus)
+    if argv[:1] == ["sizes"]:
+        parser = OneLineArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run sizes",
+                                       description="part 5: the budget table of every width and the fits across sizes")
+        parser.add_argument("--sizes", default=SIZE_SWEEPS, help="the folder of the width sweeps w<width>/ and the "
+                                                                 "cross-size outputs")
+        parser.add_argument("--budget-sweep", default=BUDGET_SWEEP, help="the 768-wide sweep (written by `budgets`)")
+        args = parser.parse_args(argv[1:])
+        return size_report(args.sizes, args.budget_sweep)
     if argv[:1] == ["report"]:
         argv = argv[1:]
     # the usage names the other modes: an option of `run` (--budgets, --seeds, ...) given without it lands here
     parser = OneLineArgumentParser(
-        formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run [run ...|budgets ...|report]",
+        formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run [run ...|budgets ...|sizes ...|report]",
         description=__doc__.split("\n\n")[0],
         epilog="commands (each with its own --help):\n"
                "  run      train the budget sweep (part 4)\n"
                "  budgets  part 4's table, figure and stats from the stored runs\n"
+               "  sizes    part 5: each width's budget table and the fits across sizes\n"
                "  report   part 3's figures (the default; its options are above)")
     parser.add_argument("--sweep", default=SWEEP)
     args = parser.parse_args(argv)

@@ -1,0 +1,217 @@
+"""The planner: each sync policy at the user's scale, from the committed fits only.
+
+    python -m analysis.plan --size 1.5b --tp 8 --tokens 3e10 --device H100
+    python -m analysis.plan --size 70b --tp 8 --tokens 1.4e12
+    python -m analysis.plan --size 3e9 --tp 4 --tokens 6e10      # a parameter count: timed at the nearest shape
+
+One row per policy:
+- step-time saving, 1 - policy ms / baseline ms per training iteration (12 x 1024 tokens, AdamW: the step model's
+  train_b12), modeled by bench/step_model.py with its interval (the range over its all-reduce fits, widened by its
+  held-out saving error; the same numbers as `python -m bench.step_model --size S --tp P --policy X`). At a depth
+  other than 12 layers a grouped:G policy is timed as the spec with the nearest syncs per forward
+  (bench.step_model.nearest_sync_spec, as its --pareto does): the loss was measured with the 12-layer spec.
+- loss gap to baseline at N parameters and T tokens, % of the baseline's final val loss, with the 95% prediction
+  interval for one run: the surface of experiments/docs_study/sizes/size_fit.json (analysis/size_trend.py, 2: each
+  seed's gap line in log2 tokens, regressed on log2 N across widths). "extrapolation" wherever N lies outside the
+  measured sizes or T / N outside the measured tokens per parameter. While size_fit.json holds one width, the size
+  term is not measured: c = 0 is assumed (the gap depends on tokens, not on N), and every row says so.
+- wall-clock to reach baseline's final loss L_b(T): the policy needs the tokens T' at which its loss
+  L_b(T') (1 + gap(T') / 100) first equals L_b(T) (T' < T where it is better, > T where worse); time =
+  T' / 12,288 tokens per step x its step time, on one tp group (data parallelism divides it alike for every
+  policy and is not modeled). L_b's change with tokens at size N is Chinchilla's fitted law (Hoffmann et al.,
+  arXiv 2203.15556: L = E + A / N^a + B / T^b), an assumption, not this study's measurement; only the ratio
+  L_b(T') / L_b(T) is used. T' is searched in [T / 1024, 1024 T]; none there: "does not reach it". Its interval:
+  T' from the gap's lower and upper prediction bounds, times the policy's step-time interval.
+Everything printed is modeled or extrapolated; the last lines say what was measured.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import sys
+
+from analysis.compare import format_table
+from analysis.size_trend import gap_at, gpt_params
+from training.cli import guarded, positive_int
+from training.config import REPO, HelpFormatter, OneLineArgumentParser
+
+SIZE_FIT = os.path.join("experiments", "docs_study", "sizes", "size_fit.json")  # under the repository root
+TOKENS_PER_STEP = 12 * 1024  # bench/step_model.py's train_b12: 12 sequences of 1024 per iteration
+CHINCHILLA = dict(E=1.69, A=406.4, B=410.7, a=0.34, b=0.28)  # arXiv 2203.15556, its fitted parametric loss
+SEARCH = 10  # doublings either side of T searched for T'
+COUNT = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)([kmb]?)$", re.IGNORECASE)
+
+
+def parse_size(text):
+    """(label, N, shape name) from a step-model size name or a parameter count ('3e9', '3b', '770m'); a count is
+    timed at the shape whose N is nearest in log. ValueError naming what is allowed."""
+    from bench.step_model import ALIASES, SHAPES
+    shapes = {s: v for s, v in SHAPES.items() if s != "tiny"}
+    count = lambda s: gpt_params(shapes[s][0], shapes[s][2], shapes[s][3])
+    name = ALIASES.get(text.lower(), text.lower())
+    if name in shapes:
+        return text, count(name), name
+    m = COUNT.match(text)
+    if not m or float(m[1]) * {"": 1, "k": 1e3, "m": 1e6, "b": 1e9}[m[2].lower()] < 1e6:
+        raise ValueError(f"--size {text!r}: allowed: {', '.join(list(shapes) + list(ALIASES))}, or a parameter count "
+                         f">= 1e6 such as 3e9 or 3b")
+    n = float(m[1]) * {"": 1, "k": 1e3, "m": 1e6, "b": 1e9}[m[2].lower()]
+    return text, n, min(shapes, key=lambda s: abs(math.log(count(s) / n)))
+
+
+def step_savings(shape, tp, policies, device, n_tracks):
+    """{policy: the step model's training answer as numbers}: the spec timed, its syncs, baseline and policy ms, the
+    saving % with its interval (lo, hi) and the stated time error %. bench/step_model.py's answer() prints these
+    as text (its train_b12 line): the same calls, composed the same way."""
+    from bench import step_model as sm
+    fit, tables, rows, held = sm.validate()
+    w = "train_b12"
+    ms = lambda spec, f: sm.predict(shape, w, tp, spec, n_tracks, device, tables, f)["ms"]
+    err, _ = sm.held_out_saving_error(rows, w, n_tracks // tp)
+    out = {}
+    for policy in policies:
+        spec, syncs, _ = sm.nearest_sync_spec(policy, sm.SHAPES[shape][0])
+        by = [100 * (1 - ms(spec, f) / ms("baseline", f)) for _, f in sm.comm_variants(tp, fit, held)]
+        base, mine = ms("baseline", fit), ms(spec, fit)
+        out[policy] = dict(spec=spec, syncs=syncs, base_ms=base, ms=mine, saving=100 * (1 - mine / base),
+                           lo=min(by) - err, hi=max(by) + err, time_error=100 * sm.time_error(rows))
+    return out
+
+
+def baseline_loss(n_params, tokens):
+    c = CHINCHILLA
+    return c["E"] + c["A"] / n_params ** c["a"] + c["B"] / tokens ** c["b"]
+
+
+def tokens_to_reach(gap_of, n_params, tokens):
+    """The smallest T' in [T / 2^SEARCH, T 2^SEARCH] with L_b(T') (1 + gap_of(T') / 100) <= L_b(T), or None: a scan
+    in 1/32 doublings, then bisection in log2 between the last point above and the first at or below."""
+    target = baseline_loss(n_params, tokens)
+    above = lambda x: baseline_loss(n_params, 2 ** x) * (1 + gap_of(2 ** x) / 100) > target
+    x0 = math.log2(tokens)
+    xs = [x0 - SEARCH + i / 32 for i in range(64 * SEARCH + 1)]
+    first = next((i for i, x in enumerate(xs) if not above(x)), None)
+    if first is None:
+        return None
+    if first == 0:
+        return 2 ** xs[0]
+    lo, hi = xs[first - 1], xs[first]
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if above(mid) else (lo, mid)
+    return 2 ** hi
+
+
+def token_count(text):
+    """--tokens: a number of tokens >= 1e6 (3e10, 30000000000)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a number of tokens >= 1e6, such as 3e10")
+    return value
+
+
+def _duration(ms):
+    h = ms / 3.6e6
+    return f"{h / 24:.1f} d" if h >= 48 else f"{h:.1f} h" if h >= 1 else f"{h * 60:.1f} min" if h * 60 >= 1 else \
+        f"{ms / 1e3:.1f} s"
+
+
+def plan_rows(fit, n_params, tokens, steps):
+    """[(policy, cells)], one per policy of the fit and the baseline first; steps: {policy: step_saving(...)}."""
+    base = steps["baseline"]
+    t_base = tokens / TOKENS_PER_STEP * base["base_ms"]
+    rows = [["baseline", f"baseline ({base['syncs']})", "0", "0 (reference)", "", f"{tokens:.3g}",
+             f"{_duration(t_base)} ±{base['time_error']:.0f}%"]]
+    extrapolated = extrapolation_label(fit, n_params, tokens).startswith("extrapolation")
+    for policy, e in fit["policies"].items():
+        s = steps[policy]
+        chains = e["chains"]
+        g = gap_at(chains, n_params, tokens, fit["level"])
+        pi = g["pi"] or 0.0
+        reach = [tokens_to_reach(lambda t, d=d: gap_at(chains, n_params, t, fit["level"])["gap"]
+                                 + d * (gap_at(chains, n_params, t, fit["level"])["pi"] or 0.0), n_params, tokens)
+                 for d in (0, -1, 1)]
+        ms_lo, ms_hi = s["base_ms"] * (1 - s["hi"] / 100), s["base_ms"] * (1 - s["lo"] / 100)
+        if reach[0] is None:
+            t_text = "does not reach it"
+        else:
+            hi = "does not reach it" if reach[2] is None else _duration(reach[2] / TOKENS_PER_STEP * ms_hi)
+            t_text = (f"{_duration(reach[0] / TOKENS_PER_STEP * s['ms'])} "
+                      f"[{_duration(reach[1] / TOKENS_PER_STEP * ms_lo)}, {hi}]")
+        rows.append([policy, f"{s['spec']} ({s['syncs']})", f"{s['saving']:+.0f}% [{s['lo']:+.0f}, {s['hi']:+.0f}]",
+                     f"{g['gap']:+.2f}%" + (f" [{g['gap'] - pi:+.2f}, {g['gap'] + pi:+.2f}]" if g["pi"] else ""),
+                     ("extrapolation" if extrapolated else "measured range")
+                     + ("" if g["size_measured"] else "; size trend not measured, c = 0 assumed"),
+                     "—" if reach[0] is None else f"{reach[0]:.3g}", t_text])
+    return rows
+
+
+def extrapolation_label(fit, n_params, tokens):
+    """'' inside the measured sizes and tokens per parameter, else 'extrapolation (...)'."""
+    (n_lo, n_hi), (r_lo, r_hi) = fit["measured"]["n_params"], fit["measured"]["tokens_per_param"]
+    why = []
+    if not n_lo * 0.99 <= n_params <= n_hi * 1.01:
+        why.append(f"N {n_params / n_hi:.3g}x the largest measured" if n_params > n_hi else
+                   f"N {n_params / n_lo:.3g}x the smallest measured")
+    r = tokens / n_params
+    if not r_lo * 0.99 <= r <= r_hi * 1.01:
+        why.append(f"{r:.3g} tokens/param, measured {r_lo:.2g}-{r_hi:.2g}")
+    return f"extrapolation ({'; '.join(why)})" if why else "within the measured range"
+
+
+def summary(fit, args, shape, n_params):
+    widths = ", ".join(f"{w['width']} ({w['n_params'] / 1e6:.1f}M)" for w in fit["widths"])
+    r_lo, r_hi = fit["measured"]["tokens_per_param"]
+    trend = ("across widths" if fit["size_measured"] else
+             "at one width: the size trend is NOT measured; c = 0 assumed (the gap follows tokens, not N)")
+    return [f"Measured: loss gaps of 12-layer GPTs at widths {widths}, {r_lo:.2g}-{r_hi:.2g} tokens per parameter, "
+            f"n_tracks 4, WSD schedule, 3 seeds ({trend}). Extrapolated: the gap to N = {n_params / 1e9:.3g}B and "
+            f"{args.tokens / n_params:.3g} tokens per parameter. Modeled: every step time (bench/step_model.py, "
+            f"{shape} at tp={args.tp}, n_tracks {args.n_tracks}, {args.device}); the baseline's loss against tokens "
+            f"(Chinchilla's law, assumed).",
+            "Gap: % of the baseline's final val loss, [95% prediction interval for one run]. Wall-clock: one tp "
+            f"group at {TOKENS_PER_STEP:,} tokens per step, [interval: the gap's bounds x the step-time interval]."]
+
+
+def main(argv=None):
+    ap = OneLineArgumentParser(prog="python -m analysis.plan", formatter_class=HelpFormatter,
+                               description=__doc__.split("\n\n")[0],
+                               epilog="example: python -m analysis.plan --size 1.5b --tp 8 --tokens 3e10 --device H100"
+                                      "\n\nthe rules: see the module docstring of analysis/plan.py")
+    ap.add_argument("--size", default="1.5b", help="124m, medium, large, xl, 1.5b, 70b, ... or a parameter count (3e9, 3b)")
+    ap.add_argument("--tp", type=int, choices=(1, 2, 4, 8), default=8, help="tensor-parallel degree")
+    ap.add_argument("--tokens", type=token_count, default="3e10", help="the training budget in tokens")
+    ap.add_argument("--device", choices=("H100", "H200"), default="H100", help="the step model's datasheet")
+    ap.add_argument("--n_tracks", type=positive_int, default=None, help="default: max(tp, 4), a multiple of tp")
+    ap.add_argument("--fit", default=SIZE_FIT, help="the study's committed fit, relative to the repository root")
+    args = ap.parse_args(argv)
+    try:
+        label, n_params, shape = parse_size(args.size)
+    except ValueError as e:
+        ap.error(str(e))
+    args.n_tracks = args.n_tracks or max(args.tp, 4)
+    if args.n_tracks % args.tp:
+        ap.error(f"--n_tracks {args.n_tracks}: allowed: a multiple of --tp {args.tp}")
+    try:
+        with open(os.path.join(REPO, args.fit)) as f:
+            fit = json.load(f)
+    except (OSError, ValueError) as e:
+        ap.error(f"--fit {args.fit}: not a readable size_fit.json ({e}); make it with "
+                 f"python -m experiments.docs_study.run sizes")
+    steps = step_savings(shape, args.tp, ["baseline", *fit["policies"]], args.device, args.n_tracks)
+    head = ["policy", "timed as (syncs/fwd)", "step-time saving [interval]", f"loss gap at {args.tokens:.3g} tokens",
+            "label", "tokens to reach baseline's final loss", "wall-clock to reach it"]
+    timed = "" if label.lower() in (shape, "1.5b", "350m", "774m") else f"; timed at the {shape} shape"
+    print(f"{label} ({n_params / 1e9:.3g}B parameters{timed}), tp={args.tp}, {args.device}, {args.tokens:.3g} tokens: "
+          f"the loss gaps are {extrapolation_label(fit, n_params, args.tokens)}")
+    print(format_table(head, plan_rows(fit, n_params, args.tokens, steps), False))
+    print("\n".join(summary(fit, args, shape, n_params)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(guarded(main))

@@ -1,0 +1,359 @@
+"""The loss cost of fewer syncs against model size: budget_analysis (analysis/compare.py) of each width's budget
+sweep, combined across widths. Written by `python -m experiments.docs_study.run sizes`; read by analysis/plan.py.
+
+Notation. N: parameters as the trainer counts them (model.gpt.GPT.get_num_params: every parameter but the position
+embedding, the 'NNN.NNM parameters' of each run's log.txt; gpt_params below for a shape no run logged);
+u = log2 N; x = log2 T, T the training tokens. At each width every (policy, seed) chain has its own line of the
+paired gap (%) to the baseline of the same seed, gap_s(x) = a_s + b_s x (budget_analysis' per-seed fits).
+
+1. The crossover against size. At one width the crossover is where the seeds' mean line is 0,
+   x0 = -mean(a) / mean(b), located only where Fieller's 95% interval (compare.fieller) is bounded, i.e. where the
+   slope is told from 0; its variance by the delta method, v = (s_aa + 2 x0 s_ab + x0^2 s_bb) / (n mean(b)^2), from
+   the seeds' (co)variances of (a, b), with n - 1 degrees of freedom. Model:
+       x0(N) = alpha + c u,   i.e. crossover tokens proportional to N^c,
+   fitted by weighted least squares over the widths whose crossover is located (weights 1/v). The variance of any
+   weighted sum sum_i l_i x0_i is sum_i l_i^2 v_i, with Welch-Satterthwaite degrees of freedom; where the widths
+   scatter about the line by more than their v say (Birge ratio R = sum_i (r_i^2 / v_i) / (k - 2) > 1, k widths),
+   every variance is multiplied by R and the degrees of freedom are k - 2 (the scatter is then the estimate).
+   c's 95% interval: "not told from 0" where it holds 0 (the crossover does not move in tokens), and "not told
+   from 1" where it holds 1 (it does not move in tokens per parameter). The prediction interval at a new size
+   adds one new width's variance (the mean v of the fitted widths, times R). With one located width c is not
+   fitted: c is assumed 0 and the interval is that width's Fieller interval.
+2. The gap at any (N, T) (the planner's surface). Each chain's line evaluated at x, y_s = a_s + b_s x, is
+   regressed on u over all chains of all widths by ordinary least squares,
+       gap(x, u) = alpha0 + alpha1 u + (beta0 + beta1 u) x,
+   with the one-run (one seed) prediction interval  y_hat +- t(G - 2) s sqrt(1 + 1/G + (u - u_mean)^2 / S_uu),
+   G chains. The chains are independent runs (their budgets share a trunk, so they are taken whole, never budget
+   by budget). With one width (a single u) the size term is not measured: it is assumed 0 and the interval is
+   budget_analysis' one-seed interval, mean +- t(G - 1) sd sqrt(1 + 1/G).
+3. The slope per doubling of tokens against size: the chains' b_s regressed on u the same way (a confidence
+   interval for the mean slope at N, not a prediction).
+4. Parallel Track's question (arXiv 2602.07306: the cost of fewer syncs shrinks as models grow), answered at the
+   measured budgets: at each budget in iterations (the same tokens per parameter at every width), the seeds'
+   gaps regressed on u: points per doubling of parameters, with its t(G - 2) interval.
+"""
+import functools
+import math
+import statistics
+
+from analysis.compare import _fmt_ci, _tokens, fieller, fmean, format_table, t_quantile
+
+EXTRAPOLATE = {"1.5b": "xl", "70b": "70b"}  # labelled extrapolations: bench/step_model.py's SHAPES
+
+
+@functools.lru_cache(maxsize=None)
+def _t(level, df):
+    """The two-sided t quantile at `level` (cached: the planner's search evaluates gap_at a few thousand times)."""
+    return t_quantile(0.5 + level / 2, df)
+
+
+def gpt_params(n_layer, n_embd, vocab):
+    """get_num_params of the study's GPT (bias=False, tied head): per layer two LayerNorm weights (2C), attention
+    (4C^2) and MLP (8C^2); the token embedding (V C) and the final LayerNorm (C)."""
+    return n_layer * (12 * n_embd ** 2 + 2 * n_embd) + n_embd + vocab * n_embd
+
+
+def target_sizes():
+    """{label: N} of the extrapolation targets, counted as the trainer counts."""
+    from bench.step_model import SHAPES
+    return {label: gpt_params(SHAPES[s][0], SHAPES[s][2], SHAPES[s][3]) for label, s in EXTRAPOLATE.items()}
+
+
+def width_crossover(fits, level=0.95):
+    """One width's crossover from its seeds' (a, b) fits: dict(x, var, df, lo, hi) in log2 tokens (lo, hi: Fieller's
+    interval), None where that interval is unbounded (the slope not told from 0: no crossover located)."""
+    x0, interval, kind = fieller(fits, level)
+    if kind != "bounded" or x0 is None:
+        return None
+    n = len(fits)
+    a, b = fmean(f[0] for f in fits), fmean(f[1] for f in fits)
+    saa = statistics.variance([f[0] for f in fits])
+    sbb = statistics.variance([f[1] for f in fits])
+    sab = sum((f[0] - a) * (f[1] - b) for f in fits) / (n - 1)
+    return dict(x=x0, var=(saa + 2 * x0 * sab + x0 * x0 * sbb) / (n * b * b), df=n - 1, lo=interval[0], hi=interval[1])
+
+
+def _wls(points):
+    """Weighted least squares of x on u over points [{u, x, var, df}]: the sums the estimates and intervals need."""
+    w = [1.0 / p["var"] for p in points]
+    W = sum(w)
+    ub = sum(wi * p["u"] for wi, p in zip(w, points)) / W
+    xb = sum(wi * p["x"] for wi, p in zip(w, points)) / W
+    suu = sum(wi * (p["u"] - ub) ** 2 for wi, p in zip(w, points))
+    c = sum(wi * (p["u"] - ub) * p["x"] for wi, p in zip(w, points)) / suu
+    k = len(points)
+    q = sum(wi * (p["x"] - xb - c * (p["u"] - ub)) ** 2 for wi, p in zip(w, points))
+    return dict(w=w, W=W, ub=ub, xb=xb, suu=suu, c=c, k=k, birge=max(1.0, q / (k - 2)) if k > 2 else 1.0)
+
+
+def _combination(points, lam, s, extra=()):
+    """(variance, df) of sum_i lam_i x_i plus independent extra terms [(var, df)] (module docstring, 1)."""
+    terms = [(l * l * p["var"], p["df"]) for l, p in zip(lam, points)] + list(extra)
+    var = sum(t for t, _ in terms)
+    if s["birge"] > 1.0:
+        return s["birge"] * var, s["k"] - 2
+    return var, var * var / sum(t * t / df for t, df in terms if t > 0)
+
+
+def crossover_fit(points, level=0.95):
+    """log2 crossover tokens = alpha + c log2 N over the located widths [{u, x, var, df}]; None below two."""
+    if len(points) < 2:
+        return None
+    s = _wls(points)
+    lam = [wi * (p["u"] - s["ub"]) / s["suu"] for wi, p in zip(s["w"], points)]
+    var, df = _combination(points, lam, s)
+    half = _t(level, df) * math.sqrt(var)
+    return dict(c=s["c"], c_ci=half, alpha=s["xb"] - s["c"] * s["ub"], df=df, birge=s["birge"], widths=len(points),
+                c_told_from_0=abs(s["c"]) > half, c_told_from_1=abs(s["c"] - 1) > half)
+
+
+def crossover_at(points, n_params, level=0.95):
+    """(log2 tokens, lo, hi, how) of the crossover at N: the fitted line with its prediction interval for one new
+    width measured as these were; with one point, that width's crossover and Fieller interval (c assumed 0)."""
+    if len(points) == 1:
+        p = points[0]
+        return p["x"], p["lo"], p["hi"], "c assumed 0 (one width): that width's crossover and Fieller interval"
+    s = _wls(points)
+    d = math.log2(n_params) - s["ub"]
+    lam = [wi / s["W"] + d * wi * (p["u"] - s["ub"]) / s["suu"] for wi, p in zip(s["w"], points)]
+    new = (fmean(p["var"] for p in points), min(p["df"] for p in points))  # one more width, measured alike
+    var, df = _combination(points, lam, s, [new])
+    x = s["xb"] + s["c"] * d
+    half = _t(level, df) * math.sqrt(var)
+    return x, x - half, x + half, f"fitted line, 95% prediction interval ({df:.1f} df)"
+
+
+def regress_at(us, ys, u0, level=0.95, new=True):
+    """OLS of y on u, at u0: (value, half-width, df, size_measured). new: the prediction interval of one more
+    observation; else the interval of the mean. One distinct u: the mean, with the size term assumed 0."""
+    n = len(ys)
+    mean, ub = fmean(ys), fmean(us)
+    suu = sum((u - ub) ** 2 for u in us)
+    if suu == 0:
+        if n < 2:
+            return mean, None, 0, False
+        half = _t(level, n - 1) * statistics.stdev(ys) * math.sqrt((1 if new else 0) + 1 / n)
+        return mean, half, n - 1, False
+    slope = sum((u - ub) * (y - mean) for u, y in zip(us, ys)) / suu
+    value = mean + slope * (u0 - ub)
+    if n < 3:
+        return value, None, 0, True
+    s2 = sum((y - mean - slope * (u - ub)) ** 2 for u, y in zip(us, ys)) / (n - 2)
+    half = _t(level, n - 2) * math.sqrt(s2 * ((1 if new else 0) + 1 / n + (u0 - ub) ** 2 / suu))
+    return value, half, n - 2, True
+
+
+def ols_slope(us, ys, level=0.95):
+    """(slope of y on u, its t(n - 2) half-width): None for fewer than two distinct u."""
+    ub, yb = fmean(us), fmean(ys)
+    suu = sum((u - ub) ** 2 for u in us)
+    if suu == 0:
+        return None
+    slope = sum((u - ub) * (y - yb) for u, y in zip(us, ys)) / suu
+    if len(us) < 3:
+        return slope, None
+    s2 = sum((y - yb - slope * (u - ub)) ** 2 for u, y in zip(us, ys)) / (len(us) - 2)
+    return slope, _t(level, len(us) - 2) * math.sqrt(s2 / suu)
+
+
+def gap_at(chains, n_params, tokens, level=0.95):
+    """The one-run gap (%) of a policy at N parameters and T tokens: dict(gap, pi, df, size_measured)."""
+    x = math.log2(tokens)
+    value, half, df, measured = regress_at([math.log2(c["n_params"]) for c in chains],
+                                           [c["a"] + c["b"] * x for c in chains], math.log2(n_params), level)
+    return dict(gap=value, pi=half, df=df, size_measured=measured)
+
+
+def slope_at(chains, n_params, level=0.95):
+    """The mean slope (points per doubling of tokens) at N with its confidence interval: dict(slope, ci, df, ...)."""
+    value, half, df, measured = regress_at([math.log2(c["n_params"]) for c in chains], [c["b"] for c in chains],
+                                           math.log2(n_params), level, new=False)
+    return dict(slope=value, ci=half, df=df, size_measured=measured)
+
+
+def policy_fit(items, targets, level=0.95):
+    """One policy across widths, items [(width dict, its budget_analysis entry)], smallest first: per width its
+    slope and crossover, the chains, the crossover fit, the extrapolations and the gap against size per budget."""
+    rows, points, chains, by_iters = [], [], [], {}
+    for w, e in items:
+        u = math.log2(w["n_params"])
+        fits = [(f["a"], f["b"]) for f in e["fits"].values()]
+        cross = width_crossover(fits, level) if len(fits) >= 2 else None
+        rows.append(dict(width=w["width"], n_params=w["n_params"], slope=e.get("slope"), slope_ci=e.get("slope_ci"),
+                         crossover_tokens=e.get("crossover_tokens"), crossover_interval=e.get("crossover_interval"),
+                         located=cross is not None, in_range=bool(e.get("crossover_in_range")),
+                         budgets=[dict(iters=b["iters"], tokens=b["tokens"], tokens_per_param=b["tokens"] / w["n_params"],
+                                       gap=b["gap"], gap_ci=b["gap_ci"], n=b["n"], verdict=b["verdict"])
+                                  for b in e["budgets"]]))
+        if cross:
+            points.append(dict(u=u, width=w["width"], in_range=bool(e.get("crossover_in_range")), **cross))
+        chains += [dict(width=w["width"], n_params=w["n_params"], seed=seed, a=f["a"], b=f["b"])
+                   for seed, f in e["fits"].items()]
+        for b in e["budgets"]:
+            by_iters.setdefault(b["iters"], []).extend((u, g) for g in b["gaps"].values())
+    extrapolation = {}
+    for label, n in targets.items():
+        if points:
+            x, lo, hi, how = crossover_at(points, n, level)
+            extrapolation[label] = dict(n_params=n, tokens=2 ** x, pi=[2 ** lo, 2 ** hi], how=how)
+    slope_trend = ols_slope([math.log2(c["n_params"]) for c in chains], [c["b"] for c in chains], level)
+    gap_vs_size = []
+    for iters, pts in sorted(by_iters.items()):
+        fit = ols_slope(*zip(*pts), level)
+        if fit:
+            gap_vs_size.append(dict(iters=iters, points_per_doubling=fit[0], ci=fit[1], n=len(pts)))
+    return dict(syncs=items[0][1]["syncs"], widths=rows, located=points, crossover_fit=crossover_fit(points, level),
+                extrapolation=extrapolation, chains=chains, gap_vs_size=gap_vs_size,
+                slope_vs_size=None if slope_trend is None else dict(per_doubling=slope_trend[0], ci=slope_trend[1]))
+
+
+def size_fit(widths, level=0.95):
+    """size_fit.json's content. widths: [dict(width, n_params, non_embedding, runs, sweep, analysis)], analysis
+    the budget_analysis entries of that width's sweep."""
+    widths = sorted(widths, key=lambda w: w["n_params"])
+    targets = target_sizes()
+    items = {}
+    for w in widths:
+        for e in w["analysis"]:
+            items.setdefault(e["policy"], []).append((w, e))
+    order = sorted(items, key=lambda p: (-(items[p][0][1]["syncs"] or 0), p))
+    tpp = [b["tokens"] / w["n_params"] for w in widths for e in w["analysis"] for b in e["budgets"]]
+    return dict(
+        made_by="python -m experiments.docs_study.run sizes (analysis/size_trend.py: its docstring states the models)",
+        level=level, size_measured=len(widths) > 1, targets=targets,
+        measured=dict(n_params=[widths[0]["n_params"], widths[-1]["n_params"]], tokens_per_param=[min(tpp), max(tpp)]),
+        widths=[dict(width=w["width"], n_params=w["n_params"], non_embedding=w["non_embedding"], runs=w["runs"],
+                     sweep=w["sweep"], budgets=sorted({(b["iters"], b["tokens"]) for e in w["analysis"]
+                                                       for b in e["budgets"]})) for w in widths],
+        policies={p: policy_fit(items[p], targets, level) for p in order})
+
+
+def _m(n):
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+
+
+def _cross_cell(r):
+    if r["slope"] is None or r["slope_ci"] is None:
+        return "—"
+    if not r["located"]:
+        return "none located (slope not told from 0)"
+    lo, hi = r["crossover_interval"]
+    where = "within the range" if r["in_range"] else "extrapolated"
+    return (f"{_tokens(r['crossover_tokens'])} [{_tokens(lo)}, {_tokens(hi)}] = {r['crossover_tokens'] / r['n_params']:.2g} "
+            f"[{lo / r['n_params']:.2g}, {hi / r['n_params']:.2g}] per param, {where}")
+
+
+def _fit_text(fit, policy):
+    f = fit["policies"][policy]["crossover_fit"]
+    located = fit["policies"][policy]["located"]
+    if f is None:
+        return (f"not fitted: a crossover located at {len(located)} width(s)"
+                + ("; c assumed 0" if located else ""))
+    told = "told from 0" if f["c_told_from_0"] else "not told from 0"
+    per_param = "told from 1" if f["c_told_from_1"] else "not told from 1 (constant tokens per parameter)"
+    return (f"c = {_fmt_ci(f['c'], f['c_ci'])} ({f['widths']} widths, {f['df']:.1f} df, Birge R {f['birge']:.2f}): "
+            f"{told}; {per_param}")
+
+
+def size_table(fit):
+    """size_table.md: the sizes, then per policy and width the slope and crossover, then the fits across sizes."""
+    lines = ["# The loss cost of fewer syncs against model size", "",
+             "Made by `python -m experiments.docs_study.run sizes` from each width's budget sweep; the models are "
+             "stated in analysis/size_trend.py's docstring. N: parameters as the trainer counts them (get_num_params: "
+             "all but the position embedding; each run's config.json 'derived', log.txt's 'NNN.NNM parameters'); "
+             "non-embedding: N minus vocab x width.", ""]
+    lines += [format_table(["width", "N", "non-embedding", "runs", "budgets: tokens (tokens per parameter)", "sweep"],
+                           [[str(w["width"]), _m(w["n_params"]), _m(w["non_embedding"]), str(w["runs"]),
+                             ", ".join(f"{_tokens(t)} ({t / w['n_params']:.3g})" for _, t in w["budgets"]), w["sweep"]]
+                            for w in fit["widths"]], True), ""]
+    if not fit["size_measured"]:
+        lines += ["**One width measured: the size trend is not measured.** Every fit across sizes below assumes "
+                  "c = 0 (the crossover at the same tokens at every size); the extrapolations are that width's "
+                  "numbers carried over, not predictions from a trend.", ""]
+    rows = []
+    for p, e in fit["policies"].items():
+        for r in e["widths"]:
+            rows.append([p, str(e["syncs"]), str(r["width"]), _fmt_ci(r["slope"], r["slope_ci"]) if r["slope"] is not None
+                         else "—", _cross_cell(r)])
+    lines += ["## Per width", "", format_table(["policy", "syncs/fwd", "width", "slope, points per doubling of tokens",
+                                                  "crossover: tokens [Fieller 95%] = tokens per parameter"], rows, True), ""]
+    rows = []
+    for p, e in fit["policies"].items():
+        ext = [f"{_tokens(x['tokens'])} [{_tokens(x['pi'][0])}, {_tokens(x['pi'][1])}] = "
+               f"{x['tokens'] / x['n_params']:.2g} per param" + (" (c = 0 assumed)" if x["how"].startswith("c assumed")
+                                                                  else "") for x in e["extrapolation"].values()]
+        sv = e["slope_vs_size"]
+        gaps = "; ".join(f"{g['iters']} it {_fmt_ci(g['points_per_doubling'], g['ci'])}" for g in e["gap_vs_size"])
+        rows.append([p, _fit_text(fit, p), *(ext or ["—"] * len(fit["targets"])),
+                     "—" if sv is None else _fmt_ci(sv["per_doubling"], sv["ci"]), gaps or "—"])
+    head = ["policy", "log2 crossover = alpha + c log2 N"] + [
+        f"crossover at {k} ({_m(n)}), extrapolated [95% PI]" for k, n in fit["targets"].items()] + [
+        "slope's change per doubling of N", "gap per doubling of N at matched tokens per parameter (points)"]
+    lines += ["## Across sizes", "", format_table(head, rows, True), "",
+              "c: the crossover in tokens grows as N^c (c = 1: the same tokens per parameter at every size). "
+              "Extrapolations are labelled: they rest on the stated line, far outside the measured sizes."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_crossovers(fit, path):
+    """crossover_vs_params.png: crossover tokens against N, log-log, one colour per policy: each width's crossover
+    with its Fieller 95% interval (hollow where it is an extrapolation of that width's line), the fitted line and
+    its 95% prediction band out to the extrapolation targets; grey, the measured tokens per parameter."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from training.config import save_figure
+
+    fig, ax = plt.subplots(figsize=(9, 6))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    n_lo, n_hi = fit["measured"]["n_params"]
+    top = max(fit["targets"].values())
+    grid = [2 ** (math.log2(n_lo / 1.5) + i * math.log2(top * 1.5 * 1.5 / n_lo) / 60) for i in range(61)]
+    for i, r in enumerate(fit["measured"]["tokens_per_param"]):  # the measured budgets' range, labelled apart
+        ax.plot(grid, [r * n for n in grid], ":", color="gray", lw=1)
+        ax.annotate(f"{r:.2g} tokens/param", (grid[2 + 12 * i], r * grid[2 + 12 * i]), fontsize=7, color="gray",
+                    ha="left", va="bottom")
+    none = []
+    for k, (policy, e) in enumerate(fit["policies"].items()):
+        color = colors[k % len(colors)]
+        if not e["located"]:
+            none.append(policy)
+            continue
+        for p in e["located"]:
+            n, t = 2 ** p["u"], 2 ** p["x"]
+            ax.errorbar([n], [t], yerr=[[t - 2 ** p["lo"]], [2 ** p["hi"] - t]], fmt="o", color=color, capsize=3,
+                        mfc=color if p["in_range"] else "white", ms=7)
+        label = f"{policy} ({e['syncs']} syncs/fwd): " + (
+            f"c = {_fmt_ci(e['crossover_fit']['c'], e['crossover_fit']['c_ci'])}" if e["crossover_fit"]
+            else "one width, c assumed 0")
+        bands = [crossover_at(e["located"], n, fit["level"]) for n in grid]
+        ax.plot(grid, [2 ** b[0] for b in bands], "-" if e["crossover_fit"] else "--", color=color, lw=1.5,
+                label=label)
+        if e["crossover_fit"]:  # with c assumed 0 there is no band, only the measured width's interval carried
+            ax.fill_between(grid, [2 ** b[1] for b in bands], [2 ** b[2] for b in bands], color=color, alpha=0.08, lw=0)
+        for x in e["extrapolation"].values():  # side by side, not on top of each other
+            n = x["n_params"] * 1.12 ** (k - 2)
+            ax.errorbar([n], [x["tokens"]], yerr=[[x["tokens"] - x["pi"][0]], [x["pi"][1] - x["tokens"]]],
+                        fmt="s", color=color, mfc="white", capsize=3, ms=6)
+    for label_t, n in fit["targets"].items():
+        ax.axvline(n, color="black", lw=0.6, ls="--")
+        ax.text(n * 0.8, 0.02, f"{label_t} (extrapolated)", fontsize=7, rotation=90, va="bottom", ha="right",
+                transform=ax.get_xaxis_transform())
+    ax.axvspan(n_lo / 1.1, n_hi * 1.1, color="green", alpha=0.06, lw=0, label="measured sizes")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("parameters N (the trainer's count: all but the position embedding)")
+    ax.set_ylabel("crossover: training tokens where the gap to baseline is 0")
+    title = "Where each policy's loss gap crosses 0, against model size"
+    if not fit["size_measured"]:
+        title += "\none width measured: no size trend; dashed lines carry its crossover over with c = 0 (assumed)"
+    if none:
+        title += f"\nno crossover located (slope not told from 0): {', '.join(none)}"
+    ax.set_title(title + "\npoints: Fieller 95% (hollow: past the measured budgets); band and squares: 95% PI"
+                 "\ndotted: the measured budgets' tokens per parameter",
+                 fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)

@@ -1,0 +1,231 @@
+"""The size axis of the budget study (analysis/size_trend.py), its `sizes` report (experiments/docs_study/run.py) and
+the planner (analysis/plan.py), on hand-computed cases and on the committed 768-wide records."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from analysis import plan
+from analysis.compare import t_quantile
+from analysis.size_trend import (crossover_at, crossover_fit, gap_at, gpt_params, size_fit, size_table, slope_at,
+                                 width_crossover)
+from experiments.docs_study import run as study
+from tests.conftest import REPO, run_env
+
+T95 = lambda df: t_quantile(0.975, df)
+
+
+def test_gpt_params_is_the_trainers_count():
+    # 12 (12 * 768^2 + 2 * 768) + 768 + 50304 * 768 = 84,953,088 + 768 + 38,633,472: config.json's derived n_params
+    # of every 768-wide run (log.txt: '123.59M parameters'); width 256: 9,443,328 + 256 + 12,877,824
+    assert gpt_params(12, 768, 50304) == 123_587_328
+    assert gpt_params(12, 256, 50304) == 22_321_408
+    with open(os.path.join(REPO, "experiments", "docs_study", "budgets", "runs", "d768-b320-baseline-s1337",
+                           "config.json")) as f:
+        assert json.load(f)["derived"]["n_params"] == gpt_params(12, 768, 50304)
+
+
+def three_widths(x0s=(24, 25, 26)):
+    """Widths at u = log2 N = 20, 21, 22, each with 3 seeds of slope b = 2 and intercepts -2 x0 - 1, -2 x0, -2 x0 + 1:
+    mean line 2 (x - x0), so the crossover is x0; s_aa = 1, s_bb = s_ab = 0, so v = s_aa / (n b^2) = 1 / 12."""
+    points = []
+    for u, x0 in zip((20, 21, 22), x0s):
+        c = width_crossover([(-2 * x0 - 1, 2.0), (-2 * x0, 2.0), (-2 * x0 + 1, 2.0)])
+        points.append(dict(u=u, **c))
+    return points
+
+
+def test_crossover_against_size_hand_case():
+    points = three_widths()
+    # one width: x0 = 24, v = 1/12 with 2 df; Fieller's interval is 24 -+ t(2) sqrt(v) here (no spread in b)
+    assert points[0]["x"] == pytest.approx(24) and points[0]["var"] == pytest.approx(1 / 12) and points[0]["df"] == 2
+    assert points[0]["lo"] == pytest.approx(24 - T95(2) * math.sqrt(1 / 12))
+    fit = crossover_fit(points)
+    # x0 = 4 + u exactly: c = 1, alpha = 4, no residual (Birge R = 1). Equal weights 12: lambda_c = (u - 21) / 2,
+    # Var(c) = sum lambda^2 v = 2 (1/4)(1/12) = 1/24; Satterthwaite df = (1/24)^2 / (2 (1/48)^2 / 2) = 4
+    assert fit["c"] == pytest.approx(1.0) and fit["alpha"] == pytest.approx(4.0) and fit["birge"] == 1.0
+    assert fit["df"] == pytest.approx(4.0)
+    assert fit["c_ci"] == pytest.approx(T95(4) * math.sqrt(1 / 24))  # 2.7764 * 0.20412 = 0.5667
+    assert fit["c_told_from_0"] and not fit["c_told_from_1"]
+    # at u = 30: x = 34; lambda_i = 1/3 + 9 (u_i - 21) / 2 = (-25/6, 1/3, 29/6), sum lambda^2 v = 1470/432,
+    # plus one new width's v = 1/12 = 36/432: 1506/432; df = 1506^2 * 2 / (625^2 + 4^2 + 841^2 + 36^2) = 4.1266
+    x, lo, hi, how = crossover_at(points, 2 ** 30)
+    df = 1506 ** 2 * 2 / (625 ** 2 + 4 ** 2 + 841 ** 2 + 36 ** 2)
+    assert x == pytest.approx(34.0) and df == pytest.approx(4.1266, abs=1e-4)
+    assert hi - x == pytest.approx(T95(df) * math.sqrt(1506 / 432)) and x - lo == pytest.approx(hi - x)
+    assert "prediction interval" in how
+
+
+def test_scatter_beyond_the_seeds_widens_c():
+    # x0 = 24, 26, 26: c = (26 - 24) / 2 = 1, residuals (-1/3, 2/3, -1/3), Q = 12 * 6/9 = 8 over k - 2 = 1: R = 8;
+    # Var(c) = 8 * 1/24 = 1/3 with 1 df: half-width t(1) sqrt(1/3) = 7.34, so c is told from neither 0 nor 1
+    fit = crossover_fit(three_widths((24, 26, 26)))
+    assert fit["c"] == pytest.approx(1.0) and fit["birge"] == pytest.approx(8.0) and fit["df"] == 1
+    assert fit["c_ci"] == pytest.approx(T95(1) * math.sqrt(1 / 3))
+    assert not fit["c_told_from_0"] and not fit["c_told_from_1"]
+
+
+def test_no_crossover_where_the_slope_is_not_told_from_0():
+    # slopes +1 and -1: mean 0, Fieller unbounded: no crossover located, and no fit from fewer than two widths
+    assert width_crossover([(0.0, 1.0), (0.0, -1.0), (1.0, 0.5)]) is None
+    assert crossover_fit(three_widths()[:1]) is None
+    x, lo, hi, how = crossover_at(three_widths()[:1], 2 ** 30)  # one width: carried over, c assumed 0
+    assert x == pytest.approx(24) and "c assumed 0" in how
+
+
+def test_gap_surface_prediction_interval_hand_case():
+    # chains at u = 10, 10, 12, 12 with b = 0.5 and a = -1, 1, 3, 5: at 16 tokens (x = 4) y = 1, 3, 5, 7.
+    # OLS on u: u_mean 11, S_uu 4, slope 8 / 4 = 2, mean 4; residuals -1, 1, -1, 1: s^2 = 4 / 2 = 2.
+    # At u = 13: 4 + 2 * 2 = 8, half = t(2) sqrt(2 (1 + 1/4 + 4/4)) = 4.3027 * 2.1213 = 9.1273
+    chains = [dict(n_params=2 ** u, a=a, b=0.5) for u, a in ((10, -1), (10, 1), (12, 3), (12, 5))]
+    g = gap_at(chains, 2 ** 13, 16)
+    assert g["gap"] == pytest.approx(8.0) and g["df"] == 2 and g["size_measured"]
+    assert g["pi"] == pytest.approx(T95(2) * math.sqrt(4.5))
+    s = slope_at(chains, 2 ** 13)  # every b is 0.5: the mean slope is 0.5 with no spread
+    assert s["slope"] == pytest.approx(0.5) and s["ci"] == pytest.approx(0.0, abs=1e-12)
+    # one width: no size term (c assumed 0); mean 2, sd sqrt(2), half t(1) sqrt(2) sqrt(1 + 1/2), the same at any N
+    one = gap_at(chains[:2], 2 ** 30, 16)
+    assert one["gap"] == pytest.approx(2.0) and not one["size_measured"]
+    assert one["pi"] == pytest.approx(T95(1) * math.sqrt(3))
+
+
+def test_one_width_gap_is_the_budget_studys_extrapolation():
+    # with the 768 sweep alone, gap_at at the seed's tokens is budget_analysis' one-seed prediction (§0's +19.8 ± 7.5
+    # for grouped:12): the same formula, from the same per-seed lines
+    with open(os.path.join(REPO, "experiments", "docs_study", "budgets", "stats.json")) as f:
+        entries = json.load(f)["budgets"]
+    for e in entries:
+        if "target_pi" not in e:
+            continue
+        chains = [dict(n_params=123_587_328, a=f["a"], b=f["b"]) for f in e["fits"].values()]
+        g = gap_at(chains, 1.5e9, e["target_tokens"])
+        assert g["gap"] == pytest.approx(e["target_gap"]) and g["pi"] == pytest.approx(e["target_pi"])
+        c = width_crossover([(f["a"], f["b"]) for f in e["fits"].values()])
+        if e.get("crossover_interval") and e["trend"] != "flat":
+            assert [2 ** c["lo"], 2 ** c["hi"]] == pytest.approx(e["crossover_interval"])
+
+
+def test_committed_size_outputs_regenerate_from_the_stored_runs():
+    widths = study.load_widths(study.SIZE_SWEEPS, study.BUDGET_SWEEP)
+    fit = size_fit(widths)
+    with open(os.path.join(REPO, study.SIZE_SWEEPS, "size_fit.json")) as f:
+        assert f.read() == json.dumps(fit, indent=1) + "\n"
+    with open(os.path.join(REPO, study.SIZE_SWEEPS, "size_table.md")) as f:
+        assert f.read() == size_table(fit)
+
+
+def test_sizes_refuses_a_width_without_runs_and_less_data(tmp_path):
+    (tmp_path / "w256" / "runs").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="w256.*no run directories"):
+        study.size_report(str(tmp_path), study.BUDGET_SWEEP)
+    (tmp_path / "w256" / "runs").rmdir()
+    (tmp_path / "w256").rmdir()
+    (tmp_path / "size_fit.json").write_text(json.dumps({"widths": [{"width": 768, "runs": 999}]}))
+    with pytest.raises(SystemExit, match="made from more runs"):
+        study.size_report(str(tmp_path), study.BUDGET_SWEEP)
+    assert sorted(os.listdir(tmp_path)) == ["size_fit.json"]  # nothing written
+
+
+def fake_fit(tmp_path):
+    """A policy measured at N = 2^20 and 2^22 (tokens per parameter 1 to 8), two seeds each with flat lines at 1% and
+    3%: at N = 2^21 (u = 21, the chains' mean u, so (u - u_mean)^2 / S_uu = 0) the gap is 2%, s^2 = 4 / 2 = 2, with
+    half-width t(2) sqrt(2 (1 + 1/4)) = t(2) sqrt(2.5) = 4.3027 * 1.5811 = 6.8030."""
+    chains = [dict(width=w, n_params=n, seed=s, a=a, b=0.0) for w, n in ((64, 2 ** 20), (128, 2 ** 22))
+              for s, a in ((1, 1.0), (2, 3.0))]
+    fit = dict(level=0.95, size_measured=True, measured=dict(n_params=[2 ** 20, 2 ** 22], tokens_per_param=[1, 8]),
+               widths=[dict(width=64, n_params=2 ** 20), dict(width=128, n_params=2 ** 22)],
+               policies={"grouped:12": dict(chains=chains)})
+    path = tmp_path / "size_fit.json"
+    path.write_text(json.dumps(fit))
+    return str(path)
+
+
+# a fake step of 2.4 minutes (144,000 ms = 0.04 h) for the baseline and 80% of it for the policy: times in hours
+STEPS = {"baseline": dict(spec="baseline", syncs=24, base_ms=144_000.0, ms=144_000.0, saving=0.0, lo=0.0, hi=0.0,
+                          time_error=20.0),
+         "grouped:12": dict(spec="grouped:12", syncs=1, base_ms=144_000.0, ms=115_200.0, saving=20.0, lo=10.0, hi=30.0,
+                            time_error=20.0)}
+
+
+def test_planner_hand_case(tmp_path, monkeypatch, capsys):
+    # baseline loss L = B / T (E = A = 0, B = 1, b = 1): the policy reaches L(T) at T' = T (1 + gap / 100).
+    # T = 12,288,000 = 1,000 steps of 12,288 tokens at N = 2^21 (5.86 tokens per parameter: measured range).
+    # baseline: 1,000 steps x 0.04 h = 40.0 h. grouped:12: gap 2% -> T' = 1.02 T, 1,020 steps x 0.032 h = 32.6 h;
+    # bounds: gap 2 -+ 6.8030 -> T' = 0.951970 T at 0.04 (1 - 0.30) = 0.028 h per step: 26.7 h; 1.088030 T at 0.036 h: 39.2 h
+    monkeypatch.setattr(plan, "CHINCHILLA", dict(E=0.0, A=0.0, B=1.0, a=1.0, b=1.0))
+    monkeypatch.setattr(plan, "step_savings", lambda shape, tp, policies, device, n_tracks: STEPS)
+    assert plan.main(["--fit", fake_fit(tmp_path), "--size", "2097152", "--tokens", "12288000", "--tp", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("baseline ", "grouped:12 "))}
+    assert "40.0 h ±20%" in rows["baseline"]
+    half = T95(2) * math.sqrt(2.5)
+    assert f"+2.00% [{2 - half:+.2f}, {2 + half:+.2f}]" in rows["grouped:12"] and half == pytest.approx(6.8030, abs=1e-4)
+    assert "+20% [+10, +30]" in rows["grouped:12"] and "1.25e+07" in rows["grouped:12"]
+    assert f"32.6 h [{(1 - (half - 2) / 100) * 28:.1f} h, {(1 + (2 + half) / 100) * 36:.1f} h]" in rows["grouped:12"]
+    assert "32.6 h [26.7 h, 39.2 h]" in rows["grouped:12"]
+    assert "measured range" in rows["grouped:12"] and "within the measured range" in out
+
+
+def test_planner_does_not_reach_when_the_baseline_loss_stops_falling(tmp_path, monkeypatch, capsys):
+    # b = 0: the baseline's loss does not fall with tokens, so a policy 2% worse never reaches it
+    monkeypatch.setattr(plan, "CHINCHILLA", dict(E=0.0, A=0.0, B=1.0, a=1.0, b=0.0))
+    monkeypatch.setattr(plan, "step_savings", lambda shape, tp, policies, device, n_tracks: STEPS)
+    plan.main(["--fit", fake_fit(tmp_path), "--size", "2e6", "--tokens", "1.2e7"])
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("grouped:12 "))
+    assert row.rstrip().endswith("does not reach it")
+
+
+@pytest.mark.parametrize("args, named", [(["--size", "2x"], "'2x'"), (["--tokens", "lots"], "'lots'"),
+                                         (["--tp", "3"], "3"), (["--n_tracks", "6"], "--n_tracks 6")])
+def test_planner_bad_input_is_one_line(args, named, capsys):
+    with pytest.raises(SystemExit) as stop:
+        plan.main(args)
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and named in err
+    assert "allowed" in err or "choose from" in err
+
+
+def test_planner_command_line_refuses_in_one_line():
+    proc = subprocess.run([sys.executable, "-m", "analysis.plan", "--size", "2x"], cwd=REPO, env=run_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("error: --size '2x': allowed: 124m") and len(proc.stderr.splitlines()) == 1
+
+
+def fake_widths():
+    """Three widths at N = 2^20, 2^21, 2^22 with the seeds of three_widths (x0 = 4 + u: 16 tokens per parameter at
+    every size) and two budgets at 8 and 16 tokens per parameter (x = u + 3, u + 4)."""
+    widths = []
+    for u in (20, 21, 22):
+        x0 = 4 + u
+        fits = {str(s): dict(a=-2 * x0 + d, b=2.0, budgets=2) for s, d in ((1, -1), (2, 0), (3, 1))}
+        budgets = [dict(iters=it, tokens=2 ** x, n=3, gap=2 * (x - x0), gap_ci=1.0, verdict="better",
+                        gaps={s: f["a"] + 2 * x for s, f in fits.items()}) for it, x in ((320, u + 3), (640, u + 4))]
+        entry = dict(policy="grouped:12", syncs=1, fits=fits, budgets=budgets, slope=2.0, slope_ci=0.0,
+                     crossover_tokens=2 ** x0, crossover_interval=[2 ** (x0 - 1), 2 ** (x0 + 1)],
+                     crossover_in_range=False)
+        widths.append(dict(width=2 ** (u - 14), n_params=2 ** u, non_embedding=2 ** u // 2, runs=18, sweep=f"w{u}",
+                           analysis=[entry]))
+    return widths
+
+
+def test_size_fit_across_widths(tmp_path):
+    fit = size_fit(fake_widths())
+    e = fit["policies"]["grouped:12"]
+    assert fit["size_measured"] and len(e["located"]) == 3 and len(e["chains"]) == 9
+    assert e["crossover_fit"]["c"] == pytest.approx(1.0)  # the hand case above: c = 1, told from 0, not from 1
+    assert e["crossover_fit"]["c_ci"] == pytest.approx(T95(4) * math.sqrt(1 / 24))
+    # at 8 tokens per parameter every seed's gap is 2 (u + 3) - 2 (4 + u) + d = -2 + d at every size: slope 0
+    assert [g["points_per_doubling"] for g in e["gap_vs_size"]] == pytest.approx([0.0, 0.0], abs=1e-9)
+    assert e["slope_vs_size"]["per_doubling"] == pytest.approx(0.0, abs=1e-12)
+    # the 1.5B extrapolation: 16 tokens per parameter, as at every measured size
+    x = e["extrapolation"]["1.5b"]
+    assert x["tokens"] / x["n_params"] == pytest.approx(16.0) and "prediction interval" in x["how"]
+    table = size_table(fit)
+    assert "c = +1.00 ± 0.57" in table and "told from 0; not told from 1" in table
+    from analysis.size_trend import plot_crossovers
+    plot_crossovers(fit, str(tmp_path / "crossover.png"))
+    assert (tmp_path / "crossover.png").stat().st_size > 10_000
