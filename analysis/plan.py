@@ -169,7 +169,7 @@ def summary(fit, args, shape, n_params):
     trend = ("across widths" if fit["size_measured"] else
              "at one width: the size trend is NOT measured; c = 0 assumed (the gap follows tokens, not N)")
     return [f"Measured: loss gaps of 12-layer GPTs at widths {widths}, {r_lo:.2g}-{r_hi:.2g} tokens per parameter, "
-            f"n_tracks 4, WSD schedule, 3 seeds ({trend}). Extrapolated: the gap to N = {n_params / 1e9:.3g}B and "
+            f"n_tracks 4, WSD schedule, paired seeds per cell as each width's budget_table.md says ({trend}). Extrapolated: the gap to N = {n_params / 1e9:.3g}B and "
             f"{args.tokens / n_params:.3g} tokens per parameter. Modeled: every step time (bench/step_model.py, "
             f"{shape} at tp={args.tp}, n_tracks {args.n_tracks}, {args.device}); the baseline's loss against tokens "
             f"(Chinchilla's law, assumed).",

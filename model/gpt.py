@@ -419,13 +419,14 @@ class GPT(nn.Module):
         Returns a list aligned with the plan's slots."""
         tensors = self._partial_tensors
         if not tensors or not torch.is_grad_enabled() or self.tp == 1:
-            # One rank: nothing to sum. Also sidesteps a miscompile: compiled by inductor on CUDA
-            # (torch 2.11, tp=1), the grads of these params had the params' own norm, 67.9 = the
-            # norm of grouped:2's 12 LayerNorm weights (ones) in a 6 x 384 model: apparently the
-            # params themselves (EXPERIMENT_SUMMARY.md section 1c).
-            return tensors
-        flat = comm.copy_to_tp_region(torch.cat([t.reshape(-1) for t in tensors]), self.tp_group, "tp_grad")
-        return [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+            return tensors  # one rank: nothing to sum
+        # Every slot is a [n_embd] vector, so they enter f as rows of one stack and leave by unbind. Not as
+        # slices of a flat cat: inductor on CUDA (torch 2.10 and later, its mix-order reduction) leaves the
+        # gradients of LayerNorm weights that are slices of one tensor wrong once a reduction spans ~16k
+        # rows (https://github.com/pytorch/pytorch/issues/193061, where unbind is what avoided it); here it
+        # drifted the 124M tp=2 launch (experiments/compiler_repros/README.md).
+        stacked = comm.copy_to_tp_region(torch.stack(tensors), self.tp_group, "tp_grad")
+        return list(stacked.unbind(0))
 
     def _sync_biases(self, partial):
         """Every region's synced-GEMM bias (_plan_sublayers), from the partial params: one matmul."""

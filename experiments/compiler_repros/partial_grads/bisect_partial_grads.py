@@ -26,11 +26,25 @@ the smallest one that still fails, and to check a replacement at tp=2:
     coalesced_f   one Function over all the parameters: forward returns each as a view, backward
                   concatenates their gradients and all-reduces them once (a candidate replacement:
                   one collective, and no cat in the forward)
+    stack_f       f(stack(params)).unbind(0): what the model does now at tp >= 2 (every slot is an
+                  [n_embd] vector), the rewrite that https://github.com/pytorch/pytorch/issues/193061
+                  reports avoids inductor's fault
+    cat_f_no_mix  cat_f with torch._inductor.config.triton.mix_order_reduction off, the optimization that
+                  issue names as the cause (torch 2.10 and later, CUDA)
+
+The fault needs a LayerNorm-weight gradient reduced over ~16k rows or more: the default char384 shape at
+batch 8 x 64 is far below it. The 124M launch's case (the drift of compiled training at tp=2, found with
+bench.compile_check --shape 124m --block_size 1024 --batch_size 4 --micro_steps 2):
+
+    torchrun --standalone --nproc_per_node=2 -m experiments.compiler_repros.partial_grads.bisect_partial_grads \
+        --shape 124m --n_tracks 4 --block_size 1024 --batch_size 4 --micro_steps 2 --policies grouped:2 \
+        --variants cat_f,stack_f,coalesced_f,cat_f_no_mix --out_dir OUT
 
 Exit code 0; the table (rank 0; <out_dir>/bisect_partial_grads_tp<N>.md) says PASS or FAIL per variant
 and policy.
 """
 import argparse
+import contextlib
 import os
 import sys
 
@@ -39,6 +53,7 @@ if __name__ == "__main__" and not __package__:  # run by its path: the imports b
              + " ".join(sys.argv[1:]))
 
 import torch
+import torch._inductor.config as inductor_config
 import torch.distributed as dist
 
 from bench import compile_check
@@ -86,7 +101,11 @@ VARIANTS = {
     "cat_clone_fn": lambda tensors, group: _split_like(_CopyIdentity.apply(_flat(tensors)), tensors),
     "per_param_f": lambda tensors, group: [comm.copy_to_tp_region(t, group, "tp_grad") for t in tensors],
     "coalesced_f": lambda tensors, group: list(_CoalescedCopyToTPRegion.apply(group, *tensors)),
+    "stack_f": lambda tensors, group: list(comm.copy_to_tp_region(torch.stack(tensors), group, "tp_grad").unbind(0)),
 }
+VARIANTS["cat_f_no_mix"] = VARIANTS["cat_f"]
+NO_MIX_ORDER = {"cat_f_no_mix"}  # compiled under inductor_config.patch(NO_MIX_ORDER_PATCH)
+NO_MIX_ORDER_PATCH = {"triton.mix_order_reduction": False}
 
 
 def main(argv=None):
@@ -94,6 +113,11 @@ def main(argv=None):
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--policies", default="grouped:2,spd")
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--shape", choices=sorted(compile_check.SHAPES), default="char384")
+    p.add_argument("--n_tracks", type=int, default=2)
+    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--block_size", type=int, default=64)
+    p.add_argument("--micro_steps", type=int, default=1)
     p.add_argument("--backend", default="inductor")
     p.add_argument("--tol", type=float, default=1e-3)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -105,11 +129,13 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), None if args.device == "auto" else args.device)
-    check_args = argparse.Namespace(shape="char384", micro_steps=1, n_tracks=2, steps=args.steps, batch_size=8,
-                                    block_size=64, lr=0.05, backend=args.backend)
+    check_args = argparse.Namespace(shape=args.shape, micro_steps=args.micro_steps, n_tracks=args.n_tracks,
+                                    steps=args.steps, batch_size=args.batch_size, block_size=args.block_size,
+                                    lr=0.05, backend=args.backend)
     where = torch.cuda.get_device_name() if mesh.device.startswith("cuda") else "cpu"
     lines = [f"# partial-gradient construction variants, compiled ({args.backend}) vs eager at tp={mesh.tp}: "
-             f"{where}, torch {torch.__version__}, {args.steps} SGD steps, fp32\n",
+             f"{where}, torch {torch.__version__}, {args.steps} SGD steps, fp32; shape {args.shape}, n_tracks "
+             f"{args.n_tracks}, batch {args.batch_size} x {args.block_size} x {args.micro_steps} micro-step(s)\n",
              "| variant | policy | max loss gap | max rel. grad diff | worst parameter (step) | verdict |",
              "|---|---|---:|---:|---|---|"]
     original = GPT._partial_params
@@ -125,7 +151,10 @@ def main(argv=None):
             GPT._partial_params = partial_params
             for policy in args.policies.split(","):
                 torch._dynamo.reset()
-                loss_gap, (rel, name, step) = compile_check.check_policy(policy, check_args, mesh)
+                config = (inductor_config.patch(NO_MIX_ORDER_PATCH) if variant in NO_MIX_ORDER
+                          else contextlib.nullcontext())
+                with config:
+                    loss_gap, (rel, name, step) = compile_check.check_policy(policy, check_args, mesh)
                 # each rank compared its own shards: the verdict takes the worst rank
                 worst = comm.all_reduce_max(torch.tensor([rel], device=mesh.device), mesh.tp_group, "bench_setup")
                 rel_all = worst.item()
