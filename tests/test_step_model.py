@@ -307,5 +307,19 @@ def test_gap_between_kernels_anchors_a_calibration(tmp_path, monkeypatch):
     fit = dict(FIT, overhead={"H200": over})
     p = sm.predict("124m", "decode_b1", 1, "baseline", 1, "H200", tables, fit)
     assert p["compute"] == pytest.approx(ms) and "0.80 us between kernels" in p["calibration"]
-    assert sm.overhead_for(dict(FIT, overhead={"H200": over}), "H100") == (pytest.approx(0.8), " (the H200 gap)")
+    assert sm.overhead_for(dict(FIT, overhead={"H200": over}), "H100") is None  # no device borrows another's gap
     assert "between kernels" not in sm.predict("124m", "decode_b1", 1, "baseline", 1, "H200", tables, FIT)["compute_parts"]
+
+
+def test_streams_prefer_a_current_code_fit():
+    """resolve_streams: a family with only an older-code streams fit takes a current-code fit of its workload kind
+    (train_b12 from train_b8), one without any fit the same, and a current-code family keeps its own."""
+    fam = lambda size, w, mode, dev, c, code: dict(size=size, workload=w, mode=mode, device=dev, c_div=c, c_layer=c,
+                                                   streams_how=f"{code} fit" if code else "no k >= 2 row", streams_code=code)
+    old = fam("124m", "train_b12", "compiled", "H100", 9.0, "pre-49")
+    none = fam("124m", "train_b12", "graph", "H200", None, None)
+    cur = fam("medium", "train_b8", "graph", "H200", 2.0, "post-49")
+    dec = fam("124m", "decode_b1", "graph", "H200", 5.0, "post-49")
+    sm.resolve_streams({"H100": {"a": old}, "H200": {"b": none, "c": cur, "d": dec}})
+    assert (old["c_div"], old["streams_code"]) == (2.0, "post-49") and "its own, not used: pre-49 fit" in old["streams_how"]
+    assert (none["c_div"], cur["c_div"], dec["c_div"]) == (2.0, 2.0, 5.0) and "borrowed from medium" in none["streams_how"]
