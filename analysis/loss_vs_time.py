@@ -23,7 +23,8 @@ SAME_AT_ANY_N_TRACKS = ("ladder", "parallel")  # model/gpt.py: every sublayer re
 
 
 def study_gaps(stats_path, iters):
-    """{policy: (gap %, half-width, iterations, n_tracks)} at the largest budget <= iters each policy has."""
+    """{policy: (gap %, half-width, iterations, n_tracks, tokens or None)} at the largest budget <= iters each policy
+    has."""
     with open(stats_path) as f:
         cells = json.load(f)["stats"]["cells"]
     found = {}
@@ -33,7 +34,7 @@ def study_gaps(stats_path, iters):
         if gap is None or budget > iters:
             continue
         if c["policy"] not in found or budget > found[c["policy"]][2]:
-            found[c["policy"]] = (gap, c["final_val"]["gap_ci"], budget, n_tracks)
+            found[c["policy"]] = (gap, c["final_val"]["gap_ci"], budget, n_tracks, c.get("tokens"))
     return found
 
 
@@ -77,10 +78,12 @@ def main(argv=None):
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     colors = {}
     for pol, n, saving, ms, base, src in sorted(rows):
-        gap, half, budget, study_n = gaps[pol]
+        gap, half, budget, study_n, tokens = gaps[pol]
+        # the budget in tokens too: a reader at another batch size compares tokens, not iterations
+        budget_text = f"{budget} it" + (f" ({tokens / 1e6:.1f}M tokens)" if tokens else "")
         borrowed = "" if n == study_n or pol in SAME_AT_ANY_N_TRACKS else " (borrowed)"
         lines.append(f"| {pol} | {n} | {ms:.2f} ({base:.2f}) | {saving:+.1f}% | {gap:+.2f}% ± {half:.2f} | "
-                     f"{budget} it, n_tracks {study_n}{borrowed} |")
+                     f"{budget_text}, n_tracks {study_n}{borrowed} |")
         color = colors.setdefault(pol, f"C{len(colors)}")
         ax.errorbar(saving, gap, yerr=half, fmt="o", color=color, mfc="white" if borrowed else color,
                     capsize=3, label=f"{pol}, n_tracks {n}" + (f" (loss from n_tracks {study_n})" if borrowed else "")

@@ -6,7 +6,7 @@ from analysis import loss_vs_time
 
 
 def cell(policy, budget, gap, half, n_tracks=4):
-    return {"setting": ["d", 12, 768, n_tracks, budget], "policy": policy,
+    return {"setting": ["d", 12, 768, n_tracks, budget], "policy": policy, "tokens": budget * 32768,
             "final_val": {"gap": gap, "gap_ci": half} if gap is not None else {}}
 
 
@@ -26,7 +26,7 @@ def test_table_pairs_each_time_with_its_gap(tmp_path, capsys):
     out = tmp_path / "fig"
     assert loss_vs_time.main(["--stats", str(stats), "--iters", "640", "--times", str(times), "--out", str(out)]) == 0
     table = (tmp_path / "fig.md").read_text()
-    assert "| spd | 2 | 18.00 (20.00) | +10.0% | -0.50% ± 0.25 | 640 it, n_tracks 4 (borrowed) |" in table
-    assert "| parallel | 2 | 19.00 (20.00) | +5.0% | -2.00% ± 1.00 | 320 it, n_tracks 4 |" in table  # same at any n_tracks
+    assert "| spd | 2 | 18.00 (20.00) | +10.0% | -0.50% ± 0.25 | 640 it (21.0M tokens), n_tracks 4 (borrowed) |" in table
+    assert "| parallel | 2 | 19.00 (20.00) | +5.0% | -2.00% ± 1.00 | 320 it (10.5M tokens), n_tracks 4 |" in table  # same at any n_tracks
     assert "grouped:4" not in table and "+50.0%" not in table  # no loss cell; the async row is not the default
     assert (tmp_path / "fig.png").stat().st_size > 10_000
