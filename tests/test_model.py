@@ -322,3 +322,22 @@ def test_vocab_parallel_head_with_uneven_shards_equals_tp1(world2):
     assert torch.equal(r0["sd"]["lm_head.weight"], ref.state_dict()["lm_head.weight"])
     # forward: embedding sum, row max, (sum exp, target logit); backward: the head's input gradient
     assert r0["vocab_calls"] == 4
+
+
+def test_region_parameters_enter_f_as_rows_of_one_stack(monkeypatch):
+    """At tp >= 2 a region's replicated parameters reach f as rows of torch.stack and leave by unbind, never as
+    slices of a flat cat: inductor on CUDA gave LayerNorm weights that are slices of one tensor wrong gradients
+    (experiments/compiler_repros/README.md, partial_grads/). Checked on the construction itself: f is replaced by
+    the identity that it is in the forward, and the tp of a one-process model is set to 2."""
+    model = make("grouped:2")
+    seen = []
+
+    def identity(x, group, kind):
+        seen.append(x)
+        return x
+    monkeypatch.setattr(comm, "copy_to_tp_region", identity)
+    monkeypatch.setattr(model, "tp", 2)
+    params = model._partial_params()
+    assert len(seen) == 1 and seen[0].shape == (len(model._partial_tensors), model.config.n_embd)
+    for got, param in zip(params, model._partial_tensors):
+        assert got._base is seen[0] and torch.equal(got, param)
