@@ -20,12 +20,15 @@ The modes that capture CUDA graphs of their own (reduce-overhead) are left out: 
 captures the step itself, collectives included.
 """
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 
 def _one_row_gemm_split(product, row_dim, inductor_own):
     """A decomposition of addmm (product mm, rows in dim 0) or baddbmm (bmm, dim 1): product + bias
     where the GEMM has one row and plain scaling; otherwise inductor's own decomposition, if any."""
+    # imported here, not at the top: it pulls in sympy, a fifth of the start-up of every process that
+    # imports the model (the trainer, sample.py), which mostly never compiles
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
     def gemm(bias, a, b, *args, **kwargs):
         plain = not args and kwargs.get("beta", 1) == 1 and kwargs.get("alpha", 1) == 1
         if plain and statically_known_true(a.shape[row_dim] == 1):

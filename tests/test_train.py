@@ -30,11 +30,15 @@ def tiny(out_dir, *extra):
 
 
 @pytest.fixture(scope="module")
-def first_runs(workdir):
+def first_runs(workdir, request):
     """The reference run (one process), dp=2 (world 2), dp=2 x tp=2 (world 4), and tp=2 (world 2) run as 10
     iterations then resumed to 20; the independent runs at once (run_trains: their processes spend most of
-    their time starting). A copy of the tp=2 checkpoint at iteration 10 is kept for the tp=2 -> tp=1 test."""
+    their time starting). A copy of the tp=2 checkpoint at iteration 10 is kept for the tp=2 -> tp=1 test.
+    The layout runs (14 processes) only when a selected test reads them: the slow tier needs the reference alone."""
     runs = {name: os.path.join(workdir, f"out-{name}") for name in ("ref", "dp2", "tp2", "dp2tp2")}
+    if not any("layout_runs" in item.fixturenames for item in request.session.items):
+        run_train(tiny(runs["ref"]), workdir)
+        return {"ref": runs["ref"]}
     run_trains([tiny(runs["ref"]),
                 tiny(runs["dp2"], "--tp=1"),  # tp='auto' would take tp=2
                 tiny(runs["dp2tp2"], "--tp=2"),
