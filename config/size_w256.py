@@ -2,10 +2,12 @@
 # The size axis of the budget study: GPT-2 124M's depth (12 layers) at width 256 (8 heads of 32), 4 tracks,
 # 22.3M parameters as the trainer counts them (all but the position embedding; 9.4M without the token embedding either).
 # Same data, schedule and budgets in iterations as config/docs_124m.py; the tokens per iteration scale with the
-# parameters (the rule: sequences per iteration = round(32 x N / 123.6M), 32 at 124M), so 320, 640, 1,280 and 2,560
+# parameters (the rule: sequences per iteration = the nearest integer to 32 x N / 123.6M, 32 at 124M; width 384's
+# 10.50 was taken as 10), so 320, 640, 1,280 and 2,560
 # iterations are about 0.085, 0.17, 0.34 and 0.68 tokens per parameter at every width, and the 64 warmup iterations
 # the same fraction of each budget as at 124M. Run by the budget sweep, e.g.:
-#   python -m experiments.docs_study.run run --config config/size_w256.py --sweep experiments/docs_study/sizes/w256
+#   python -m experiments.docs_study.run run --config config/size_w256.py --sweep experiments/docs_study/sizes/w256 \
+#       --set gradient_accumulation_steps=1 --set batch_size=6     # as the stored runs (data: below)
 
 out_dir = 'out-size-w256'
 sync_policy = 'baseline'
@@ -19,11 +21,12 @@ eval_only = False
 always_save_checkpoint = True
 init_from = 'scratch'
 
-# data: 6 * 1024 = 6,144 tokens per iteration
+# data: 2 micro-steps x 3 x 1024 = 6,144 tokens per iteration (two, so that 8 processes, dp 2 x tp 4, can
+# split them; the size sweep ran one process with the 6 sequences as one micro-step: the header's --set)
 dataset = 'debian_docs'
 data_order = 'one_pass'
-gradient_accumulation_steps = 1
-batch_size = 6
+gradient_accumulation_steps = 2
+batch_size = 3
 block_size = 1024
 
 # model

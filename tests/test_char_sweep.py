@@ -81,10 +81,13 @@ def test_bpe_extra_seeds_repeat_the_stored_runs(part):
         # keys the trainer gained after the stored runs: torch.compile settings, unused by these eager runs,
         # data_order, whose default is the only order there was, issue 28's out_dir/launch settings (where
         # the data and the run live, not what is computed), tp_async_grad (off: how tp>1 communicates), and
-        # issue 37's WSD and branch keys (off by default: cosine, no branch, no kept checkpoints)
+        # issue 37's WSD and branch keys (off by default: cosine, no branch, no kept checkpoints), and
+        # eval_batch_size (0: batch_size, the only eval batch there was)
         assert set(planned) - set(stored) <= {"compile_backend", "compile_mode", "data_order", "overwrite",
                                               "data_dir", "rendezvous_timeout", "tp_async_grad", "lr_schedule",
-                                              "cooldown_frac", "branch_from", "save_iters", "keep_best"}
+                                              "cooldown_frac", "branch_from", "save_iters", "keep_best",
+                                              "eval_batch_size"}
+        assert planned["eval_batch_size"] == 0
         assert planned["lr_schedule"] == "cosine" and planned["save_iters"] == planned["branch_from"] == ""
         assert planned["compile"] is False and planned["data_order"] == "random"
     assert sorted(r.name.split("_seed")[0] for p in ("bpe1", "bpe2", "bpe3") for r in char_sweep.runs_of(p)) == \

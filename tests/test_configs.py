@@ -30,7 +30,7 @@ TRAIN_CONFIG_KEYS = {
     "tp", "learning_rate", "max_iters", "weight_decay", "beta1", "beta2", "grad_clip", "decay_lr",
     "warmup_iters", "lr_decay_iters", "min_lr", "device", "dtype", "compile", "compile_backend", "compile_mode",
     "seed",
-    "bucket_cap_mb",
+    "bucket_cap_mb", "eval_batch_size",
 }
 VARYING = {"sync_policy", "out_dir"}
 POLICY_NAMES = ("baseline", "spd", "parallel", "selective", "grouped")
@@ -146,6 +146,7 @@ def test_every_config_file_belongs_to_a_family():
     checked = {p for family in FAMILIES for p in family_files(family)}
     checked |= set(glob.glob(os.path.join(CONFIG_DIR, "shakespeare_char_*.py")))
     checked |= {os.path.join(CONFIG_DIR, name) for name in DOCS_CONFIGS}
+    checked |= set(glob.glob(os.path.join(CONFIG_DIR, "size_w*.py")))
     stray = sorted(os.path.basename(p) for p in set(glob.glob(os.path.join(CONFIG_DIR, "*.py"))) - checked)
     assert not stray, f"config files in no checked family: {stray}"
 
@@ -188,6 +189,29 @@ def test_docs_family():
         assert tokens >= 20_000_000 and cfg["lr_decay_iters"] == cfg["max_iters"]
     a, b = configs["docs_124m.py"], configs["docs_w384.py"]
     assert sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)) == ["n_embd", "out_dir"]
+
+
+def test_size_family_scales_tokens_with_parameters():
+    """config/size_w<width>.py: docs_124m.py's recipe at another width, its sequences per iteration
+    32 N / N_124M to the nearest integer (width 384's 10.50 taken as 10) for the trainer's count N (every parameter
+    but the position embedding, vocabulary 50304),
+    so that a budget in iterations is the same tokens per parameter at every width; the same val windows
+    (eval_batch_size 16 x eval_iters 20, docs_124m's batch); head size 32 to 64 and n_head divisible by 4 tracks."""
+    base = load_config(os.path.join(CONFIG_DIR, "docs_124m.py"))
+    count = lambda c: c["n_layer"] * (12 * c["n_embd"] ** 2 + 2 * c["n_embd"]) + c["n_embd"] + 50304 * c["n_embd"]
+    paths = sorted(glob.glob(os.path.join(CONFIG_DIR, "size_w*.py")))
+    assert len(paths) >= 3
+    for path in paths:
+        cfg, name = load_config(path), os.path.basename(path)
+        assert not set(cfg) - TRAIN_CONFIG_KEYS, name
+        assert name == f"size_w{cfg['n_embd']}.py" and cfg["out_dir"] == f"out-size-w{cfg['n_embd']}"
+        assert cfg["n_head"] % cfg["n_tracks"] == 0 and 32 <= cfg["n_embd"] // cfg["n_head"] <= 64, name
+        sequences = cfg["batch_size"] * cfg["gradient_accumulation_steps"]
+        assert abs(sequences - 32 * count(cfg) / count(base)) <= 0.51, name
+        assert cfg["eval_batch_size"] * cfg["eval_iters"] == base["batch_size"] * base["eval_iters"], name
+        same = {k for k in base if k not in ("out_dir", "n_embd", "n_head", "batch_size", "gradient_accumulation_steps",
+                                             "compile")}
+        assert {k: cfg[k] for k in same} == {k: base[k] for k in same}, name
 
 
 def test_char_policies_match_model_parser():
