@@ -185,7 +185,10 @@ def write_pack(members, path):
     print(f"wrote {path} ({os.path.getsize(path) / 1e6:.1f} MB)")
 
 
-def read_members_from_pack(path):
+def read_members_from_pack(path, pins_only=False):
+    """{package: [(name, bytes)]} of a pack, checked against the pins. pins_only: stop at pack.json (the first
+    member of a pack that write_pack made) once it is checked, and return {}: the check of a --from-pack that
+    has nothing to build, so that a bad pack is named even then."""
     members = {package: [] for _, package, _, _, _, _ in PACKAGES}
     pins = None
     remedy = f"build it again on a machine with the .debs: python data/debian_docs/prepare.py --pack {path}"
@@ -200,6 +203,8 @@ def read_members_from_pack(path):
                         pins = json.loads(data)
                     except ValueError as e:
                         raise PrepareError(f"--from-pack {path}: its pack.json is not JSON ({e}); {remedy}") from None
+                    if pins_only:
+                        break
                     continue
                 if "/" not in member.name:
                     raise PrepareError(f"--from-pack {path}: member {member.name!r} is not <package>/<file>: not a pack "
@@ -219,6 +224,8 @@ def read_members_from_pack(path):
         if pins.get(package) != {"version": version, "sha256": sha256}:
             raise PrepareError(f"{path} was packed from {package} {pins.get(package)}, not the pinned "
                                f"{version} ({sha256}): rebuild the pack")
+        if pins_only:
+            continue
         members[package].sort()
         names = {name for name, _ in members[package]}
         needed = GCIDE_FILES if package == "dict-gcide" else ()
@@ -226,7 +233,7 @@ def read_members_from_pack(path):
         if lacking:
             raise PrepareError(f"--from-pack {path}: {package} lacks {', '.join(lacking)} (a pack missing members); "
                                f"{remedy}")
-    return members
+    return {} if pins_only else members
 
 
 # ----------------------------------------------------------------------------- markup -> text
@@ -515,6 +522,8 @@ def main(argv=None):
     try:
         check_arguments(args)
         if not (args.force or args.pack or args.update_manifest) and outputs_match_manifest():
+            if args.from_pack:
+                read_members_from_pack(args.from_pack, pins_only=True)
             print(f"{HERE}/train.bin and val.bin exist and match corpus.json: nothing to do")
             return 0
         members = read_members_from_pack(args.from_pack) if args.from_pack else read_members_from_debs()
