@@ -3,15 +3,16 @@
 # (scripts/env.sh: the active virtual environment, else the project's .venv/), prepare the offline
 # Shakespeare datasets if they are missing, then run the unit tests and the all-architectures check.
 # Run from anywhere:
-#   bash scripts/test.sh          # the default tier: every test not marked slow, then test_all_architectures.py
-#   bash scripts/test.sh --slow   # the slow tier (pytest.ini's marker): process-level runs, benchmark smokes
-#   bash scripts/test.sh --all    # both (CI, .ci/run, runs the default tier and then the slow one)
+#   bash scripts/test.sh          # the default tier (what CI runs): every test not marked slow, and the slow tests
+#                                 # marked gate (one of each kind), then test_all_architectures.py
+#   bash scripts/test.sh --slow   # the rest of the slow tier (pytest.ini's markers): process-level runs, smokes
+#   bash scripts/test.sh --all    # both
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  "") tier=(-m "not slow"); what="the default tier (about 4 minutes on an idle 2-core CPU machine)" ;;
-  --slow) tier=(-m slow); what="the slow tier (about 10 minutes on an idle 2-core CPU machine)" ;;
-  --all) tier=(); what="every test (about 14 minutes on an idle 2-core CPU machine)" ;;
+  "") tier=(-m "not slow or gate"); what="the default tier (about 5 minutes on an idle 2-core CPU machine)" ;;
+  --slow) tier=(-m "slow and not gate"); what="the slow tier (about 7 minutes on an idle 2-core CPU machine)" ;;
+  --all) tier=(); what="every test (about 12 minutes on an idle 2-core CPU machine)" ;;
   *) echo "error: unknown option ${1}; allowed: none (the default tier), --slow, --all" >&2; exit 2 ;;
 esac
 

@@ -12,7 +12,7 @@ from data.loader import passes_read, train_offsets
 from tests.conftest import TINY, eval_records, read_metrics, run_train, run_trains, train_losses
 from training.step import get_lr
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 
 def wsd(**kw):
@@ -55,6 +55,7 @@ def test_wsd_and_branch_settings_are_checked():
 WSD_TINY = [*TINY, "--lr_schedule=wsd", "--cooldown_frac=0.2", "--eval_interval=4", "--data_order=passes"]
 
 
+@pytest.mark.gate  # the default tier runs it: pytest.ini
 def test_a_branch_equals_a_single_wsd_run_bit_for_bit(workdir, tmp_path):
     single = os.path.join(tmp_path, "out-wsd-single")
     trunk, branch = os.path.join(tmp_path, "out-wsd-trunk"), os.path.join(tmp_path, "out-wsd-branch")

@@ -15,7 +15,7 @@ from tests.conftest import REPO, run_env
 from experiments import runner
 from experiments.char_sweep import run as char_sweep
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 SMOKE_RUNS = ["w384-n6-baseline-s1337", "w384-n6-grouped6-s1337"]
 SMOKE_ARGS = ["w384-n6-s1337", "--smoke", "--policies", "baseline,grouped6", "--set", "dataset=syn", "--poll", "0.2"]

@@ -13,7 +13,7 @@ from tests.test_kill import logged_iters, wait_until
 from tests.test_stops import STOP_S, last_line, tree_digests
 import pytest
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 
 def launch(args, cwd):

@@ -11,7 +11,7 @@ import pytest
 from bench import compile_check
 from experiments.compiler_repros.partial_grads import bisect_partial_grads
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 SMALL_SHAPE = {**compile_check.SHAPES["char384"], "n_layer": 2, "n_embd": 48}  # n_head 6: 3 heads per track at n_tracks=2
 
@@ -96,6 +96,7 @@ def _compiled_ladder_worker(rank, world_size):
     return loss_gap, rel, name
 
 
+@pytest.mark.gate  # the default tier runs it: pytest.ini
 def test_inductor_compiled_ladder_at_tp2_equals_eager():
     """Regression: with torch's functional collectives, inductor fused `x + all_reduce(o)` with the next
     sublayer's LayerNorm of x and ran it before the all-reduce: the compiled ladder at tp=2 computed

@@ -71,6 +71,7 @@ def test_help_exits_0_at_every_entry_point():
 
 
 @pytest.mark.slow
+@pytest.mark.gate  # the default tier runs it: pytest.ini
 def test_a_bad_option_is_one_line_at_every_entry_point():
     before = tree_state()
     env = {**run_env(), "NCCL_NVLS_ENABLE": "0"}

@@ -27,7 +27,7 @@ from tests.checkpoint_cases import (Payload, marker_code, tiny_checkpoint, tree_
                                     write_old_format, write_random_bytes, write_truncated, write_valid)
 from tests.conftest import REPO, TINY, run_env, run_train
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 AR3, FW3, SUP2, AR11 = "\u0663", "\uff13", "\u00b2", "\u0661\u0661"  # Arabic-Indic 3, full-width 3, superscript 2
 

@@ -19,7 +19,7 @@ from training.checkpoint import RESUME_KEYS, read_checkpoint
 from tests.conftest import (REPO, TINY, TRAIN_SCRIPT, eval_records, read_metrics, run_env, run_train, start_train,
                             train_command, train_losses)
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 ITERS = 60
 KILLS = 6  # each kill is a trainer start (seconds of CPU importing torch); 3 of them in a write
@@ -190,6 +190,7 @@ def stop_reference(workdir):
     return out
 
 
+@pytest.mark.gate  # the default tier runs it: pytest.ini
 def test_sigint_then_sigterm_stop_with_a_checkpoint_and_resume_exactly(workdir, stop_reference):
     out = os.path.join(workdir, "out-stop")
     ckpt = os.path.join(out, "ckpt.pt")

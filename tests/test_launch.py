@@ -14,7 +14,7 @@ from parallel.launch import run_on_gloo
 from training.config import VALID_KEYS
 from tests.conftest import TRAIN_SCRIPT, read_metrics, run_env, run_train, run_trains, train_command, train_losses
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 # 4 tracks, 2 micro-steps per iteration: 8 processes make dp 2 x tp 4, one micro-step per replica.
 # warmup_iters=0 and a large learning rate so the weights move within the 3 iterations compared.
@@ -24,6 +24,7 @@ TINY_8 = ["--dataset=syn", "--data_dir=data", "--n_layer=1", "--n_head=4", "--n_
           "--min_lr=1e-3", "--device=cpu"]
 
 
+@pytest.mark.gate  # the default tier runs it: pytest.ini
 def test_eight_processes_choose_dp2_tp4_and_match_one_process(workdir):
     out8, out1 = os.path.join(workdir, "out-launch-8"), os.path.join(workdir, "out-launch-1")
     # the one-process reference beside the eight (run_trains: independent runs at once)

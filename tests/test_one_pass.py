@@ -9,7 +9,7 @@ import pytest
 
 from data.loader import DataError, check_one_pass, train_offsets
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 
 def cfg(**kw):

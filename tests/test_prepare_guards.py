@@ -27,7 +27,7 @@ import pytest
 from data.debian_docs import prepare
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 SCRIPTS = sorted(glob.glob(os.path.join(REPO, "data", "*", "prepare.py")))
 DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"

@@ -14,7 +14,7 @@ import sys
 from tests.conftest import REPO, run_env, write_markov_text
 import pytest
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 # conftest's TINY model with 4 layers, so that grouped:4 (the second run's policy) has a group to sync
 TINY_QUICKSTART = ["--dataset=syn", "--data_dir=data", "--n_layer=4", "--n_head=4", "--n_embd=32", "--block_size=32",
@@ -50,6 +50,7 @@ def quickstart(repo):
     return proc.stdout
 
 
+@pytest.mark.gate  # the default tier runs it: pytest.ini
 def test_quickstart_writes_and_replaces_only_its_own_out_dirs(tmp_path):
     repo = str(tmp_path)
     copy_repo(repo)

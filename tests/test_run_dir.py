@@ -5,7 +5,7 @@ import os
 from tests.conftest import TINY, run_train, run_trains
 import pytest
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 
 def test_a_run_without_a_checkpoint_starts_again_and_keeps_its_logs(workdir, tmp_path):

@@ -4,7 +4,7 @@ import os
 from bench import sample_decode
 import pytest
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 
 def test_sample_decode_smoke_writes_a_row_per_mode(tmp_path):

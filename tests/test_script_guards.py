@@ -25,7 +25,7 @@ import pytest
 from tests.checkpoint_cases import write_valid
 from tests.conftest import REPO, SYN_CHARS, run_env
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 BPE_VOCAB = 50304  # what the trainer takes for a dataset without meta.pkl
 

@@ -17,7 +17,7 @@ from tests.conftest import REPO, TINY, TRAIN_SCRIPT, run_env, run_train, run_tra
 from tests.test_kill import LAUNCHER, logged_iters, temp_files, wait_until
 import pytest
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 STOP_S = 5.0
 ARGS = [*TINY, "--max_iters=100000", "--eval_interval=100000", "--eval_iters=1"]

@@ -12,7 +12,7 @@ from parallel.launch import run_on_gloo
 from tests.conftest import REPO
 import pytest
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 TINY = ["--sizes", "tiny", "--seq_len", "16", "--warmup", "1", "--repeats", "1", "--rounds", "1", "--n_tracks", "4,2"]
 
 

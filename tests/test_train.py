@@ -141,6 +141,7 @@ def last_logged_iter(out_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.gate  # the default tier runs it: pytest.ini
 def test_resume_after_sigkill_is_exact(workdir, reference_run):
     """Kill a run right after its first checkpoint; the resumed run prints exactly the reference losses."""
     out = os.path.join(workdir, "out-killed")

@@ -8,7 +8,7 @@ import sys
 from tests.conftest import REPO, run_env
 import pytest
 
-pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs both tiers
+pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
 MODULE = ["-m", "bench.train_throughput"]
 
