@@ -38,7 +38,7 @@ or one rank), rank 0 adds b inside its partial sum instead, which g then counts 
 several sublayers between two syncs enters through one f(x) and leaves through one g. Inside such
 a region the replicated parameters it uses (its LayerNorms and row-parallel biases) only see this
 rank's tracks, so their gradient is partial: they enter through one f applied to their
-concatenation, whose backward sums them over the TP group once per backward. Every track's stream
+stack, whose backward sums them over the TP group once per backward. Every track's stream
 holds the region's biases, so the region's last GEMM adds a bias that leaves each of them once in
 the all-reduced sum (TP rank 0's; GPT._plan_sublayers). Under autocast a
 replicated activation is cast to the compute dtype before it enters f, so f's backward all-reduces
