@@ -62,20 +62,16 @@ def parse_size(text):
 
 def step_savings(shape, tp, policies, device, n_tracks):
     """{policy: the step model's training answer as numbers}: the spec timed, its syncs, baseline and policy ms, the
-    saving % with its interval (lo, hi) and the stated time error %. bench/step_model.py's answer() prints these
-    as text (its train_b12 line): the same calls, composed the same way."""
+    saving % with its interval (lo, hi) and the stated time error %: bench/step_model.py's saving_with_interval,
+    which its answer() prints as the train_b12 line."""
     from bench import step_model as sm
     fit, tables, rows, held = sm.validate()
-    w = "train_b12"
-    ms = lambda spec, f: sm.predict(shape, w, tp, spec, n_tracks, device, tables, f)["ms"]
-    err, _ = sm.held_out_saving_error(rows, w, n_tracks // tp)
     out = {}
     for policy in policies:
         spec, syncs, _ = sm.nearest_sync_spec(policy, sm.SHAPES[shape][0])
-        by = [100 * (1 - ms(spec, f) / ms("baseline", f)) for _, f in sm.comm_variants(tp, fit, held)]
-        base, mine = ms("baseline", fit), ms(spec, fit)
-        out[policy] = dict(spec=spec, syncs=syncs, base_ms=base, ms=mine, saving=100 * (1 - mine / base),
-                           lo=min(by) - err, hi=max(by) + err, time_error=100 * sm.time_error(rows))
+        a = sm.saving_with_interval(shape, "train_b12", tp, spec, n_tracks, device, tables, fit, rows, held)
+        out[policy] = dict(spec=spec, syncs=syncs, base_ms=a["b"]["ms"], ms=a["p"]["ms"], saving=a["saving"],
+                           lo=a["lo"] - a["err"], hi=a["hi"] + a["err"], time_error=100 * sm.time_error(rows))
     return out
 
 

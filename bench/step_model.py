@@ -1387,6 +1387,21 @@ def comm_variants(tp, fit, held):
     return out
 
 
+def saving_with_interval(size, workload, tp, policy, n_tracks, device, tables, fit, rows, held):
+    """One workload's answer as numbers: baseline's and the policy's predictions (b, p), the saving % under each
+    alpha/bw fit (by), their range (lo, hi) and the held-out saving error that widens it (err, err_how). answer()
+    prints it; analysis/plan.py reads it."""
+    saving = lambda b, p: 100 * (1 - p["ms"] / b["ms"])
+    b = predict(size, workload, tp, "baseline", n_tracks, device, tables, fit)
+    p = predict(size, workload, tp, policy, n_tracks, device, tables, fit)
+    by = {label: saving(predict(size, workload, tp, "baseline", n_tracks, device, tables, f),
+                        predict(size, workload, tp, policy, n_tracks, device, tables, f))
+          for label, f in comm_variants(tp, fit, held)}
+    err, err_how = held_out_saving_error(rows, workload, n_tracks // tp)
+    return dict(b=b, p=p, saving=saving(b, p), by=by, lo=min(by.values()), hi=max(by.values()), err=err,
+                err_how=err_how)
+
+
 def answer(size, tp, policy, device, n_tracks, tables, fit, err, rows, held):
     """The question's lines: per workload the modeled times and the saving with an interval: the range of the
     saving over the alpha/bw fits (comm_variants), widened by the held-out saving error (held_out_saving_error);
@@ -1394,17 +1409,11 @@ def answer(size, tp, policy, device, n_tracks, tables, fit, err, rows, held):
     lines = [f"{size} at tp={tp} on {device}, n_tracks {n_tracks} (modeled; times: stated error +-{100 * err:.0f}%, "
              f"the 90th percentile of |error| over the stored graph rows; savings: interval = their range over "
              f"the alpha/bw fits at tp={tp}, widened by the 90th-percentile held-out saving error):"]
-    variants = comm_variants(tp, fit, held)
-    saving = lambda b, p: 100 * (1 - p["ms"] / b["ms"])
     for w, unit in (("train_b12", "ms per training iteration (12 x 1024, AdamW)"), ("decode_b1", "ms per token (batch 1)"),
                     ("decode_b8", "ms per token (batch 8)")):
-        b = predict(size, w, tp, "baseline", n_tracks, device, tables, fit)
-        p = predict(size, w, tp, policy, n_tracks, device, tables, fit)
-        by = {label: saving(predict(size, w, tp, "baseline", n_tracks, device, tables, f),
-                            predict(size, w, tp, policy, n_tracks, device, tables, f)) for label, f in variants}
-        e, e_how = held_out_saving_error(rows, w, n_tracks // tp)
-        lo, hi = min(by.values()), max(by.values())
-        lines.append(f"  {w}: baseline {b['ms']:.2f}, {policy} {p['ms']:.2f} {unit}: saves {saving(b, p):.0f}% "
+        a = saving_with_interval(size, w, tp, policy, n_tracks, device, tables, fit, rows, held)
+        b, p, by, e, e_how, lo, hi = a["b"], a["p"], a["by"], a["err"], a["err_how"], a["lo"], a["hi"]
+        lines.append(f"  {w}: baseline {b['ms']:.2f}, {policy} {p['ms']:.2f} {unit}: saves {a['saving']:.0f}% "
                      f"(interval {lo - e:.0f}% .. {hi + e:.0f}%: {lo:.0f}% .. {hi:.0f}% over {len(by)} alpha/bw fits, "
                      f"+-{e:.0f} points held-out error [{e_how}]; time bounds {p['full_overlap']:.2f} .. "
                      f"{p['no_overlap']:.2f}; compute {p['compute']:.2f} + tracks {p['tracks']:.2f} + all-reduce "
