@@ -260,7 +260,8 @@ def test_cosine_trend_adds_part3_runs_only_at_the_budgets_cosine_lacks(tmp_path)
     part3 = [load_run(d) for d in sorted(glob.glob(part3_glob))]
     trend, added = cosine_budgets(cosine, part3)
     table = budget_table(trend, 1.0)
-    assert added == 4  # baseline and ladder of seeds 1337-1338 at 640 iterations; the 10 policies' others left out
+    # baseline, ladder, spd and grouped:12 of seeds 1337-1338 at 640 iterations; part 3's other policies left out
+    assert added == 8
     [row] = [line for line in table.splitlines() if "| ladder |" in line]
 
     def mean_gap(runs, budget):
