@@ -57,6 +57,7 @@ from training.config import (SAME_DATA_KEYS, VALID_KEYS, ConfigError, TrainConfi
                           model_config, parse, resolve_compile, resolve_layout, save_config, save_iter_set)
 from data.loader import DataError, check_data, check_one_pass, dropout_seed, get_train_batch, passes_read
 from training.memory_check import check_memory
+from model.compile_modes import apply_exact_training_settings
 from model.gpt import GPT
 from parallel import comm
 from parallel.ddp import BucketedDDP
@@ -442,8 +443,12 @@ def wrap(raw_model, cfg, mesh, plan):
             # start instead of between start and wait: nothing overlapped (tests/test_async_grad.py)
             import torch._inductor.config as inductor_config
             inductor_config.reorder_for_peak_memory = False
+        exact = apply_exact_training_settings(mesh.tp)  # the regions' LayerNorm gradients (model/compile_modes.py)
         if mesh.is_master:  # compiling happens at the first call, silently otherwise
             graphs = ", then CUDA graphs" if plan.mode == "reduce-overhead" else ""
+            if exact:
+                print(f"inductor settings for tp={mesh.tp} (model/compile_modes.py): "
+                      + ", ".join(f"{k}={v}" for k, v in exact.items()), flush=True)
             print(f"compiling the model (torch.compile, fullgraph=True{graphs}): the first eval and the first iteration "
                   "wait for it, from under a minute to several minutes (longer on CPU)", flush=True)
         model = torch.compile(raw_model, fullgraph=True, backend=cfg.compile_backend,

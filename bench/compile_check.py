@@ -17,7 +17,9 @@ batches, the eager copy with its own gradients, the compiled copy with its own. 
 losses and each parameter's gradient are compared: max |g_compiled - g_eager| / max |g_eager|
 per parameter, on every rank; the table shows the worst rank's. A row fails above --tol; the exit code is 1
 if any row fails. Rank 0 prints the table and writes <out_dir>/compile_check_tp<N>.md. --shape 124m
---block_size 1024 --micro_steps 2 checks the shape and accumulation a 124M launch trains with.
+--block_size 1024 --micro_steps 2 checks the shape and accumulation a 124M launch trains with. inductor
+runs with the settings the trainer sets at this tp (model/compile_modes.py: mix-order reduction off at
+tp > 1); --inductor_defaults checks without them.
 """
 import os
 import sys
@@ -31,6 +33,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
 from training.cli import check_policies, guarded, positive_int  # noqa: E402
 from bench.common import split_policies  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
+from model.compile_modes import apply_exact_training_settings  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402
 from parallel.mesh import build_groups, init_mesh  # noqa: E402
@@ -108,6 +111,8 @@ def main(argv=None):
     p.add_argument("--shape", choices=sorted(SHAPES), default="char384", help="the model's shape (comment at SHAPES)")
     p.add_argument("--micro_steps", type=positive_int, default=1, help="micro-batches accumulated into .grad per step")
     p.add_argument("--no_cudnn_sdpa", action="store_true", help="keep attention off cuDNN's SDPA kernels (CUDA)")
+    p.add_argument("--inductor_defaults", action="store_true", help="compile with inductor's defaults, not the "
+                   "settings the trainer sets for tp > 1 (model/compile_modes.py): what the trainer compiled before")
     p.add_argument("--n_tracks", type=positive_int, default=2)
     p.add_argument("--steps", type=positive_int, default=3)
     p.add_argument("--batch_size", type=positive_int, default=8)
@@ -137,10 +142,12 @@ def main(argv=None):
     else:
         mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), None if args.device == "auto" else args.device)
     where = torch.cuda.get_device_name() if mesh.device.startswith("cuda") else "cpu"
+    settings = {} if args.inductor_defaults else apply_exact_training_settings(mesh.tp)
+    as_run = ", ".join(f"{k}={v}" for k, v in settings.items()) or "inductor's defaults"
     lines = [f"# compiled ({args.backend}) vs eager gradients: tp={mesh.tp}, n_tracks {args.n_tracks}, "
              f"{dims['n_layer']} x {dims['n_embd']} (vocab {dims['vocab_size']}), batch {args.batch_size} x "
              f"{args.block_size} x {args.micro_steps} micro-step(s), {args.steps} SGD steps, fp32"
-             f"{', cuDNN SDPA off' if args.no_cudnn_sdpa else ''}; {where}, torch {torch.__version__}; the worst "
+             f"{', cuDNN SDPA off' if args.no_cudnn_sdpa else ''}; {as_run}; {where}, torch {torch.__version__}; the worst "
              f"over the {mesh.world_size} rank(s)\n",
              "| policy | max loss gap | max rel. grad diff | worst parameter (step) | verdict |", "|---|---:|---:|---|---|"]
     failed = False

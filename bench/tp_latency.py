@@ -54,7 +54,7 @@ from training.cli import check_policies, guarded, non_negative_int, positive_int
 from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, pyplot, save_results,  # noqa: E402
                           source_commit, split_policies, use_cuda)
 from training.config import HelpFormatter, OneLineArgumentParser, save_figure, write_text  # noqa: E402
-from model.compile_modes import COMPILE_MODES, compile_step  # noqa: E402
+from model.compile_modes import COMPILE_MODES, apply_exact_training_settings, compile_step  # noqa: E402
 from model.generate import KVCache, StaticKVCache  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402
@@ -122,6 +122,7 @@ def make_workload(model, name, seq, vocab, device, cuda, for_graph=False, compil
     static = compile_backend is not None and isinstance(model, GPT) and name.startswith("decode")
     cache = StaticKVCache(model.config.n_layer, seq) if static else KVCache(model.config.n_layer)
     if compile_backend is not None:
+        apply_exact_training_settings(model.tp if isinstance(model, GPT) else 1)  # as the trainer compiles
         model = compile_step(model, compile_backend, compile_mode, fullgraph=isinstance(model, GPT))
     if name.startswith("train"):
         if next(model.parameters()).dtype != torch.float32:

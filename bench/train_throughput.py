@@ -93,6 +93,7 @@ from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
 from bench.common import (GPT2_VOCAB, call_times, command_line, md_row, multicast_off, save_results,  # noqa: E402
                           source_commit, split_policies)
 from training.config import HelpFormatter, write_text  # noqa: E402
+from model.compile_modes import apply_exact_training_settings  # noqa: E402
 from model.sync_policy import parse_sync_policy  # noqa: E402
 from parallel import comm  # noqa: E402
 from parallel.mesh import close_process_groups, end_process  # noqa: E402
@@ -363,6 +364,7 @@ def build_variant(v, args, env):
     async_grad = v.get("async_grad") == "on"
     # as the trainer does: with it on, inductor's peak-memory reordering undid the overlap (tests/test_async_grad.py)
     torch._inductor.config.reorder_for_peak_memory = not (async_grad and compiled)
+    apply_exact_training_settings(v["tp"])  # as the trainer compiles at this tp
     torch.manual_seed(0)  # the same full weights on every rank (GPT draws them from the global RNG)
     if v["impl"] == "plain":
         raw = PlainGPT(**shape).to(env.device)

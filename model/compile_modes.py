@@ -1,4 +1,5 @@
-"""torch.compile settings for the decode step, by name, and the one function that applies them.
+"""torch.compile settings for the decode step, by name, and the one function that applies them; and the
+inductor settings under which compiled training at tp > 1 equals eager (exact_training_settings).
 
 A decode step multiplies each weight W [N, K] by one row per sequence, y = x W^T + b with x [M, K]
 and M = batch. Its cost is reading W once. The cuBLAS kernels chosen for M = 1 read it at about a
@@ -65,3 +66,42 @@ def compile_step(fn, backend="inductor", mode="default", fullgraph=True):
     check_compile_mode(mode)
     settings = {"backend": backend, **(COMPILE_MODES[mode] if backend == "inductor" else {})}
     return torch.compile(fn, fullgraph=fullgraph, **settings)
+
+
+# At tp > 1 a region's replicated parameters (LayerNorm weights among them) enter the graph through f as rows of
+# one tensor. inductor on CUDA (torch 2.10 and later) fuses a LayerNorm weight's gradient, a sum over rows, with the
+# input gradient's reduction over columns ("mix-order reduction"); at 124M's launch shape (16k rows per track) it
+# gave those weights gradients wrong by up to 2e5 relative, and with it off the same graph matched eager
+# (bench/results/issue49/README.md, "Compiled at tp=2"; https://github.com/pytorch/pytorch/issues/193061).
+# At tp = 1 the parameters do not pass f, and the check passed with it on.
+EXACT_TRAINING_SETTINGS = {"triton.mix_order_reduction": False}
+
+
+def _setting(key):
+    """(object, attribute name) of an inductor config key such as 'triton.mix_order_reduction'; None if absent."""
+    import torch._inductor.config as inductor_config
+    section, _, name = key.rpartition(".")
+    owner = getattr(inductor_config, section, None) if section else inductor_config
+    return (owner, name) if owner is not None and hasattr(owner, name) else None
+
+
+_SHIPPED = {}  # each key's value before apply_exact_training_settings first changed it
+
+
+def exact_training_settings(tp):
+    """{inductor config key: value} that compiled training at this tp sets, of the keys this torch has."""
+    return {} if tp == 1 else {k: v for k, v in EXACT_TRAINING_SETTINGS.items() if _setting(k) is not None}
+
+
+def apply_exact_training_settings(tp):
+    """Sets exact_training_settings(tp) in torch._inductor.config for the process, and puts back inductor's own
+    values of the others (a benchmark compiles tp = 1 and tp = 2 models in one process); returns the settings.
+    Global, not a patch around torch.compile: compiling happens at the first call, after torch.compile returns."""
+    settings = exact_training_settings(tp)
+    for key in EXACT_TRAINING_SETTINGS:
+        where = _setting(key)
+        if where is None:
+            continue
+        _SHIPPED.setdefault(key, getattr(*where))
+        setattr(*where, settings.get(key, _SHIPPED[key]))
+    return settings

@@ -420,11 +420,7 @@ class GPT(nn.Module):
         tensors = self._partial_tensors
         if not tensors or not torch.is_grad_enabled() or self.tp == 1:
             return tensors  # one rank: nothing to sum
-        # Every slot is a [n_embd] vector, so they enter f as rows of one stack and leave by unbind. Not as
-        # slices of a flat cat: inductor on CUDA (torch 2.10 and later, its mix-order reduction) leaves the
-        # gradients of LayerNorm weights that are slices of one tensor wrong once a reduction spans ~16k
-        # rows (https://github.com/pytorch/pytorch/issues/193061, where unbind is what avoided it); here it
-        # drifted the 124M tp=2 launch (experiments/compiler_repros/README.md).
+        # every slot is a [n_embd] vector: one stack, one f (one all-reduce of their gradients in backward)
         stacked = comm.copy_to_tp_region(torch.stack(tensors), self.tp_group, "tp_grad")
         return list(stacked.unbind(0))
 

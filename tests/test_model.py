@@ -324,11 +324,10 @@ def test_vocab_parallel_head_with_uneven_shards_equals_tp1(world2):
     assert r0["vocab_calls"] == 4
 
 
-def test_region_parameters_enter_f_as_rows_of_one_stack(monkeypatch):
-    """At tp >= 2 a region's replicated parameters reach f as rows of torch.stack and leave by unbind, never as
-    slices of a flat cat: inductor on CUDA gave LayerNorm weights that are slices of one tensor wrong gradients
-    (experiments/compiler_repros/README.md, partial_grads/). Checked on the construction itself: f is replaced by
-    the identity that it is in the forward, and the tp of a one-process model is set to 2."""
+def test_region_parameters_enter_f_together(monkeypatch):
+    """At tp >= 2 a region's replicated parameters reach f as one tensor (their gradients: one all-reduce), and
+    each slot the forward reads is its parameter. Checked on the construction itself: f is replaced by the
+    identity that it is in the forward, and the tp of a one-process model is set to 2."""
     model = make("grouped:2")
     seen = []
 

@@ -463,12 +463,13 @@ def resolve_compile(cfg, device_type):
     if device_type != "cuda":
         return CompilePlan(False, "default", f"compile: auto -> eager ({device_type})")
     if isinstance(cfg.tp, int) and cfg.tp > 1:
-        # compiled tp=2 training on CUDA (124M, n_tracks 4, grouped:2) drifted from eager: inductor's CUDA code gave
-        # the regions' LayerNorm weights wrong gradients (bench/results/issue49/README.md, "Compiled at tp=2").
-        # The model's rewrite of that construction is exact on CPU but not yet checked on a GPU: until it is,
-        # 'auto' takes the exact path there; compile=True still compiles
+        # compiled tp=2 training on CUDA (124M, n_tracks 4) drifted from eager: inductor's mix-order reduction gave
+        # the regions' LayerNorm weights wrong gradients (bench/results/issue49/README.md, "Compiled at tp=2"). With
+        # it off (model/compile_modes.py, set by every compiled run at tp > 1) grouped:2 matched eager at the
+        # launch's shape; until bench.compile_check shows every policy equal, 'auto' takes the exact path there
         return CompilePlan(False, "default", f"compile: auto -> eager (cuda, tp={cfg.tp}: compiled training at tp > 1 "
-                                             f"is not yet shown equal to eager on CUDA; --compile=True compiles anyway)")
+                                             f"is not yet shown equal to eager on CUDA for every policy; --compile=True "
+                                             f"compiles, with inductor's mix-order reduction off)")
     if cfg.compile_backend != "inductor":
         return CompilePlan(True, "default", f"compile: auto -> compiled, no CUDA graphs (cuda; compile_backend="
                                             f"{cfg.compile_backend!r}: CUDA graphs are inductor's)")

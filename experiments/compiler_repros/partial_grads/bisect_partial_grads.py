@@ -28,9 +28,10 @@ the smallest one that still fails, and to check a replacement at tp=2:
                   one collective, and no cat in the forward)
     stack_f       f(stack(params)).unbind(0): what the model does now at tp >= 2 (every slot is an
                   [n_embd] vector), the rewrite that https://github.com/pytorch/pytorch/issues/193061
-                  reports avoids inductor's fault
+                  reports avoids inductor's fault; here it did not (FAIL as cat_f, 2x H200, torch 2.11)
     cat_f_no_mix  cat_f with torch._inductor.config.triton.mix_order_reduction off, the optimization that
-                  issue names as the cause (torch 2.10 and later, CUDA)
+                  issue names as the cause (torch 2.10 and later, CUDA): PASS there, so every compiled
+                  run at tp > 1 now sets it (model/compile_modes.py)
 
 The fault needs a LayerNorm-weight gradient reduced over ~16k rows or more: the default char384 shape at
 batch 8 x 64 is far below it. The 124M launch's case (the drift of compiled training at tp=2, found with
@@ -40,7 +41,7 @@ bench.compile_check --shape 124m --block_size 1024 --batch_size 4 --micro_steps 
         --shape 124m --n_tracks 4 --block_size 1024 --batch_size 4 --micro_steps 2 --policies grouped:2 \
         --variants cat_f,stack_f,coalesced_f,cat_f_no_mix --out_dir OUT
 
-Exit code 0; the table (rank 0; <out_dir>/bisect_partial_grads_tp<N>.md) says PASS or FAIL per variant
+(its table: bench/results/issue49/final/logs/mix_order/bisect_partial_grads_tp2.md). Exit code 0; the table (rank 0; <out_dir>/bisect_partial_grads_tp<N>.md) says PASS or FAIL per variant
 and policy.
 """
 import argparse
@@ -58,6 +59,7 @@ import torch.distributed as dist
 
 from bench import compile_check
 from training.config import OneLineArgumentParser, write_text
+from model.compile_modes import EXACT_TRAINING_SETTINGS
 from model.gpt import GPT
 from parallel import comm
 from parallel.mesh import init_mesh
@@ -104,8 +106,8 @@ VARIANTS = {
     "stack_f": lambda tensors, group: list(comm.copy_to_tp_region(torch.stack(tensors), group, "tp_grad").unbind(0)),
 }
 VARIANTS["cat_f_no_mix"] = VARIANTS["cat_f"]
-NO_MIX_ORDER = {"cat_f_no_mix"}  # compiled under inductor_config.patch(NO_MIX_ORDER_PATCH)
-NO_MIX_ORDER_PATCH = {"triton.mix_order_reduction": False}
+NO_MIX_ORDER = {"cat_f_no_mix"}  # compiled under the trainer's settings at tp > 1: mix-order reduction off
+NO_MIX_ORDER_PATCH = EXACT_TRAINING_SETTINGS
 
 
 def main(argv=None):
