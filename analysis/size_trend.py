@@ -342,6 +342,10 @@ def plot_crossovers(fit, path):
     ax.axvspan(n_lo / 1.1, n_hi * 1.1, color="green", alpha=0.06, lw=0, label="measured sizes")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    # from a tenth of the smallest measured budget to 100 tokens per parameter at the largest target: a
+    # prediction interval of 1 df spans dozens of decades and would hide every measured point
+    smallest = min(fit["measured"]["tokens_per_param"]) * n_lo
+    ax.set_ylim(smallest / 10, 100 * top)
     ax.set_xlabel("parameters N (the trainer's count: all but the position embedding)")
     ax.set_ylabel("crossover: training tokens where the gap to baseline is 0")
     title = "Where each policy's loss gap crosses 0, against model size"
@@ -349,7 +353,8 @@ def plot_crossovers(fit, path):
         title += "\none width measured: no size trend; dashed lines carry its crossover over with c = 0 (assumed)"
     if none:
         title += f"\nno crossover located (slope not told from 0): {', '.join(none)}"
-    ax.set_title(title + "\npoints: Fieller 95% (hollow: past the measured budgets); band and squares: 95% PI"
+    ax.set_title(title + "\npoints: Fieller 95% (hollow: past the measured budgets); band and squares: 95% PI, "
+                 "cut at the axes"
                  "\ndotted: the measured budgets' tokens per parameter",
                  fontsize=9)
     ax.grid(alpha=0.3, which="both")
