@@ -33,6 +33,8 @@ BAD_VALUES = [  # (module, argv, the value the error line must name)
     ("bench.decode_gemm", ["--repeats", "0"], "'0'"),
     ("bench.hbm_bandwidth", ["--iters", "0"], "'0'"),
     ("bench.ddp_buckets", ["--steps", "0"], "'0'"),
+    ("bench.allreduce_sweep", ["--calls", "0"], "'0'"),
+    ("bench.allreduce_sweep", ["--sizes", "3k,7"], "'7'"),
 ]
 
 

@@ -1,0 +1,149 @@
+"""All-reduce time against message size, at the launch's world size: the law behind the step-time model's
+communication term (bench/step_model.py prices each sync point as alpha + bytes / bw).
+
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1      # on the lent multi-GPU machines
+    torchrun --standalone --nproc_per_node=2 -m bench.allreduce_sweep --out_dir bench/results/allreduce
+    torchrun --standalone --nproc_per_node=2 -m bench.allreduce_sweep --device cpu --sizes 4k,64k   # gloo smoke
+
+Why: the stored tp=2 rows put a jump in the cost per all-reduce between 1.57 MB (124M's prefill_b1 messages,
+about 18 us on 2x H200) and 2.1 MB (medium's, about 29 us), which one alpha + bytes / bw line cannot follow
+(bench/results/step_model_validation.md); NCCL picks its protocol by message size. Held-out model rows cannot
+place such a change point, a sweep that measures only the collective can.
+
+Per size (bytes of one bf16 tensor; default: 1 KiB to 64 MiB at every power of 2 and its 1.5x, plus 1 to 4 MiB
+every 256 KiB): --calls in-place SUM all-reduces back to back through parallel/comm.py, on CUDA captured as one
+CUDA graph (as the model's graphs run them) and replayed; the time per all-reduce is one replay's CUDA-event time
+divided by --calls, median over --repeats replays (CPU: wall clock). Sizes run in --rounds interleaved rounds,
+so a slow spell of the machine does not land on one size. Reported per size: the median us, algbw = bytes / t
+and busbw = algbw x 2 (n - 1) / n (nccl-tests' convention, comparable with its published tables). Rank 0
+prints the table and writes <out_dir>/allreduce_sweep_n<N>.{json,md} with the device, torch and NCCL versions
+and every NCCL_* variable of the environment (set NCCL_PROTO=LL, LL128 or Simple to time one protocol).
+"""
+import os
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+
+if not __package__:  # run as a file, the repository root is not on sys.path
+    sys.exit("run it from the repository root as: torchrun ... -m bench.allreduce_sweep ...")
+from training.cli import guarded, positive_int  # noqa: E402
+from bench.common import as_graph, call_times, command_line, md_row, multicast_off, save_results, source_commit  # noqa: E402
+from training.config import HelpFormatter, OneLineArgumentParser  # noqa: E402
+from parallel import comm  # noqa: E402
+from parallel.mesh import close_process_groups, end_process, init_mesh  # noqa: E402
+
+multicast_off()  # before any NCCL communicator exists
+UNITS = {"": 1, "k": 2**10, "m": 2**20}
+
+
+def default_sizes():
+    """1 KiB to 64 MiB at 2^i and 1.5 x 2^i, and every 256 KiB from 1 to 4 MiB, in bytes, sorted."""
+    sizes = {2**i for i in range(10, 27)} | {3 * 2**(i - 1) for i in range(10, 26)}
+    sizes |= {2**20 + 2**18 * j for j in range(13)}
+    return sorted(sizes)
+
+
+def parse_sizes(text):
+    """'4k,1.5m,100' -> bytes; each a positive even number of bytes (bf16 elements)."""
+    out = []
+    for item in text.split(","):
+        item = item.strip().lower()
+        unit = item[-1] if item and item[-1] in "km" else ""
+        try:
+            n = float(item[:len(item) - len(unit)]) * UNITS[unit]
+        except ValueError:
+            raise ValueError(f"--sizes: {item!r} is not a size; allowed: bytes, or a number with k or m (KiB, MiB)")
+        if n < 2 or n != int(n) or int(n) % 2:
+            raise ValueError(f"--sizes: {item!r} is {n:g} bytes; allowed: an even number of bytes >= 2 (bf16)")
+        out.append(int(n))
+    return sorted(set(out))
+
+
+def bus_factor(n):
+    """busbw / algbw of an all-reduce over n ranks (nccl-tests' convention)."""
+    return 2 * (n - 1) / n
+
+
+def timer(nbytes, calls, group, device, cuda):
+    """A no-argument callable running `calls` all-reduces of one nbytes bf16 tensor (a graph replay on CUDA)."""
+    x = torch.zeros(nbytes // 2, dtype=torch.bfloat16, device=device)
+
+    def burst():
+        for _ in range(calls):
+            comm.all_reduce(x, group, "bench")
+    return as_graph(burst) if cuda else burst
+
+
+def sweep(sizes, args, mesh, cuda):
+    """{size: [us per all-reduce of each replay]} over args.rounds interleaved rounds."""
+    runs = {n: timer(n, args.calls, mesh.tp_group, mesh.device, cuda) for n in sizes}
+    times = {n: [] for n in sizes}
+    for _ in range(args.rounds):
+        for n in sizes:
+            comm.barrier()
+            times[n] += [ms * 1e3 / args.calls for ms in call_times(runs[n], args.repeats, cuda)]
+    return times
+
+
+def table(times, world):
+    rows = []
+    for n, us in sorted(times.items()):
+        t = statistics.median(us)
+        algbw = n / (t * 1e-6) / 1e9
+        rows.append({"bytes": n, "us": t, "us_min": min(us), "algbw_GBps": algbw,
+                     "busbw_GBps": algbw * bus_factor(world), "samples": len(us)})
+    return rows
+
+
+def markdown(rows, meta):
+    lines = [f"# all-reduce (SUM, bf16) against message size: {meta['ranks']} ranks, {meta['device']}, torch "
+             f"{meta['torch']}, NCCL {meta['nccl']}; {meta['how']}; commit {meta['commit']}",
+             f"# {meta['command']}", f"# environment: {meta['nccl_env'] or 'no NCCL_* variables'}", "",
+             md_row(["bytes", "KiB", "median us", "min us", "algbw GB/s", "busbw GB/s"]),
+             md_row(["---:"] * 6)]
+    for r in rows:
+        lines.append(md_row([str(r["bytes"]), f"{r['bytes'] / 1024:g}", f"{r['us']:.2f}", f"{r['us_min']:.2f}",
+                             f"{r['algbw_GBps']:.1f}", f"{r['busbw_GBps']:.1f}"]))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = OneLineArgumentParser(prog="python -m bench.allreduce_sweep", formatter_class=HelpFormatter,
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default=None, help="comma-separated message sizes: bytes, or with k/m (KiB/MiB) "
+                   "(default: 1 KiB to 64 MiB, and 1-4 MiB every 256 KiB)")
+    p.add_argument("--calls", type=positive_int, default=20, help="all-reduces per replay (per timing)")
+    p.add_argument("--repeats", type=positive_int, default=10, help="timed replays per size and round")
+    p.add_argument("--rounds", type=positive_int, default=3, help="interleaved passes over the sizes")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--out_dir", default=None)
+    args = p.parse_args(argv)
+    try:
+        sizes = parse_sizes(args.sizes) if args.sizes else default_sizes()
+    except ValueError as e:
+        p.error(str(e))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world < 2:
+        p.error(f"world size {world}: an all-reduce needs 2 or more ranks; launch with torchrun --nproc_per_node=N")
+    mesh = init_mesh(world, None if args.device == "auto" else args.device)
+    cuda = mesh.device.startswith("cuda")
+    times = sweep(sizes, args, mesh, cuda)
+    rows = table(times, world)
+    if mesh.is_master:
+        meta = {"ranks": world, "device": torch.cuda.get_device_name() if cuda else "cpu (gloo)",
+                "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else "-",
+                "how": (f"{args.calls} calls per CUDA-graph replay" if cuda else f"{args.calls} calls per timing")
+                + f", median of {args.repeats} x {args.rounds}",
+                "commit": source_commit(), "command": command_line(__file__, sys.argv[1:] if argv is None else argv),
+                "nccl_env": " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("NCCL_"))}
+        md = markdown(rows, meta)
+        print(md)
+        if args.out_dir:
+            save_results(args.out_dir, f"allreduce_sweep_n{world}", {**meta, "rows": rows}, md)
+    return end_process(0, close_process_groups())  # the captured graphs hold NCCL communicators (parallel/mesh.py)
+
+
+if __name__ == "__main__":
+    sys.exit(guarded(main))
