@@ -37,7 +37,9 @@ Communication. One all-reduce of b bytes over tp ranks (ring, NCCL's algorithm i
 profile) costs
     t(b, tp) = alpha(tp) + 2 (tp - 1) / tp * b / bw,
 alpha(2) and bw(2) fitted (relative least squares) to the all-reduce kernel times of the stored 2xH200
-profiles; alpha(4), bw(4) to the stored tp=4 rows' time over their floor; tp=8 extrapolated (alpha linear in
+profiles (where a measured sweep of the collective alone is stored, bench/allreduce_sweep.py, its tp takes a
+two-regime law instead, sweep_regimes: NCCL changes protocol with the message size, and the stored tp=2 rows jump
+between 1.57 and 2.1 MB); alpha(4), bw(4) to the stored tp=4 rows' time over their floor; tp=8 extrapolated (alpha linear in
 tp - 1 through tp 2 and 4, bw held at tp=4's), with the public nccl-tests busbw as the bound (PUBLIC_BUSBW).
 --validate scores time and saving (1 - policy / baseline, same run and n_tracks) for this fit and for refits
 that leave the row's size, or device, out of every fitted quantity (fit_split). The policy's collectives come from its plan (collectives()): per forward
@@ -203,7 +205,58 @@ def allreduce_ms(nbytes, tp, fit):
     if tp == 1:
         return 0.0
     alpha_us, bw = comm_params(tp, fit)
+    for r in fit.get("by_tp", {}).get(str(tp), {}).get("regimes", ()):  # a measured sweep's law, where stored
+        if r["max_bytes"] is None or nbytes <= r["max_bytes"]:
+            alpha_us, bw = r["alpha_us"], r["bw_GBps"]
+            break
     return alpha_us * 1e-3 + 2 * (tp - 1) / tp * nbytes / (bw * 1e9) * 1e3
+
+
+def fit_line(points):
+    """(alpha us, bw GB/s) of t = alpha + b / bw over (b bytes, t us) points, relative least squares, alpha >= 0."""
+    w = [1 / t ** 2 for b, t in points]
+    sw, sb, sbb = sum(w), sum(wi * b for wi, (b, t) in zip(w, points)), sum(wi * b * b for wi, (b, t) in zip(w, points))
+    st, sbt = sum(wi * t for wi, (b, t) in zip(w, points)), sum(wi * b * t for wi, (b, t) in zip(w, points))
+    det = sw * sbb - sb * sb
+    alpha, slope = ((st * sbb - sb * sbt) / det, (sw * sbt - sb * st) / det) if det > 0 else (-1.0, 0.0)
+    if alpha < 0:
+        alpha, slope = 0.0, sbt / sbb
+    if slope <= 0:
+        raise ValueError("the points give no positive bandwidth")
+    return alpha, 1e-3 / slope  # bytes per us -> GB/s
+
+
+def sweep_regimes(rows, tp, min_points=3):
+    """A two-regime law from a measured all-reduce sweep (bench/allreduce_sweep.py rows: bytes, median us): NCCL
+    changes protocol with the message size, so below a change point t = alpha_1 + f b / bw_1 and above it
+    t = alpha_2 + f b / bw_2 (f = 2(tp-1)/tp). The change point is the size, between two measured ones, that
+    minimizes the summed squared relative error, each side fitted by fit_line with >= min_points sizes.
+    Returns [{max_bytes, alpha_us, bw_GBps}, {max_bytes: None, ...}], smallest messages first."""
+    f = 2 * (tp - 1) / tp
+    pts = sorted((f * r["bytes"], r["us"]) for r in rows)
+    if len(pts) < 2 * min_points:
+        raise ValueError(f"{len(pts)} sizes: a two-regime law needs {2 * min_points} or more")
+
+    def sse(part):
+        a, bw = fit_line(part)
+        return sum(((a + b / bw / 1e3) / t - 1) ** 2 for b, t in part), a, bw
+    best = None
+    for i in range(min_points, len(pts) - min_points + 1):
+        (e1, a1, bw1), (e2, a2, bw2) = sse(pts[:i]), sse(pts[i:])
+        if best is None or e1 + e2 < best[0]:
+            best = (e1 + e2, pts[i - 1][0] / f, a1, bw1, a2, bw2)
+    _, cut, a1, bw1, a2, bw2 = best
+    return [dict(max_bytes=cut, alpha_us=a1, bw_GBps=bw1), dict(max_bytes=None, alpha_us=a2, bw_GBps=bw2)]
+
+
+def load_sweeps():
+    """{tp: (rows, source)} of the stored all-reduce sweeps (bench/results/allreduce/allreduce_sweep_n<tp>.json)."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(RESULTS, "allreduce", "allreduce_sweep_n*.json"))):
+        with open(path) as fh:
+            data = json.load(fh)
+        out[int(data["ranks"])] = (data["rows"], f"{os.path.relpath(path, REPO)} ({data['device']})")
+    return out
 
 
 def row_comm_points(rows, tp):
@@ -720,13 +773,14 @@ def profile_points():
 PROFILE_CONFIG = ("124m", "H200")  # the stored profiles: 124m CUDA-graph configurations on 2x H200, tp=2
 
 
-def fit_split(rows, exclude=None, pts=None):
+def fit_split(rows, exclude=None, pts=None, sweeps=None):
     """Every fitted quantity from the data exclude(size, device) leaves in: compute scales and tracks terms (tp=1
     rows), alpha and bw at tp=2 (the profiles if their configuration is let in, else the tp=2 rows' time over their
     floor), at tp=4 (the tp=4 rows' time over their floor) and tp=8 (extrapolated, comm_by_tp). The per-sublayer
     calibration (`calibrate`) and the gap between kernels that anchors it to whole tp=1 steps (fit_overhead) are used
     only by the full fit (exclude None): the calibration measures a row's own size and device. Rows at tp >= 2 of
-    the current code enter no fit (feeds_fits). Returns dict(tables, fit, calibration: bool)."""
+    the current code enter no fit (feeds_fits). A stored all-reduce sweep at a tp (sweeps: load_sweeps()) gives
+    that tp's all-reduces its two-regime law in every split. Returns dict(tables, fit, calibration: bool)."""
     ex = exclude or (lambda size, device: False)
     kept = [r for r in rows if not ex(r["size"], r["device"]) and feeds_fits(r)]
     tables = {}
@@ -749,6 +803,9 @@ def fit_split(rows, exclude=None, pts=None):
         tp4 = fit_comm_rows(rp4) + (f"{len(rp4)} tp=4 rows' time over their floor",
                                      sorted({(r["size"], r["device"], 4) for *_, r in rp4}))
     fit = dict(alpha_us=a2, bw_GBps=bw2, by_tp=comm_by_tp(a2, bw2, how2, on2, tp4))
+    for tp, (sweep, source) in (load_sweeps() if sweeps is None else sweeps).items():
+        if str(tp) in fit["by_tp"]:  # measured apart from every model row: no row's configuration enters it
+            fit["by_tp"][str(tp)].update(regimes=sweep_regimes(sweep, tp), regimes_from=source)
     fit["overhead"] = {d: fit_overhead(kept, d) for d in sorted(DEVICES)} if exclude is None else {}
     return dict(tables=tables, fit=fit, calibration=exclude is None)
 

@@ -323,3 +323,36 @@ def test_streams_prefer_a_current_code_fit():
     sm.resolve_streams({"H100": {"a": old}, "H200": {"b": none, "c": cur, "d": dec}})
     assert (old["c_div"], old["streams_code"]) == (2.0, "post-49") and "its own, not used: pre-49 fit" in old["streams_how"]
     assert (none["c_div"], cur["c_div"], dec["c_div"]) == (2.0, 2.0, 5.0) and "borrowed from medium" in none["streams_how"]
+
+
+def two_line_sweep():
+    """A sweep whose law is known: 7.5 us + b / 190 GB/s up to 2 MiB, 22 us + b / 310 GB/s above (tp=2: f = 1)."""
+    return [dict(bytes=b, us=(7.5 + b / 190e3) if b <= 2**21 else (22.0 + b / 310e3)) for b in (2**k for k in range(10, 27))]
+
+
+def test_sweep_regimes_recover_a_known_change_point():
+    low, high = sm.sweep_regimes(two_line_sweep(), 2)
+    assert low["max_bytes"] == 2**21 and high["max_bytes"] is None
+    assert (low["alpha_us"], low["bw_GBps"]) == (pytest.approx(7.5), pytest.approx(190.0))
+    assert (high["alpha_us"], high["bw_GBps"]) == (pytest.approx(22.0), pytest.approx(310.0))
+    # at tp=4 the bytes enter as 2(tp-1)/tp b = 1.5 b: the same times give bw 1.5x, the change point unmoved
+    low4, high4 = sm.sweep_regimes(two_line_sweep(), 4)
+    assert low4["max_bytes"] == 2**21 and low4["bw_GBps"] == pytest.approx(285.0)
+    with pytest.raises(ValueError, match="5 sizes"):
+        sm.sweep_regimes(two_line_sweep()[:5], 2)
+
+
+def test_a_stored_sweep_prices_every_split_by_size():
+    """A sweep is measured apart from the model's rows, so every split (full and held out) takes its law; a message
+    below the change point costs the low regime, above it the high one, by hand."""
+    rows = sm.stored_rows()
+    sweeps = {2: (two_line_sweep(), "a sweep by hand")}
+    for exclude in (None, lambda size, device: size == "124m"):
+        fit = sm.fit_split(rows, exclude, sweeps=sweeps)["fit"]
+        assert fit["by_tp"]["2"]["regimes_from"] == "a sweep by hand" and "regimes" not in fit["by_tp"]["4"]
+        assert sm.allreduce_ms(2**20, 2, fit) == pytest.approx((7.5 + 2**20 / 190e3) / 1e3)
+        assert sm.allreduce_ms(2**23, 2, fit) == pytest.approx((22.0 + 2**23 / 310e3) / 1e3)
+    no_sweep = sm.fit_split(rows, sweeps={})["fit"]
+    assert "regimes" not in no_sweep["by_tp"]["2"]
+    assert sm.allreduce_ms(2**20, 2, no_sweep) == pytest.approx(
+        (no_sweep["alpha_us"] + 2**20 / no_sweep["bw_GBps"] / 1e3) / 1e3)
