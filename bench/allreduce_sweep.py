@@ -19,6 +19,7 @@ and busbw = algbw x 2 (n - 1) / n (nccl-tests' convention, comparable with its p
 prints the table and writes <out_dir>/allreduce_sweep_n<N>.{json,md} with the device, torch and NCCL versions
 and every NCCL_* variable of the environment (set NCCL_PROTO=LL, LL128 or Simple to time one protocol).
 """
+import math
 import os
 import statistics
 import sys
@@ -36,6 +37,7 @@ from parallel.mesh import close_process_groups, end_process, init_mesh  # noqa: 
 
 multicast_off()  # before any NCCL communicator exists
 UNITS = {"": 1, "k": 2**10, "m": 2**20}
+MAX_BYTES = 2**34  # 16 GiB: beyond any TP message and most GPUs' memory
 
 
 def default_sizes():
@@ -46,7 +48,7 @@ def default_sizes():
 
 
 def parse_sizes(text):
-    """'4k,1.5m,100' -> bytes; each a positive even number of bytes (bf16 elements)."""
+    """'4k,1.5m,100' -> bytes; each an even number of bytes (bf16 elements) from 2 to MAX_BYTES."""
     out = []
     for item in text.split(","):
         item = item.strip().lower()
@@ -54,9 +56,11 @@ def parse_sizes(text):
         try:
             n = float(item[:len(item) - len(unit)]) * UNITS[unit]
         except ValueError:
-            raise ValueError(f"--sizes: {item!r} is not a size; allowed: bytes, or a number with k or m (KiB, MiB)")
-        if n < 2 or n != int(n) or int(n) % 2:
-            raise ValueError(f"--sizes: {item!r} is {n:g} bytes; allowed: an even number of bytes >= 2 (bf16)")
+            n = math.nan
+        if not (2 <= n <= MAX_BYTES and n == int(n) and int(n) % 2 == 0):
+            raise ValueError(f"--sizes: {item!r} is not a size this sweep takes; allowed: an even number of bytes "
+                             f"from 2 to {MAX_BYTES // 2**20} MiB (bf16 elements), written as bytes or with k or m "
+                             f"(KiB, MiB), e.g. 4k,1.5m")
         out.append(int(n))
     return sorted(set(out))
 

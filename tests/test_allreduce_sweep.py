@@ -12,7 +12,8 @@ from tests.conftest import REPO
 
 def test_sizes_parse_in_bytes_and_refuse_what_is_not_bf16():
     assert parse_sizes("1k, 1.5m,64,1k") == [64, 1024, 3 * 2**19]
-    for bad, named in (("3", "'3'"), ("1.5", "'1.5'"), ("x", "'x'"), ("0", "'0'")):
+    for bad, named in (("3", "'3'"), ("1.5", "'1.5'"), ("x", "'x'"), ("0", "'0'"), ("inf", "'inf'"), ("nan", "'nan'"),
+                       ("1e30", "'1e30'"), ("-4k", "'-4k'")):
         with pytest.raises(ValueError, match=named):
             parse_sizes(bad)
 
