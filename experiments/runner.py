@@ -319,21 +319,25 @@ def progress_final(run, root):
 def pack(runs, args):
     """args.pack/sweep-logs.tgz: the logs of the part's finished runs (paths relative to root), and the
     stdout of its unfinished ones under out-sweep-logs/. Unpack in the repository root:
-    tar xzf .../sweep-logs.tgz"""
+    tar xzf .../sweep-logs.tgz. A run finished in scratch whose logs are gone from the sweep dir (a lent machine
+    that copies a fresh working tree with each command removes them while the sweep runs) is collected again."""
     os.makedirs(args.pack, exist_ok=True)
     path = os.path.join(args.pack, PACK_NAME)
     n = 0
     with tarfile.open(path + ".tmp", "w:gz") as tar:
         for r in runs:
-            final = r.final_dir(args.root)
+            final, tmp = r.final_dir(args.root), r.scratch_dir(args.scratch)
+            planned = planned_config(r, args.scratch)
+            if (not finished(final, planned["max_iters"]) and finished(tmp, planned["max_iters"])
+                    and not config_mismatch(tmp, planned)):
+                collect(r, args.root, args.scratch)
             if os.path.isdir(final):
                 for name in RUN_LOGS:
                     if os.path.exists(os.path.join(final, name)):
                         tar.add(os.path.join(final, name), arcname=os.path.join(r.sweep_dir, r.name, name))
                 n += 1
-            out = r.scratch_dir(args.scratch) + ".out"
-            if os.path.exists(out) and not finished(final, planned_config(r, args.scratch)["max_iters"]):
-                tar.add(out, arcname=os.path.join("out-sweep-logs", r.name + ".out"))
+            if os.path.exists(tmp + ".out") and not finished(final, planned["max_iters"]):
+                tar.add(tmp + ".out", arcname=os.path.join("out-sweep-logs", r.name + ".out"))
     os.replace(path + ".tmp", path)
     print(f"packed {n} run dirs into {path} ({os.path.getsize(path):,} bytes); unpack in the repository root "
           f"with: tar xzf {PACK_NAME}")
@@ -352,6 +356,9 @@ def run_and_pack(runs, args):
     code = sweep(runs, args)
     if args.pack and not args.dry_run:
         pack(runs, args)
+        if code == 3 and all(finished(r.final_dir(args.root), planned_config(r, args.scratch)["max_iters"])
+                             for r in runs):
+            code = 0  # the pack collected the runs whose logs had left the sweep dir
     if code == 3:
         print("incomplete: run the same command again to go on (finished runs are skipped)")
     return code

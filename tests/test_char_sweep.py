@@ -147,6 +147,25 @@ def test_smoke_runs_keep_logs_only(smoke):
     assert "2 runs: 0 done (0 collected from scratch), 2 to run" in out
 
 
+def test_pack_collects_runs_whose_logs_left_the_sweep_dir(smoke):
+    """A lent machine copies a fresh working tree with each command, which removed the sweep dirs of runs that had
+    finished under an earlier command while the sweep still ran (the size sweep of the session of 8e7c63c lost 37
+    of 79 runs so). The pack collects them again from scratch, where their logs stay."""
+    import shutil
+    from types import SimpleNamespace
+    workdir, pack_dir, _ = smoke
+    root = os.path.join(workdir, "out-sweep-smoke")
+    runs = char_sweep.runs_of("w384-n6-s1337", sets=["--dataset=syn"], smoke=True, policies={"baseline", "grouped6"})
+    gone = runs[0].final_dir(root)
+    shutil.rmtree(gone)
+    again = os.path.join(workdir, "pack-again")
+    runner.pack(runs, SimpleNamespace(pack=again, root=root, scratch=os.path.join(root, "scratch")))
+    assert sorted(os.listdir(gone)) == ["config.json", "log.txt", "metrics.jsonl"] and sorted(evals(gone)) == [0, 2, 4]
+    with tarfile.open(os.path.join(again, runner.PACK_NAME)) as tar, \
+            tarfile.open(os.path.join(pack_dir, runner.PACK_NAME)) as first:
+        assert sorted(tar.getnames()) == sorted(first.getnames())
+
+
 def test_finished_runs_are_skipped_and_a_changed_plan_is_refused(smoke):
     workdir, _, _ = smoke
     run = os.path.join(workdir, "out-sweep-smoke", "experiments", "char_sweep", "runs", SMOKE_RUNS[0], "metrics.jsonl")
