@@ -212,25 +212,12 @@ def allreduce_ms(nbytes, tp, fit):
     return alpha_us * 1e-3 + 2 * (tp - 1) / tp * nbytes / (bw * 1e9) * 1e3
 
 
-def fit_line(points):
-    """(alpha us, bw GB/s) of t = alpha + b / bw over (b bytes, t us) points, relative least squares, alpha >= 0."""
-    w = [1 / t ** 2 for b, t in points]
-    sw, sb, sbb = sum(w), sum(wi * b for wi, (b, t) in zip(w, points)), sum(wi * b * b for wi, (b, t) in zip(w, points))
-    st, sbt = sum(wi * t for wi, (b, t) in zip(w, points)), sum(wi * b * t for wi, (b, t) in zip(w, points))
-    det = sw * sbb - sb * sb
-    alpha, slope = ((st * sbb - sb * sbt) / det, (sw * sbt - sb * st) / det) if det > 0 else (-1.0, 0.0)
-    if alpha < 0:
-        alpha, slope = 0.0, sbt / sbb
-    if slope <= 0:
-        raise ValueError("the points give no positive bandwidth")
-    return alpha, 1e-3 / slope  # bytes per us -> GB/s
-
-
 def sweep_regimes(rows, tp, min_points=3):
     """A two-regime law from a measured all-reduce sweep (bench/allreduce_sweep.py rows: bytes, median us): NCCL
     changes protocol with the message size, so below a change point t = alpha_1 + f b / bw_1 and above it
     t = alpha_2 + f b / bw_2 (f = 2(tp-1)/tp). The change point is the size, between two measured ones, that
-    minimizes the summed squared relative error, each side fitted by fit_line with >= min_points sizes.
+    minimizes the summed squared relative error, each side fitted by fit_comm_rows (one all-reduce per point) with
+    >= min_points sizes.
     Returns [{max_bytes, alpha_us, bw_GBps}, {max_bytes: None, ...}], smallest messages first."""
     f = 2 * (tp - 1) / tp
     pts = sorted((f * r["bytes"], r["us"]) for r in rows)
@@ -238,7 +225,7 @@ def sweep_regimes(rows, tp, min_points=3):
         raise ValueError(f"{len(pts)} sizes: a two-regime law needs {2 * min_points} or more")
 
     def sse(part):
-        a, bw = fit_line(part)
+        a, bw = fit_comm_rows([(1, b, t / 1e3, None) for b, t in part])  # us -> ms, as its rows are
         return sum(((a + b / bw / 1e3) / t - 1) ** 2 for b, t in part), a, bw
     best = None
     for i in range(min_points, len(pts) - min_points + 1):
