@@ -6,7 +6,7 @@ communication term (bench/step_model.py prices each sync point as alpha + bytes 
     torchrun --standalone --nproc_per_node=2 -m bench.allreduce_sweep --device cpu --sizes 4k,64k   # gloo smoke
 
 Why: the stored tp=2 rows put a jump in the cost per all-reduce between 1.57 MB (124M's prefill_b1 messages,
-about 18 us on 2x H200) and 2.1 MB (medium's, about 29 us), which one alpha + bytes / bw line cannot follow
+16 us over the floor per all-reduce on 2x H200) and 2.1 MB (medium's, 29 us), which one alpha + bytes / bw line cannot follow
 (bench/results/step_model_validation.md); NCCL picks its protocol by message size. Held-out model rows cannot
 place such a change point, a sweep that measures only the collective can.
 
