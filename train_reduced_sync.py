@@ -543,7 +543,7 @@ def main(argv):
     data_dir, vocab_size, dtype = check_request(cfg, layout, mesh)
     cfg, init = read_init(cfg, vocab_size, data_dir, mesh)
     raw_model = build_model(cfg, vocab_size, init, mesh)
-    plan = resolve_compile(cfg, device.split(":")[0])  # compile='auto': compiled + CUDA graphs on CUDA at tp=1, else eager
+    plan = resolve_compile(cfg, device.split(":")[0])  # compile='auto': compiled + CUDA graphs on CUDA, eager on CPU
     log, derived = open_run(cfg, layout, mesh, control, raw_model, dtype, plan)
     tokens_per_iter, ckpt_path = derived["tokens_per_iter"], os.path.join(cfg.out_dir, "ckpt.pt")
     keep_iters = save_iter_set(cfg)  # a trunk's branch points: ckpt_<iter>.pt besides ckpt.pt

@@ -95,14 +95,14 @@ def worst_over_ranks(result, mesh, policy):
     loss_gap, (rel, name, step) = result
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return result
-    mine = torch.tensor([rel, loss_gap], dtype=torch.float64, device=mesh.device)
+    mine = torch.tensor([rel, loss_gap, step], dtype=torch.float64, device=mesh.device)
     every = [t.tolist() for t in comm.all_gather(mine, dist.group.WORLD, kind="bench_setup")]
     worst_rank = max(range(len(every)), key=lambda r: every[r][0])
     if worst_rank == mesh.rank and worst_rank != 0:
         print(f"rank {worst_rank}: {policy}: worst parameter {name} (step {step}), rel. diff {rel:.2e}", flush=True)
     if worst_rank == mesh.rank:
         return max(e[1] for e in every), (rel, name, step)
-    return max(e[1] for e in every), (every[worst_rank][0], f"rank {worst_rank}'s (printed by it)", step)
+    return max(e[1] for e in every), (every[worst_rank][0], f"rank {worst_rank}'s (printed by it)", int(every[worst_rank][2]))
 
 
 def main(argv=None):

@@ -1,4 +1,4 @@
-"""compile='auto' (the trainer's default): compiled with CUDA graphs on CUDA at tp=1, eager at tp > 1 and on CPU,
+"""compile='auto' (the trainer's default): compiled with CUDA graphs on CUDA at every tp, eager on CPU,
 said in the log's first lines; True/False as before; a bad value is one line naming it and what is allowed."""
 import json
 import os
@@ -25,10 +25,8 @@ from training.config import ConfigError, parse, resolve_compile
      "compile: True -> compiled + CUDA graphs (compile_mode='reduce-overhead', backend 'inductor', cuda)"),
     (["--compile=True"], "cpu", True, "default", "compile: True -> compiled (compile_mode='default', backend 'inductor', cpu)"),
     (["--compile=False"], "cuda", False, "default", "compile: False -> eager"),
-    # at tp > 1 'auto' stays eager on CUDA (training/config.py says why); True still compiles there
-    (["--tp=2"], "cuda", False, "default", "compile: auto -> eager (cuda, tp=2: compiled training at tp > 1 is not "
-                                           "yet shown equal to eager on CUDA for every policy; --compile=True compiles, "
-                                           "with inductor's mix-order reduction off)"),
+    # at tp > 1 too (inductor's mix-order reduction off there: test_wrap_turns_mix_order_reduction_off_...)
+    (["--tp=2"], "cuda", True, "reduce-overhead", "compile: auto -> compiled + CUDA graphs (cuda)"),
     (["--tp=2", "--compile=True"], "cuda", True, "default",
      "compile: True -> compiled (compile_mode='default', backend 'inductor', cuda)"),
 ])

@@ -105,7 +105,7 @@ class TrainConfig:
     # fullgraph=True: a graph break is an error, never a silent eager fallback. 'auto' (resolve_compile): the
     # design launch runs fast without flags on GPUs, and a CPU run stays eager (compiling there costs minutes)
     compile: "bool|auto" = option("auto", SYSTEM, "torch.compile(model, fullgraph=True); 'auto': compiled with CUDA "
-                                                   "graphs on CUDA at tp=1, else eager (the log's 'compile:' line says which)")
+                                                   "graphs on CUDA, eager on CPU (the log's 'compile:' line says which)")
     compile_backend: str = option("inductor", SYSTEM, "'inductor'; 'aot_eager' traces without code generation "
                                                    "(fast on CPU, for checks)")
     # 'reduce-overhead' (CUDA graphs) took a 124M tp=2 step on H200s from 30.2 to 21.4 ms
@@ -447,12 +447,13 @@ class CompilePlan:
 
 def resolve_compile(cfg, device_type):
     """How the model runs on device_type ('cuda' or 'cpu'): a CompilePlan. compile=True/False as before 'auto'
-    existed (True: compile_mode as given). compile='auto': on CUDA at tp=1 compiled with CUDA graphs (compile_mode
-    'reduce-overhead', whatever compile_mode says: --compile=True compiles without them), or without them
-    where the backend is not inductor, whose mode it is; on CUDA at tp > 1 eager (the comment below says why);
-    on CPU eager, where compiling costs minutes and a
-    run's results stay those of the eager tests. compile_mode keeps its default, so a stored run's
-    config.json still equals its plan (experiments/runner.py)."""
+    existed (True: compile_mode as given). compile='auto': on CUDA compiled with CUDA graphs (compile_mode
+    'reduce-overhead', whatever compile_mode says: --compile=True compiles without them) at every tp, or without
+    them where the backend is not inductor, whose mode it is; on CPU eager, where compiling costs minutes and a
+    run's results stay those of the eager tests. At tp > 1 a compiled run turns inductor's mix-order reduction off
+    (model/compile_modes.py): with it on, the regions' LayerNorm weights got wrong gradients; with it off every
+    policy's compiled gradients equal eager's (bench/results/issue49/README.md, "Compiled at tp=2"). compile_mode
+    keeps its default, so a stored run's config.json still equals its plan (experiments/runner.py)."""
     if cfg.compile is False:
         return CompilePlan(False, "default", "compile: False -> eager")
     if cfg.compile is True:
@@ -462,14 +463,6 @@ def resolve_compile(cfg, device_type):
         return plan
     if device_type != "cuda":
         return CompilePlan(False, "default", f"compile: auto -> eager ({device_type})")
-    if isinstance(cfg.tp, int) and cfg.tp > 1:
-        # compiled tp=2 training on CUDA (124M, n_tracks 4) drifted from eager: inductor's mix-order reduction gave
-        # the regions' LayerNorm weights wrong gradients (bench/results/issue49/README.md, "Compiled at tp=2"). With
-        # it off (model/compile_modes.py, set by every compiled run at tp > 1) grouped:2 matched eager at the
-        # launch's shape; until bench.compile_check shows every policy equal, 'auto' takes the exact path there
-        return CompilePlan(False, "default", f"compile: auto -> eager (cuda, tp={cfg.tp}: compiled training at tp > 1 "
-                                             f"is not yet shown equal to eager on CUDA for every policy; --compile=True "
-                                             f"compiles, with inductor's mix-order reduction off)")
     if cfg.compile_backend != "inductor":
         return CompilePlan(True, "default", f"compile: auto -> compiled, no CUDA graphs (cuda; compile_backend="
                                             f"{cfg.compile_backend!r}: CUDA graphs are inductor's)")
