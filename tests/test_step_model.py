@@ -343,15 +343,18 @@ def test_sweep_regimes_recover_a_known_change_point():
 
 
 def test_a_stored_sweep_prices_every_split_by_size():
-    """A sweep is measured apart from the model's rows, so every split (full and held out) takes its law; a message
-    below the change point costs the low regime, above it the high one, by hand."""
+    """A sweep is measured apart from the model's rows, so every split (full and held out) takes its law, moved to
+    that split's own fitted alpha (the sweep's level is back-to-back collectives): a message below the change point
+    costs the low regime, above it the high one, by hand."""
     rows = sm.stored_rows()
     sweeps = {2: (two_line_sweep(), "a sweep by hand")}
     for exclude in (None, lambda size, device: size == "124m"):
         fit = sm.fit_split(rows, exclude, sweeps=sweeps)["fit"]
         assert fit["by_tp"]["2"]["regimes_from"] == "a sweep by hand" and "regimes" not in fit["by_tp"]["4"]
-        assert sm.allreduce_ms(2**20, 2, fit) == pytest.approx((7.5 + 2**20 / 190e3) / 1e3)
-        assert sm.allreduce_ms(2**23, 2, fit) == pytest.approx((22.0 + 2**23 / 310e3) / 1e3)
+        alpha = fit["by_tp"]["2"]["alpha_us"]
+        assert fit["by_tp"]["2"]["regimes_shift_us"] == pytest.approx(alpha - 7.5)
+        assert sm.allreduce_ms(2**20, 2, fit) == pytest.approx((alpha + 2**20 / 190e3) / 1e3)
+        assert sm.allreduce_ms(2**23, 2, fit) == pytest.approx((alpha + 14.5 + 2**23 / 310e3) / 1e3)
     no_sweep = sm.fit_split(rows, sweeps={})["fit"]
     assert "regimes" not in no_sweep["by_tp"]["2"]
     assert sm.allreduce_ms(2**20, 2, no_sweep) == pytest.approx(
