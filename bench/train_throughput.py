@@ -249,6 +249,8 @@ def build_parser():
                    help="comma-separated of off, on: tp2 rows with the trainer's --tp_async_grad (f's backward "
                         "all-reduce overlapped with the weight-gradient GEMM); 'on' rows end in ' async'")
     p.add_argument("--modes", default="compiled", help="comma-separated of " + ", ".join(MODES) + " (see Modes)")
+    p.add_argument("--inductor_defaults", action="store_true", help="compile at tp=2 with inductor's defaults, not "
+                   "the trainer's settings (model/compile_modes.py: mix-order reduction off), to time what they cost")
     p.add_argument("--no_fullgraph", action="store_true",
                    help="compile without fullgraph=True (graph breaks fall back to eager instead of failing)")
     p.add_argument("--batch_size", type=positive_int, default=12)
@@ -364,7 +366,8 @@ def build_variant(v, args, env):
     async_grad = v.get("async_grad") == "on"
     # as the trainer does: with it on, inductor's peak-memory reordering undid the overlap (tests/test_async_grad.py)
     torch._inductor.config.reorder_for_peak_memory = not (async_grad and compiled)
-    apply_exact_training_settings(v["tp"])  # as the trainer compiles at this tp
+    # as the trainer compiles at this tp; --inductor_defaults: inductor's own settings (tp=1's), to time what they cost
+    apply_exact_training_settings(1 if args.inductor_defaults else v["tp"])
     torch.manual_seed(0)  # the same full weights on every rank (GPT draws them from the global RNG)
     if v["impl"] == "plain":
         raw = PlainGPT(**shape).to(env.device)
@@ -519,7 +522,8 @@ def markdown(meta, rows, ratios):
            f"- model {meta['size']} (n_layer {meta['n_layer']}, n_head {meta['n_head']}, n_embd {meta['n_embd']}, "
            f"vocab {meta['vocab_size']}{'' if meta.get('bias', True) else ', no biases'}), batch {meta['batch_size']} x seq {meta['seq_len']} x "
            f"{meta['micro_steps']} micro-step(s) per replica, {meta['dtype']}, warmup {meta['warmup']}, "
-           f"median of {meta['iters']} iterations (slowest rank)",
+           f"median of {meta['iters']} iterations (slowest rank)"
+           + (f"; compiled with {meta['inductor']}" if meta.get("inductor") else ""),
            "- plain and tp1 rows: one GPU (every rank runs its own copy at once); tp2: one replica on 2 GPUs; "
            "dp2: 2 replicas on 2 GPUs. MFU over the GPUs the row uses.",
            ""]
@@ -593,7 +597,9 @@ def run(args, argv):
                 size=args.size, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab,
                 bias=not args.no_bias, batch_size=args.batch_size, seq_len=args.seq_len, micro_steps=args.micro_steps,
                 warmup=args.warmup, iters=args.iters, grad_clip=args.grad_clip,
-                dtype="bf16 autocast" if env.cuda else "float32", fullgraph=not args.no_fullgraph)
+                dtype="bf16 autocast" if env.cuda else "float32", fullgraph=not args.no_fullgraph,
+                inductor="inductor's defaults (--inductor_defaults)" if args.inductor_defaults else
+                "the trainer's settings (model/compile_modes.py)")
     if env.world < 2 and any(g in args.groups for g in ("tp2", "dp2")):
         meta["note"] = "one process: the tp2 and dp2 rows need 2 (torchrun --nproc_per_node=2) and were skipped"
     rows = []
