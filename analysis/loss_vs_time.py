@@ -75,7 +75,7 @@ def main(argv=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
     colors = {}
     for pol, n, saving, ms, base, src in sorted(rows):
         gap, half, budget, study_n, tokens = gaps[pol]
@@ -93,7 +93,8 @@ def main(argv=None):
     ax.set_xlabel("step-time saving against baseline, % (measured; right is faster)")
     ax.set_ylabel("val-loss gap to baseline, % (measured; below is better)")
     ax.set_title(f"{args.title}\nloss at {args.iters} iterations; hollow: loss borrowed from another n_tracks", fontsize=9)
-    ax.legend(fontsize=7, loc="best")
+    # below the axes: inside, "best" still covered an error bar (the issue-49 figure)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     fig.tight_layout()
     save_figure(fig, args.out + ".png")
     write_text(args.out + ".md", "\n".join(lines) + "\n")
