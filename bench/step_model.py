@@ -29,7 +29,8 @@ extra streams' pass over the N tokens,
     tracks = c1 * s * policy_ops * op_pass + [k >= 2] u(k) * (c_div * n_div + c_layer * n_layer * [n_div > 0]) * share,
 share = the rank's roofline time at tp over tp=1's (the streams' extra is a fraction of the rank's work: measured
 on 2x H100, a floor at tp=2 and k=2 is the tp=1 row's multiple of baseline, not its extra ms), and
-with c_div, c_layer >= 0 fitted by least squares to a family's tp=1 rows at k >= 2; a family uses the current code's
+with c_div, c_layer >= 0 fitted by least squares to a family's tp=1 rows at the row's k where it measured that k,
+else to its rows at every k >= 2; a family uses the current code's
 fit, its own or, where it has none, another family's of the same workload kind, and the older code's only where no
 family has a current-code fit (resolve_streams). Rows are told apart by the code they measured
 (implementation(): issue 49 changed what a policy computes at one track per GPU), and the current code's rows at
@@ -505,6 +506,7 @@ def resolve_streams(tables):
     fams = [e for t in tables.values() for e in t.values()]
     for e in fams:  # the own fits, before any family takes another's
         e.setdefault("own_streams", (e["c_div"], e["c_layer"], e["streams_how"], e.get("streams_code")))
+        e.setdefault("own_by_k", e.get("streams_by_k", {}))
 
     def rank(x, e):
         return (x["workload"] != e["workload"], x["size"] != e["size"],
@@ -512,6 +514,7 @@ def resolve_streams(tables):
                 x["mode"] != e["mode"])
     for e in fams:
         c_div, c_layer, how, code = e["own_streams"]
+        by_k = e["own_by_k"]
         kind = e["workload"].split("_")[0]
         if code != "post-49":
             cur = [x for x in fams if x is not e and x["own_streams"][3] == "post-49"
@@ -521,11 +524,12 @@ def resolve_streams(tables):
                                                                                       default=None)
             if src:
                 c_div, c_layer, src_how, code = src["own_streams"]
+                by_k = src["own_by_k"]
                 how = (f"borrowed from {src['size']} {src['workload']} {src['mode']} on {src['device']} ({src_how})"
                        + (f"; its own, not used: {how}" if e["own_streams"][3] else ""))
             elif not code:
-                c_div, c_layer, how = 0.0, 0.0, "no k >= 2 row in any family: 0"
-        e.update(c_div=c_div, c_layer=c_layer, streams_how=how, streams_code=code)
+                c_div, c_layer, how, by_k = 0.0, 0.0, "no k >= 2 row in any family: 0", {}
+        e.update(c_div=c_div, c_layer=c_layer, streams_how=how, streams_code=code, streams_by_k=by_k)
     return tables
 
 
@@ -560,7 +564,14 @@ def calibrate_from_rows(rows, device):
         s = base_ms / (sum(roof.values()) * 1e3)  # dimensionless: measured / roofline
         c1, c1_how = fit_ops(rs, base_ms, s, device)
         c_div, c_layer, streams_how, streams_code = fit_streams(rs, base_ms, s, c1, device)
-        table[f"{size}|{workload}|{mode}"] = dict(
+        # where the family measured a k, that k's rows alone (the extra is not linear in k - 1: measured at k = 2
+        # and 4 on H200 it grows about 1.9x, not 3x); other k take the fit over every k
+        by_k = {}
+        for k in sorted({r["n_tracks"] for r in rs if r["n_tracks"] > 1}):
+            ck_div, ck_layer, _, ck_code = fit_streams([r for r in rs if r["n_tracks"] in (1, k)], base_ms, s, c1, device)
+            if ck_code == streams_code and ck_div is not None:
+                by_k[k] = (ck_div, ck_layer)
+        table[f"{size}|{workload}|{mode}"] = dict(streams_by_k=by_k,
             size=size, workload=workload, mode=mode, device=device, scale=s, base_ms=base_ms, c1=c1, c1_how=c1_how,
             c_div=c_div, c_layer=c_layer, streams_how=streams_how, streams_code=streams_code, n_rows=len(rs),
             streams_sources=sorted({r["source"] for r in rs if r["n_tracks"] > 1 and r["impl"] == streams_code}),
@@ -692,7 +703,8 @@ def tracks_ms(e, size, workload, policy, k, tp, device):
     L = SHAPES[size][0]
     ops = e.get("c1", 1.0) * policy_ops(policy, L, workload, tp) * op_pass(size, workload, device)
     n_div, n_lay = tracks_features(policy, L)
-    streams = stream_pass(size, workload, k, device) * (e["c_div"] * n_div + e["c_layer"] * n_lay) if k > 1 else 0.0
+    c_div, c_layer = e.get("streams_by_k", {}).get(k, (e["c_div"], e["c_layer"]))
+    streams = stream_pass(size, workload, k, device) * (c_div * n_div + c_layer * n_lay) if k > 1 else 0.0
     # the streams' extra time shrinks with the rank's share of the work: on 2x H100 the floors at tp=2, k=2 were
     # 1.19-1.89x baseline's, as the tp=1 rows at k=2 (1.17-1.77x), not tp=1's extra ms (bench/results/h100_*)
     share = sum(roofline(sublayers(size, workload, tp), device).values()) / sum(

@@ -364,3 +364,22 @@ def test_a_stored_sweep_prices_every_split_by_size():
     assert "regimes" not in no_sweep["by_tp"]["2"]
     assert sm.allreduce_ms(2**20, 2, no_sweep) == pytest.approx(
         (no_sweep["alpha_us"] + 2**20 / no_sweep["bw_GBps"] / 1e3) / 1e3)
+
+
+def test_streams_term_fitted_at_the_rows_own_k_where_measured():
+    """A family measured at k = 2 and 4 (H200, 124m train_b8, current code) prices k = 2 from its k = 2 rows alone
+    (their least squares, by hand from fit_streams on that subset), and a k it did not measure from every k."""
+    rows = sm.stored_rows()
+    tables = sm.fit_split(rows)["tables"]
+    e = tables["H200"]["124m|train_b8|graph"]
+    assert sorted(e["streams_by_k"]) == [2, 4]
+    rs = [r for r in rows if (r["size"], r["workload"], r["mode"], r["device"], r["tp"]) == ("124m", "train_b8", "graph", "H200", 1)
+          and sm.feeds_fits(r) and r["n_tracks"] in (1, 2)]
+    c_div, c_layer, _, _ = sm.fit_streams(rs, e["base_ms"], e["scale"], e["c1"], "H200")
+    assert e["streams_by_k"][2] == (pytest.approx(c_div), pytest.approx(c_layer))
+    assert (c_div, c_layer) != (pytest.approx(e["c_div"]), pytest.approx(e["c_layer"]))  # the pooled fit differs
+    n_div, n_lay = sm.tracks_features("grouped:4", 12)
+    at = lambda k, cd, cl: e["scale"] * (6 * sm.op_pass("124m", "train_b8", "H200") * e["c1"]
+                                         + sm.stream_pass("124m", "train_b8", k, "H200") * (cd * n_div + cl * n_lay)) * 1e3
+    assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 2, 1, "H200") == pytest.approx(at(2, c_div, c_layer))
+    assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 3, 1, "H200") == pytest.approx(at(3, e["c_div"], e["c_layer"]))
