@@ -18,7 +18,7 @@ marked scaled.
 Where `calibrate` has measured a sublayer on a device whose own whole tp=1 CUDA-graph steps (eager kernels captured)
 of a calibrated size and workload fit a gap per kernel (fit_overhead), that device's CUDA-graph predictions take the
 measured kernel times, the roofline of the rest and that gap per kernel; elsewhere the scaled split. A device without
-such a step does not borrow another device's gap (overhead_for), so H100 answers use the scaled split.
+such a step does not borrow another device's gap (overhead_for); H100 and H200 each have their own.
 
 Tracks. A rank holds k = n_tracks / tp tracks. At any k the policy runs a few elementwise passes over the stream
 that a Megatron layer does not (policy_ops, counted from model/gpt.py: one per spd region, two per grouped region,
@@ -1273,14 +1273,16 @@ def validation_notes(rows, fit):
             "- *two tracks per GPU (k = 2) in the current code*: the streams term is fitted on the tp=1 rows at k = 4 "
             "(the current code's where stored: bench/results/tp1_h200_cec91f0/) and scales with the k - 1 extra "
             "streams' bytes; at k = 2 the current code's floors are 1.4-1.6 of baseline's in training and prefill "
-            "(unfused fp32 passes over two streams, bench/results/issue49/README.md), which a term linear in k - 1 "
-            "from k = 4 does not follow exactly (over in 124m prefill and medium decode, under in training).",
+            "(unfused fp32 passes over two streams, bench/results/issue49/README.md). A family prices a k it measured "
+            "at tp=1 from that k's rows, times the rank's share of the work (roofline at tp over tp=1); measured, the "
+            "floor at tp=2 keeps the tp=1 row's multiple of baseline (bench/results/h100_tp2_current/, "
+            "h100_20261126/, h200_tp1_tracks2/), and the roofline's share (0.59 for medium train_b8) is below the "
+            "measured floors' (about 0.73), so training at k = 2 is under-predicted.",
             "- *older code at k = 1*: it ran 5-22% over baseline's kernels with every collective skipped, which the "
             "current model (what the current code runs) leaves out: those rows are scored apart and are no target.",
-            "- *H100 rows* (2x H100, bench/results/h100_tp2/): modeled compute over the measured floor, median per "
-            "workload: " + h100_compute_ratios(graph) + ". They use the scaled split of the H200 rows with the H100 "
-            "datasheet until a whole-step H100 tp=1 graph row anchors the H100 calibration (calibration note above; "
-            "the H200 gap between kernels is not carried to H100).",
+            "- *H100 rows* (2x H100): modeled compute over the measured floor, median per workload: "
+            + h100_compute_ratios(graph) + ". The H100 tp=1 graph rows of bench/results/h100_20261126/ anchor the "
+            "H100 calibration's gap between kernels (calibration note above).",
             "- *eager and compiled-without-graphs rows*: host-bound (the profiles show the device busy 5-10% of the "
             "wall time in eager decode, and the compiled tp=2 step spread from 25.2 to 30.2 ms between runs); the "
             "model is of device time and is not meant for them.",
@@ -1306,7 +1308,13 @@ def validation_notes(rows, fit):
             "current code's rows (held-out refits use no calibration, and every current-code graph family kept its own "
             "streams fit); in the full fit they moved the older code's H100 rows (now the scaled split); "
             "the worst held-out saving errors above were left as they are: the changes that would remove them "
-            "(an all-reduce law per message-size range, a streams term per k) are not determined by the fit data."]
+            "(an all-reduce law per message-size range, a streams term per k) were not determined by the fit data. "
+            "Later (session of a12a466), with data measured for them: the all-reduce sweep's two-regime law "
+            "(bench/results/allreduce/; its level moved to the fitted alpha, chosen over the sweep's own level after "
+            "both were scored: saving median 2.4 against 4.0 points, worst 12.5 against 13.4, 1 against 0 sign "
+            "errors); then, from the 2x H100 tp=2 rows measured after that model was committed, the streams term "
+            "times the rank's share of the work, and a family's own k where measured (with H200 tp=1 rows at k = 2 "
+            "measured for it)."]
 
 
 def validation_table(rows):
