@@ -35,8 +35,10 @@ def test_headline_figure_is_one_plain_panel(tmp_path, monkeypatch):
     [ax] = fig.axes  # one panel
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     # every policy, its syncs per forward in words (singular for 1), ordered as the lines end, top to bottom
-    assert labels == ["grouped:12 (1 sync)", "grouped:4 (3 syncs)", "spd (12 syncs)",
-                      "ladder (24 syncs, overlapped)", "parallel (12 syncs; run to 42M)"]
+    assert labels == ["grouped:12 (1 sync)", "grouped:4 (3 syncs)", "spd (12 syncs)", "parallel (12 syncs)",
+                      "ladder (24 syncs, overlapped)"]
+    last = {e["policy"]: e["budgets"][-1]["gap"] for e in budgets}  # the order, from the stored gaps at 83.9M
+    assert [lab.split(" ")[0] for lab in labels] == sorted(last, key=last.get, reverse=True)
     ylabel = ax.get_ylabel()
     assert "gap to baseline" in ylabel and "below 0" in ylabel and "better" in ylabel
     assert any(t.get_text() == "baseline (24 syncs)" and t.get_position()[1] == 0 for t in ax.texts)

@@ -383,3 +383,13 @@ def test_streams_term_fitted_at_the_rows_own_k_where_measured():
                                          + sm.stream_pass("124m", "train_b8", k, "H200") * (cd * n_div + cl * n_lay)) * 1e3
     assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 2, 1, "H200") == pytest.approx(at(2, c_div, c_layer))
     assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 3, 1, "H200") == pytest.approx(at(3, e["c_div"], e["c_layer"]))
+
+
+def test_training_streams_are_fp32():
+    """Under training's bf16 autocast the stream, its LayerNorms and residual adds are fp32 (as op_pass counts them);
+    inference runs them in bf16. By hand for 124m (12 layers, C = 768): train_b8 (8 x 1024 tokens, backward 2x
+    the forward) and prefill_b8 (the same tokens, no backward)."""
+    N, C, L = 8 * 1024, 768, 12
+    train, prefill = sm.sublayers("124m", "train_b8", 2), sm.sublayers("124m", "prefill_b8", 2)
+    assert train["layernorm"][1] == 3 * L * 2 * 2 * N * C * 4 and prefill["layernorm"][1] == L * 2 * 2 * N * C * 2
+    assert train["residual"][1] == 3 * L * 2 * 3 * N * C * 4 and prefill["residual"][1] == L * 2 * 3 * N * C * 2
