@@ -572,9 +572,10 @@ def calibrate_from_rows(rows, device):
             ck_div, ck_layer, _, ck_code = fit_streams([r for r in rs if r["n_tracks"] in (1, k)], base_ms, s, c1, device)
             if ck_code == streams_code and ck_div is not None:
                 by_k[k] = (ck_div, ck_layer)
-        table[f"{size}|{workload}|{mode}"] = dict(streams_by_k=by_k,
+        table[f"{size}|{workload}|{mode}"] = dict(
             size=size, workload=workload, mode=mode, device=device, scale=s, base_ms=base_ms, c1=c1, c1_how=c1_how,
-            c_div=c_div, c_layer=c_layer, streams_how=streams_how, streams_code=streams_code, n_rows=len(rs),
+            c_div=c_div, c_layer=c_layer, streams_by_k=by_k, streams_how=streams_how, streams_code=streams_code,
+            n_rows=len(rs),
             streams_sources=sorted({r["source"] for r in rs if r["n_tracks"] > 1 and r["impl"] == streams_code}),
             commits=sorted({r["commit"] for r in rs}), sources=sorted({r["source"] for r in rs}),
             sublayers_ms={k: s * v * 1e3 for k, v in roof.items()},  # the split of base_ms
@@ -1271,13 +1272,12 @@ def validation_notes(rows, fit):
             "and 12.7 MB together (NCCL changes protocol with the message size); the stored all-reduce sweep "
             "(bench/results/allreduce/) places the change between 1.5 and 1.75 MiB on 2x H100, and its two-regime "
             "law prices tp=2 in every split.",
-            "- *two tracks per GPU (k = 2) in the current code*: the streams term is fitted on the tp=1 rows at k = 4 "
-            "(the current code's where stored: bench/results/tp1_h200_cec91f0/) and scales with the k - 1 extra "
-            "streams' bytes; at k = 2 the current code's floors are 1.4-1.6 of baseline's in training and prefill "
+            "- *two tracks per GPU (k = 2) in the current code*: the streams term is fitted on the current code's tp=1 "
+            "rows at k = 2 and 4 (bench/results/tp1_h200_cec91f0/, h100_20261126/, h200_tp1_tracks2/); at k = 2 the current code's floors are 1.4-1.6 of baseline's in training and prefill "
             "(unfused fp32 passes over two streams, bench/results/issue49/README.md). A family prices a k it measured "
             "at tp=1 from that k's rows, times the rank's share of the work (roofline at tp over tp=1); measured, the "
-            "floor at tp=2 keeps the tp=1 row's multiple of baseline (bench/results/h100_tp2_current/, "
-            "h100_20261126/, h200_tp1_tracks2/), and the roofline's share (0.63 for medium train_b8) is below the "
+            "floor at tp=2 keeps the tp=1 row's multiple of baseline (bench/results/h100_tp2_current/), and the "
+            "roofline's share (0.63 for medium train_b8) is below the "
             "measured floors' (about 0.73), so training at k = 2 is under-predicted.",
             "- *older code at k = 1*: it ran 5-22% over baseline's kernels with every collective skipped, which the "
             "current model (what the current code runs) leaves out: those rows are scored apart and are no target.",
