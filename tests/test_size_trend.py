@@ -115,6 +115,12 @@ def test_committed_size_outputs_regenerate_from_the_stored_runs():
         assert f.read() == json.dumps(fit, indent=1) + "\n"
     with open(os.path.join(REPO, study.SIZE_SWEEPS, "size_table.md")) as f:
         assert f.read() == size_table(fit)
+    rerun = [w["sweep"] for w in widths if os.path.isdir(os.path.join(REPO, w["sweep"], "earlier"))
+             and w["sweep"] != study.BUDGET_SWEEP]
+    assert rerun  # width 256's and 384's trunks trained twice
+    for sweep in rerun:  # the trunks trained twice, as `sizes` writes them
+        with open(os.path.join(REPO, sweep, "rerun_check.md")) as f:
+            assert f.read() == study.rerun_check(sweep)
 
 
 def test_sizes_refuses_a_width_without_runs_and_less_data(tmp_path):

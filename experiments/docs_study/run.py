@@ -458,8 +458,8 @@ def load_widths(sizes_dir, budget_sweep):
 
 
 def size_report(sizes_dir, budget_sweep):
-    """Part 5: per width under sizes_dir its budget_table.md, budget_full.png and stats.json (the 768 sweep's are
-    `budgets`' own, not rewritten here), then size_table.md, size_fit.json and crossover_vs_params.png across the
+    """Part 5: per width under sizes_dir its budget_table.md, budget_full.png and stats.json, and rerun_check.md where
+    a trunk was trained twice (earlier/; the 768 sweep's are `budgets`' own, not rewritten here), then size_table.md, size_fit.json and crossover_vs_params.png across the
     widths (analysis/size_trend.py). Refuses, writing nothing, where a width has no runs or the stored
     size_fit.json was made from a width or runs no longer found."""
     from analysis.compare import budget_table, plot_budgets
@@ -480,6 +480,8 @@ def size_report(sizes_dir, budget_sweep):
                        json.dumps({"stats": w["stats"], "budgets": w["analysis"]}, indent=1))
             plot_budgets(w["analysis"], os.path.join(w["sweep"], "budget_full.png"), w["stats"]["margin"],
                          trunk_curves(w["sweep"]))
+            if os.path.isdir(os.path.join(w["sweep"], "earlier")):
+                write_text(os.path.join(w["sweep"], "rerun_check.md"), rerun_check(w["sweep"]))
     fit = size_fit(widths)
     os.makedirs(sizes_dir, exist_ok=True)
     write_text(os.path.join(sizes_dir, "size_table.md"), size_table(fit))
