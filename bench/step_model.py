@@ -5,7 +5,8 @@ decoded token, per sync policy, for GPT-2 shapes and a 70B-class shape, from one
 
 Compute. Each sublayer s (LayerNorm, attention, MLP, residual adds, embedding, head + cross-entropy,
 optimizer) has FLOPs F_s and HBM bytes B_s at the shard width tp implies (a rank holds 1/tp of the
-heads, MLP columns and vocabulary; LayerNorms and the residual stream are replicated) and K_s
+heads, MLP columns and vocabulary; LayerNorms and the residual stream are replicated, fp32 in training; in
+eager training at tp > 1 the vocab-parallel cross-entropy's extra passes over the rank's logits) and K_s
 kernels. Its roofline time is r_s = K_s * lat + max(F_s / peak_flops, B_s / hbm_bw) with the
 device's datasheet peaks. One scale per (size, workload, mode) family, fitted at tp=1 only,
 
@@ -123,6 +124,10 @@ def sublayers(size, workload, tp, dtype_bytes=2):
                            3 if train else 1)
     if train:  # backward: GEMMs and attention about twice the forward, elementwise likewise
         per_step = {k: (3 * f, 3 * by, 3 * n) for k, (f, by, n) in per_step.items()}
+    if train and tp > 1:  # model/tp_layers.py's vocab-parallel CE beyond the fused CE counted above (36 B a logit):
+        # forward the fp32 copy (6 B), max (4), subtract (8), exp (8), sum (4); backward exp's (8), the gather's
+        # zeros (4), the two gradients' sum (12), the cast back (6): 60 B a logit of this rank's [N, V/tp]
+        per_step["vocab-parallel ce"] = (0, (60 - 36) * N * Vt, 8)
     if opt:  # fused AdamW + grad-norm over fp32 params: read p, g, m, v, write p, m, v; bf16 weight casts
         params = L * 12 * C * Ct + V * C / tp + 1024 * C + L * 4 * C
         per_step["optimizer"] = (0, params * (7 * 4 + 4 + 6), 12)
@@ -683,6 +688,8 @@ def compute_of(size, workload, tp, device, e, how, fit, mode, measured):
     (overhead_for), CUDA-graph rows of eager kernels (mode 'graph') take the measured kernel times, the roofline of the rest and the gaps between
     kernels; otherwise the family's scaled split (whole one-GPU steps split by FLOPs and bytes)."""
     roof = roofline(sublayers(size, workload, tp), device)
+    if mode.startswith("compiled"):  # inductor fuses the vocab-parallel CE's elementwise passes into a few kernels
+        roof.pop("vocab-parallel ce", None)
     scaled = {name: e["scale"] * t * 1e3 for name, t in roof.items()}
     if measured is None:
         measured = measured_sublayers(device, size, workload, tp)
@@ -1317,8 +1324,10 @@ def validation_notes(rows, fit):
             "times the rank's share of the work, and a family's own k where measured (with H200 tp=1 rows at k = 2 "
             "measured for it); then the training step's LayerNorm and residual bytes at fp32 (autocast's, as op_pass "
             "already counted them), after the modeled compute was seen at 0.78-0.81 of the current code's tp=2 "
-            "training floors on both devices against 0.91-0.99 of the tp=1 floors (now, with the bias adds of the "
-            "tracks term, 0.88-0.92 at tp=2: the rest of what does not halve is not located)."]
+            "training floors on both devices against 0.91-0.99 of the tp=1 floors (with the bias adds of the "
+            "tracks term, 0.88-0.92 at tp=2); then, located in the code, the vocab-parallel cross-entropy's passes "
+            "at tp > 1 (model/tp_layers.py: 60 bytes per logit of the rank's slice against the fused CE's 36 that "
+            "`calibrate` times at every tp; eager kernels only, since inductor fuses them)."]
 
 
 def validation_table(rows):

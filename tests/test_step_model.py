@@ -393,3 +393,19 @@ def test_training_streams_are_fp32():
     train, prefill = sm.sublayers("124m", "train_b8", 2), sm.sublayers("124m", "prefill_b8", 2)
     assert train["layernorm"][1] == 3 * L * 2 * 2 * N * C * 4 and prefill["layernorm"][1] == L * 2 * 2 * N * C * 2
     assert train["residual"][1] == 3 * L * 2 * 3 * N * C * 4 and prefill["residual"][1] == L * 2 * 3 * N * C * 2
+
+
+def test_vocab_parallel_cross_entropy_passes_counted_in_eager_training_at_tp_above_1():
+    """At tp > 1 the trainer's loss is model/tp_layers.py's vocab-parallel CE: 60 bytes per logit of the rank's
+    [N, V/tp] slice over its forward and backward passes, against the fused CE's 36 that head+ce counts. By hand for
+    124m train_b8 at tp=2 (N = 8 x 1024, V/tp = 50304 / 2); none at tp=1 or in inference, and a compiled step
+    (inductor fuses the passes) leaves it out."""
+    L, H, C, V = sm.shape_of("124m")[1]
+    assert sm.sublayers("124m", "train_b8", 2)["vocab-parallel ce"] == (0, 24 * 8 * 1024 * (V / 2), 8)
+    assert "vocab-parallel ce" not in sm.sublayers("124m", "train_b8", 1)
+    assert "vocab-parallel ce" not in sm.sublayers("124m", "prefill_b8", 2)
+    tables = sm.fit_split(sm.stored_rows())["tables"]
+    e = tables["H200"]["124m|train_b8|graph"]
+    graph, _ = sm.compute_of("124m", "train_b8", 2, "H200", e, "", {}, "graph", {})
+    compiled, _ = sm.compute_of("124m", "train_b8", 2, "H200", e, "", {}, "compiled-graphs", {})
+    assert "vocab-parallel ce" in graph and "vocab-parallel ce" not in compiled
