@@ -71,9 +71,10 @@ def compile_step(fn, backend="inductor", mode="default", fullgraph=True):
 # At tp > 1 a region's replicated parameters (LayerNorm weights among them) enter the graph through f as rows of
 # one tensor. inductor on CUDA (torch 2.10 and later) fuses a LayerNorm weight's gradient, a sum over rows, with the
 # input gradient's reduction over columns ("mix-order reduction"); at 124M's launch shape (16k rows per track) it
-# gave those weights gradients wrong by up to 2e5 relative, and with it off grouped:2's graph matched eager
-# (bench/results/issue49/README.md, "Compiled at tp=2"; https://github.com/pytorch/pytorch/issues/193061).
-# At tp = 1 the parameters do not pass f, and the check passed with it on.
+# gave those weights gradients wrong by up to 2e5 relative; with it off every policy's compiled gradients match
+# eager's and the launch's val loss equals eager's (bench/results/issue49/README.md, "Compiled at tp=2";
+# https://github.com/pytorch/pytorch/issues/193061). At tp = 1 the parameters do not pass f, and the check passed
+# with it on.
 EXACT_TRAINING_SETTINGS = {"triton.mix_order_reduction": False}
 
 
