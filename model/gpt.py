@@ -42,7 +42,10 @@ stack, whose backward sums them over the TP group once per backward. Every track
 holds the region's biases, so the region's last GEMM adds a bias that leaves each of them once in
 the all-reduced sum (TP rank 0's; GPT._plan_sublayers). Under autocast a
 replicated activation is cast to the compute dtype before it enters f, so f's backward all-reduces
-a bf16 gradient (the cast happens in the next matmul anyway).
+a bf16 gradient (the cast happens in the next matmul anyway). A region's entry f(x) takes the fp32
+stream itself (its tracks add to it), so its gradient is fp32: at tp > 1 it is sent in bf16 and
+cast back, and a region's change is summed in bf16 before g, so a region's all-reduces move the
+bytes of a Megatron sublayer's (fp32 had doubled them: issue 49's profile of spd's training).
 With async_grad_allreduce (a runtime option of GPT, off by default and not in GPTConfig) every f
 that sits directly before a column-parallel GEMM (a Megatron sublayer's f(LN x), a region's entry
 f(x) with its first sublayer's LayerNorm, the LM head's) is fused with that GEMM, so that f's backward
@@ -278,7 +281,8 @@ class Block(nn.Module):
                                                               group)
             out = run(None, per_track, bias, projected)
         else:
-            xin = st.xin if st.xin is not None else comm.copy_to_tp_region(st.x, group)
+            xin = st.xin if st.xin is not None else comm.copy_to_tp_region(st.x, group,
+                                                                           reduce_dtype=comm.compute_dtype(st.x))
             out = run(ln(reads.s if reads.s is not None else xin, ln_weight, ln_bias), per_track, bias)
         if step.per_track:  # a later sublayer of the region reads it: into each track's stream
             first = st.s is None
@@ -288,7 +292,7 @@ class Block(nn.Module):
             return Streams(st.x, xin, st.d, summed, s=st.s)
         change = summed
         if st.d is not None:  # the tracks' streams hold one output: sum it over the tracks
-            change = change + (st.d if k == 1 else st.d.sum(0))
+            change = change + (st.d if k == 1 else st.d.sum(0).to(change.dtype))  # CUDA autocast sums in fp32
         elif st.s is not None:  # sum_t (s_t - xin); xin's two uses cancel exactly in autograd
             tracks = st.s - xin if k == 1 else torch.sub(st.s.sum(0), xin, alpha=k)
             change = change + tracks.to(change.dtype)

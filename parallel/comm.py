@@ -264,16 +264,29 @@ def barrier(group=None):
 
 class _CopyToTPRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group, kind):
-        ctx.group, ctx.kind = group, kind
+    def forward(ctx, x, group, kind, reduce_dtype):
+        ctx.group, ctx.kind, ctx.reduce_dtype = group, kind, reduce_dtype
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
-        stats.add(ctx.kind, grad)
+        sent = _to_reduce_dtype(grad, ctx.reduce_dtype, ctx.group)
+        stats.add(ctx.kind, sent)
         # autograd may hand the same grad tensor to other branches: reduce a copy (traced, the
         # reduction returns a new tensor anyway)
-        return _all_reduce_value(grad if torch.compiler.is_compiling() else grad.clone(), ctx.group), None, None
+        if sent is grad and not torch.compiler.is_compiling():
+            sent = grad.clone()
+        return _all_reduce_value(sent, ctx.group).to(grad.dtype), None, None, None
+
+
+def _to_reduce_dtype(grad, reduce_dtype, group):
+    """The gradient f sends: cast to reduce_dtype where the group has several ranks (one rank sums
+    nothing, and keeps its gradient's precision). A region's entry f(x) takes the fp32 residual
+    stream, so its gradient is fp32; under autocast it travels in bf16, as a Megatron sublayer's
+    f(LN(x)) does, and comes back fp32 (half the bytes; issue 49's profile of spd's training)."""
+    if reduce_dtype is None or group_size(group) == 1:
+        return grad
+    return grad.to(reduce_dtype)
 
 
 class _ReduceFromTPRegion(torch.autograd.Function):
@@ -389,12 +402,13 @@ class _CopyToTPRegionLNLinear(torch.autograd.Function):
             gh, x, (x.shape[-1],), mean, rstd, ln_weight, ln_bias, [True, need[1], need[2]])
         if grad_xin is not None:
             gx = grad_xin + gx
-        stats.add(ctx.kind, gx)
-        handle = _start_all_reduce(gx, ctx.group)
+        sent = _to_reduce_dtype(gx, h.dtype, ctx.group)  # as the plain region entry's f
+        stats.add(ctx.kind, sent)
+        handle = _start_all_reduce(sent, ctx.group)
         g2 = grad.reshape(-1, grad.shape[-1])
         gw = g2.t().mm(h.reshape(-1, h.shape[-1])).to(ctx.weight_dtype) if need[3] else None
         gb = g2.sum(0).to(ctx.bias_dtype) if need[4] else None
-        return _wait_all_reduce(handle, ctx.group, (gw, gb)), gln_w, gln_b, gw, gb, None, None
+        return _wait_all_reduce(handle, ctx.group, (gw, gb)).to(gx.dtype), gln_w, gln_b, gw, gb, None, None
 
 
 def copy_to_tp_region_linear(x, weight, bias, group, kind="tp_bwd"):
@@ -414,11 +428,12 @@ def copy_to_tp_region_ln_linear(x, ln_weight, ln_bias, weight, bias, group, kind
     return _CopyToTPRegionLNLinear.apply(x, ln_weight, ln_bias, weight, bias, group, kind)
 
 
-def copy_to_tp_region(x, group, kind="tp_bwd"):
-    """f: identity forward, all-reduce of the gradient backward (counted as `kind`)."""
+def copy_to_tp_region(x, group, kind="tp_bwd", reduce_dtype=None):
+    """f: identity forward, all-reduce of the gradient backward (counted as `kind`), in reduce_dtype
+    if given (then cast back to the gradient's dtype)."""
     if not torch.is_grad_enabled() or not x.requires_grad:
         return x
-    return _CopyToTPRegion.apply(x, group, kind)
+    return _CopyToTPRegion.apply(x, group, kind, reduce_dtype)
 
 
 def reduce_from_tp_region(x, group, kind="tp_fwd"):

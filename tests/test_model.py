@@ -239,11 +239,66 @@ def _tp2_worker(rank, world_size):
 
 
 
+def _activation_dtypes_worker(rank, world_size):
+    """Under bf16 autocast, per policy, n_tracks and async_grad: the dtypes that torch.distributed.all_reduce
+    itself received (an independent counter, not comm.stats) for activation-sized tensors [B,T,C] in one
+    training step; and the loss and full gradients, to compare with a tp=1 model's."""
+    import torch.distributed as dist
+    group, real = dist.new_group([0, 1]), dist.all_reduce
+    idx, targets = batch()
+    activation = idx.numel() * SMALL["n_embd"]
+    out = {}
+    for policy in POLICIES:
+        for n_tracks in (2, 4):
+            for async_grad in (False, True):
+                model = make(policy, n_tracks=n_tracks, tp_group=group).float()
+                model.set_async_grad_allreduce(async_grad)
+                seen = []
+
+                def spy(tensor, *args, **kwargs):
+                    if tensor.numel() == activation:
+                        seen.append(str(tensor.dtype).removeprefix("torch."))
+                    return real(tensor, *args, **kwargs)
+
+                dist.all_reduce = spy
+                try:
+                    with torch.autocast("cpu", dtype=torch.bfloat16):
+                        _, loss = model(idx, targets)
+                    loss.backward()
+                finally:
+                    dist.all_reduce = real
+                out[policy, n_tracks, async_grad] = dict(dtypes=seen, loss=loss.item(), grads=full_grads(model))
+    return out
+
+
 @pytest.fixture(scope="module")
 def world2():
     """The world-2 workers below in one job (conftest.run_gloo_scenarios: starting the ranks costs seconds)."""
     return run_gloo_scenarios({"tp2": _tp2_worker, "tracks_error": _tracks_error_worker,
-                               "uneven_vocab": _uneven_vocab_worker})
+                               "uneven_vocab": _uneven_vocab_worker, "dtypes": _activation_dtypes_worker})
+
+
+def test_region_all_reduces_move_bf16_under_autocast(world2):
+    """Every activation all-reduce of a bf16-autocast training step at tp=2 is bf16 but the embedding's (its
+    rows are exact: one rank holds each id): a region's entry f(x) takes the fp32 stream, and its gradient
+    used to travel in fp32, twice a Megatron sublayer's bytes. The count is the plan's: a forward sync
+    and a backward f per Megatron sublayer, a forward sync and one f per region, and the LM head's f.
+    The step still equals a tp=1 step under autocast, to bf16 rounding."""
+    idx, targets = batch()
+    for (policy, n_tracks, async_grad), got in scenario_outcome(world2, "dtypes")[0].items():
+        model = make(policy, n_tracks=n_tracks).float()
+        syncs, steps = model.syncs_per_forward, [s for layer in model._plan for s in layer]
+        entries = sum(s.megatron or (i == 0 or steps[i - 1].sync) for i, s in enumerate(steps))
+        case = (policy, n_tracks, async_grad)
+        assert got["dtypes"].count("float32") == 1, (case, got["dtypes"])
+        assert got["dtypes"].count("bfloat16") == syncs + entries + 1, (case, got["dtypes"])
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _, loss = model(idx, targets)
+        loss.backward()
+        assert abs(loss.item() - got["loss"]) < 1e-2, case
+        for name, grad in full_grads(model).items():
+            rel = ((grad - got["grads"][name]).norm() / grad.norm().clamp_min(1e-30)).item()
+            assert rel < 5e-2, (case, name, rel)
 
 
 def test_tp2_training_matches_tp1_and_replicated_params_stay_identical(world2):
