@@ -502,10 +502,11 @@ def merge(out_dir):
     print(f"wrote {out_dir}/tp_latency.md and .png")
 
 
-def savings(before, after):
-    """Markdown: per (size, workload, mode, n_tracks, policy), each side's ms, its floor over
-    baseline's floor and its saving 1 - policy / baseline (both from the same run), before and after.
-    before, after: lists of runs (tp_latency_tp*.json contents), e.g. two commits on one machine."""
+def savings(*sides):
+    """Markdown: per (size, workload, mode, n_tracks, policy), each side's ms, its floor over baseline's
+    floor and its saving 1 - policy / baseline (both from the same run). sides: (label, runs) pairs, runs
+    a list of tp_latency_tp*.json contents: ("before", ...), ("after", ...) for two commits on one machine,
+    or one side alone."""
     def table(runs):
         out = {}
         for r in all_rows(runs):
@@ -523,14 +524,15 @@ def savings(before, after):
         saving = f"{100 * (1 - mine / base):.1f}%" if base else "-"
         return [f"{mine:.3f}", floor_ratio, saving]
 
-    old, new = table(before), table(after)
-    keys = sorted({k[:-1] for k in old} | {k[:-1] for k in new},
+    tables = [table(runs) for _, runs in sides]
+    keys = sorted({k[:-1] for t in tables for k in t},
                   key=lambda k: (list(SIZES).index(k[0]), k[4], WORKLOADS.index(k[1]), k[2], k[3], k[5]))
-    out = [md_row(["size", "workload", "mode", "tp", "n_tracks", "policy", "before ms", "floor ÷ baseline floor",
-                   "saving", "after ms", "floor ÷ baseline floor", "saving"]),
-           "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    head = ["size", "workload", "mode", "tp", "n_tracks", "policy"]
+    for label, _ in sides:
+        head += [f"{label} ms".strip(), "floor ÷ baseline floor", "saving"]
+    out = [md_row(head), "|---|---|---|---:|---:|---|" + "---:|---:|---:|" * len(sides)]
     for key in keys:
-        out.append(md_row([*map(str, key), *cells(old, key), *cells(new, key)]))
+        out.append(md_row([*map(str, key), *(c for t in tables for c in cells(t, key))]))
     return "\n".join(out) + "\n"
 
 
@@ -573,11 +575,18 @@ def main():
     parser.add_argument("--before", nargs="+", metavar="JSON", help="with --after: print each policy's floor "
                         "and saving against baseline, before and after (tp_latency_tp*.json files of two versions)")
     parser.add_argument("--after", nargs="+", metavar="JSON")
+    parser.add_argument("--floors", nargs="+", metavar="JSON", help="print each policy's floor and saving against "
+                        "baseline of one set of tp_latency_tp*.json files")
     args = parser.parse_args()
     if (args.before is None) != (args.after is None):
         parser.error("--before and --after go together, each with one or more tp_latency_tp*.json files")
+    if args.floors and args.before:
+        parser.error("--floors takes one set of files; --before/--after compare two: give one or the other")
     if args.before:
-        print(savings(load_runs(args.before, "--before"), load_runs(args.after, "--after")), end="")
+        print(savings(("before", load_runs(args.before, "--before")), ("after", load_runs(args.after, "--after"))), end="")
+        return
+    if args.floors:
+        print(savings(("", load_runs(args.floors, "--floors"))), end="")
         return
     unknown = [s for s in args.sizes.split(",") if s not in SIZES]
     if unknown:
