@@ -334,7 +334,9 @@ ROW_FILES = (("tp_latency_*.json", "tp_latency"),
              ("issue49/final/after/*_tp2.json", "tp_latency"),
              ("train_throughput*.json", "train_throughput"),
              ("*/train_throughput*.json", "train_throughput"),
-             ("issue49/final/train_loop/tp2_124m*.json", "train_throughput"))
+             ("issue49/final/train_loop/tp2_124m*.json", "train_throughput"),
+             ("issue49/bf16_regions/after/*_train_tp2.json", "tp_latency"),
+             ("issue49/bf16_regions/after/train_throughput_*.json", "train_throughput"))
 # Row files that no glob above reads, and why (printed in the validation table, so that none is dropped unsaid).
 SKIPPED_ROW_FILES = (
     ("issue49/final/before/*.json", "the code of dcba9e8 (before issue 49's model change) run from a git archive "
@@ -343,6 +345,10 @@ SKIPPED_ROW_FILES = (
     ("issue49/before/*.json", "the same configurations as issue49/final/before, an earlier call"),
     ("issue49/after/*.json", "an intermediate model (d961aa1: streams carried whole, the sync biases not yet one "
      "matmul), recorded as dcba9e8; superseded by issue49/final/after"),
+    ("issue49/bf16_regions/before/*.json", "the same configurations as issue49/bf16_regions/after, on 1bdb054's "
+     "regions (fp32 all-reduces): a git archive run in the session of 240c34d"),
+    ("issue49/compiled_floors/*.json", "compiled+graph prefill and decode rows at 1bdb054, read as issue 49's floors; "
+     "their configurations' graph rows are in h100_tp2_large and h100_tp2_current"),
     ("issue49/final/train_loop/tp2_medium.json", "batch 8 with the optimizer step: no workload of this model "
      "(train_b8 has no optimizer, train_b12 is batch 12)"))
 # The implementation a row measured. Issue 49 changed what each policy computes at one track per GPU
@@ -355,18 +361,40 @@ PRE49_COMMITS = ("not recorded", "099cb48", "76e2b85", "2a47e6f", "2825bf8", "e7
                  "dcba9e8")  # "not recorded": the tp=4 rows, older than tp_latency's commit field
 
 
+# 240c34d made a region's all-reduces move bf16 under autocast: its entry f had sent the fp32 stream's gradient and,
+# on CUDA, spd's sum over k tracks went to g in fp32 (bench/results/issue49/bf16_regions/). The model prices every
+# all-reduce in bf16, so a training row at tp >= 2 measured before it ran another implementation: 'fp32-regions'
+# (the run's baseline and ladder rows too, which that commit leaves alone, so that each saving pairs within the run).
+BF16_REGIONS_COMMIT = "240c34d"
+FP32_REGIONS_COMMITS = ("d71e3f7", "cec91f0", "a12a466", "1bdb054")  # the stored rows' commits before it
+
+
+def descends(commit, base):
+    """Whether `commit` is `base` or a descendant of it (git merge-base --is-ancestor)."""
+    if commit == base:
+        return True
+    run = subprocess.run(["git", "merge-base", "--is-ancestor", base, commit], cwd=REPO, capture_output=True, text=True)
+    if run.returncode in (0, 1):
+        return run.returncode == 0
+    raise ValueError(f"commit {commit!r} of a stored row is not in this clone's history, so which implementation it "
+                     f"measured cannot be told: {run.stderr.strip()}")
+
+
 def implementation(commit):
     """'post-49' where the commit has issue 49's model (POST49_COMMIT or a descendant), else 'pre-49'."""
     if commit in PRE49_COMMITS:
         return "pre-49"
-    if commit == POST49_COMMIT:
-        return "post-49"
-    run = subprocess.run(["git", "merge-base", "--is-ancestor", POST49_COMMIT, commit], cwd=REPO,
-                         capture_output=True, text=True)
-    if run.returncode in (0, 1):
-        return "post-49" if run.returncode == 0 else "pre-49"
-    raise ValueError(f"commit {commit!r} of a stored row is not in this clone's history, so whether it has issue 49's "
-                     f"model cannot be told: {run.stderr.strip()}")
+    return "post-49" if descends(commit, POST49_COMMIT) else "pre-49"
+
+
+def row_implementation(row, code):
+    """code (implementation() of the row's commit), or 'fp32-regions' for a training row at tp >= 2 of the post-49
+    code before BF16_REGIONS_COMMIT."""
+    if code != "post-49" or row["tp"] < 2 or not row["workload"].startswith("train"):
+        return code
+    if row["commit"] in FP32_REGIONS_COMMITS or not descends(row["commit"], BF16_REGIONS_COMMIT):
+        return "fp32-regions"
+    return code
 
 
 def row_files():
@@ -419,7 +447,7 @@ def stored_rows():
         r["device"] = device_name(r["device"])
         if r["commit"] not in impl:
             impl[r["commit"]] = implementation(r["commit"])
-        r["impl"] = impl[r["commit"]]
+        r["impl"] = row_implementation(r, impl[r["commit"]])
     return rows
 
 
@@ -1004,10 +1032,12 @@ SPLITS = (("full fit, rows in the alpha/bw fit (in-sample)", "pred", lambda r: r
 # The rows by the code they measured (implementation()): the model describes the current code, so its targets are
 # scored on those rows. The older code's rows at k >= 2 are the implementation the streams term was fitted on;
 # at k = 1 the older code ran other kernels than the current one (bench/results/issue49/README.md), so those rows
-# are scored apart and are no target.
+# are scored apart and are no target; so are training rows at tp >= 2 whose regions all-reduced fp32 (row_implementation).
 CODE_GROUPS = (("current code", lambda r: r["impl"] == "post-49"),
                ("older code, k ≥ 2", lambda r: r["impl"] == "pre-49" and r["n_tracks"] > r["tp"]),
-               ("older code, k = 1 (no target)", lambda r: r["impl"] == "pre-49" and r["n_tracks"] == r["tp"]))
+               ("older code, k = 1 (no target)", lambda r: r["impl"] == "pre-49" and r["n_tracks"] == r["tp"]),
+               ("training with fp32 region all-reduces (before 240c34d; no target)",
+                lambda r: r["impl"] == "fp32-regions"))
 TARGETS = dict(time_median=10.0, time_p90=20.0, saving_median=3.0, saving_worst=8.0)
 
 

@@ -246,12 +246,22 @@ def test_rows_labelled_by_the_code_they_measured():
     by_source = {}
     for r in rows:
         by_source.setdefault(r["source"], set()).add(r["impl"])
-    assert by_source["bench/results/issue49/final/after/medium_tp2.json"] == {"post-49"}
+    assert by_source["bench/results/issue49/final/after/medium_tp2.json"] == {"post-49", "fp32-regions"}  # its train rows
     assert by_source["bench/results/tp_latency_tp4.json"] == {"pre-49"}
     assert not [s for s in by_source if "final/before" in s or "issue49/after" in s]  # SKIPPED_ROW_FILES
-    for r in rows:  # each scored row in exactly one code group; the older code at k = 1 in the last
+    for r in rows:  # each scored row in exactly one code group; the older code at k = 1 in the third
         groups = [name for name, keep in sm.CODE_GROUPS if keep(r)]
         assert len(groups) == 1 and (groups[0] == sm.CODE_GROUPS[2][0]) == (r["impl"] == "pre-49" and r["n_tracks"] == r["tp"])
+    # training at tp >= 2 before 240c34d moved fp32 in its regions' all-reduces: its own group, the run's baseline too
+    fp32 = {(r["source"], r["workload"]) for r in rows if r["impl"] == "fp32-regions"}
+    assert ("bench/results/h100_tp2_large/tp_latency_tp2.json", "train_b8") in fp32
+    assert all(w.startswith("train") for _, w in fp32)
+    assert {r["impl"] for r in rows if "bf16_regions/after" in r["source"]} == {"post-49"}
+    assert {r["impl"] for r in rows if r["source"].endswith("h100_tp2_large/tp_latency_tp2.json")
+            and not r["workload"].startswith("train")} == {"post-49"}
+    assert sm.row_implementation(dict(tp=1, workload="train_b8", commit="1bdb054"), "post-49") == "post-49"
+    assert sm.row_implementation(dict(tp=2, workload="train_b8", commit="1bdb054"), "post-49") == "fp32-regions"
+    assert sm.row_implementation(dict(tp=2, workload="train_b8", commit="240c34d"), "post-49") == "post-49"
 
 
 def test_current_code_rows_at_tp_ge_2_enter_no_fit():
