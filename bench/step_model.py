@@ -48,7 +48,8 @@ tp - 1 through tp 2 and 4, bw held at tp=4's), with the public nccl-tests busbw 
 --validate scores time and saving (1 - policy / baseline, same run and n_tracks) for this fit and for refits
 that leave the row's size, or device, out of every fitted quantity (fit_split). The policy's collectives come from its plan (collectives()): per forward
 one g per synced point (N*C compute-dtype bytes), the vocabulary-parallel embedding and head; per
-backward one f per Megatron sublayer (compute dtype), one per region entry (fp32 residual), one
+backward one f per Megatron sublayer (compute dtype), one per region entry (compute dtype since 240c34d, fp32
+before it, as the older rows that fit alpha/bw ran it), one
 sum of the regions' replicated-parameter gradients, the head's f. Two bounds: no overlap (every
 all-reduce adds), and full overlap where the policy allows it: ladder hides each forward g behind
 the next sublayer, async input-gradient all-reduce hides each backward f behind its wgrad GEMM;
@@ -164,16 +165,18 @@ def plan(policy_spec, n_layer):
     return pol, out
 
 
-def collectives(policy_spec, n_layer, n_embd, batch, tokens, tp, train, compute_bytes=2, resid_bytes=4):
+def collectives(policy_spec, n_layer, n_embd, batch, tokens, tp, train, compute_bytes=2, entry_bytes=None):
     """[(kind, phase, bytes)] of one step, as parallel/comm.py counts them (kinds tp_fwd, tp_bwd,
     tp_grad, vocab). The vocabulary ones and tp_grad exist only at tp > 1 (at tp=1 the model calls
-    F.embedding / F.cross_entropy and sums no partial gradients)."""
+    F.embedding / F.cross_entropy and sums no partial gradients). entry_bytes: per element of a region
+    entry's gradient, compute_bytes unless given (240c34d; the code before it sent the fp32 stream's, 4)."""
     pol, steps = plan(policy_spec, n_layer)
     N, C = batch * tokens, n_embd
+    entry_bytes = compute_bytes if entry_bytes is None else entry_bytes
     out = [("tp_fwd", "fwd", N * C * compute_bytes) for s in steps if s[1]]
     if train:
         out += [("tp_bwd", "bwd", N * C * compute_bytes) for s in steps if s[0]]
-        out += [("tp_bwd", "bwd", N * C * resid_bytes) for s in steps if s[4]]
+        out += [("tp_bwd", "bwd", N * C * entry_bytes) for s in steps if s[4]]
         n_partial = sum(3 * C for s in steps if not s[0])  # LN weight, LN bias, c_proj bias per region sublayer
         if tp > 1 and n_partial:
             out.append(("tp_grad", "bwd", n_partial * 4))
@@ -270,7 +273,7 @@ def row_comm_points(rows, tp):
             continue
         L, H, C, V = SHAPES[r["size"]]
         b, T, ctx, train, opt = WORKLOADS[r["workload"]]
-        colls = collectives(r["policy"], L, C, b, T, tp, train)
+        colls = collectives(r["policy"], L, C, b, T, tp, train, entry_bytes=2 if r["impl"] == "post-49" else 4)
         y = r["ms"] - r["floor_ms"]
         if y > 0:
             pts.append((len(colls), sum(2 * (tp - 1) / tp * by for *_, by in colls), y, r))
@@ -362,8 +365,8 @@ PRE49_COMMITS = ("not recorded", "099cb48", "76e2b85", "2a47e6f", "2825bf8", "e7
 
 
 # 240c34d made a region's all-reduces move bf16 under autocast: its entry f had sent the fp32 stream's gradient and,
-# on CUDA, spd's sum over k tracks went to g in fp32 (bench/results/issue49/bf16_regions/). The model prices every
-# all-reduce in bf16, so a training row at tp >= 2 measured before it ran another implementation: 'fp32-regions'
+# on CUDA, spd's sum over k tracks went to g in fp32 (bench/results/issue49/bf16_regions/). The model prices the
+# current code's (collectives()), so a training row at tp >= 2 measured before it ran another implementation: 'fp32-regions'
 # (the run's baseline and ladder rows too, which that commit leaves alone, so that each saving pairs within the run).
 BF16_REGIONS_COMMIT = "240c34d"
 FP32_REGIONS_COMMITS = ("d71e3f7", "cec91f0", "a12a466", "1bdb054")  # the stored rows' commits before it

@@ -30,17 +30,19 @@ def test_fit_recovers_known_parameters():
     assert alpha == pytest.approx(7.0, rel=0.02) and bw == pytest.approx(300.0, rel=0.02)
 
 
-def _counted(model, B, T):
+def _counted(model, B, T, autocast=False):
     comm.stats.reset()
     idx = torch.randint(0, 64, (B, T))
-    model(idx, idx)[1].backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = model(idx, idx)[1]
+    loss.backward()
     return dict(comm.stats.counts), dict(comm.stats.bytes)
 
 
-def _modeled(policy, B, T, tp):
+def _modeled(policy, B, T, tp, compute_bytes=4):  # 4: fp32 on CPU without autocast
     counts, nbytes = {}, {}
     for kind, phase, b in sm.collectives(policy, TINY["n_layer"], TINY["n_embd"], B, T, tp, True,
-                                         compute_bytes=4, resid_bytes=4):  # fp32 on CPU, no autocast
+                                         compute_bytes=compute_bytes):
         counts[kind] = counts.get(kind, 0) + 1
         nbytes[kind] = nbytes.get(kind, 0) + b
     return counts, nbytes
@@ -60,15 +62,20 @@ def _worker(rank, world_size, policies):
     import torch.distributed as dist
     group, out = dist.new_group([0, 1]), []
     for policy in policies:
-        torch.manual_seed(0)
-        out.append(_counted(GPT(GPTConfig(**TINY, sync_policy=policy), tp_group=group), 2, 8))
+        for autocast in (False, True):
+            torch.manual_seed(0)
+            out.append(_counted(GPT(GPTConfig(**TINY, sync_policy=policy), tp_group=group), 2, 8, autocast))
     return out
 
 
 def test_collectives_match_the_counter_at_tp2_gloo():
-    policies = ["baseline", "grouped:2"]
-    for policy, counted in zip(policies, run_on_gloo(_worker, 2, policies)[0]):
-        assert tuple(counted) == _modeled(policy, 2, 8, 2), policy
+    """Counts and bytes by kind, in fp32 and under bf16 autocast (where every f and g but the embedding's and the
+    cross-entropy's moves bf16, a region's entry included: 240c34d)."""
+    policies = ["baseline", "grouped:2", "spd"]
+    counted = iter(run_on_gloo(_worker, 2, policies)[0])
+    for policy in policies:
+        assert tuple(next(counted)) == _modeled(policy, 2, 8, 2), policy
+        assert tuple(next(counted)) == _modeled(policy, 2, 8, 2, compute_bytes=2), policy
 
 
 def test_monotonic():
