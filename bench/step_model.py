@@ -339,7 +339,17 @@ ROW_FILES = (("tp_latency_*.json", "tp_latency"),
              ("*/train_throughput*.json", "train_throughput"),
              ("issue49/final/train_loop/tp2_124m*.json", "train_throughput"),
              ("issue49/bf16_regions/after/*_train_tp2.json", "tp_latency"),
-             ("issue49/bf16_regions/after/train_throughput_*.json", "train_throughput"))
+             ("issue49/bf16_regions/after/train_throughput_*.json", "train_throughput"),
+             ("issue50/prospective_*/tp_latency_*.json", "tp_latency"),
+             ("issue50/prospective_*/train_throughput_*.json", "train_throughput"))
+# (commit, what changed in the model after its prospective rows were seen): their scores since are no longer prospective
+PROSPECTIVE_REVISIONS = ()
+# Rows measured after the model that scores them was committed: out of sample by construction (issue 50). They
+# enter no fit (feeds_fits), their tp=1 rows included, so every split scores them as rows it never saw. Each
+# folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
+PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
+                "2x H100 at d257300: medium at n_tracks 8 (k = 4 tracks per GPU, which no stored tp >= 2 row has), "
+                "124m train_b8 at tp=2, and the medium training loop (train_b12, compiled with CUDA graphs)"),)
 # Row files that no glob above reads, and why (printed in the validation table, so that none is dropped unsaid).
 SKIPPED_ROW_FILES = (
     ("issue49/final/before/*.json", "the code of dcba9e8 (before issue 49's model change) run from a git archive "
@@ -439,13 +449,16 @@ def train_throughput_rows(d, source):
 
 def stored_rows():
     """Every stored row of the files ROW_FILES names, as dicts with size, workload, mode, tp, n_tracks, policy, ms,
-    floor_ms (tp_latency only), device, commit, impl (implementation()), source."""
+    floor_ms (tp_latency only), device, commit, impl (implementation()), source, prospective (the model's commit for
+    a PROSPECTIVE file's row, else None)."""
     rows, impl = [], {}
+    prospective = {os.path.normpath(p): commit for pattern, commit, _ in PROSPECTIVE
+                   for p in glob.glob(os.path.join(RESULTS, pattern))}
     for path, fmt in row_files():
         with open(path) as f:
             d = json.load(f)
         parse = tp_latency_rows if fmt == "tp_latency" else train_throughput_rows
-        rows += parse(d, os.path.relpath(path, REPO))
+        rows += [dict(r, prospective=prospective.get(path)) for r in parse(d, os.path.relpath(path, REPO))]
     for r in rows:
         r["device"] = device_name(r["device"])
         if r["commit"] not in impl:
@@ -456,8 +469,9 @@ def stored_rows():
 
 def feeds_fits(row):
     """Whether a row may enter a fit: tp=1 rows (compute, tracks, the overhead per kernel), and rows at tp >= 2 of
-    the code before issue 49 (alpha/bw). Rows at tp >= 2 of the current code are held out from every fit."""
-    return row["tp"] == 1 or row["impl"] == "pre-49"
+    the code before issue 49 (alpha/bw). Rows at tp >= 2 of the current code are held out from every fit, and so is
+    every row of a PROSPECTIVE file."""
+    return not row.get("prospective") and (row["tp"] == 1 or row["impl"] == "pre-49")
 
 
 def device_name(text):
@@ -1123,6 +1137,26 @@ def target_lines(rows):
     return out
 
 
+def prospective_lines(rows):
+    """Lines: for each PROSPECTIVE folder, its CUDA-graph rows scored by the full fit and held out by size (no fit has
+    them, so both are out of sample), with the targets; and the model revisions made after those rows were seen."""
+    out = []
+    for pattern, commit, what in PROSPECTIVE:
+        sel = [r for r in rows if r["target"] and r.get("prospective") == commit]
+        for label, key in (("full fit", "pred"), ("leave one size out", "pred_loso")):
+            t, sv = time_stats(sel, key), saving_stats(savings(sel, key))
+            if not (t and sv):
+                continue
+            out.append(f"`bench/results/{pattern}` ({what}), {label}: time |error| median {100 * t['median']:.1f}% "
+                       f"(<= 10: {'met' if 100 * t['median'] <= TARGETS['time_median'] else 'missed'}), 90th pct "
+                       f"{100 * t['p90']:.1f}%, worst {100 * t['worst']:.1f}% ({t['n']} rows); saving error median "
+                       f"{sv['median']:.1f} points, 90th pct {sv['p90']:.1f}, worst {sv['worst']:.1f} ({sv['n']} rows; "
+                       f"<= 8: {'met' if sv['worst'] <= TARGETS['saving_worst'] else 'missed'}), sign errors "
+                       f"{sv['sign_errors']} of {sv['n_sign']}")
+        out += [f"revised after seeing them: {rev}" for c, rev in PROSPECTIVE_REVISIONS if c == commit]
+    return out
+
+
 def held_out_saving_error(rows, workload, k):
     """The 90th percentile saving error (points) of the leave-one-size-out predictions of the current code's graph rows
     of this workload's kind (train, decode or prefill) at k tracks per GPU; the kind at any k where that has fewer than
@@ -1198,6 +1232,9 @@ def validation_header(fit, tables, rows):
             "current code and is no target:", ""] + [f"- {h}" for h in headline(rows)] + [
             "", "**Targets** on the current code's rows (time median ≤ 10%, 90th pct ≤ 20%; saving median ≤ 3 points, "
             "worst ≤ 8; no sign error where |measured saving| ≥ 5%):", ""] + [f"- {t}" for t in target_lines(rows)] + [
+            "", "**Prospective rows**, measured after the model that scores them was committed (PROSPECTIVE in "
+            "bench/step_model.py; no fit has them, their tp=1 rows included):", ""] + [
+            f"- {t}" for t in prospective_lines(rows)] + [
             "",
             "- Row files: " + ", ".join(f"`{os.path.relpath(p, REPO)}`" for p, _ in row_files()) + " (ROW_FILES in "
             "bench/step_model.py). Not read: " + "; ".join(skipped) + ".",
