@@ -282,6 +282,41 @@ def test_current_code_rows_at_tp_ge_2_enter_no_fit():
         assert sm.fit_split(changed, exclude) == sm.fit_split(rows, exclude)
 
 
+def test_prospective_rows_enter_no_fit():
+    """Rows of a PROSPECTIVE folder (measured after the model was committed) feed no fit, their tp=1 rows included:
+    changing their times changes no fitted quantity, in the full fit or a held-out refit."""
+    rows = sm.stored_rows()
+    pro = [r for r in rows if r["prospective"]]
+    assert pro and any(r["tp"] == 1 for r in pro) and not any(sm.feeds_fits(r) for r in pro)
+    changed = [dict(r, ms=r["ms"] * 3, floor_ms=r["floor_ms"] and r["floor_ms"] / 2) if r["prospective"] else r
+               for r in rows]
+    for exclude in (None, lambda size, device: size == "124m"):
+        assert sm.fit_split(changed, exclude) == sm.fit_split(rows, exclude)
+
+
+def _growth_rows(gamma, workload="prefill_b8", extra2=3.0):
+    """tp=1 rows of one family at n_tracks 2 and 4 whose extra over baseline grows as u(4) / u(2) at `gamma`."""
+    grow = sm.stream_pass("124m", workload, 4, "H200", gamma) / sm.stream_pass("124m", workload, 2, "H200", gamma)
+    row = lambda n, policy, ms: dict(tp=1, impl="post-49", device="H200", size="124m", workload=workload, mode="graph",
+                                     n_tracks=n, policy=policy, ms=ms)
+    return [row(2, "baseline", 10.0), row(4, "baseline", 10.5), row(2, "spd", 10.0 + extra2),
+            row(4, "spd", 10.5 + extra2 * grow)]
+
+
+def test_track_growth_recovers_a_known_gamma():
+    """fit_track_growth finds the gamma the rows were made with; a pair whose k = 2 extra is under 5% of baseline,
+    or no pair at all, leaves it linear (1)."""
+    assert sm.fit_track_growth(_growth_rows(0.5))["gamma"] == pytest.approx(0.5)
+    assert sm.fit_track_growth(_growth_rows(0.8) + _growth_rows(0.8, "train_b8"))["gamma"] == pytest.approx(0.8)
+    small = sm.fit_track_growth(_growth_rows(0.5, extra2=0.4))
+    assert (small["gamma"], small["n"]) == (1.0, 0)
+    assert sm.fit_track_growth(_growth_rows(0.5)[:3])["gamma"] == 1.0
+    # the law itself: k = 2 is one stream's pass at any gamma, k = 4 is 3^gamma of it (bytes) plus the launch
+    u = lambda k, g: sm.stream_pass("124m", "prefill_b8", k, "H200", g)
+    assert u(2, 0.5) == pytest.approx(u(2, 1.0))
+    assert u(4, 0.5) - sm.LAT == pytest.approx((u(2, 0.5) - sm.LAT) * 3 ** 0.5)
+
+
 def _tp_latency_file(path, tp, commit, rows):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"meta": {"tp": tp, "commit": commit, "device": "NVIDIA H200"}, "rows": [
@@ -397,7 +432,7 @@ def test_streams_term_fitted_at_the_rows_own_k_where_measured():
     assert (c_div, c_layer) != (pytest.approx(e["c_div"]), pytest.approx(e["c_layer"]))  # the pooled fit differs
     n_div, n_lay = sm.tracks_features("grouped:4", 12)
     at = lambda k, cd, cl: e["scale"] * (6 * sm.op_pass("124m", "train_b8", "H200") * e["c1"]
-                                         + sm.stream_pass("124m", "train_b8", k, "H200") * (cd * n_div + cl * n_lay)) * 1e3
+                                         + sm.stream_pass("124m", "train_b8", k, "H200", e["gamma"]) * (cd * n_div + cl * n_lay)) * 1e3
     assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 2, 1, "H200") == pytest.approx(at(2, c_div, c_layer))
     assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 3, 1, "H200") == pytest.approx(at(3, e["c_div"], e["c_layer"]))
 
