@@ -354,7 +354,11 @@ PROSPECTIVE_REVISIONS = (
 # folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
 PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "2x H100 at d257300: medium at n_tracks 8 (k = 4 tracks per GPU, which no stored tp >= 2 row has), "
-                "124m train_b8 at tp=2, and the medium training loop (train_b12, compiled with CUDA graphs)"),)
+                "124m train_b8 at tp=2, and the medium training loop (train_b12, compiled with CUDA graphs)"),
+               ("issue50/prospective_e03b4bc/*.json", "e03b4bc",
+                "2x H100 after e03b4bc's revision: k = 3 and 6 tracks per GPU (124m at n_tracks 6 and 12) and k = 5 "
+                "(large at n_tracks 10) on tp=2, which no stored row has (the rows record d257300, whose measured code "
+                "e03b4bc did not change)"))
 # Row files that no glob above reads, and why (printed in the validation table, so that none is dropped unsaid).
 SKIPPED_ROW_FILES = (
     ("issue49/final/before/*.json", "the code of dcba9e8 (before issue 49's model change) run from a git archive "
@@ -1195,13 +1199,17 @@ def prospective_lines(rows):
 
 def held_out_saving_error(rows, workload, k):
     """The 90th percentile saving error (points) of the leave-one-size-out predictions of the current code's graph rows
-    of this workload's kind (train, decode or prefill) at k tracks per GPU; the kind at any k where that has fewer than
-    10; then every current-code graph row, then every graph row but the older code's at k = 1."""
+    of this workload's kind (train, decode or prefill) at k tracks per GPU; where that has fewer than 10, the kind's
+    rows on the same side of k = 2 (at most two tracks per GPU, or more: the error grows fast past k = 2), then at any
+    k; then every current-code graph row, then every graph row but the older code's at k = 1."""
     kind = workload.split("_")[0]
     cur = [r for r in rows if r["target"] and CODE_GROUPS[0][1](r)]
     scored = [r for r in rows if r["target"] and not CODE_GROUPS[2][1](r)]
+    same_side = lambda r: (r["n_tracks"] // r["tp"] > 2) == (k > 2)
     for sel, how in (([r for r in cur if r["workload"].startswith(kind) and r["n_tracks"] // r["tp"] == k],
                       f"current-code {kind} rows at k = {k}"),
+                     ([r for r in cur if r["workload"].startswith(kind) and same_side(r)],
+                      f"current-code {kind} rows at k {'> 2' if k > 2 else '<= 2'}"),
                      ([r for r in cur if r["workload"].startswith(kind)], f"current-code {kind} rows at any k"),
                      (cur, "current-code rows"), (scored, "graph rows but the older code's at k = 1")):
         st = saving_stats(savings(sel, "pred_loso"))
@@ -1640,7 +1648,13 @@ def answer(size, tp, policy, device, n_tracks, tables, fit, err, rows, held):
                          f"{e4['bw_GBps']:.0f} GB/s); {min(pub):.0f}% .. {max(pub):.0f}% under the public nccl-tests busbw "
                          f"{PUBLIC_BUSBW['GBps'][0]:.0f}-{PUBLIC_BUSBW['GBps'][1]:.0f} GB/s with alpha(4) "
                          f"({PUBLIC_BUSBW['url']})")
-    e = family(tables, size, "train_b12", "graph", device)[0]
+    e, k = family(tables, size, "train_b12", "graph", device)[0], n_tracks // tp
+    measured_k = sorted({kk for t in tables.values() for f in t.values() for kk in f.get("streams_by_k", {})})
+    if k > max(measured_k, default=1):
+        lines.append(f"  k = {k} tracks per GPU is past every tp=1 row's k ({', '.join(map(str, measured_k))}): the "
+                     f"streams term is extrapolated as (k - 1)^{fit['track_growth']['gamma']:.2f}, which under-predicted "
+                     "the prefill and training floors at k = 3 to 6 on 2x H100 (bench/results/issue50/prospective_e03b4bc/); "
+                     f"`bench.tp_latency --n_tracks {k}` at tp=1 measures this k.")
     lines.append(f"  tracks term: at one track per GPU the policy's counted elementwise passes only (coefficient "
                  f"{e.get('c1', 1.0):.2f}: {e.get('c1_how', '-')}); at k >= 2 also the extra streams' term "
                  f"({e.get('streams_how', '-')}). Validated on the current code's rows: "

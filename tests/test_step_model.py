@@ -294,6 +294,21 @@ def test_prospective_rows_enter_no_fit():
         assert sm.fit_split(changed, exclude) == sm.fit_split(rows, exclude)
 
 
+def test_held_out_saving_error_keeps_to_its_side_of_two_tracks_per_gpu():
+    """Past two tracks per GPU the interval takes the rows past it, where the k itself has fewer than 10 rows: the
+    saving error there is not the one- and two-track rows' (bench/results/step_model_validation.md, by k)."""
+    rows = []
+    for i, (n, err) in enumerate([(4, 0.01)] * 12 + [(8, 0.30)] * 6 + [(12, 0.20)] * 6):
+        b = _row("baseline", 10.0, 10.0, workload="train_b8", n_tracks=n, source=str(i), impl="post-49")
+        p = _row("spd", 8.0, 8.0 - 10 * err, workload="train_b8", n_tracks=n, source=str(i), impl="post-49")
+        rows += [dict(r, pred_loso=r["pred"]) for r in (b, p)]
+    assert sm.held_out_saving_error(rows, "train_b12", 1) == (pytest.approx(1.0), "current-code train rows at k <= 2 "
+                                                                                  "held out by size, n 12")
+    err, how = sm.held_out_saving_error(rows, "train_b12", 5)
+    assert (err, how) == (pytest.approx(30.0), "current-code train rows at k > 2 held out by size, n 12")
+    assert sm.held_out_saving_error(rows, "train_b12", 2)[1] == "current-code train rows at k = 2 held out by size, n 12"
+
+
 def _growth_rows(gamma, workload="prefill_b8", extra2=3.0):
     """tp=1 rows of one family at n_tracks 2 and 4 whose extra over baseline grows as u(4) / u(2) at `gamma`."""
     grow = sm.stream_pass("124m", workload, 4, "H200", gamma) / sm.stream_pass("124m", workload, 2, "H200", gamma)
