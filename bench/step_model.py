@@ -140,14 +140,17 @@ def roofline(parts, device):
     return {k: n * LAT + max(f / d["flops"], by / d["hbm"]) for k, (f, by, n) in parts.items()}
 
 
-def stream_pass(size, workload, k, device, gamma=1.0):
-    """u(k) before scaling: a pass over the extra residual streams, (k - 1)^gamma of one stream's bytes over the step's
-    tokens, plus a launch. gamma (fit_track_growth) is how the extra grows with k: the k streams' passes are batched
-    over a track dim, so they do not cost k - 1 separate passes. Used at k >= 2 only: at k = 1 a region runs a
-    Megatron sublayer's kernels (model/gpt.py, "Regions"), and what it runs beyond them is counted by policy_ops."""
+def stream_pass(size, workload, k, device, q=1.0, share=1.0):
+    """u(k) before scaling: one pass over a residual stream of the step's tokens plus a launch, times
+    (1 - q) * share + q * (k - 1). Having tracks at all costs a part that is the rank's work, which shrinks with its
+    share of tp=1's work (share: thinner batched GEMMs, their launches); each stream beyond the first costs a part q
+    that every rank repeats, since a track's stream is full width (model/gpt.py, "Regions"). q (fit_replicated) is
+    that part's fraction at k = 2, so u(2) at tp=1 is one pass at any q. Used at k >= 2 only: at k = 1 a region runs
+    a Megatron sublayer's kernels, and what it runs beyond them is counted by policy_ops."""
     L, H, C, V = shape_of(size)[1]
     b, T, ctx, train, opt = WORKLOADS[workload]
-    return (LAT + (k - 1) ** gamma * b * T * C * 4 / DEVICES[device]["hbm"]) * (3 if train else 1)
+    one = (LAT + b * T * C * 4 / DEVICES[device]["hbm"]) * (3 if train else 1)
+    return one * ((1 - q) * share + q * (k - 1))
 
 
 # ------------------------------------------------------------------ the policy's plan
@@ -348,7 +351,12 @@ PROSPECTIVE_REVISIONS = (
     ("d257300", "the streams term's growth with k, (k - 1)^gamma with gamma fitted to the tp=1 rows at k = 2 and 4 "
                 "(fit_track_growth), where it had been linear in k - 1: d257300's model put medium's k = 4 floors on "
                 "tp=2 at 3x k = 2's extra (saving worst 39.4 points, full fit); the rows at k = 2 and 4 of one tp=1 "
-                "family had grown 0.8-1.7x"),)
+                "family had grown 0.8-1.7x"),
+    ("e03b4bc", "(after these rows and tp=1 rows at k = 3 and 6 on H100, bench/results/h100_tp1_k3_k6/) the streams "
+                "term in two parts (stream_pass, fit_replicated): a part that shrinks with the rank's share of the work "
+                "and a part q that every rank repeats per further track, linear in k - 1, with q per workload kind "
+                "fitted to the tp=1 rows at k = 2 and k > 2; it replaces (k - 1)^gamma times the share. The tp=1 "
+                "extra at k = 6 had carried to tp=2 at 0.94 where the share was 0.66"),)
 # Rows measured after the model that scores them was committed: out of sample by construction (issue 50). They
 # enter no fit (feeds_fits), their tp=1 rows included, so every split scores them as rows it never saw. Each
 # folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
@@ -530,7 +538,7 @@ def op_pass(size, workload, device):
     return LAT + 3 * b * T * C * (4 if train else 2) / DEVICES[device]["hbm"]
 
 
-def fit_streams(rs, base_ms, s, c1, device, gamma=1.0):
+def fit_streams(rs, base_ms, s, c1, device, q=1.0):
     """c_div, c_layer (>= 0, least squares) of the k >= 2 rows of one family: their time over baseline less the
     policy's counted passes, against u(k) * (n_div, n_layer [n_div > 0]). The current code's rows where the family
     has any at k >= 2, else the older code's. Returns (c_div, c_layer, how, code: 'post-49', 'pre-49' or None)."""
@@ -542,7 +550,7 @@ def fit_streams(rs, base_ms, s, c1, device, gamma=1.0):
     A, y = [], []
     for r in many:
         n_div, n_lay = tracks_features(r["policy"], L)
-        u = s * stream_pass(size, workload, r["n_tracks"], device, gamma) * 1e3
+        u = s * stream_pass(size, workload, r["n_tracks"], device, q) * 1e3
         A.append((u * n_div, u * n_lay))
         y.append(r["ms"] - base_ms - c1 * s * policy_ops(r["policy"], L, workload, 1) * op_pass(size, workload, device) * 1e3)
     if not many:  # no k >= 2 row: resolve_streams takes another family's
@@ -552,33 +560,31 @@ def fit_streams(rs, base_ms, s, c1, device, gamma=1.0):
     return nonneg_lstsq2(A, y) + (f"{len(many)} rows of the {impl} code at k = {', '.join(map(str, ks))}: {srcs}", impl)
 
 
-def fit_track_growth(rows):
-    """gamma of u(k)'s (k - 1)^gamma (stream_pass), from the current code's tp=1 rows that feed fits: where one
-    (device, size, workload, mode, policy) was measured at n_tracks 2 and 4, its time over that n_tracks' baseline at
-    k = 4 against k = 2 (R), where k = 2's is over 5% of the baseline; gamma on a grid 0 .. 1.5 by 0.01 minimizing
-    the squared log of u(4) / u(2) over R. 1 (linear in k - 1) where no pair exists. Returns dict(gamma, n, how)."""
+def fit_replicated(rows):
+    """q of stream_pass per workload kind (train, prefill, decode): the fraction of the streams' extra at k = 2 that
+    grows with each further track, from the current code's tp=1 rows that feed fits. Where one (device, size,
+    workload, mode, policy) was measured at n_tracks 2 and at a k > 2, and k = 2's time over baseline is over 5% of
+    it, R = extra(k) / extra(2) = (1 - q) + q (k - 1): q = sum (R - 1)(k - 2) / sum (k - 2)^2 over the kind's pairs,
+    in [0, 1]. A kind without pairs takes every kind's; 1 (all of it per track, linear in k - 1) where none has any.
+    Returns dict(q={kind: q}, n, how)."""
     ms = {}
     for r in rows:
         if r["tp"] == 1 and r["impl"] == "post-49" and feeds_fits(r) and r["workload"] in WORKLOADS:
             ms.setdefault((r["device"], r["size"], r["workload"], r["mode"], r["n_tracks"], r["policy"]), []).append(r["ms"])
     med = lambda key: statistics.median(ms[key]) if key in ms else None
     pairs = []
-    for (device, size, workload, mode, n, policy) in sorted(ms):
-        b2, b4 = med((device, size, workload, mode, 2, "baseline")), med((device, size, workload, mode, 4, "baseline"))
-        p2, p4 = med((device, size, workload, mode, 2, policy)), med((device, size, workload, mode, 4, policy))
-        if n == 2 and policy != "baseline" and None not in (b2, b4, p4) and p2 - b2 > 0.05 * b2 and p4 > b4:
-            pairs.append((size, workload, device, (p4 - b4) / (p2 - b2)))
+    for (device, size, workload, mode, k, policy) in sorted(ms):
+        b2, bk = med((device, size, workload, mode, 2, "baseline")), med((device, size, workload, mode, k, "baseline"))
+        p2, pk = med((device, size, workload, mode, 2, policy)), med((device, size, workload, mode, k, policy))
+        if k > 2 and policy != "baseline" and None not in (b2, bk, p2) and p2 - b2 > 0.05 * b2:
+            pairs.append((workload.split("_")[0], k, (pk - bk) / (p2 - b2), f"{size} {workload} {device} k={k}"))
+    fit = lambda ps: min(1.0, max(0.0, sum((R - 1) * (k - 2) for _, k, R, _ in ps) / sum((k - 2) ** 2 for _, k, _, _ in ps)))
     if not pairs:
-        return dict(gamma=1.0, n=0, how="no family measured at k = 2 and 4: linear in k - 1")
-
-    def loss(g):
-        return sum(math.log(stream_pass(s, w, 4, d, g) / stream_pass(s, w, 2, d, g) / R) ** 2 for s, w, d, R in pairs)
-    gamma = min((i / 100 for i in range(151)), key=loss)
-    ratios = sorted(R for *_, R in pairs)
-    return dict(gamma=gamma, n=len(pairs), ratio_range=[ratios[0], ratios[-1]],
-                how=f"{len(pairs)} (size, workload, device, policy) pairs of tp=1 rows at k = 2 and 4, extra ratio "
-                    f"{ratios[0]:.2f}-{ratios[-1]:.2f} (median {statistics.median(ratios):.2f}; linear would be 3 "
-                    f"where the bytes dominate): " + ", ".join(sorted({f"{s} {w} {d}" for s, w, d, _ in pairs})))
+        return dict(q={kind: 1.0 for kind in ("train", "prefill", "decode")}, n=0,
+                    how="no family measured at k = 2 and a k > 2: all of it per track")
+    q = {kind: fit([p for p in pairs if p[0] == kind] or pairs) for kind in ("train", "prefill", "decode")}
+    return dict(q=q, n=len(pairs), how=f"{len(pairs)} (family, policy) pairs of tp=1 rows at k = 2 and a k > 2 ("
+                + ", ".join(sorted({p[3] for p in pairs})) + "): q " + ", ".join(f"{k} {v:.2f}" for k, v in q.items()))
 
 
 SIZE_ORDER = ["xl", "large", "medium", "124m"]  # borrowing prefers the largest measured size
@@ -635,7 +641,7 @@ def fit_ops(rs, base_ms, s, device):
     return max(0.0, sum(x * y for x, y in pts) / sum(x * x for x, y in pts)), f"fitted to {len(pts)} tp=1 rows at k = 1"
 
 
-def calibrate_from_rows(rows, device, gamma=1.0):
+def calibrate_from_rows(rows, device, q=None):
     """Per (size, workload, mode) family measured at tp=1 on `device` (rows that feed fits): the scale s (baseline
     rows, the current code's where there are some), the coefficient c1 of the policy's counted passes (fit_ops) and
     the streams coefficients c_div, c_layer of k >= 2 (fit_streams)."""
@@ -652,18 +658,19 @@ def calibrate_from_rows(rows, device, gamma=1.0):
         roof = roofline(sublayers(size, workload, 1), device)
         s = base_ms / (sum(roof.values()) * 1e3)  # dimensionless: measured / roofline
         c1, c1_how = fit_ops(rs, base_ms, s, device)
-        c_div, c_layer, streams_how, streams_code = fit_streams(rs, base_ms, s, c1, device, gamma)
+        qk = (q or {}).get(workload.split("_")[0], 1.0)
+        c_div, c_layer, streams_how, streams_code = fit_streams(rs, base_ms, s, c1, device, qk)
         # where the family measured a k, that k's rows alone (the extra is not linear in k - 1: measured at k = 2
         # and 4 on H200 it grows about 1.9x, not 3x); other k take the fit over every k
         by_k = {}
         for k in sorted({r["n_tracks"] for r in rs if r["n_tracks"] > 1}):
             ck_div, ck_layer, _, ck_code = fit_streams([r for r in rs if r["n_tracks"] in (1, k)], base_ms, s, c1, device,
-                                                       gamma)
+                                                       qk)
             if ck_code == streams_code and ck_div is not None:
                 by_k[k] = (ck_div, ck_layer)
         table[f"{size}|{workload}|{mode}"] = dict(
             size=size, workload=workload, mode=mode, device=device, scale=s, base_ms=base_ms, c1=c1, c1_how=c1_how,
-            c_div=c_div, c_layer=c_layer, streams_by_k=by_k, streams_how=streams_how, streams_code=streams_code, gamma=gamma,
+            c_div=c_div, c_layer=c_layer, streams_by_k=by_k, streams_how=streams_how, streams_code=streams_code, q=qk,
             n_rows=len(rs),
             streams_sources=sorted({r["source"] for r in rs if r["n_tracks"] > 1 and r["impl"] == streams_code}),
             commits=sorted({r["commit"] for r in rs}), sources=sorted({r["source"] for r in rs}),
@@ -797,13 +804,12 @@ def tracks_ms(e, size, workload, policy, k, tp, device):
     ops = e.get("c1", 1.0) * policy_ops(policy, L, workload, tp) * op_pass(size, workload, device)
     n_div, n_lay = tracks_features(policy, L)
     c_div, c_layer = e.get("streams_by_k", {}).get(k, (e["c_div"], e["c_layer"]))
-    streams = (stream_pass(size, workload, k, device, e.get("gamma", 1.0)) * (c_div * n_div + c_layer * n_lay)
-               if k > 1 else 0.0)
-    # the streams' extra time shrinks with the rank's share of the work: on 2x H100 the floors at tp=2, k=2 were
-    # 1.19-1.89x baseline's, as the tp=1 rows at k=2 (1.17-1.77x), not tp=1's extra ms (bench/results/h100_*)
+    # the streams' per-rank part shrinks with the rank's share of tp=1's work, its per-track part does not
     share = sum(roofline(sublayers(size, workload, tp), device).values()) / sum(
         roofline(sublayers(size, workload, 1), device).values())
-    return e["scale"] * (ops + streams * share) * 1e3
+    streams = (stream_pass(size, workload, k, device, e.get("q", 1.0), share) * (c_div * n_div + c_layer * n_lay)
+               if k > 1 else 0.0)
+    return e["scale"] * (ops + streams) * 1e3
 
 
 def predict(size, workload, tp, policy, n_tracks, device, tables, fit, mode="graph", measured=None):
@@ -887,9 +893,9 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
     that tp's all-reduces its two-regime law in every split, moved to the split's own alpha at that tp. Returns dict(tables, fit, calibration: bool)."""
     ex = exclude or (lambda size, device: False)
     kept = [r for r in rows if not ex(r["size"], r["device"]) and feeds_fits(r)]
-    tables, growth = {}, fit_track_growth(kept)
+    tables, replicated = {}, fit_replicated(kept)
     for d in sorted({r["device"] for r in kept if r["tp"] == 1}):
-        t = calibrate_from_rows(kept, d, growth["gamma"])
+        t = calibrate_from_rows(kept, d, replicated["q"])
         if t:
             tables[d] = t
     resolve_streams(tables)
@@ -906,7 +912,7 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
     if len(rp4) >= 2:
         tp4 = fit_comm_rows(rp4) + (f"{len(rp4)} tp=4 rows' time over their floor",
                                      sorted({(r["size"], r["device"], 4) for *_, r in rp4}))
-    fit = dict(alpha_us=a2, bw_GBps=bw2, by_tp=comm_by_tp(a2, bw2, how2, on2, tp4), track_growth=growth)
+    fit = dict(alpha_us=a2, bw_GBps=bw2, by_tp=comm_by_tp(a2, bw2, how2, on2, tp4), replicated=replicated)
     for tp, (sweep, source) in (load_sweeps() if sweeps is None else sweeps).items():
         if str(tp) in fit["by_tp"]:  # measured apart from every model row: no row's configuration enters it
             # the sweep gives the law's shape (where NCCL changes protocol, what each byte costs on each side); its
@@ -1284,8 +1290,8 @@ def validation_header(fit, tables, rows):
             "bench/step_model.py). Not read: " + "; ".join(skipped) + ".",
             "- Full fit: compute scale per size, workload and mode from the tp=1 baseline rows; the policy's counted "
             "elementwise passes at any k (policy_ops, coefficient 1 unless tp=1 rows of the current code at k = 1 "
-            "fit it); the extra streams' term at k ≥ 2 from the tp=1 rows at k ≥ 2 (" + streams_text(tables) + "), grown with "
-            f"k as (k − 1)^{fit['track_growth']['gamma']:.2f} of one stream's pass ({fit['track_growth']['how']}); "
+            "fit it); the extra streams' term at k ≥ 2 from the tp=1 rows at k ≥ 2 (" + streams_text(tables) + "); a part q of it at k = 2 repeats per further track on every rank, the rest shrinks "
+            f"with the rank's share of the work ({fit['replicated']['how']}); "
             "alpha/bw at tp=2 from the all-reduce kernel times of the stored 2×H200 "
             "profiles (124m), at tp=4 from the older code's tp=4 rows' time over their floor "
             "(bench/results/step_model_comm_fit.json). Rows whose (size, device, tp) fed alpha/bw are scored apart "
@@ -1652,8 +1658,7 @@ def answer(size, tp, policy, device, n_tracks, tables, fit, err, rows, held):
     measured_k = sorted({kk for t in tables.values() for f in t.values() for kk in f.get("streams_by_k", {})})
     if k > max(measured_k, default=1):
         lines.append(f"  k = {k} tracks per GPU is past every tp=1 row's k ({', '.join(map(str, measured_k))}): the "
-                     f"streams term is extrapolated as (k - 1)^{fit['track_growth']['gamma']:.2f}, which under-predicted "
-                     "the prefill and training floors at k = 3 to 6 on 2x H100 (bench/results/issue50/prospective_e03b4bc/); "
+                     "streams term is extrapolated linearly in k - 1 (fit_replicated); "
                      f"`bench.tp_latency --n_tracks {k}` at tp=1 measures this k.")
     lines.append(f"  tracks term: at one track per GPU the policy's counted elementwise passes only (coefficient "
                  f"{e.get('c1', 1.0):.2f}: {e.get('c1_how', '-')}); at k >= 2 also the extra streams' term "

@@ -226,12 +226,12 @@ def test_held_out_split_never_sees_its_own_configuration(field):
 def test_tracks_term_by_k():
     """k = 1: only the policy's counted elementwise passes (none for baseline, ladder, parallel; one per spd layer, two
     per grouped region; in training at tp > 1 one bias add per Megatron sublayer); k >= 2 adds the streams' term,
-    times the rank's share of tp=1's work."""
+    whose part 1 - q shrinks with the rank's share of tp=1's work."""
     ops = {p: sm.policy_ops(p, 12, "decode_b1", 2) for p in ("baseline", "ladder", "parallel", "spd", "grouped:4")}
     assert ops == {"baseline": 0, "ladder": 0, "parallel": 0, "spd": 12, "grouped:4": 6}
     assert [sm.policy_ops(p, 12, "train_b8", tp) for p in ("baseline", "spd", "grouped:4") for tp in (1, 2)] == \
         [0, 24, 12, 12, 6, 6]
-    e = dict(scale=2.0, c1=1.0, c_div=5.0, c_layer=3.0)
+    e = dict(scale=2.0, c1=1.0, c_div=5.0, c_layer=3.0, q=0.25)
     one_pass = 2.0 * sm.op_pass("124m", "decode_b1", "H200") * 1e3  # ms, scaled
     for policy, n in ops.items():
         assert sm.tracks_ms(e, "124m", "decode_b1", policy, 1, 2, "H200") == pytest.approx(n * one_pass)
@@ -240,7 +240,7 @@ def test_tracks_term_by_k():
     share = sum(sm.roofline(sm.sublayers("124m", "decode_b1", 2), "H200").values()) / sum(
         sm.roofline(sm.sublayers("124m", "decode_b1", 1), "H200").values())
     assert 0.4 < share < 1  # a rank at tp=2 does about half of tp=1's work, and the fixed latencies don't halve
-    assert sm.tracks_ms(e, "124m", "decode_b1", "grouped:4", 2, 2, "H200") == pytest.approx(6 * one_pass + streams * share)
+    assert sm.tracks_ms(e, "124m", "decode_b1", "grouped:4", 2, 2, "H200") == pytest.approx(6 * one_pass + streams * (0.75 * share + 0.25))
     assert sm.tracks_ms(e, "124m", "decode_b1", "grouped:4", 2, 1, "H200") == pytest.approx(6 * one_pass + streams)
     assert sm.tracks_ms(dict(e, c_div=0.0, c_layer=0.0), "124m", "decode_b1", "grouped:4", 4, 2, "H200") == \
         pytest.approx(6 * one_pass)
@@ -309,27 +309,36 @@ def test_held_out_saving_error_keeps_to_its_side_of_two_tracks_per_gpu():
     assert sm.held_out_saving_error(rows, "train_b12", 2)[1] == "current-code train rows at k = 2 held out by size, n 12"
 
 
-def _growth_rows(gamma, workload="prefill_b8", extra2=3.0):
-    """tp=1 rows of one family at n_tracks 2 and 4 whose extra over baseline grows as u(4) / u(2) at `gamma`."""
-    grow = sm.stream_pass("124m", workload, 4, "H200", gamma) / sm.stream_pass("124m", workload, 2, "H200", gamma)
+def _growth_rows(q, workload="prefill_b8", extra2=3.0, ks=(4,)):
+    """tp=1 rows of one family at n_tracks 2 and each k of ks whose extra over baseline at k is extra2 times
+    (1 - q) + q (k - 1)."""
     row = lambda n, policy, ms: dict(tp=1, impl="post-49", device="H200", size="124m", workload=workload, mode="graph",
                                      n_tracks=n, policy=policy, ms=ms)
-    return [row(2, "baseline", 10.0), row(4, "baseline", 10.5), row(2, "spd", 10.0 + extra2),
-            row(4, "spd", 10.5 + extra2 * grow)]
+    rows = [row(2, "baseline", 10.0), row(2, "spd", 10.0 + extra2)]
+    for k in ks:
+        rows += [row(k, "baseline", 10.5), row(k, "spd", 10.5 + extra2 * ((1 - q) + q * (k - 1)))]
+    return rows
 
 
-def test_track_growth_recovers_a_known_gamma():
-    """fit_track_growth finds the gamma the rows were made with; a pair whose k = 2 extra is under 5% of baseline,
-    or no pair at all, leaves it linear (1)."""
-    assert sm.fit_track_growth(_growth_rows(0.5))["gamma"] == pytest.approx(0.5)
-    assert sm.fit_track_growth(_growth_rows(0.8) + _growth_rows(0.8, "train_b8"))["gamma"] == pytest.approx(0.8)
-    small = sm.fit_track_growth(_growth_rows(0.5, extra2=0.4))
-    assert (small["gamma"], small["n"]) == (1.0, 0)
-    assert sm.fit_track_growth(_growth_rows(0.5)[:3])["gamma"] == 1.0
-    # the law itself: k = 2 is one stream's pass at any gamma, k = 4 is 3^gamma of it (bytes) plus the launch
-    u = lambda k, g: sm.stream_pass("124m", "prefill_b8", k, "H200", g)
-    assert u(2, 0.5) == pytest.approx(u(2, 1.0))
-    assert u(4, 0.5) - sm.LAT == pytest.approx((u(2, 0.5) - sm.LAT) * 3 ** 0.5)
+def test_replicated_part_recovers_a_known_q():
+    """fit_replicated finds the q the rows were made with, per workload kind (a kind without pairs takes every kind's);
+    a pair whose k = 2 extra is under 5% of baseline, or no pair at all, leaves q = 1."""
+    fit = sm.fit_replicated(_growth_rows(0.25) + _growth_rows(0.5, "train_b8", ks=(3, 6)))
+    assert fit["q"]["prefill"] == pytest.approx(0.25) and fit["q"]["train"] == pytest.approx(0.5)
+    assert fit["q"]["decode"] == pytest.approx((0.25 * 2 * 2 + 0.5 * (1 + 16)) / (4 + 1 + 16))  # every pair's
+    small = sm.fit_replicated(_growth_rows(0.5, extra2=0.4))
+    assert (small["q"]["prefill"], small["n"]) == (1.0, 0)
+    assert sm.fit_replicated(_growth_rows(0.5)[:3])["q"]["prefill"] == 1.0
+
+
+def test_stream_pass_splits_per_rank_and_per_track_parts():
+    """u(k) = one pass x ((1 - q) share + q (k - 1)): one pass at k = 2 on one GPU for any q; at tp > 1 only the
+    (1 - q) part shrinks with the share; with q = 1 it is linear in k - 1 and does not shrink."""
+    u = lambda k, q, share=1.0: sm.stream_pass("124m", "prefill_b8", k, "H200", q, share)
+    one = sm.LAT + 8 * 1024 * 768 * 4 / sm.DEVICES["H200"]["hbm"]
+    assert u(2, 0.3) == pytest.approx(one) and u(2, 0.0) == pytest.approx(one)
+    assert u(6, 0.3, 0.5) == pytest.approx(one * (0.7 * 0.5 + 0.3 * 5))
+    assert u(4, 1.0, 0.5) == pytest.approx(3 * one)
 
 
 def _tp_latency_file(path, tp, commit, rows):
@@ -447,7 +456,7 @@ def test_streams_term_fitted_at_the_rows_own_k_where_measured():
     assert (c_div, c_layer) != (pytest.approx(e["c_div"]), pytest.approx(e["c_layer"]))  # the pooled fit differs
     n_div, n_lay = sm.tracks_features("grouped:4", 12)
     at = lambda k, cd, cl: e["scale"] * (6 * sm.op_pass("124m", "train_b8", "H200") * e["c1"]
-                                         + sm.stream_pass("124m", "train_b8", k, "H200", e["gamma"]) * (cd * n_div + cl * n_lay)) * 1e3
+                                         + sm.stream_pass("124m", "train_b8", k, "H200", e["q"]) * (cd * n_div + cl * n_lay)) * 1e3
     assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 2, 1, "H200") == pytest.approx(at(2, c_div, c_layer))
     assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 3, 1, "H200") == pytest.approx(at(3, e["c_div"], e["c_layer"]))
 
