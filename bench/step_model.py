@@ -366,7 +366,11 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                ("issue50/prospective_e03b4bc/*.json", "e03b4bc",
                 "2x H100 after e03b4bc's revision: k = 3 and 6 tracks per GPU (124m at n_tracks 6 and 12) and k = 5 "
                 "(large at n_tracks 10) on tp=2, which no stored row has (the rows record d257300, whose measured code "
-                "e03b4bc did not change)"))
+                "e03b4bc did not change)"),
+               ("issue50/prospective_55cbbac/*.json", "55cbbac",
+                "2x H100 after 55cbbac's two-part streams term: k = 8 (medium at n_tracks 16, training too) and k = 10 "
+                "(large at n_tracks 20, inference) on tp=2, past every tp=1 row's k (the rows record d257300, whose "
+                "measured code 55cbbac did not change)"))
 # Row files that no glob above reads, and why (printed in the validation table, so that none is dropped unsaid).
 SKIPPED_ROW_FILES = (
     ("issue49/final/before/*.json", "the code of dcba9e8 (before issue 49's model change) run from a git archive "
