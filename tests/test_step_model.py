@@ -341,6 +341,29 @@ def test_stream_pass_splits_per_rank_and_per_track_parts():
     assert u(4, 1.0, 0.5) == pytest.approx(3 * one)
 
 
+def test_ladder_hides_the_fraction_its_older_rows_hid():
+    """fit_ladder_overlap: (baseline - ladder) / the hideable time, median per workload, from the older code's ladder
+    rows only, clipped to [0, 1]; ladder_fraction falls back to the workload's kind, then 0.5; predict's ladder point
+    is no overlap less that fraction of the hideable time."""
+    split = sm.fit_split(sm.stored_rows())
+    tables, fit = split["tables"], split["fit"]
+    hideable = sm.predict("124m", "decode_b1", 2, "ladder", 2, "H200", tables, fit, measured={})["ladder_hidden"]
+    row = lambda policy, ms, impl="pre-49", source="a": dict(size="124m", workload="decode_b1", mode="graph", tp=2,
+                                                          n_tracks=2, policy=policy, ms=ms, device="H200", impl=impl,
+                                                          source=source)
+    rows = [row("baseline", 1.0), row("ladder", 1.0 - 0.6 * hideable),
+            row("baseline", 1.0, source="b"), row("ladder", 1.0 - 0.8 * hideable, source="b"),
+            row("baseline", 1.0, source="c"), row("ladder", 1.0 - 0.7 * hideable, source="c"),
+            row("baseline", 1.0, "post-49", "d"), row("ladder", 0.0, "post-49", "d")]  # current code: no fit
+    got = sm.fit_ladder_overlap(rows, tables, fit)
+    assert list(got) == ["decode_b1"] and got["decode_b1"]["n"] == 3 and got["decode_b1"]["h"] == pytest.approx(0.7)
+    by = {"ladder_hidden": {"decode_b1": dict(h=0.8, n=3), "train_b8": dict(h=0.3, n=2)}}
+    assert [sm.ladder_fraction(by, w) for w in ("decode_b1", "train_b12", "prefill_b8")] == [0.8, 0.3, 0.5]
+    assert sm.ladder_fraction({}, "decode_b1") == 0.5
+    p = sm.predict("124m", "decode_b1", 2, "ladder", 2, "H200", tables, dict(fit, **by), measured={})
+    assert p["ms"] == pytest.approx(p["no_overlap"] - 0.8 * p["ladder_hidden"])
+
+
 def _tp_latency_file(path, tp, commit, rows):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"meta": {"tp": tp, "commit": commit, "device": "NVIDIA H200"}, "rows": [
