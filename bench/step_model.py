@@ -351,7 +351,7 @@ PROSPECTIVE_REVISIONS = (
     ("d257300", "the streams term's growth with k, (k - 1)^gamma with gamma fitted to the tp=1 rows at k = 2 and 4 "
                 "(fit_track_growth), where it had been linear in k - 1: d257300's model put medium's k = 4 floors on "
                 "tp=2 at 3x k = 2's extra (saving worst 39.4 points, full fit); the rows at k = 2 and 4 of one tp=1 "
-                "family had grown 0.8-1.7x"),
+                "family had grown 0.8-1.7x (e03b4bc; 55cbbac replaced it, below)"),
     ("e03b4bc", "(after these rows and tp=1 rows at k = 3 and 6 on H100, bench/results/h100_tp1_k3_k6/) the streams "
                 "term in two parts (stream_pass, fit_replicated): a part that shrinks with the rank's share of the work "
                 "and a part q that every rank repeats per further track, linear in k - 1, with q per workload kind "
@@ -648,7 +648,8 @@ def fit_ops(rs, base_ms, s, device):
 def calibrate_from_rows(rows, device, q=None):
     """Per (size, workload, mode) family measured at tp=1 on `device` (rows that feed fits): the scale s (baseline
     rows, the current code's where there are some), the coefficient c1 of the policy's counted passes (fit_ops) and
-    the streams coefficients c_div, c_layer of k >= 2 (fit_streams)."""
+    the streams coefficients c_div, c_layer of k >= 2 (fit_streams), against u(k) at q, {workload kind: q} of
+    fit_replicated (1 where not given)."""
     fams = {}
     for r in rows:
         if r["tp"] == 1 and r["device"] == device and r["workload"] in WORKLOADS and feeds_fits(r):
@@ -1701,7 +1702,8 @@ def answer(size, tp, policy, device, n_tracks, tables, fit, err, rows, held):
     measured_k = sorted({kk for t in tables.values() for f in t.values() for kk in f.get("streams_by_k", {})})
     if k > max(measured_k, default=1):
         lines.append(f"  k = {k} tracks per GPU is past every tp=1 row's k ({', '.join(map(str, measured_k))}): the "
-                     f"streams term's per-track part is carried linearly in k - 1 (q {e.get('q', 1.0):.2f}, fit_replicated); "
+                     f"streams term's per-track part is carried linearly in k - 1 (q {e.get('q', 1.0):.2f} in training, "
+                     "fit_replicated); "
                      "on 2x H100 at k = 8 and 10 its times were within 21% and its savings within 61 points, where "
                      "the policies ran 2-3x baseline's time (bench/results/issue50/prospective_55cbbac/). "
                      f"`bench.tp_latency --n_tracks {k}` at tp=1 measures this k.")
