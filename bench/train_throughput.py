@@ -58,7 +58,8 @@ ranks exchange a failure flag; a failure is assumed to hit all ranks alike, so n
 a collective), and the run goes on. Results are written after every variant, so a run cut off
 keeps its rows: <out_dir>/train_throughput.{md,json}. --profile SUBSTRING also writes, for every
 variant whose name holds SUBSTRING, a torch.profiler key_averages table over 3 more iterations
-(top 40 by device time) to <out_dir>/train_profile_<variant>.txt.
+(top 40 by device time) to <out_dir>/train_profile_<variant>.txt; on CUDA its first lines give the device timeline
+per iteration: span, busy (some kernel runs), idle, the all-reduce kernels' busy time, the others', and both at once.
 
 Sizes: 124m (GPT-2: 12 layers, 12 heads, 768, vocab 50304, seq 1024), medium (GPT-2 medium's 24 layers,
 16 heads, 1024) and tiny (4 layers, 4 heads, 64, vocab 512, seq 64: 4 layers so that grouped:2 and
@@ -71,11 +72,13 @@ CPU smoke run (gloo, tiny model, never into bench/results):
 """
 import argparse
 import gc
+import json
 import math
 import os
 import re
 import statistics
 import sys
+import tempfile
 import time
 from contextlib import nullcontext
 from types import SimpleNamespace
@@ -386,8 +389,38 @@ def build_variant(v, args, env):
             raw.syncs_per_forward, tp_group)
 
 
+def union_ms(intervals):
+    """Total length (ms) of the union of [start, end) intervals given in us."""
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total, end = total + (b - a), b
+        elif b > end:
+            total, end = total + (b - end), b
+    return total / 1e3
+
+
+def device_timeline(events, iters):
+    """Per iteration, from a chrome trace's device kernels (events with cat 'kernel', ts and dur in us): the span from
+    the first kernel's start to the last one's end, the time some kernel runs (busy), the idle rest, and how the
+    all-reduce kernels (name holding 'nccl', any stream) sit against the others: their busy time, the compute's, and
+    the time both run at once. None without kernels (a CPU run)."""
+    kernels = [(e["ts"], e["ts"] + e["dur"], "nccl" in e["name"].lower()) for e in events
+               if e.get("cat") == "kernel" and "dur" in e]
+    if not kernels:
+        return None
+    comm = [(a, b) for a, b, is_comm in kernels if is_comm]
+    comp = [(a, b) for a, b, is_comm in kernels if not is_comm]
+    span = (max(b for _, b, _ in kernels) - min(a for a, _, _ in kernels)) / 1e3
+    busy = union_ms([(a, b) for a, b, _ in kernels])
+    comm_ms, comp_ms = union_ms(comm), union_ms(comp)
+    return {k: v / iters for k, v in dict(span=span, busy=busy, idle=span - busy, allreduce=comm_ms, compute=comp_ms,
+                                          both=comm_ms + comp_ms - busy).items()}
+
+
 def profile_table(step, cuda):
-    """key_averages of PROFILE_ITERS iterations, top 40 by device time (CPU time off CUDA)."""
+    """key_averages of PROFILE_ITERS iterations, top 40 by device time (CPU time off CUDA), and on CUDA the device
+    timeline per iteration (device_timeline, from the same profile's chrome trace)."""
     from torch.profiler import ProfilerActivity, profile
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
@@ -395,13 +428,20 @@ def profile_table(step, cuda):
             step()
         if cuda:
             torch.cuda.synchronize()
+    timeline = None
+    if cuda:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "trace.json")
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                timeline = device_timeline(json.load(f).get("traceEvents", []), PROFILE_ITERS)
     averages = prof.key_averages()
     for key in (("device_time_total", "cuda_time_total") if cuda else ("cpu_time_total",)):
         try:
-            return key, averages.table(sort_by=key, row_limit=40)
+            return key, averages.table(sort_by=key, row_limit=40), timeline
         except (AttributeError, KeyError, ValueError):
             continue
-    return "cpu_time_total", averages.table(sort_by="cpu_time_total", row_limit=40)
+    return "cpu_time_total", averages.table(sort_by="cpu_time_total", row_limit=40), timeline
 
 
 def run_variant(v, args, env):
@@ -636,11 +676,13 @@ def run(args, argv):
         if env.rank == 0:
             print_row(row)
             if prof is not None:
-                key, table = prof
+                key, table, timeline = prof
                 fname = "train_profile_" + re.sub(r"[^A-Za-z0-9._-]+", "_", v["name"]).strip("_") + ".txt"
+                tl = ("" if timeline is None else "# device timeline, ms per iteration (all streams): " + ", ".join(
+                    f"{k} {val:.3f}" for k, val in timeline.items()) + "\n")
                 write_text(os.path.join(args.out_dir, fname),
                            f"# {v['name']}: torch.profiler key_averages over {PROFILE_ITERS} iterations, rank 0, "
-                           f"sorted by {key}\n# {command}\n\n{table}\n")
+                           f"sorted by {key}\n# {command}\n{tl}\n{table}\n")
                 print(f"  profile: {os.path.join(args.out_dir, fname)}", flush=True)
             save(args, meta, rows)
     if env.rank == 0:

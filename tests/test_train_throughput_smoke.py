@@ -87,3 +87,4 @@ def test_bad_arguments_exit_with_one_line(capsys):
         assert code == 2, (bad, stderr)
         assert len(lines) == 1 and lines[0].startswith("error: "), (bad, stderr)
         assert "Traceback" not in stderr + stdout
+
