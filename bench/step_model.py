@@ -665,8 +665,8 @@ def calibrate_from_rows(rows, device, q=None):
         c1, c1_how = fit_ops(rs, base_ms, s, device)
         qk = (q or {}).get(workload.split("_")[0], 1.0)
         c_div, c_layer, streams_how, streams_code = fit_streams(rs, base_ms, s, c1, device, qk)
-        # where the family measured a k, that k's rows alone (the extra is not linear in k - 1: measured at k = 2
-        # and 4 on H200 it grows about 1.9x, not 3x); other k take the fit over every k
+        # where the family measured a k, that k's rows alone (exact at the k it measured); other k take the fit over
+        # every k, carried by u(k)'s two parts (stream_pass, q of fit_replicated)
         by_k = {}
         for k in sorted({r["n_tracks"] for r in rs if r["n_tracks"] > 1}):
             ck_div, ck_layer, _, ck_code = fit_streams([r for r in rs if r["n_tracks"] in (1, k)], base_ms, s, c1, device,
