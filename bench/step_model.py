@@ -1569,6 +1569,7 @@ def pareto(tables, fit, err, device="H100"):
         for tp in (2, 4, 8):
             n_tracks = max(tp, 4)
             fig, ax = plt.subplots(figsize=(7.5, 5.4))
+            labels = []
             base = predict(size, "train_b12", tp, "baseline", n_tracks, device, tables, fit)["ms"]
             for bi, tokens in enumerate(budgets):
                 pts = []
@@ -1585,7 +1586,7 @@ def pareto(tables, fit, err, device="H100"):
                 color = plt.cm.viridis(bi / max(1, len(budgets) - 1))
                 for p in pts:
                     ax.errorbar(p[0], p[1], yerr=p[2], fmt="o" if p in front else "x", color=color, capsize=2, ms=6)
-                    ax.annotate(p[3], (p[0], p[1]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+                    labels.append(ax.annotate(p[3], (p[0], p[1]), fontsize=6, xytext=(3, 3), textcoords="offset points"))
                 front.sort()
                 ax.plot([p[0] for p in front], [p[1] for p in front], "-", color=color, lw=1,
                         label=f"{tokens / 1e6:.1f}M tokens (front: o)")
@@ -1604,6 +1605,11 @@ def pareto(tables, fit, err, device="H100"):
                          f"error ({100 * err:.0f}%) shifts all points together (gray lines); y bars: 95% t interval "
                          "over seeds", fontsize=8)
             ax.legend(fontsize=6)
+            right = sum(ax.get_xlim()) / 2  # labels of the right half point left, so that none leaves the axes
+            for a in labels:
+                if a.xy[0] > right:
+                    a.xyann = (-3, 3)
+                    a.set_horizontalalignment("right")
             fig.tight_layout()
             path = os.path.join(RESULTS, f"step_model_pareto_{size}_tp{tp}.png")
             save_figure(fig, path, dpi=110)
