@@ -429,6 +429,24 @@ def test_streams_prefer_a_current_code_fit():
     assert (none["c_div"], cur["c_div"], dec["c_div"]) == (2.0, 2.0, 5.0) and "borrowed from medium" in none["streams_how"]
 
 
+def test_an_unmeasured_size_takes_the_nearest_scale_and_the_mean_of_the_measured_streams():
+    """family_on: a size with no tp=1 row takes the compute scale of the nearest measured size (size_distance: medium
+    is nearer large than 124m is) and, by hand, the mean of every measured size's own streams fit, at each k they
+    share."""
+    fam = lambda size, s, c_div, c_layer, by_k: dict(
+        size=size, workload="decode_b1", mode="graph", device="H200", scale=s, c_div=c_div, c_layer=c_layer,
+        streams_by_k=by_k, streams_how="own", streams_code="post-49", own_streams=(c_div, c_layer, "own", "post-49"))
+    table = {"124m|decode_b1|graph": fam("124m", 1.5, 2.0, 0.0, {2: (2.0, 0.0), 4: (1.0, 0.0)}),
+             "large|decode_b1|graph": fam("large", 1.7, 4.0, 1.0, {2: (3.0, 1.0)})}
+    assert sm.size_distance("medium", "large") < sm.size_distance("medium", "124m")
+    e, how = sm.family_on(table, "medium", "decode_b1", "graph")
+    assert how.startswith("scaled from large") and e["scale"] == 1.7
+    assert (e["c_div"], e["c_layer"], e["streams_by_k"]) == (3.0, 0.5, {2: (2.5, 0.5)})
+    e, how = sm.family_on(table, "xl", "decode_b1", "graph")
+    assert how.startswith("scaled from large") and e["c_div"] == 3.0
+    assert table["large|decode_b1|graph"]["c_div"] == 4.0  # the measured family itself is left as fitted
+
+
 def two_line_sweep():
     """A sweep whose law is known: 7.5 us + b / 190 GB/s up to 2 MiB, 22 us + b / 310 GB/s above (tp=2: f = 1)."""
     return [dict(bytes=b, us=(7.5 + b / 190e3) if b <= 2**21 else (22.0 + b / 310e3)) for b in (2**k for k in range(10, 27))]
