@@ -25,9 +25,9 @@ Tracks. A rank holds k = n_tracks / tp tracks. At any k the policy runs a few el
 that a Megatron layer does not (policy_ops, counted from model/gpt.py: one per spd region, two per grouped region,
 and in training at tp > 1 one bias add per Megatron sublayer), each costing s * op_pass; their coefficient c1 is 1
 (the code's count) unless tp=1 rows of the current code at k = 1 fit it. At k >= 2 the diverged streams cost more:
-with n_div the sublayers that read diverged streams and u(k) = s * (lat + (k - 1) * N * C * 4 B / hbm_bw) the
+with n_div the sublayers that read diverged streams, n_reg the layers holding a region's sublayer (tracks_features), and u(k) = s * (lat + (k - 1) * N * C * 4 B / hbm_bw) the
 extra streams' pass over the N tokens,
-    tracks = c1 * s * policy_ops * op_pass + [k >= 2] u(k) * (c_div * n_div + c_layer * n_layer * [n_div > 0]) * share,
+    tracks = c1 * s * policy_ops * op_pass + [k >= 2] u(k) * (c_div * n_div + c_layer * n_reg * [n_div > 0]) * share,
 share = the rank's roofline time at tp over tp=1's (the streams' extra is a fraction of the rank's work: measured
 on 2x H100, a floor at tp=2 and k=2 is the tp=1 row's multiple of baseline, not its extra ms), and
 with c_div, c_layer >= 0 fitted by least squares to a family's tp=1 rows at the row's k where it measured that k,
@@ -356,7 +356,12 @@ PROSPECTIVE_REVISIONS = (
                 "term in two parts (stream_pass, fit_replicated): a part that shrinks with the rank's share of the work "
                 "and a part q that every rank repeats per further track, linear in k - 1, with q per workload kind "
                 "fitted to the tp=1 rows at k = 2 and k > 2; it replaces (k - 1)^gamma times the share. The tp=1 "
-                "extra at k = 6 had carried to tp=2 at 0.94 where the share was 0.66"),)
+                "extra at k = 6 had carried to tp=2 at 0.94 where the share was 0.66"),
+    ("f0dd202", "the streams term's per-layer part counts the layers that hold a region's sublayer (tracks_features), "
+                "where it had counted every layer once any stream diverged: a selective set half baseline and half spd "
+                "had been charged spd's per-layer cost at two tracks per GPU (saving error median 10.7, worst 30.0 "
+                "points on its 15 rows at k = 2, full fit; 1.5 and 4.9 after). Every fitted policy (spd, grouped:4) "
+                "has a region in every layer, so no fitted quantity moved"),)
 # Rows measured after the model that scores them was committed: out of sample by construction (issue 50). They
 # enter no fit (feeds_fits), their tp=1 rows included, so every split scores them as rows it never saw. Each
 # folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
@@ -370,7 +375,12 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                ("issue50/prospective_55cbbac/*.json", "55cbbac",
                 "2x H100 after 55cbbac's two-part streams term: k = 8 (medium at n_tracks 16, training too) and k = 10 "
                 "(large at n_tracks 20, inference) on tp=2, past every tp=1 row's k (the rows record d257300, whose "
-                "measured code 55cbbac did not change)"))
+                "measured code 55cbbac did not change)"),
+               ("issue50/prospective_f0dd202/*.json", "f0dd202",
+                "2x H100 after f0dd202 (large's tp=1 rows, the nearest size and the sizes' mean streams): policies no "
+                "current-code row at tp >= 2 had (grouped:2, 3, 6, selective half baseline and half spd, ladder) at "
+                "n_tracks 2 and 4 on tp=2, 124m, medium and large (the rows record 6c0e2c5, whose measured code "
+                "f0dd202 did not change)"))
 # Row files that no glob above reads, and why (printed in the validation table, so that none is dropped unsaid).
 SKIPPED_ROW_FILES = (
     ("issue49/final/before/*.json", "the code of dcba9e8 (before issue 49's model change) run from a git archive "
@@ -508,9 +518,13 @@ def mode_class(mode):
 
 
 def tracks_features(policy_spec, n_layer):
+    """(n_div, n_region_layers): the sublayers that read diverged streams, and, where there are any, the layers with
+    a sublayer that is no Megatron one (a region's); every layer for spd and grouped:G, the layers it drops a sync in
+    for a selective set (its Megatron layers run one stream: model/gpt.py, "Regions")."""
     pol, steps = plan(policy_spec, n_layer)
     n_div = sum(s[3] for s in steps)
-    return n_div, n_layer * (n_div > 0)
+    region_layers = sum(not (steps[2 * l][0] and steps[2 * l + 1][0]) for l in range(n_layer))
+    return n_div, region_layers * (n_div > 0)
 
 
 def policy_ops(policy_spec, n_layer, workload, tp):
@@ -544,8 +558,8 @@ def op_pass(size, workload, device):
 
 def fit_streams(rs, base_ms, s, c1, device, q=1.0):
     """c_div, c_layer (>= 0, least squares) of the k >= 2 rows of one family: their time over baseline less the
-    policy's counted passes, against u(k) * (n_div, n_layer [n_div > 0]). The current code's rows where the family
-    has any at k >= 2, else the older code's. Returns (c_div, c_layer, how, code: 'post-49', 'pre-49' or None)."""
+    policy's counted passes, against u(k) * (n_div, n_reg [n_div > 0]) (tracks_features). The current code's rows
+    where the family has any at k >= 2, else the older code's. Returns (c_div, c_layer, how, code: 'post-49', 'pre-49' or None)."""
     size, workload = rs[0]["size"], rs[0]["workload"]
     L = SHAPES[size][0]
     many = [r for r in rs if r["n_tracks"] > 1 and r["policy"] not in ("baseline", "ladder")]
@@ -823,7 +837,7 @@ def compute_of(size, workload, tp, device, e, how, fit, mode, measured):
 
 def tracks_ms(e, size, workload, policy, k, tp, device):
     """The policy's own work beyond baseline's: its counted passes (policy_ops, at any k) and, at k >= 2, the extra
-    streams' term u(k) (c_div n_div + c_layer n_layer [n_div > 0])."""
+    streams' term u(k) (c_div n_div + c_layer n_reg [n_div > 0]; tracks_features)."""
     L = SHAPES[size][0]
     ops = e.get("c1", 1.0) * policy_ops(policy, L, workload, tp) * op_pass(size, workload, device)
     n_div, n_lay = tracks_features(policy, L)

@@ -447,6 +447,17 @@ def test_an_unmeasured_size_takes_the_nearest_scale_and_the_mean_of_the_measured
     assert table["large|decode_b1|graph"]["c_div"] == 4.0  # the measured family itself is left as fitted
 
 
+def test_streams_per_layer_part_counts_only_the_layers_with_a_region():
+    """tracks_features by hand at 12 layers: spd diverges after each of 12 attention sublayers, in 12 layers;
+    grouped:4 reads diverged streams in 7 sublayers of each of 3 groups, in every layer; a selective set that is
+    baseline in layers 0-5 and spd in 6-11 has half of spd's of both (its Megatron layers run one stream); parallel
+    and ladder never diverge a stream."""
+    assert sm.tracks_features("spd", 12) == (12, 12)
+    assert sm.tracks_features("grouped:4", 12) == (21, 12)
+    assert sm.tracks_features("selective:0-5,m6-11", 12) == (6, 6)
+    assert sm.tracks_features("parallel", 12) == sm.tracks_features("ladder", 12) == (0, 0)
+
+
 def two_line_sweep():
     """A sweep whose law is known: 7.5 us + b / 190 GB/s up to 2 MiB, 22 us + b / 310 GB/s above (tp=2: f = 1)."""
     return [dict(bytes=b, us=(7.5 + b / 190e3) if b <= 2**21 else (22.0 + b / 310e3)) for b in (2**k for k in range(10, 27))]
