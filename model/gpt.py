@@ -261,8 +261,8 @@ class Block(nn.Module):
                 h = comm.copy_to_tp_region(autocast_input(ln(st.x)), group)
                 out = run(h, False, gemm_bias)
             if step.ladder:  # the all-reduce travels while the next sublayer computes from st.x
-                launched = comm.reduce_from_tp_region_async(out, group) + (bias,)
-                return Streams(self.add_pending(st), pending=launched)
+                partial_sum, handle = comm.reduce_from_tp_region_async(out, group)
+                return Streams(self.add_pending(st, after=handle), pending=(partial_sum, handle, bias))
             return Streams(self.residual(st.x, comm.reduce_from_tp_region(out, group), bias))
 
         return self.region_sublayer(st, reads, step, ln, run, column, partial, fuse)
@@ -301,12 +301,13 @@ class Block(nn.Module):
     def residual(self, x, y, bias=None):
         return x + self.resid_dropout(y if bias is None else y + bias)
 
-    def add_pending(self, st):
-        """st.x plus the ladder's all-reduce in flight, once it has arrived."""
+    def add_pending(self, st, after=None):
+        """st.x plus the ladder's all-reduce in flight, once it has arrived. after: the handle of the one launched
+        since (compiled, this wait follows its launch: parallel/comm.py, wait_reduce)."""
         if st.pending is None:
             return st.x
         partial_sum, handle, bias = st.pending
-        return self.residual(st.x, comm.wait_reduce(partial_sum, handle), bias)
+        return self.residual(st.x, comm.wait_reduce(partial_sum, handle, after=after), bias)
 
     def bias_into_partial(self, bias):
         """(bias for this rank's GEMM, bias to add after the all-reduce) of a Megatron sync point.

@@ -328,19 +328,54 @@ class _WaitReduce(torch.autograd.Function):
         return grad, None
 
 
+class _StartReduceTraced(torch.autograd.Function):
+    """Traced g's launch: the ticket of all_reduce_start. x's gradient flows through the wait (g's is the identity)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        return torch.ops.reduced_sync.all_reduce_start(x, group.group_name)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, None
+
+
+class _WaitReduceTraced(torch.autograd.Function):
+    """Traced g's wait: the sum, a new tensor, scheduled after the tensor `after` (None: anywhere after the start)."""
+
+    @staticmethod
+    def forward(ctx, x, ticket, after):
+        return torch.ops.reduced_sync.all_reduce_wait(ticket, x, [] if after is None else [after])
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None
+
+
 def reduce_from_tp_region_async(x, group):
     """g, launched without waiting: returns (x, handle); read x only through wait_reduce(x, handle).
-    Lets compute that does not need the sum run while it travels (Ladder Residual). Traced, it is
-    the plain g (see the module docstring): the compiled graph does not overlap it."""
+    Lets compute that does not need the sum run while it travels (Ladder Residual). Traced, it is the
+    two custom ops all_reduce_start and all_reduce_wait (module docstring). Inductor orders kernels by
+    data only, so the ladder pins the order with wait_reduce's `after`: the previous sublayer's wait
+    takes this launch's ticket, so the launch comes first and the next sublayer, which reads the
+    previous sum, computes while it travels. Before, a traced g was one blocking op, and the compiled
+    ladder overlapped nothing (bench/results/ladder_compiled_train/)."""
     if torch.compiler.is_compiling():
-        return reduce_from_tp_region(x, group), None
+        if not _runs(group):
+            return x, None
+        return x, {"ticket": _StartReduceTraced.apply(x, group)}
     handle = {}
     return _ReduceFromTPRegionAsync.apply(x, group, handle), handle
 
 
-def wait_reduce(x, handle):
+def wait_reduce(x, handle, after=None):
+    """The sum that reduce_from_tp_region_async launched. after: the handle of an all-reduce launched since; traced,
+    the wait takes its ticket, so that one is launched first and the compute that follows overlaps both (eager runs
+    in program order and waits where it is called)."""
     if handle is None:
         return x
+    if "ticket" in handle:
+        return _WaitReduceTraced.apply(x, handle["ticket"], None if after is None else after["ticket"])
     return _WaitReduce.apply(x, handle)
 
 
