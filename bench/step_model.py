@@ -345,7 +345,9 @@ ROW_FILES = (("tp_latency_*.json", "tp_latency"),
              ("issue49/bf16_regions/after/*_train_tp2.json", "tp_latency"),
              ("issue49/bf16_regions/after/train_throughput_*.json", "train_throughput"),
              ("issue50/prospective_*/tp_latency_*.json", "tp_latency"),
-             ("issue50/prospective_*/train_throughput_*.json", "train_throughput"))
+             ("issue50/prospective_*/train_throughput_*.json", "train_throughput"),
+             ("ladder_compiled_overlap/tlc_after/tp_latency_*.json", "tp_latency"),
+             ("ladder_compiled_overlap/*_after/train_throughput*.json", "train_throughput"))
 # (commit, what changed in the model after its prospective rows were seen): their scores since are no longer prospective
 PROSPECTIVE_REVISIONS = (
     ("d257300", "the streams term's growth with k, (k - 1)^gamma with gamma fitted to the tp=1 rows at k = 2 and 4 "
@@ -376,6 +378,10 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "2x H100 after 55cbbac's two-part streams term: k = 8 (medium at n_tracks 16, training too) and k = 10 "
                 "(large at n_tracks 20, inference) on tp=2, past every tp=1 row's k (the rows record d257300, whose "
                 "measured code 55cbbac did not change)"),
+               ("ladder_compiled_overlap/*_after/*.json", "cac417c",
+                "2x H100 after 57b00c9 let the compiled ladder overlap its all-reduces (the step model of cac417c, "
+                "unchanged by it): 124m and medium at tp=2, one track per GPU, the training step compiled with CUDA graphs, and 124m "
+                "compiled+graph prefill and decode (the rows record 6c0e2c5, the device copy's lagging git metadata)"),
                ("issue50/prospective_f0dd202/*.json", "f0dd202",
                 "2x H100 after f0dd202 (large's tp=1 rows, the nearest size and the sizes' mean streams): policies no "
                 "current-code row at tp >= 2 had (grouped:2, 3, 6, selective half baseline and half spd, ladder) at "
@@ -394,7 +400,9 @@ SKIPPED_ROW_FILES = (
     ("issue49/compiled_floors/*.json", "compiled+graph prefill and decode rows at 1bdb054, read as issue 49's floors; "
      "their configurations' graph rows are in h100_tp2_large and h100_tp2_current"),
     ("issue49/final/train_loop/tp2_medium.json", "batch 8 with the optimizer step: no workload of this model "
-     "(train_b8 has no optimizer, train_b12 is batch 12)"))
+     "(train_b8 has no optimizer, train_b12 is batch 12)"),
+    ("ladder_compiled_train/train_throughput.json", "the compiled ladder before 57b00c9, whose traced all-reduce "
+     "blocked (no overlap: timeline_h200/); ladder_compiled_overlap/ measures the same step on the current code"))
 # The implementation a row measured. Issue 49 changed what each policy computes at one track per GPU
 # (model/gpt.py, "Regions": a track's stream carried whole, the regions' sync biases in one matmul); its final
 # measurements ran at d71e3f7 (bench/results/issue49/README.md), and every commit from there on has that model.
