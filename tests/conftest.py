@@ -113,6 +113,44 @@ def start_train(args, cwd, nproc=1, script=TRAIN_SCRIPT):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+class Started:
+    """A command started now and read later, so that it runs beside other work: its output goes to files in folder
+    (a pipe that nobody reads stops a command once it is full). result(timeout) waits for it: a CompletedProcess."""
+
+    def __init__(self, argv, folder, **popen_kwargs):
+        os.makedirs(folder, exist_ok=True)
+        self.files = [open(os.path.join(folder, name), "w+", encoding="utf-8") for name in ("stdout", "stderr")]
+        self.proc = subprocess.Popen(argv, stdout=self.files[0], stderr=self.files[1], text=True, **popen_kwargs)
+
+    def result(self, timeout):
+        try:
+            self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        outputs = []
+        for f in self.files:
+            f.seek(0)
+            outputs.append(f.read())
+            f.close()
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, *outputs)
+
+    def close(self):
+        """Ends it if it still runs (its test did not read it), and closes its files."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for f in self.files:
+            f.close()
+
+
+def selected(request, *names):
+    """The names of tests of the requesting module that this session runs, of those given."""
+    return {getattr(item, "originalname", None) for item in request.session.items
+            if getattr(item, "module", None) is request.module} & set(names)
+
+
 def read_metrics(out_dir):
     """Records of metrics.jsonl; a line cut short by a killed run is skipped."""
     records = []

@@ -22,7 +22,7 @@ import pytest
 
 from training.config import VALID_KEYS, read_config_file
 from model.sync_policy import parse_sync_policy
-from tests.conftest import REPO
+from tests.conftest import REPO, Started, selected
 
 GUIDES = ("README.md", *sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md"))))
 DOCS = (*GUIDES, "TRAINING_INSTRUCTIONS.md", "EXPERIMENT_SUMMARY.md", "experiments/README.md",
@@ -232,19 +232,6 @@ def test_guides_cite_no_issue_and_no_section_sign(doc):
     assert not hits, f"{doc} cites what a reader cannot open (cite a file and its heading instead): {hits}"
 
 
-def test_readme_test_count_is_the_suites():
-    stated = re.findall(r"(\d+) tests\b", read("README.md"))
-    assert stated, "README.md states no test count"
-    # the default tier as scripts/test.sh selects it: not slow, or slow and marked gate
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not slow or gate", "tests/"],
-                         cwd=REPO, capture_output=True, text=True).stdout
-    fast, collected, slow = map(int, re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", out).groups())
-    assert {int(n) for n in stated} == {collected}, f"README.md says {stated} tests; pytest collects {collected}"
-    tiers = re.search(r"the (\d+) of the default tier.*?runs the other (\d+)", read("README.md"), re.S)
-    assert tiers and tuple(map(int, tiers.groups())) == (fast, slow), \
-        f"README.md's tiers {tiers and tiers.groups()}; pytest: {fast} in the default tier, {slow} slow"
-
-
 def test_readme_policy_table_counts_are_the_plans():
     rows = re.findall(r"^\| `(baseline|spd|parallel|ladder)`\s*\| (\d+) \|", read("README.md"), re.M)
     assert len(rows) == 4, rows
@@ -291,6 +278,8 @@ def test_folder_scripts_run_as_modules():
     assert not missing, f"no such module: {missing}"
 
 
+# the collection of the whole suite, its default tier selected as scripts/test.sh selects it
+COLLECT = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not slow or gate", "tests/"]
 HELP_RUNNER = ("import runpy, sys\n"
                "for module in sys.argv[1:]:\n"
                "    sys.argv = [module, '--help']\n"
@@ -300,19 +289,51 @@ HELP_RUNNER = ("import runpy, sys\n"
                "        print(f'== {module} exit {e.code}', flush=True)\n")
 
 
-def test_bench_modules_show_help_and_files_name_the_module():
+def help_runner(modules):
+    return [sys.executable, "-W", "ignore::RuntimeWarning", "-c", HELP_RUNNER, *modules]
+
+
+def bench_modules():
+    return sorted({m for rel in command_files() for m in AS_MODULE.findall(read(rel))})
+
+
+def experiment_and_training_modules():
+    return sorted({m for doc in DOCS for m in re.findall(r"-m\s+((?:experiments|training)(?:\.\w+)+)", read(doc))})
+
+
+BENCH_AS_FILE = [sys.executable, os.path.join("bench", "sample_decode.py"), "--help"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def started(request, tmp_path_factory):
+    """The commands of this module that take seconds (the collection of the whole suite, the --help runners), started
+    together at its first test, each read by its own test: they run beside each other and beside the quick checks
+    (a second core idles otherwise). Only those of the tests this session runs."""
+    commands = {"test_readme_test_count_is_the_suites": {"collect": COLLECT},
+                "test_bench_modules_show_help_and_files_name_the_module": {"bench_help": help_runner(bench_modules()),
+                                                                           "bench_as_file": BENCH_AS_FILE},
+                "test_experiment_and_training_modules_show_help": {
+                    "experiment_help": help_runner(experiment_and_training_modules())}}
+    folder = tmp_path_factory.mktemp("docs_commands")
+    runs = {name: Started(argv, os.path.join(folder, name), cwd=REPO)
+            for test in sorted(selected(request, *commands)) for name, argv in commands[test].items()}
+    yield runs
+    for run in runs.values():
+        run.close()
+
+
+def test_bench_modules_show_help_and_files_name_the_module(started):
     """Every bench module the docs name answers --help (one process: torch is imported once), and a bench
     script run as a file stops in one line that names the module command."""
-    modules = sorted({m for rel in command_files() for m in AS_MODULE.findall(read(rel))})
-    proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", HELP_RUNNER, *modules], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    modules = bench_modules()
+    proc = started["bench_help"].result(timeout=120)
+    assert proc.args == help_runner(modules)
     exits = re.findall(r"^== (\S+) exit (\S+)$", proc.stdout, re.M)
     assert exits == [(m, "0") for m in modules], (exits, proc.stderr[-2000:])
     assert proc.stdout.count("usage: ") == len(modules), proc.stdout[-2000:]
     # the usage line names the command that works (python -m bench.x), not the file name, which does not
     assert all(f"usage: python -m {m}" in proc.stdout for m in modules), re.findall(r"^usage: \S+", proc.stdout, re.M)
-    proc = subprocess.run([sys.executable, os.path.join("bench", "sample_decode.py"), "--help"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    proc = started["bench_as_file"].result(timeout=60)
     assert proc.returncode == 1 and proc.stdout == "", proc
     assert proc.stderr == "run it from the repository root as: python -m bench.sample_decode ...\n", proc.stderr
 
@@ -395,15 +416,28 @@ def test_commands_stand_in_fenced_blocks(doc):
     assert not indented, f"{doc}: put these in a ```bash block: {indented}"
 
 
-def test_experiment_and_training_modules_show_help():
+def test_experiment_and_training_modules_show_help(started):
     """Every experiments/training module a doc runs answers --help with its usage and exits 0, without doing
     its work first (a repro that read sys.argv by hand used to run on --help)."""
-    modules = sorted({m for doc in DOCS for m in re.findall(r"-m\s+((?:experiments|training)(?:\.\w+)+)", read(doc))})
+    modules = experiment_and_training_modules()
     assert len(modules) >= 6, modules
-    proc = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", HELP_RUNNER, *modules], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = started["experiment_help"].result(timeout=120)
+    assert proc.args == help_runner(modules)
     outputs = re.split(r"^== \S+ exit \S+\n", proc.stdout, flags=re.M)[:-1]
     exits = re.findall(r"^== (\S+) exit (\S+)$", proc.stdout, re.M)
     assert exits == [(m, "0") for m in modules], (exits, proc.stderr[-2000:])
     assert all(out.lstrip().startswith("usage: ") for out in outputs), [out[:200] for out in outputs]
     assert all(f"usage: python -m {m}" in proc.stdout for m in modules), re.findall(r"^usage: \S+", proc.stdout, re.M)
+
+
+# last in the module: its collection of the whole suite (started with the module) runs beside the checks above
+def test_readme_test_count_is_the_suites(started):
+    stated = re.findall(r"(\d+) tests\b", read("README.md"))
+    assert stated, "README.md states no test count"
+    # the default tier as scripts/test.sh selects it (COLLECT): not slow, or slow and marked gate
+    out = started["collect"].result(timeout=300).stdout
+    fast, collected, slow = map(int, re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", out).groups())
+    assert {int(n) for n in stated} == {collected}, f"README.md says {stated} tests; pytest collects {collected}"
+    tiers = re.search(r"the (\d+) of the default tier.*?runs the other (\d+)", read("README.md"), re.S)
+    assert tiers and tuple(map(int, tiers.groups())) == (fast, slow), \
+        f"README.md's tiers {tiers and tiers.groups()}; pytest: {fast} in the default tier, {slow} slow"

@@ -2,7 +2,12 @@
 runs under a shared wrapper (training.cli.guarded; the trainer's report_fatal, the prepare scripts'
 data.prepare_utils.run; training.launch ends torchrun's failures itself), and a bad option is refused in one
 line naming it, with exit code 2 (1 for the scripts that take no options), no traceback, and no file of the
-tree changed; --help prints and exits 0. The list is discovered, so an entry point added without a guard fails here."""
+tree changed; --help prints and exits 0. The list is discovered, so an entry point added without a guard fails here.
+
+The default tier checks the bad option in a process of its own per command forked from one that imported torch once
+(FORK_RUNNER: runpy runs the module or file as `python -m` and `python file.py` do), seconds instead of half a minute
+of 33 interpreters importing torch; the slow tier checks it in fresh interpreters, as a user runs them."""
+import json
 import os
 import re
 import subprocess
@@ -32,12 +37,15 @@ def entry_points():
     return found
 
 
+def module_name(path):
+    """The module a package file runs as (python -m), or None for a top-level or data/ script run as a file."""
+    return path[:-3].replace("/", ".") if path.split("/")[0] in ("bench", "experiments", "training", "analysis") else None
+
+
 def command(path):
     """How the docs run it: a package module with -m, a top-level or data/ script as a file."""
-    top = path.split("/")[0]
-    if top in ("bench", "experiments", "training", "analysis"):
-        return [sys.executable, "-m", path[:-3].replace("/", ".")]
-    return [sys.executable, path]
+    module = module_name(path)
+    return [sys.executable, "-m", module] if module else [sys.executable, path]
 
 
 def tree_state():
@@ -70,26 +78,109 @@ def test_help_exits_0_at_every_entry_point():
     assert not problems, "\n".join(problems)
 
 
+BAD_OPTION = "--no_such_option_x=1"
+
+
+def bad_option_problems(results):
+    """The (path, exit code, stderr) whose bad option was not refused in one line naming it, with exit code 1 or 2."""
+    problems = []
+    for path, returncode, stderr in results:
+        lines = [line for line in stderr.splitlines() if line.strip() and "Warning" not in line
+                 and not line.startswith("  warnings.warn")]
+        # the one line names the option, or what the command requires first (argparse checks that first)
+        if returncode not in (1, 2) or "Traceback" in stderr or len(lines) != 1 \
+                or not ("no_such_option_x" in lines[0] or "arguments are required" in lines[0]):
+            problems.append(f"{path}: rc {returncode}, stderr {stderr[-600:]!r}")
+    return problems
+
+
 @pytest.mark.slow
-@pytest.mark.gate  # the default tier runs it: pytest.ini
 def test_a_bad_option_is_one_line_at_every_entry_point():
+    """Each command in a fresh interpreter, as a user runs it (the default tier's check below forks them)."""
     before = tree_state()
     env = {**run_env(), "NCCL_NVLS_ENABLE": "0"}
 
     def run(path):
-        proc = subprocess.run(command(path) + ["--no_such_option_x=1"], cwd=REPO, env=env, capture_output=True,
+        proc = subprocess.run(command(path) + [BAD_OPTION], cwd=REPO, env=env, capture_output=True,
                               text=True, timeout=300, stdin=subprocess.DEVNULL)
-        return path, proc
+        return path, proc.returncode, proc.stderr
 
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(run, [p for p, _ in entry_points()]))
-    problems = []
-    for path, proc in results:
-        lines = [line for line in proc.stderr.splitlines() if line.strip() and "Warning" not in line
-                 and not line.startswith("  warnings.warn")]
-        # the one line names the option, or what the command requires first (argparse checks that first)
-        if proc.returncode not in (1, 2) or "Traceback" in proc.stderr or len(lines) != 1 \
-                or not ("no_such_option_x" in lines[0] or "arguments are required" in lines[0]):
-            problems.append(f"{path}: rc {proc.returncode}, stderr {proc.stderr[-600:]!r}")
+    problems = bad_option_problems(results)
+    assert not problems, "\n".join(problems)
+    assert tree_state() == before  # nothing written, nothing removed
+
+
+# Runs each command of argv[1] (JSON [[module or null, path], ...], cwd: the repository) with the arguments after
+# argv[2] in a child forked from this process, two at a time: stdin /dev/null, stdout and stderr to the files <n>.out
+# and <n>.err in the folder argv[2], the module
+# by runpy.run_module (what python -m runs) with the folder on sys.path, a file by runpy.run_path with its own folder
+# on sys.path (what python file.py runs); the exit as the interpreter's (SystemExit's code, or its message on stderr
+# and 1; an exception's traceback and 1; then the atexit functions). Prints {n: exit code} as JSON.
+FORK_RUNNER = r"""
+import atexit, json, os, runpy, sys, traceback
+import torch  # what most entry points import first: once here, not in each command's process
+commands, out, args = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3:]
+base_path = [p for p in sys.path if p not in ("", os.getcwd())]
+
+
+def run(n, module, path):
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    for fd, name in ((1, f"{n}.out"), (2, f"{n}.err")):
+        os.dup2(os.open(os.path.join(out, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    try:
+        if module:
+            sys.path[:], sys.argv = [os.getcwd(), *base_path], [module, *args]
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            sys.path[:], sys.argv = [os.path.dirname(os.path.realpath(path)), *base_path], [path, *args]
+            runpy.run_path(path, run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = 0 if e.code is None else e.code
+        if not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+running, codes = {}, {}
+for n, (module, path) in enumerate(commands):
+    if len(running) == 2:
+        pid, status = os.wait()
+        codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        run(n, module, path)
+    running[pid] = n
+while running:
+    pid, status = os.wait()
+    codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
+print(json.dumps(codes))
+"""
+
+
+def test_a_bad_option_is_one_line_at_every_entry_point_forked(tmp_path):
+    """The bad option at every entry point, each command in a process of its own forked from one that imported
+    torch once (FORK_RUNNER); the slow tier's test above runs the same check in fresh interpreters."""
+    before = tree_state()
+    paths = [p for p, _ in entry_points()]
+    proc = subprocess.run([sys.executable, "-c", FORK_RUNNER, json.dumps([[module_name(p), p] for p in paths]),
+                           str(tmp_path), BAD_OPTION], cwd=REPO, env={**run_env(), "NCCL_NVLS_ENABLE": "0"},
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    codes = json.loads(proc.stdout.splitlines()[-1])
+    assert sorted(map(int, codes)) == list(range(len(paths)))  # every command ran
+    results = [(path, codes[str(n)], (tmp_path / f"{n}.err").read_text()) for n, path in enumerate(paths)]
+    problems = bad_option_problems(results)
     assert not problems, "\n".join(problems)
     assert tree_state() == before  # nothing written, nothing removed

@@ -184,14 +184,32 @@ def error_lines(err):
 
 
 @pytest.fixture(scope="module")
-def stop_reference(workdir):
+def stop_reference_run(workdir):
+    """The uninterrupted run the stopped runs must match, started (not awaited): wait() returns its out_dir. The
+    first test runs its own processes meanwhile, on the second core."""
     out = os.path.join(workdir, "out-stop-ref")
-    run_train([*STOP_ARGS, f"--out_dir={out}"], workdir)
-    return out
+    proc = start_train([*STOP_ARGS, f"--out_dir={out}"], workdir)
+    done = []
+
+    def wait():
+        if not done:
+            _, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, err[-3000:]
+            done.append(out)
+        return out
+    yield wait
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def stop_reference(stop_reference_run):
+    return stop_reference_run()
 
 
 @pytest.mark.gate  # the default tier runs it: pytest.ini
-def test_sigint_then_sigterm_stop_with_a_checkpoint_and_resume_exactly(workdir, stop_reference):
+def test_sigint_then_sigterm_stop_with_a_checkpoint_and_resume_exactly(workdir, stop_reference_run):
     out = os.path.join(workdir, "out-stop")
     ckpt = os.path.join(out, "ckpt.pt")
     for signum, code, after in ((signal.SIGINT, 130, 7), (signal.SIGTERM, 143, 17)):
@@ -212,6 +230,7 @@ def test_sigint_then_sigterm_stop_with_a_checkpoint_and_resume_exactly(workdir, 
         assert [r["signal"] for r in read_metrics(out) if r["type"] == "stop"][-1] == name
         assert_checkpoints_intact(out, workdir)
     run_train([*STOP_ARGS, f"--out_dir={out}", "--init_from=resume"], workdir)
+    stop_reference = stop_reference_run()  # ran beside the stops
     want = train_losses(stop_reference)
     assert train_losses(out) == want and sorted(want) == list(range(STOP_ITERS))
     assert eval_records(out)[STOP_ITERS]["val_loss"] == eval_records(stop_reference)[STOP_ITERS]["val_loss"]

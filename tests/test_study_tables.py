@@ -5,12 +5,11 @@ Figures are written too but not compared."""
 import glob
 import os
 import shlex
-import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, Started
 from tests.test_docs import code_blocks, command_lines, read
 
 ONE = "experiments/docs_study/one_budget"
@@ -49,27 +48,46 @@ def summary_commands():
     return {" ".join(line.split()) for block in code_blocks(read("EXPERIMENT_SUMMARY.md")) for line in command_lines(block)}
 
 
-def run(command, cwd):
+def start(command, cwd, output):
+    """The command started in cwd (a records_copy), its stdout and stderr going to files in output."""
     words = shlex.split(command)
     assert words[0] == "python"
     # compare_runs.py expands quoted globs itself, sorted, as the shell does
     argv = [sys.executable, os.path.join(REPO, words[1]), *words[2:]] if words[1].endswith(".py") else \
         [sys.executable, *words[1:]]
     env = dict(os.environ, PYTHONPATH=REPO, MPLBACKEND="Agg")
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"{command}:\n{proc.stderr[-2000:]}"
-    return proc.stdout
+    return Started(argv, output, cwd=cwd, env=env)
+
+
+@pytest.fixture(scope="module")
+def started(request, tmp_path_factory):
+    """{command: (its folder, Started)} of the commands this session tests, each in a records_copy of its own, all
+    started at the module's first test: each spends seconds of one core importing numpy and matplotlib, and they run
+    beside each other instead of one after another. Each test reads its own."""
+    commands = {item.callspec.params["command"] for item in request.session.items
+                if getattr(item, "module", None) is request.module and hasattr(item, "callspec")}
+    runs = {}
+    for command, _, _ in COMMANDS:
+        if command in commands:
+            cwd = str(tmp_path_factory.mktemp("study"))
+            records_copy(cwd)
+            runs[command] = cwd, start(command, cwd, str(tmp_path_factory.mktemp("study_output")))
+    yield runs
+    for _, run in runs.values():
+        run.close()
 
 
 @pytest.mark.parametrize("command,stdout_file,written", COMMANDS, ids=[c[0].split()[2] + "-" + c[0].split()[-1]
                                                                         for c in COMMANDS])
-def test_summary_command_regenerates_its_tables_byte_for_byte(tmp_path, command, stdout_file, written):
+def test_summary_command_regenerates_its_tables_byte_for_byte(started, command, stdout_file, written):
     assert command in summary_commands(), f"EXPERIMENT_SUMMARY.md no longer gives: {command}"
-    records_copy(tmp_path)
-    stdout = run(command, tmp_path)
+    cwd, run = started[command]
+    proc = run.result(timeout=120)
+    assert proc.returncode == 0, f"{command}:\n{proc.stderr[-2000:]}"
+    stdout = proc.stdout
     produced = {stdout_file: stdout} if stdout_file else {}
     for path in written:
-        with open(os.path.join(tmp_path, path), encoding="utf-8") as f:
+        with open(os.path.join(cwd, path), encoding="utf-8") as f:
             produced[path] = f.read()
     if "--budgets" in command:  # its budget and WSD tables are the ones docs_study.run budgets stored
         for path in (f"{BUDGETS}/budget_table.md", f"{BUDGETS}/wsd_check.md"):
