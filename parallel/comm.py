@@ -333,7 +333,7 @@ class _StartReduceTraced(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, group):
-        return torch.ops.reduced_sync.all_reduce_start(x, group.group_name)
+        return _start_all_reduce(x, group)[0]
 
     @staticmethod
     def backward(ctx, grad):
@@ -345,7 +345,7 @@ class _WaitReduceTraced(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, ticket, after):
-        return torch.ops.reduced_sync.all_reduce_wait(ticket, x, [] if after is None else [after])
+        return _wait_all_reduce((ticket, x), None, () if after is None else (after,))
 
     @staticmethod
     def backward(ctx, grad):
