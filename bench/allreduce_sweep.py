@@ -18,6 +18,13 @@ so a slow spell of the machine does not land on one size. Reported per size: the
 and busbw = algbw x 2 (n - 1) / n (nccl-tests' convention, comparable with its published tables). Rank 0
 prints the table and writes <out_dir>/allreduce_sweep_n<N>.{json,md} with the device, torch and NCCL versions
 and every NCCL_* variable of the environment (set NCCL_PROTO=LL, LL128 or Simple to time one protocol).
+
+--between N times what an all-reduce adds to a step instead: before each all-reduce a bf16 N x N matmul (work
+that reads nothing of the message) and an elementwise write of the message (its producer), as a model's
+row-parallel GEMM writes the tensor its g then sums. Each size is timed twice, interleaved, with its all-reduces
+and without them (the floor), and the table reports the difference per all-reduce: the quantity a step's time over
+its no-sync floor divides into, which back-to-back calls overstate for small messages (each waits on the last
+one's handshake with nothing to hide behind). Written to allreduce_instep_n<N>.{json,md}.
 """
 import math
 import os
@@ -29,7 +36,7 @@ import torch.distributed as dist
 
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: torchrun ... -m bench.allreduce_sweep ...")
-from training.cli import guarded, positive_int  # noqa: E402
+from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
 from bench.common import as_graph, call_times, command_line, md_row, multicast_off, save_results, source_commit  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser  # noqa: E402
 from parallel import comm  # noqa: E402
@@ -70,34 +77,55 @@ def bus_factor(n):
     return 2 * (n - 1) / n
 
 
-def timer(nbytes, calls, group, device, cuda):
-    """A no-argument callable running `calls` all-reduces of one nbytes bf16 tensor (a graph replay on CUDA)."""
+def timer(nbytes, calls, group, device, cuda, between=0, reduce=True):
+    """A no-argument callable running `calls` all-reduces of one nbytes bf16 tensor (a graph replay on CUDA);
+    with between > 0 each is preceded by a between x between matmul and a write of the message, and reduce=False
+    leaves the all-reduces out (the floor)."""
     x = torch.zeros(nbytes // 2, dtype=torch.bfloat16, device=device)
+    a = torch.randn(between, between, device=device).to(torch.bfloat16) / max(between, 1) ** 0.5
+    c = torch.empty_like(a)
 
     def burst():
         for _ in range(calls):
-            comm.all_reduce(x, group, "bench")
+            if between:
+                torch.mm(a, a, out=c)
+                x.mul_(0.5)  # the message's producer; halving keeps the repeated sums finite
+            if reduce:
+                comm.all_reduce(x, group, "bench")
     return as_graph(burst) if cuda else burst
 
 
 def sweep(sizes, args, mesh, cuda):
-    """{size: [us per all-reduce of each replay]} over args.rounds interleaved rounds."""
-    runs = {n: timer(n, args.calls, mesh.tp_group, mesh.device, cuda) for n in sizes}
-    times = {n: [] for n in sizes}
+    """{size: [us per all-reduce of each replay]} over args.rounds interleaved rounds; with args.between > 0,
+    (with, floor): the same for the graph with its all-reduces and for the one without, timed side by side."""
+    kinds = (True, False) if args.between else (True,)
+    runs = {(n, r): timer(n, args.calls, mesh.tp_group, mesh.device, cuda, args.between, r) for n in sizes for r in kinds}
+    times = {key: [] for key in runs}
     for _ in range(args.rounds):
-        for n in sizes:
+        for key in runs:
             comm.barrier()
-            times[n] += [ms * 1e3 / args.calls for ms in call_times(runs[n], args.repeats, cuda)]
-    return times
+            times[key] += [ms * 1e3 / args.calls for ms in call_times(runs[key], args.repeats, cuda)]
+    if not args.between:
+        return {n: times[(n, True)] for n in sizes}
+    return {n: (times[(n, True)], times[(n, False)]) for n in sizes}
 
 
 def table(times, world):
+    """Per size: median us per all-reduce (with a floor: the median with all-reduces less the median without),
+    algbw and busbw from it."""
     rows = []
     for n, us in sorted(times.items()):
-        t = statistics.median(us)
-        algbw = n / (t * 1e-6) / 1e9
+        extra = {}
+        if isinstance(us, tuple):
+            with_, floor = us
+            extra = {"us_with": statistics.median(with_), "us_floor": statistics.median(floor)}
+            t = extra["us_with"] - extra["us_floor"]
+            us = [w - extra["us_floor"] for w in with_]
+        else:
+            t = statistics.median(us)
+        algbw = n / (t * 1e-6) / 1e9 if t > 0 else math.inf
         rows.append({"bytes": n, "us": t, "us_min": min(us), "algbw_GBps": algbw,
-                     "busbw_GBps": algbw * bus_factor(world), "samples": len(us)})
+                     "busbw_GBps": algbw * bus_factor(world), "samples": len(us), **extra})
     return rows
 
 
@@ -105,11 +133,13 @@ def markdown(rows, meta):
     lines = [f"# all-reduce (SUM, bf16) against message size: {meta['ranks']} ranks, {meta['device']}, torch "
              f"{meta['torch']}, NCCL {meta['nccl']}; {meta['how']}; commit {meta['commit']}",
              f"# {meta['command']}", f"# environment: {meta['nccl_env'] or 'no NCCL_* variables'}", "",
-             md_row(["bytes", "KiB", "median us", "min us", "algbw GB/s", "busbw GB/s"]),
-             md_row(["---:"] * 6)]
+             md_row(["bytes", "KiB", "median us", "min us", "algbw GB/s", "busbw GB/s"]
+                    + (["with us", "floor us"] if meta.get("between") else [])),
+             md_row(["---:"] * (8 if meta.get("between") else 6))]
     for r in rows:
         lines.append(md_row([str(r["bytes"]), f"{r['bytes'] / 1024:g}", f"{r['us']:.2f}", f"{r['us_min']:.2f}",
-                             f"{r['algbw_GBps']:.1f}", f"{r['busbw_GBps']:.1f}"]))
+                             f"{r['algbw_GBps']:.1f}", f"{r['busbw_GBps']:.1f}"]
+                            + ([f"{r['us_with']:.2f}", f"{r['us_floor']:.2f}"] if meta.get("between") else [])))
     return "\n".join(lines) + "\n"
 
 
@@ -121,6 +151,9 @@ def main(argv=None):
     p.add_argument("--calls", type=positive_int, default=20, help="all-reduces per replay (per timing)")
     p.add_argument("--repeats", type=positive_int, default=10, help="timed replays per size and round")
     p.add_argument("--rounds", type=positive_int, default=3, help="interleaved passes over the sizes")
+    p.add_argument("--between", type=non_negative_int, default=0, help="N > 0: a bf16 N x N matmul and a write of "
+                   "the message before each all-reduce, and the table gives the time the all-reduces add over the "
+                   "same graph without them (what a step pays); 0: all-reduces back to back")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out_dir", default=None)
     args = p.parse_args(argv)
@@ -139,13 +172,17 @@ def main(argv=None):
         meta = {"ranks": world, "device": torch.cuda.get_device_name() if cuda else "cpu (gloo)",
                 "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else "-",
                 "how": (f"{args.calls} calls per CUDA-graph replay" if cuda else f"{args.calls} calls per timing")
-                + f", median of {args.repeats} x {args.rounds}",
+                + f", median of {args.repeats} x {args.rounds}"
+                + (f"; each after a {args.between}x{args.between} bf16 matmul and a write of the message, less the "
+                   f"same graph without the all-reduces" if args.between else "; back to back"),
+                "between": args.between,
                 "commit": source_commit(), "command": command_line(__file__, sys.argv[1:] if argv is None else argv),
                 "nccl_env": " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("NCCL_"))}
         md = markdown(rows, meta)
         print(md)
         if args.out_dir:
-            save_results(args.out_dir, f"allreduce_sweep_n{world}", {**meta, "rows": rows}, md)
+            name = "allreduce_instep" if args.between else "allreduce_sweep"
+            save_results(args.out_dir, f"{name}_n{world}", {**meta, "rows": rows}, md)
     return end_process(0, close_process_groups())  # the captured graphs hold NCCL communicators (parallel/mesh.py)
 
 
