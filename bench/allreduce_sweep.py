@@ -77,16 +77,30 @@ def bus_factor(n):
     return 2 * (n - 1) / n
 
 
-def timer(nbytes, calls, group, device, cuda, between=0, reduce=True):
-    """A no-argument callable running `calls` all-reduces of one nbytes bf16 tensor (a graph replay on CUDA);
-    with between > 0 each is preceded by a between x between matmul and a write of the message, and reduce=False
-    leaves the all-reduces out (the floor)."""
-    x = torch.zeros(nbytes // 2, dtype=torch.bfloat16, device=device)
+def timer(nbytes, calls, group, device, cuda, between=0, reduce=True, producer="matmul"):
+    """A no-argument callable running `calls` all-reduces of one nbytes bf16 tensor (a graph replay on CUDA).
+    between > 0 puts work before each: producer 'matmul', a between x between matmul and an elementwise write of
+    the one message; 'gemm', a [m, between] x [between, w] GEMM writing the call's own message (m x w = its
+    elements, w <= 1024) and, after the all-reduce, a residual add reading it, as a step's sublayers do.
+    reduce=False leaves the all-reduces out (the floor)."""
+    n = nbytes // 2
+    x = torch.zeros(n, dtype=torch.bfloat16, device=device)
     a = torch.randn(between, between, device=device).to(torch.bfloat16) / max(between, 1) ** 0.5
     c = torch.empty_like(a)
+    w = math.gcd(n, 1024)
+    acts = torch.randn(n // w, between, device=device).to(torch.bfloat16)
+    weight = torch.randn(between, w, device=device).to(torch.bfloat16) / max(between, 1) ** 0.5
+    out = [torch.empty(n // w, w, dtype=torch.bfloat16, device=device) for _ in range(calls if producer == "gemm" else 0)]
+    resid = torch.zeros(n // w, w, dtype=torch.bfloat16, device=device)
 
     def burst():
-        for _ in range(calls):
+        for i in range(calls):
+            if between and producer == "gemm":
+                torch.mm(acts, weight, out=out[i])
+                if reduce:
+                    comm.all_reduce(out[i], group, "bench")
+                resid.add_(out[i])
+                continue
             if between:
                 torch.mm(a, a, out=c)
                 x.mul_(0.5)  # the message's producer; halving keeps the repeated sums finite
@@ -99,7 +113,8 @@ def sweep(sizes, args, mesh, cuda):
     """{size: [us per all-reduce of each replay]} over args.rounds interleaved rounds; with args.between > 0,
     (with, floor): the same for the graph with its all-reduces and for the one without, timed side by side."""
     kinds = (True, False) if args.between else (True,)
-    runs = {(n, r): timer(n, args.calls, mesh.tp_group, mesh.device, cuda, args.between, r) for n in sizes for r in kinds}
+    runs = {(n, r): timer(n, args.calls, mesh.tp_group, mesh.device, cuda, args.between, r, args.producer)
+            for n in sizes for r in kinds}
     times = {key: [] for key in runs}
     for _ in range(args.rounds):
         for key in runs:
@@ -110,7 +125,17 @@ def sweep(sizes, args, mesh, cuda):
     return {n: (times[(n, True)], times[(n, False)]) for n in sizes}
 
 
-def table(times, world):
+def rank_medians(times, group, device):
+    """{size: (with, floor) medians of every rank, rank order}: a floor that differs between ranks is time the
+    faster rank waits at each all-reduce, which the sweep's difference counts as the all-reduce's."""
+    sizes = sorted(times)
+    mine = torch.tensor([[statistics.median(times[n][0]), statistics.median(times[n][1])] for n in sizes],
+                        dtype=torch.float64, device=device)
+    every = comm.all_gather(mine, group)
+    return {n: [tuple(r[i].tolist()) for r in every] for i, n in enumerate(sizes)}
+
+
+def table(times, world, ranks=None):
     """Per size: median us per all-reduce (with a floor: the median with all-reduces less the median without),
     algbw and busbw from it."""
     rows = []
@@ -126,6 +151,8 @@ def table(times, world):
         algbw = n / (t * 1e-6) / 1e9 if t > 0 else math.inf
         rows.append({"bytes": n, "us": t, "us_min": min(us), "algbw_GBps": algbw,
                      "busbw_GBps": algbw * bus_factor(world), "samples": len(us), **extra})
+        if ranks:
+            rows[-1].update(us_with_ranks=[w for w, _ in ranks[n]], us_floor_ranks=[f for _, f in ranks[n]])
     return rows
 
 
@@ -154,6 +181,9 @@ def main(argv=None):
     p.add_argument("--between", type=non_negative_int, default=0, help="N > 0: a bf16 N x N matmul and a write of "
                    "the message before each all-reduce, and the table gives the time the all-reduces add over the "
                    "same graph without them (what a step pays); 0: all-reduces back to back")
+    p.add_argument("--producer", choices=("matmul", "gemm"), default="matmul", help="with --between: 'matmul', an "
+                   "N x N matmul and an elementwise write of one message; 'gemm', each call's own message written by "
+                   "a GEMM of inner size N and read by a residual add after its all-reduce")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out_dir", default=None)
     args = p.parse_args(argv)
@@ -167,21 +197,24 @@ def main(argv=None):
     mesh = init_mesh(world, None if args.device == "auto" else args.device)
     cuda = mesh.device.startswith("cuda")
     times = sweep(sizes, args, mesh, cuda)
-    rows = table(times, world)
+    rows = table(times, world, rank_medians(times, mesh.tp_group, mesh.device) if args.between else None)
     if mesh.is_master:
         meta = {"ranks": world, "device": torch.cuda.get_device_name() if cuda else "cpu (gloo)",
                 "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else "-",
                 "how": (f"{args.calls} calls per CUDA-graph replay" if cuda else f"{args.calls} calls per timing")
                 + f", median of {args.repeats} x {args.rounds}"
-                + (f"; each after a {args.between}x{args.between} bf16 matmul and a write of the message, less the "
-                   f"same graph without the all-reduces" if args.between else "; back to back"),
+                + ((f"; each after a {args.between}x{args.between} bf16 matmul and a write of the message"
+                    if args.producer == "matmul" else f"; each call's own message written by a GEMM of inner size "
+                    f"{args.between} and read by a residual add after it") + ", less the same graph without the "
+                   "all-reduces" if args.between else "; back to back"),
+                "producer": args.producer if args.between else None,
                 "between": args.between,
                 "commit": source_commit(), "command": command_line(__file__, sys.argv[1:] if argv is None else argv),
                 "nccl_env": " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("NCCL_"))}
         md = markdown(rows, meta)
         print(md)
         if args.out_dir:
-            name = "allreduce_instep" if args.between else "allreduce_sweep"
+            name = f"allreduce_instep_{args.producer}" if args.between else "allreduce_sweep"
             save_results(args.out_dir, f"{name}_n{world}", {**meta, "rows": rows}, md)
     return end_process(0, close_process_groups())  # the captured graphs hold NCCL communicators (parallel/mesh.py)
 
