@@ -40,11 +40,15 @@ tp >= 2 enter no fit (feeds_fits). Row files: ROW_FILES.
 Communication. One all-reduce of b bytes over tp ranks (ring, NCCL's algorithm in every stored
 profile) costs
     t(b, tp) = alpha(tp) + 2 (tp - 1) / tp * b / bw,
-alpha(2) and bw(2) fitted (relative least squares) to the all-reduce kernel times of the stored 2xH200
-profiles (where a measured sweep of the collective alone is stored, bench/allreduce_sweep.py, its tp takes a
-two-regime law instead, sweep_regimes: NCCL changes protocol with the message size, and the stored tp=2 rows jump
-between 1.57 and 2.1 MB; the sweep gives the change point and each side's bytes cost, the fit its level alpha); alpha(4), bw(4) to the stored tp=4 rows' time over their floor; tp=8 extrapolated (alpha linear in
-tp - 1 through tp 2 and 4, bw held at tp=4's), with the public nccl-tests busbw as the bound (PUBLIC_BUSBW).
+at tp=2 a two-regime law (sweep_regimes: NCCL changes protocol with the message size, and the stored tp=2 rows
+jump between 1.57 and 2.1 MB) fitted to what an all-reduce adds to a step, measured apart from every model row
+(bench/allreduce_sweep.py --between 1024 --producer gemm: each all-reduce's message written by a GEMM and read by a
+residual add, less the same CUDA graph without the all-reduces; bench/results/allreduce/allreduce_instep_gemm_n2.json).
+Where no such in-step sweep is stored, alpha(2) and bw(2) are fitted (relative least squares) to the all-reduce
+kernel times of the stored 2xH200 profiles, and a back-to-back sweep (allreduce_sweep_n<tp>.json) gives the
+regimes' shape, moved to that alpha. alpha(4), bw(4) are fitted to the stored tp=4 rows' time over their floor;
+tp=8 extrapolated (alpha linear in tp - 1 through tp 2 and 4, bw held at tp=4's), with the public nccl-tests busbw as
+the bound (PUBLIC_BUSBW).
 --validate scores time and saving (1 - policy / baseline, same run and n_tracks) for this fit and for refits
 that leave the row's size, or device, out of every fitted quantity (fit_split). The policy's collectives come from its plan (collectives()): per forward
 one g per synced point (N*C compute-dtype bytes), the vocabulary-parallel embedding and head; per
@@ -258,12 +262,15 @@ def sweep_regimes(rows, tp, min_points=3):
 
 
 def load_sweeps():
-    """{tp: (rows, source)} of the stored all-reduce sweeps (bench/results/allreduce/allreduce_sweep_n<tp>.json)."""
+    """{tp: (rows, source, in_step)} of the stored all-reduce sweeps under bench/results/allreduce/: at each tp the
+    in-step sweep (allreduce_instep_gemm_n<tp>.json: what an all-reduce adds to a step, in_step True) where one is
+    stored, else the back-to-back one (allreduce_sweep_n<tp>.json)."""
     out = {}
-    for path in sorted(glob.glob(os.path.join(RESULTS, "allreduce", "allreduce_sweep_n*.json"))):
-        with open(path) as fh:
-            data = json.load(fh)
-        out[int(data["ranks"])] = (data["rows"], f"{os.path.relpath(path, REPO)} ({data['device']})")
+    for name, in_step in (("allreduce_sweep_n*.json", False), ("allreduce_instep_gemm_n*.json", True)):
+        for path in sorted(glob.glob(os.path.join(RESULTS, "allreduce", name))):
+            with open(path) as fh:
+                data = json.load(fh)
+            out[int(data["ranks"])] = (data["rows"], f"{os.path.relpath(path, REPO)} ({data['device']})", in_step)
     return out
 
 
@@ -961,12 +968,14 @@ PROFILE_CONFIG = ("124m", "H200")  # the stored profiles: 124m CUDA-graph config
 
 def fit_split(rows, exclude=None, pts=None, sweeps=None):
     """Every fitted quantity from the data exclude(size, device) leaves in: compute scales and tracks terms (tp=1
-    rows), alpha and bw at tp=2 (the profiles if their configuration is let in, else the tp=2 rows' time over their
-    floor), at tp=4 (the tp=4 rows' time over their floor) and tp=8 (extrapolated, comm_by_tp). The per-sublayer
-    calibration (`calibrate`) and the gap between kernels that anchors it to whole tp=1 steps (fit_overhead) are used
-    only by the full fit (exclude None): the calibration measures a row's own size and device. Rows at tp >= 2 of
-    the current code enter no fit (feeds_fits). A stored all-reduce sweep at a tp (sweeps: load_sweeps()) gives
-    that tp's all-reduces its two-regime law in every split, moved to the split's own alpha at that tp. Returns dict(tables, fit, calibration: bool)."""
+    rows), alpha and bw at tp=2 (an in-step sweep's, where one is stored, the same in every split; else the profiles
+    if their configuration is let in, else the tp=2 rows' time over their floor), at tp=4 (the tp=4 rows' time over
+    their floor) and tp=8 (extrapolated, comm_by_tp). The per-sublayer calibration (`calibrate`) and the gap between
+    kernels that anchors it to whole tp=1 steps (fit_overhead) are used only by the full fit (exclude None): the
+    calibration measures a row's own size and device. Rows at tp >= 2 of the current code enter no fit (feeds_fits).
+    A stored all-reduce sweep at a tp (sweeps: load_sweeps()) gives that tp's all-reduces its two-regime law in every
+    split: an in-step sweep's as measured, a back-to-back one's moved to the split's own alpha at that tp. Returns
+    dict(tables, fit, calibration: bool)."""
     ex = exclude or (lambda size, device: False)
     kept = [r for r in rows if not ex(r["size"], r["device"]) and feeds_fits(r)]
     tables, replicated = {}, fit_replicated(kept)
@@ -975,7 +984,12 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
         if t:
             tables[d] = t
     resolve_streams(tables)
-    if not ex(*PROFILE_CONFIG):
+    sweeps = load_sweeps() if sweeps is None else sweeps
+    in_step = sweeps.get(2, (None, None, False))[2]
+    if in_step:  # alpha/bw at tp=2 from the in-step sweep's small messages: no row's configuration enters them
+        (_, src, _), low = sweeps[2], sweep_regimes(sweeps[2][0], 2)[0]
+        a2, bw2, how2, on2 = low["alpha_us"], low["bw_GBps"], f"in-step sweep {src}, messages up to the change point", []
+    elif not ex(*PROFILE_CONFIG):
         a2, bw2 = fit_comm([(b, t, src) for b, t, src in (profile_points() if pts is None else pts)])
         how2, on2 = "all-reduce kernel times of the stored 2xH200 profiles (124m)", [list(PROFILE_CONFIG) + [2]]
     else:
@@ -989,15 +1003,16 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
         tp4 = fit_comm_rows(rp4) + (f"{len(rp4)} tp=4 rows' time over their floor",
                                      sorted({(r["size"], r["device"], 4) for *_, r in rp4}))
     fit = dict(alpha_us=a2, bw_GBps=bw2, by_tp=comm_by_tp(a2, bw2, how2, on2, tp4), replicated=replicated)
-    for tp, (sweep, source) in (load_sweeps() if sweeps is None else sweeps).items():
+    for tp, (sweep, source, in_step) in sweeps.items():
         if str(tp) in fit["by_tp"]:  # measured apart from every model row: no row's configuration enters it
-            # the sweep gives the law's shape (where NCCL changes protocol, what each byte costs on each side); its
-            # level is back-to-back collectives with nothing between them, 12 us per small message on 2x H100
-            # against the 6 us that one adds to a step, so both regimes move by the fitted alpha's difference
+            # an in-step sweep is the law itself; a back-to-back one gives only its shape (where NCCL changes
+            # protocol, what each byte costs on each side): its level is collectives with nothing between them,
+            # 12 us per small message on 2x H100 against the 6 us that one adds to a step, so both regimes move
+            # by the fitted alpha's difference
             regimes = sweep_regimes(sweep, tp)
-            shift = fit["by_tp"][str(tp)]["alpha_us"] - regimes[0]["alpha_us"]
+            shift = 0.0 if in_step else fit["by_tp"][str(tp)]["alpha_us"] - regimes[0]["alpha_us"]
             fit["by_tp"][str(tp)].update(regimes=[dict(r, alpha_us=r["alpha_us"] + shift) for r in regimes],
-                                         regimes_from=source, regimes_shift_us=shift)
+                                         regimes_from=source, regimes_shift_us=shift, regimes_in_step=in_step)
     fit["overhead"] = {d: fit_overhead(kept, d) for d in sorted(DEVICES)} if exclude is None else {}
     fit["ladder_hidden"] = fit_ladder_overlap(kept, tables, fit)
     return dict(tables=tables, fit=fit, calibration=exclude is None)
@@ -1014,10 +1029,12 @@ def comm_fit(rows):
     pts = profile_points()
     fit = fit_split(rows, pts=pts)["fit"]
     alpha, bw = fit["alpha_us"], fit["bw_GBps"]
-    fit.update(device="H200 x2 (NVLink, NCCL ring LL as traced) at tp=2; H200 x4 rows at tp=4",
+    law = lambda b: 1e3 * allreduce_ms(b, 2, fit)  # what prices tp=2: the in-step sweep's two regimes where stored
+    fit.update(device=("H100 x2 (NVLink), in-step sweep" if fit["by_tp"]["2"].get("regimes_in_step") else
+                       "H200 x2 (NVLink, NCCL ring LL as traced)") + " at tp=2; H200 x4 rows at tp=4",
                formula="t(b, tp) = alpha(tp) + 2(tp-1)/tp * b / bw(tp); by_tp says where each came from",
-               points=[dict(bytes=b, measured_us=t, fitted_us=alpha + b / bw / 1e3,
-                            residual_pct=100 * ((alpha + b / bw / 1e3) / t - 1), source=src) for b, t, src in pts],
+               points=[dict(bytes=b, measured_us=t, fitted_us=law(b), residual_pct=100 * (law(b) / t - 1), source=src)
+                       for b, t, src in pts],
                check_not_fitted=ddp_flat_check(alpha, bw),
                public_bound=PUBLIC_BUSBW,
                tp_4_8=("tp=4: fitted (relative least squares) to the stored tp=4 H200 rows' time over their floor "
@@ -1447,13 +1464,13 @@ def miss_lines(rows, n_worst=6):
 
 def per_sync_text(rows, fit, workload="prefill_b1", device="H200"):
     """'size x.x MB: measured y us, modeled z us; ...': per size, the median over the older code's tp=2 rows (rows that
-    feed fits) of their time over the floor per all-reduce, beside the tp=2 profile law's (alpha + b / bw)."""
+    feed fits) of their time over the floor per all-reduce, beside the law that prices tp=2 (allreduce_ms)."""
     by = {}
     for n, B, y, r in row_comm_points([r for r in rows if feeds_fits(r)], 2):
         if (r["workload"], r["device"]) == (workload, device):
             by.setdefault(r["size"], []).append((B / n, 1e3 * y / n))
     return "; ".join(f"{size} {statistics.median(b for b, _ in v) / 1e6:.1f} MB: {statistics.median(t for _, t in v):.0f} "
-                     f"us, modeled {fit['alpha_us'] + statistics.median(b for b, _ in v) / fit['bw_GBps'] / 1e3:.0f} us"
+                     f"us, modeled {1e3 * allreduce_ms(statistics.median(b for b, _ in v), 2, fit):.0f} us"
                      for size, v in sorted(by.items())) or "none stored"
 
 
@@ -1462,8 +1479,11 @@ def regimes_lines(by):
     return [f"- tp={tp} all-reduces by message size, from {e['regimes_from']}: up to "
             f"{e['regimes'][0]['max_bytes'] / 2 ** 20:.2f} MiB {e['regimes'][0]['alpha_us']:.2f} µs + bytes at "
             f"{e['regimes'][0]['bw_GBps']:.0f} GB/s, above it {e['regimes'][1]['alpha_us']:.2f} µs + bytes at "
-            f"{e['regimes'][1]['bw_GBps']:.0f} GB/s (the sweep's back-to-back level moved by "
-            f"{e['regimes_shift_us']:+.2f} µs to the fitted alpha; this law, not the line above, prices tp={tp})"
+            f"{e['regimes'][1]['bw_GBps']:.0f} GB/s ("
+            + ("what an all-reduce adds to a CUDA graph, its message written by a GEMM and read by a residual add, "
+               "as measured" if e.get("regimes_in_step") else
+               f"the sweep's back-to-back level moved by {e['regimes_shift_us']:+.2f} µs to the fitted alpha")
+            + f"; this law prices tp={tp})"
             for tp, e in sorted(by.items()) if e.get("regimes")]
 
 

@@ -35,6 +35,8 @@ BAD_VALUES = [  # (module, argv, the value the error line must name)
     ("bench.ddp_buckets", ["--steps", "0"], "'0'"),
     ("bench.allreduce_sweep", ["--calls", "0"], "'0'"),
     ("bench.allreduce_sweep", ["--sizes", "3k,7"], "'7'"),
+    ("bench.allreduce_sweep", ["--between", "-1"], "'-1'"),
+    ("bench.allreduce_sweep", ["--producer", "conv"], "'conv'"),
 ]
 
 

@@ -480,7 +480,7 @@ def test_a_stored_sweep_prices_every_split_by_size():
     that split's own fitted alpha (the sweep's level is back-to-back collectives): a message below the change point
     costs the low regime, above it the high one, by hand."""
     rows = sm.stored_rows()
-    sweeps = {2: (two_line_sweep(), "a sweep by hand")}
+    sweeps = {2: (two_line_sweep(), "a sweep by hand", False)}
     for exclude in (None, lambda size, device: size == "124m"):
         fit = sm.fit_split(rows, exclude, sweeps=sweeps)["fit"]
         assert fit["by_tp"]["2"]["regimes_from"] == "a sweep by hand" and "regimes" not in fit["by_tp"]["4"]
@@ -492,6 +492,25 @@ def test_a_stored_sweep_prices_every_split_by_size():
     assert "regimes" not in no_sweep["by_tp"]["2"]
     assert sm.allreduce_ms(2**20, 2, no_sweep) == pytest.approx(
         (no_sweep["alpha_us"] + 2**20 / no_sweep["bw_GBps"] / 1e3) / 1e3)
+
+
+def test_an_in_step_sweep_is_the_tp2_law_as_measured_and_fits_on_no_row():
+    """An in-step sweep (what an all-reduce adds to a step) prices tp=2 unmoved in every split: the low regime's
+    alpha and bw are tp=2's alpha/bw, no row's configuration is listed as having fed them (so none is scored
+    in-sample), and the tp=4 and tp=8 entries keep their own fits (tp=8's alpha extrapolates from tp=2's 7.5)."""
+    rows = sm.stored_rows()
+    sweeps = {2: (two_line_sweep(), "an in-step sweep by hand", True)}
+    for exclude in (None, lambda size, device: size == "124m", lambda size, device: device == "H100"):
+        fit = sm.fit_split(rows, exclude, sweeps=sweeps)["fit"]
+        e = fit["by_tp"]["2"]
+        assert (e["alpha_us"], e["bw_GBps"], e["fitted_on"]) == (pytest.approx(7.5), pytest.approx(190.0), [])
+        assert e["regimes_shift_us"] == 0.0 and e["regimes_in_step"]
+        assert sm.allreduce_ms(2**20, 2, fit) == pytest.approx((7.5 + 2**20 / 190e3) / 1e3)
+        assert sm.allreduce_ms(2**23, 2, fit) == pytest.approx((22.0 + 2**23 / 310e3) / 1e3)
+        a4 = fit["by_tp"]["4"]["alpha_us"]
+        assert fit["by_tp"]["8"]["alpha_us"] == pytest.approx(a4 + 2 * max(0.0, a4 - 7.5))
+        assert not any(sm.in_comm_fit(dict(size=size, device=device, tp=2), fit)
+                       for size in ("124m", "medium", "large") for device in ("H100", "H200"))
 
 
 def test_streams_term_fitted_at_the_rows_own_k_where_measured():
