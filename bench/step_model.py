@@ -25,9 +25,10 @@ Tracks. A rank holds k = n_tracks / tp tracks. At any k the policy runs a few el
 that a Megatron layer does not (policy_ops, counted from model/gpt.py: one per spd region, two per grouped region,
 and in training at tp > 1 one bias add per Megatron sublayer), each costing s * op_pass; their coefficient c1 is 1
 (the code's count) unless tp=1 rows of the current code at k = 1 fit it. At k >= 2 the diverged streams cost more:
-with n_div the sublayers that read diverged streams, n_reg the layers holding a region's sublayer (tracks_features), and u(k) = s * (lat + (k - 1) * N * C * 4 B / hbm_bw) the
-extra streams' pass over the N tokens,
-    tracks = c1 * s * policy_ops * op_pass + [k >= 2] u(k) * (c_div * n_div + c_layer * n_reg * [n_div > 0]) * share,
+with n_div the sublayers that read diverged streams, n_reg the layers holding a region's sublayer (tracks_features),
+and u(k) = s * C * (lat / 768 + N * 4 B / hbm_bw) * ((1 - q) share + q (k - 1)) the extra streams' pass over the N
+tokens (stream_pass: its latency-bound part grows with the width C; q, the part each further track repeats),
+    tracks = c1 * s * policy_ops * op_pass + [k >= 2] u(k) * (c_div * n_div + c_layer * n_reg * [n_div > 0]),
 share = the rank's roofline time at tp over tp=1's (the streams' extra is a fraction of the rank's work: measured
 on 2x H100, a floor at tp=2 and k=2 is the tp=1 row's multiple of baseline, not its extra ms), and
 with c_div, c_layer >= 0 fitted by least squares to a family's tp=1 rows at the row's k where it measured that k,
@@ -144,16 +145,22 @@ def roofline(parts, device):
     return {k: n * LAT + max(f / d["flops"], by / d["hbm"]) for k, (f, by, n) in parts.items()}
 
 
+STREAM_WIDTH = 768  # the width at which an extra stream's latency-bound part is one launch (GPT-2 124M's)
+
+
 def stream_pass(size, workload, k, device, q=1.0, share=1.0):
-    """u(k) before scaling: one pass over a residual stream of the step's tokens plus a launch, times
-    (1 - q) * share + q * (k - 1). Having tracks at all costs a part that is the rank's work, which shrinks with its
+    """u(k) before scaling: one pass over a residual stream of the step's tokens plus a launch's latency per
+    STREAM_WIDTH channels, times (1 - q) * share + q * (k - 1). The latency-bound part grows with the width C: the
+    tp=1 fits' c_div in decode_b1, with a width-free launch, were 2.05, 2.80, 3.28 at 124m, medium and large on H100
+    (per unit C: 2.67, 2.73, 2.56 x 1e-3); a size that borrows its streams (pooled_streams) takes them per channel.
+    Having tracks at all costs a part that is the rank's work, which shrinks with its
     share of tp=1's work (share: thinner batched GEMMs, their launches); each stream beyond the first costs a part q
     that every rank repeats, since a track's stream is full width (model/gpt.py, "Regions"). q (fit_replicated) is
     that part's fraction at k = 2, so u(2) at tp=1 is one pass at any q. Used at k >= 2 only: at k = 1 a region runs
     a Megatron sublayer's kernels, and what it runs beyond them is counted by policy_ops."""
     L, H, C, V = shape_of(size)[1]
     b, T, ctx, train, opt = WORKLOADS[workload]
-    one = (LAT + b * T * C * 4 / DEVICES[device]["hbm"]) * (3 if train else 1)
+    one = C * (LAT / STREAM_WIDTH + b * T * 4 / DEVICES[device]["hbm"]) * (3 if train else 1)
     return one * ((1 - q) * share + q * (k - 1))
 
 
@@ -370,7 +377,18 @@ PROSPECTIVE_REVISIONS = (
                 "where it had counted every layer once any stream diverged: a selective set half baseline and half spd "
                 "had been charged spd's per-layer cost at two tracks per GPU (saving error median 10.7, worst 30.0 "
                 "points on its 15 rows at k = 2, full fit; 1.5 and 4.9 after). Every fitted policy (spd, grouped:4) "
-                "has a region in every layer, so no fitted quantity moved"),)
+                "has a region in every layer, so no fitted quantity moved"),
+    ("f0dd202", "(1e1d05d, after every batch above) tp=2's all-reduces priced by an in-step sweep (what one adds to a "
+                "CUDA graph, its message written by a GEMM: bench/results/allreduce/allreduce_instep_gemm_n2.json), "
+                "where the profiles' alpha moved a back-to-back sweep; and GPT-2 large's tp=1 rows on H100 "
+                "(bench/results/h100_tp1_large/), where H100's large family had borrowed medium's. Every batch's "
+                "score above is the current model's"),
+    ("1e1d05d", "the extra streams' pass (stream_pass) has its latency-bound part grow with the width, a launch per "
+                "768 channels, where it was one launch at any width: the tp=1 fits' decode_b1 c_div had grown with C "
+                "(2.05, 2.80, 3.28 at 124m, medium, large on H100). A family with its own rows fits the same "
+                "prediction (the factor is one per family); a size that borrows (held out, or unmeasured: xl, 70b) "
+                "takes its streams per channel. Held out by size, k <= 2: saving worst 11.7 -> 9.2 points, sign "
+                "errors 3 -> 1"),)
 # Rows measured after the model that scores them was committed: out of sample by construction (issue 50). They
 # enter no fit (feeds_fits), their tp=1 rows included, so every split scores them as rows it never saw. Each
 # folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
@@ -393,7 +411,12 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "2x H100 after f0dd202 (large's tp=1 rows, the nearest size and the sizes' mean streams): policies no "
                 "current-code row at tp >= 2 had (grouped:2, 3, 6, selective half baseline and half spd, ladder) at "
                 "n_tracks 2 and 4 on tp=2, 124m, medium and large (the rows record 6c0e2c5, whose measured code "
-                "f0dd202 did not change)"))
+                "f0dd202 did not change)"),
+               ("issue50/prospective_1e1d05d/*.json", "1e1d05d",
+                "2x H100 after 1e1d05d (the in-step all-reduce law, large's H100 tp=1 rows): the fewest syncs, "
+                "grouped:12 at every size and one sync per forward (grouped:24 at medium, grouped:36 at large), and "
+                "at 124m a selective set spd in its first half, at n_tracks 2 and 4 on tp=2 (the rows record 89b7bd0, "
+                "the device copy's lagging git metadata; its measured code is 1e1d05d's)"))
 # Row files that no glob above reads, and why (printed in the validation table, so that none is dropped unsaid).
 SKIPPED_ROW_FILES = (
     ("issue49/final/before/*.json", "the code of dcba9e8 (before issue 49's model change) run from a git archive "

@@ -458,6 +458,16 @@ def test_streams_per_layer_part_counts_only_the_layers_with_a_region():
     assert sm.tracks_features("parallel", 12) == sm.tracks_features("ladder", 12) == (0, 0)
 
 
+def test_an_extra_streams_pass_grows_with_the_width_in_latency_bound_steps_too():
+    """stream_pass by hand: decode_b1 (one token) at medium, k = 2, q = 0, share 1 is 1024 x (2 us / 768 + 4 B / 3.35
+    TB/s); 124m's is 768 / 1024 of it, so a latency-bound family borrowed across sizes scales with C; training x3."""
+    medium = sm.stream_pass("medium", "decode_b1", 2, "H100", q=0.0, share=1.0)
+    assert medium == pytest.approx(1024 * (2.0e-6 / 768 + 4 / 3.35e12))
+    assert sm.stream_pass("124m", "decode_b1", 2, "H100", q=0.0, share=1.0) == pytest.approx(medium * 768 / 1024)
+    assert sm.stream_pass("124m", "train_b8", 3, "H100", q=0.5, share=0.8) == pytest.approx(
+        3 * 768 * (2.0e-6 / 768 + 8 * 1024 * 4 / 3.35e12) * (0.5 * 0.8 + 0.5 * 2))
+
+
 def two_line_sweep():
     """A sweep whose law is known: 7.5 us + b / 190 GB/s up to 2 MiB, 22 us + b / 310 GB/s above (tp=2: f = 1)."""
     return [dict(bytes=b, us=(7.5 + b / 190e3) if b <= 2**21 else (22.0 + b / 310e3)) for b in (2**k for k in range(10, 27))]
