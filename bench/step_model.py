@@ -1413,13 +1413,17 @@ def validation_header(fit, tables, rows):
             "elementwise passes at any k (policy_ops, coefficient 1 unless tp=1 rows of the current code at k = 1 "
             "fit it); the extra streams' term at k ≥ 2 from the tp=1 rows at k ≥ 2 (" + streams_text(tables) + "); a part q of it at k = 2 repeats per further track on every rank, the rest shrinks "
             f"with the rank's share of the work ({fit['replicated']['how']}); "
-            "alpha/bw at tp=2 from the all-reduce kernel times of the stored 2×H200 "
-            "profiles (124m), at tp=4 from the older code's tp=4 rows' time over their floor "
+            + ("the all-reduce law at tp=2 from the in-step sweep (measured apart from every row, the same in every "
+               "split)" if by.get("2", {}).get("regimes_in_step") else "alpha/bw at tp=2 from the all-reduce kernel "
+               "times of the stored 2×H200 profiles (124m)")
+            + ", at tp=4 from the older code's tp=4 rows' time over their floor "
             "(bench/results/step_model_comm_fit.json). Rows whose (size, device, tp) fed alpha/bw are scored apart "
             "(in-sample). No tp ≥ 2 time enters a compute fit, and no current-code row at tp ≥ 2 enters any fit.",
             "- Held out: *leave one size out* refits every quantity without the row's size (compute and tracks from "
-            "the other sizes' tp=1 rows; alpha/bw from the other sizes' older-code rows, tp=2 from the rows' time over "
-            "the floor where the profiles are the held-out size; no per-sublayer calibration); *leave one device out* "
+            "the other sizes' tp=1 rows; alpha/bw at tp=4 from the other sizes' older-code rows"
+            + ("" if by.get("2", {}).get("regimes_in_step") else ", tp=2 from the rows' time over the floor where the "
+               "profiles are the held-out size")
+            + "; no per-sublayer calibration); *leave one device out* "
             "likewise without the row's device (most H200 rows are not predictable so: no H100 tp=1 row of their "
             "workloads).",
             "- alpha/bw of the full fit: " + "; ".join(f"tp={tp} {e['alpha_us']:.2f} µs, {e['bw_GBps']:.0f} GB/s "
@@ -1485,16 +1489,19 @@ def miss_lines(rows, n_worst=6):
     return out
 
 
-def per_sync_text(rows, fit, workload="prefill_b1", device="H200"):
-    """'size x.x MB: measured y us, modeled z us; ...': per size, the median over the older code's tp=2 rows (rows that
-    feed fits) of their time over the floor per all-reduce, beside the law that prices tp=2 (allreduce_ms)."""
+def per_sync_text(rows, fit, device="H100"):
+    """'size workload (x MB): measured y us, modeled z us; ...': per size and inference workload, the median over the
+    current code's baseline CUDA-graph rows at tp=2 on `device` (scored rows, none in a fit) of their time over the
+    floor per all-reduce, beside the law that prices tp=2 (allreduce_ms over the same collectives, per all-reduce)."""
     by = {}
-    for n, B, y, r in row_comm_points([r for r in rows if feeds_fits(r)], 2):
-        if (r["workload"], r["device"]) == (workload, device):
-            by.setdefault(r["size"], []).append((B / n, 1e3 * y / n))
-    return "; ".join(f"{size} {statistics.median(b for b, _ in v) / 1e6:.1f} MB: {statistics.median(t for _, t in v):.0f} "
-                     f"us, modeled {1e3 * allreduce_ms(statistics.median(b for b, _ in v), 2, fit):.0f} us"
-                     for size, v in sorted(by.items())) or "none stored"
+    for n, B, y, r in row_comm_points([r for r in rows if r["impl"] == "post-49" and r["policy"] == "baseline"
+                                       and r["device"] == device and not WORKLOADS[r["workload"]][3]], 2):
+        L, H, C, V = SHAPES[r["size"]]
+        b, T = WORKLOADS[r["workload"]][:2]
+        modeled = sum(allreduce_ms(by, 2, fit) for *_, by in collectives("baseline", L, C, b, T, 2, False)) / n
+        by.setdefault((L, r["size"], r["workload"], b * T * C * 2), []).append((1e3 * y / n, 1e3 * modeled))
+    return "; ".join(f"{size} {workload} ({nbytes / 1e6:.3g} MB): {statistics.median(m for m, _ in v):.1f} us, "
+                     f"modeled {v[0][1]:.1f} us" for (_, size, workload, nbytes), v in sorted(by.items())) or "none stored"
 
 
 def regimes_lines(by):
@@ -1519,12 +1526,12 @@ def validation_notes(rows, fit):
             "- *tp=4 rows*: the older code at one track per GPU, measured at an older commit still (sum-over-tracks "
             "reduce kernels since removed: bench/results/tp_latency.md); their alpha/bw are fitted to their own time "
             "over the floor (in-sample in the full fit; held out by size, each size's from the other size's).",
-            "- *prefill_b1* (1 x 1024, 1.5-2.6 MB per all-reduce): the step pays more per all-reduce than one "
-            "alpha + bytes / bw law gives at these sizes; the older code's H200 tp=2 rows (fit data), time over the "
-            "floor per all-reduce: " + per_sync_text(rows, fit) + ". No law of the form alpha + b / bw fits 1.6 MB, 2.1 MB "
-            "and 12.7 MB together (NCCL changes protocol with the message size); the stored all-reduce sweep "
-            "(bench/results/allreduce/) places the change between 1.5 and 1.75 MiB on 2x H100, and its two-regime "
-            "law prices tp=2 in every split.",
+            "- *all-reduces in a step*: tp=2 is priced by what an all-reduce adds to a CUDA graph, measured apart "
+            "from every row (bench/results/allreduce/allreduce_instep_gemm_n2.json; NCCL changes protocol between "
+            "1.5 and 1.75 MiB, so two regimes). The current code's baseline rows on 2x H100, time over the floor per "
+            "all-reduce (the message a g sums): " + per_sync_text(rows, fit) + ". At 2.1-2.6 MB (medium and large prefill_b1) "
+            "a step pays 3-5 us more per all-reduce than the sweep, whose message is written by one GEMM with nothing "
+            "else between (bench/results/allreduce/instep_h100/README.md).",
             "- *two tracks per GPU (k = 2) in the current code*: the streams term is fitted on the current code's tp=1 "
             "rows at k = 2 and 4 (bench/results/tp1_h200_cec91f0/, h100_20261126/, h200_tp1_tracks2/); at k = 2 the current code's floors are 1.4-1.6 of baseline's in training and prefill "
             "(unfused fp32 passes over two streams, bench/results/issue49/README.md). A family prices a k it measured "
