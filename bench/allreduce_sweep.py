@@ -19,12 +19,14 @@ and busbw = algbw x 2 (n - 1) / n (nccl-tests' convention, comparable with its p
 prints the table and writes <out_dir>/allreduce_sweep_n<N>.{json,md} with the device, torch and NCCL versions
 and every NCCL_* variable of the environment (set NCCL_PROTO=LL, LL128 or Simple to time one protocol).
 
---between N times what an all-reduce adds to a step instead: before each all-reduce a bf16 N x N matmul (work
-that reads nothing of the message) and an elementwise write of the message (its producer), as a model's
-row-parallel GEMM writes the tensor its g then sums. Each size is timed twice, interleaved, with its all-reduces
-and without them (the floor), and the table reports the difference per all-reduce: the quantity a step's time over
-its no-sync floor divides into, which back-to-back calls overstate for small messages (each waits on the last
-one's handshake with nothing to hide behind). Written to allreduce_instep_n<N>.{json,md}.
+--between N times what an all-reduce adds to a step instead. Before each all-reduce it runs work: with --producer
+gemm (the default) each call's own message is written by a GEMM of inner size N and read by a residual add after
+its all-reduce, as a row-parallel GEMM writes the tensor its g sums and the next sublayer reads it; with --producer
+matmul an N x N matmul that reads nothing of the message, then an elementwise write of one message. Each size is
+timed twice, interleaved, with its all-reduces and without them (the floor), and the table reports the difference
+per all-reduce, with every rank's medians: the quantity a step's time over its no-sync floor divides into, which
+back-to-back calls overstate (by about 5 us on 2x H100: bench/results/allreduce/instep_h100/README.md). Written to
+allreduce_instep_<producer>_n<N>.{json,md}; bench/step_model.py prices tp=2 by allreduce_instep_gemm_n2.json.
 """
 import math
 import os
@@ -77,30 +79,33 @@ def bus_factor(n):
     return 2 * (n - 1) / n
 
 
-def timer(nbytes, calls, group, device, cuda, between=0, reduce=True, producer="matmul"):
+def timer(nbytes, calls, group, device, cuda, between=0, reduce=True, producer="gemm"):
     """A no-argument callable running `calls` all-reduces of one nbytes bf16 tensor (a graph replay on CUDA).
-    between > 0 puts work before each: producer 'matmul', a between x between matmul and an elementwise write of
-    the one message; 'gemm', a [m, between] x [between, w] GEMM writing the call's own message (m x w = its
-    elements, w <= 1024) and, after the all-reduce, a residual add reading it, as a step's sublayers do.
+    between > 0 puts work before each: producer 'gemm', a [m, between] x [between, w] GEMM writing the call's own
+    message (m x w = its elements, w <= 1024) and, after the all-reduce, a residual add reading it, as a step's
+    sublayers do; 'matmul', a between x between matmul and an elementwise write of the one message.
     reduce=False leaves the all-reduces out (the floor)."""
     n = nbytes // 2
+    if between and producer == "gemm":
+        w = math.gcd(n, 1024)
+        acts = torch.randn(n // w, between, device=device).to(torch.bfloat16)
+        weight = torch.randn(between, w, device=device).to(torch.bfloat16) / between ** 0.5
+        messages = [torch.empty(n // w, w, dtype=torch.bfloat16, device=device) for _ in range(calls)]
+        resid = torch.zeros(n // w, w, dtype=torch.bfloat16, device=device)
+
+        def burst():
+            for msg in messages:
+                torch.mm(acts, weight, out=msg)
+                if reduce:
+                    comm.all_reduce(msg, group, "bench")
+                resid.add_(msg)
+        return as_graph(burst) if cuda else burst
     x = torch.zeros(n, dtype=torch.bfloat16, device=device)
     a = torch.randn(between, between, device=device).to(torch.bfloat16) / max(between, 1) ** 0.5
     c = torch.empty_like(a)
-    w = math.gcd(n, 1024)
-    acts = torch.randn(n // w, between, device=device).to(torch.bfloat16)
-    weight = torch.randn(between, w, device=device).to(torch.bfloat16) / max(between, 1) ** 0.5
-    out = [torch.empty(n // w, w, dtype=torch.bfloat16, device=device) for _ in range(calls if producer == "gemm" else 0)]
-    resid = torch.zeros(n // w, w, dtype=torch.bfloat16, device=device)
 
     def burst():
-        for i in range(calls):
-            if between and producer == "gemm":
-                torch.mm(acts, weight, out=out[i])
-                if reduce:
-                    comm.all_reduce(out[i], group, "bench")
-                resid.add_(out[i])
-                continue
+        for _ in range(calls):
             if between:
                 torch.mm(a, a, out=c)
                 x.mul_(0.5)  # the message's producer; halving keeps the repeated sums finite
@@ -178,12 +183,12 @@ def main(argv=None):
     p.add_argument("--calls", type=positive_int, default=20, help="all-reduces per replay (per timing)")
     p.add_argument("--repeats", type=positive_int, default=10, help="timed replays per size and round")
     p.add_argument("--rounds", type=positive_int, default=3, help="interleaved passes over the sizes")
-    p.add_argument("--between", type=non_negative_int, default=0, help="N > 0: a bf16 N x N matmul and a write of "
-                   "the message before each all-reduce, and the table gives the time the all-reduces add over the "
-                   "same graph without them (what a step pays); 0: all-reduces back to back")
-    p.add_argument("--producer", choices=("matmul", "gemm"), default="matmul", help="with --between: 'matmul', an "
-                   "N x N matmul and an elementwise write of one message; 'gemm', each call's own message written by "
-                   "a GEMM of inner size N and read by a residual add after its all-reduce")
+    p.add_argument("--between", type=non_negative_int, default=0, help="N > 0: work before each all-reduce (see "
+                   "--producer), and the table gives the time the all-reduces add over the same graph without them "
+                   "(what a step pays); 0: all-reduces back to back")
+    p.add_argument("--producer", choices=("gemm", "matmul"), default="gemm", help="with --between: 'gemm', each "
+                   "call's own message written by a GEMM of inner size N and read by a residual add after its "
+                   "all-reduce; 'matmul', an N x N matmul and an elementwise write of one message")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out_dir", default=None)
     args = p.parse_args(argv)

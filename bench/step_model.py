@@ -1498,7 +1498,7 @@ def per_sync_text(rows, fit, device="H100"):
                                        and r["device"] == device and not WORKLOADS[r["workload"]][3]], 2):
         L, H, C, V = SHAPES[r["size"]]
         b, T = WORKLOADS[r["workload"]][:2]
-        modeled = sum(allreduce_ms(by, 2, fit) for *_, by in collectives("baseline", L, C, b, T, 2, False)) / n
+        modeled = sum(allreduce_ms(nbytes, 2, fit) for *_, nbytes in collectives("baseline", L, C, b, T, 2, False)) / n
         by.setdefault((L, r["size"], r["workload"], b * T * C * 2), []).append((1e3 * y / n, 1e3 * modeled))
     return "; ".join(f"{size} {workload} ({nbytes / 1e6:.3g} MB): {statistics.median(m for m, _ in v):.1f} us, "
                      f"modeled {v[0][1]:.1f} us" for (_, size, workload, nbytes), v in sorted(by.items())) or "none stored"
