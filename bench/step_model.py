@@ -269,15 +269,16 @@ def sweep_regimes(rows, tp, min_points=3):
 
 
 def load_sweeps():
-    """{tp: (rows, source, in_step)} of the stored all-reduce sweeps under bench/results/allreduce/: at each tp the
-    in-step sweep (allreduce_instep_gemm_n<tp>.json: what an all-reduce adds to a step, in_step True) where one is
-    stored, else the back-to-back one (allreduce_sweep_n<tp>.json)."""
+    """{tp: (rows, source, in_step, device)} of the stored all-reduce sweeps under bench/results/allreduce/: at each
+    tp the in-step sweep (allreduce_instep_gemm_n<tp>.json: what an all-reduce adds to a step, in_step True) where
+    one is stored, else the back-to-back one (allreduce_sweep_n<tp>.json); device, the GPU it ran on (H100, H200)."""
     out = {}
     for name, in_step in (("allreduce_sweep_n*.json", False), ("allreduce_instep_gemm_n*.json", True)):
         for path in sorted(glob.glob(os.path.join(RESULTS, "allreduce", name))):
             with open(path) as fh:
                 data = json.load(fh)
-            out[int(data["ranks"])] = (data["rows"], f"{os.path.relpath(path, REPO)} ({data['device']})", in_step)
+            out[int(data["ranks"])] = (data["rows"], f"{os.path.relpath(path, REPO)} ({data['device']})", in_step,
+                                       device_name(data["device"]))
     return out
 
 
@@ -997,8 +998,8 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
     kernels that anchors it to whole tp=1 steps (fit_overhead) are used only by the full fit (exclude None): the
     calibration measures a row's own size and device. Rows at tp >= 2 of the current code enter no fit (feeds_fits).
     A stored all-reduce sweep at a tp (sweeps: load_sweeps()) gives that tp's all-reduces its two-regime law in every
-    split: an in-step sweep's as measured, a back-to-back one's moved to the split's own alpha at that tp. Returns
-    dict(tables, fit, calibration: bool)."""
+    split but one that holds out the device it ran on: an in-step sweep's as measured, a back-to-back one's moved to
+    the split's own alpha at that tp. Returns dict(tables, fit, calibration: bool)."""
     ex = exclude or (lambda size, device: False)
     kept = [r for r in rows if not ex(r["size"], r["device"]) and feeds_fits(r)]
     tables, replicated = {}, fit_replicated(kept)
@@ -1007,10 +1008,10 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
         if t:
             tables[d] = t
     resolve_streams(tables)
-    sweeps = load_sweeps() if sweeps is None else sweeps
-    in_step = sweeps.get(2, (None, None, False))[2]
+    sweeps = {tp: v for tp, v in (load_sweeps() if sweeps is None else sweeps).items() if not ex(None, v[3])}
+    in_step = sweeps.get(2, (None, None, False, None))[2]
     if in_step:  # alpha/bw at tp=2 from the in-step sweep's small messages: no row's configuration enters them
-        (_, src, _), low = sweeps[2], sweep_regimes(sweeps[2][0], 2)[0]
+        src, low = sweeps[2][1], sweep_regimes(sweeps[2][0], 2)[0]
         a2, bw2, how2, on2 = low["alpha_us"], low["bw_GBps"], f"in-step sweep {src}, messages up to the change point", []
     elif not ex(*PROFILE_CONFIG):
         a2, bw2 = fit_comm([(b, t, src) for b, t, src in (profile_points() if pts is None else pts)])
@@ -1026,7 +1027,7 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
         tp4 = fit_comm_rows(rp4) + (f"{len(rp4)} tp=4 rows' time over their floor",
                                      sorted({(r["size"], r["device"], 4) for *_, r in rp4}))
     fit = dict(alpha_us=a2, bw_GBps=bw2, by_tp=comm_by_tp(a2, bw2, how2, on2, tp4), replicated=replicated)
-    for tp, (sweep, source, in_step) in sweeps.items():
+    for tp, (sweep, source, in_step, _) in sweeps.items():
         if str(tp) in fit["by_tp"]:  # measured apart from every model row: no row's configuration enters it
             # an in-step sweep is the law itself; a back-to-back one gives only its shape (where NCCL changes
             # protocol, what each byte costs on each side): its level is collectives with nothing between them,
@@ -1424,8 +1425,8 @@ def validation_header(fit, tables, rows):
             + ("" if by.get("2", {}).get("regimes_in_step") else ", tp=2 from the rows' time over the floor where the "
                "profiles are the held-out size")
             + "; no per-sublayer calibration); *leave one device out* "
-            "likewise without the row's device (most H200 rows are not predictable so: no H100 tp=1 row of their "
-            "workloads).",
+            "likewise without the row's device, the all-reduce sweeps measured on it included (H100's: its rows then "
+            "take tp=2 from the H200 profiles' one alpha + bytes / bw law).",
             "- alpha/bw of the full fit: " + "; ".join(f"tp={tp} {e['alpha_us']:.2f} µs, {e['bw_GBps']:.0f} GB/s "
                                                        f"({e['how']})" for tp, e in sorted(by.items())) +
             f". tp=2 profile residuals: median |residual| "

@@ -490,7 +490,7 @@ def test_a_stored_sweep_prices_every_split_by_size():
     that split's own fitted alpha (the sweep's level is back-to-back collectives): a message below the change point
     costs the low regime, above it the high one, by hand."""
     rows = sm.stored_rows()
-    sweeps = {2: (two_line_sweep(), "a sweep by hand", False)}
+    sweeps = {2: (two_line_sweep(), "a sweep by hand", False, "H100")}
     for exclude in (None, lambda size, device: size == "124m"):
         fit = sm.fit_split(rows, exclude, sweeps=sweeps)["fit"]
         assert fit["by_tp"]["2"]["regimes_from"] == "a sweep by hand" and "regimes" not in fit["by_tp"]["4"]
@@ -507,10 +507,11 @@ def test_a_stored_sweep_prices_every_split_by_size():
 def test_an_in_step_sweep_is_the_tp2_law_as_measured_and_fits_on_no_row():
     """An in-step sweep (what an all-reduce adds to a step) prices tp=2 unmoved in every split: the low regime's
     alpha and bw are tp=2's alpha/bw, no row's configuration is listed as having fed them (so none is scored
-    in-sample), and the tp=4 and tp=8 entries keep their own fits (tp=8's alpha extrapolates from tp=2's 7.5)."""
+    in-sample), and the tp=4 and tp=8 entries keep their own fits (tp=8's alpha extrapolates from tp=2's 7.5). A split
+    that holds out the device the sweep ran on (H100) does not take it: tp=2 falls back to the H200 profiles."""
     rows = sm.stored_rows()
-    sweeps = {2: (two_line_sweep(), "an in-step sweep by hand", True)}
-    for exclude in (None, lambda size, device: size == "124m", lambda size, device: device == "H100"):
+    sweeps = {2: (two_line_sweep(), "an in-step sweep by hand", True, "H100")}
+    for exclude in (None, lambda size, device: size == "124m", lambda size, device: device == "H200"):
         fit = sm.fit_split(rows, exclude, sweeps=sweeps)["fit"]
         e = fit["by_tp"]["2"]
         assert (e["alpha_us"], e["bw_GBps"], e["fitted_on"]) == (pytest.approx(7.5), pytest.approx(190.0), [])
@@ -521,6 +522,8 @@ def test_an_in_step_sweep_is_the_tp2_law_as_measured_and_fits_on_no_row():
         assert fit["by_tp"]["8"]["alpha_us"] == pytest.approx(a4 + 2 * max(0.0, a4 - 7.5))
         assert not any(sm.in_comm_fit(dict(size=size, device=device, tp=2), fit)
                        for size in ("124m", "medium", "large") for device in ("H100", "H200"))
+    without_h100 = sm.fit_split(rows, lambda size, device: device == "H100", sweeps=sweeps)["fit"]["by_tp"]["2"]
+    assert "regimes" not in without_h100 and "profiles" in without_h100["how"]
 
 
 def test_streams_term_fitted_at_the_rows_own_k_where_measured():
