@@ -389,7 +389,11 @@ PROSPECTIVE_REVISIONS = (
                 "(2.05, 2.80, 3.28 at 124m, medium, large on H100). A family with its own rows fits the same "
                 "prediction (the factor is one per family); a size that borrows (held out, or unmeasured: xl, 70b) "
                 "takes its streams per channel. Held out by size, k <= 2: saving worst 11.7 -> 9.2 points, sign "
-                "errors 3 -> 1"),)
+                "errors 3 -> 1"),
+    ("55cbbac", "(after 043b28b, data rather than a model change) H100 tp=1 rows at the k of the batches past k = 2 "
+                "(bench/results/h100_tp1_k4_k10/: medium at k = 4 and 8, large at 5 and 10), so that their families "
+                "price their own k where they had carried k = 2's fit by q: the full fit's time worst over every k "
+                "went from 20.8% to 9.0%, its saving worst from 63.6 to 25.9 points"),)
 # Rows measured after the model that scores them was committed: out of sample by construction (issue 50). They
 # enter no fit (feeds_fits), their tp=1 rows included, so every split scores them as rows it never saw. Each
 # folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
