@@ -1535,8 +1535,9 @@ def validation_notes(rows, fit):
             "from every row (bench/results/allreduce/allreduce_instep_gemm_n2.json; NCCL changes protocol between "
             "1.5 and 1.75 MiB, so two regimes). The current code's baseline rows on 2x H100, time over the floor per "
             "all-reduce (the message a g sums): " + per_sync_text(rows, fit) + ". At 2.1-2.6 MB (medium and large prefill_b1) "
-            "a step pays 3-5 us more per all-reduce than the sweep, whose message is written by one GEMM with nothing "
-            "else between (bench/results/allreduce/instep_h100/README.md).",
+            "a step pays 3-5 us more per all-reduce than the sweep: its profiles put 2.2-2.7 us of it in idle time "
+            "around the NCCL kernels and 0.8-0.9 us in slower compute (bench/results/issue50/profiles_prefill_b1_h100/"
+            "README.md).",
             "- *two tracks per GPU (k = 2) in the current code*: the streams term is fitted on the current code's tp=1 "
             "rows at k = 2 and 4 (bench/results/tp1_h200_cec91f0/, h100_20261126/, h200_tp1_tracks2/); at k = 2 the current code's floors are 1.4-1.6 of baseline's in training and prefill "
             "(unfused fp32 passes over two streams, bench/results/issue49/README.md). A family prices a k it measured "
