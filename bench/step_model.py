@@ -1013,10 +1013,11 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
             tables[d] = t
     resolve_streams(tables)
     sweeps = {tp: v for tp, v in (load_sweeps() if sweeps is None else sweeps).items() if not ex(None, v[3])}
-    in_step = sweeps.get(2, (None, None, False, None))[2]
-    if in_step:  # alpha/bw at tp=2 from the in-step sweep's small messages: no row's configuration enters them
-        src, low = sweeps[2][1], sweep_regimes(sweeps[2][0], 2)[0]
-        a2, bw2, how2, on2 = low["alpha_us"], low["bw_GBps"], f"in-step sweep {src}, messages up to the change point", []
+    regimes = {tp: sweep_regimes(sweep, tp) for tp, (sweep, *_) in sweeps.items()}
+    if 2 in sweeps and sweeps[2][2]:  # alpha/bw at tp=2 from an in-step sweep's small messages: no row enters them
+        low = regimes[2][0]
+        a2, bw2, on2 = low["alpha_us"], low["bw_GBps"], []
+        how2 = f"in-step sweep {sweeps[2][1]}, messages up to the change point"
     elif not ex(*PROFILE_CONFIG):
         a2, bw2 = fit_comm([(b, t, src) for b, t, src in (profile_points() if pts is None else pts)])
         how2, on2 = "all-reduce kernel times of the stored 2xH200 profiles (124m)", [list(PROFILE_CONFIG) + [2]]
@@ -1031,15 +1032,14 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
         tp4 = fit_comm_rows(rp4) + (f"{len(rp4)} tp=4 rows' time over their floor",
                                      sorted({(r["size"], r["device"], 4) for *_, r in rp4}))
     fit = dict(alpha_us=a2, bw_GBps=bw2, by_tp=comm_by_tp(a2, bw2, how2, on2, tp4), replicated=replicated)
-    for tp, (sweep, source, in_step, _) in sweeps.items():
+    for tp, (_, source, in_step, _) in sweeps.items():
         if str(tp) in fit["by_tp"]:  # measured apart from every model row: no row's configuration enters it
             # an in-step sweep is the law itself; a back-to-back one gives only its shape (where NCCL changes
             # protocol, what each byte costs on each side): its level is collectives with nothing between them,
             # 12 us per small message on 2x H100 against the 6 us that one adds to a step, so both regimes move
             # by the fitted alpha's difference
-            regimes = sweep_regimes(sweep, tp)
-            shift = 0.0 if in_step else fit["by_tp"][str(tp)]["alpha_us"] - regimes[0]["alpha_us"]
-            fit["by_tp"][str(tp)].update(regimes=[dict(r, alpha_us=r["alpha_us"] + shift) for r in regimes],
+            shift = 0.0 if in_step else fit["by_tp"][str(tp)]["alpha_us"] - regimes[tp][0]["alpha_us"]
+            fit["by_tp"][str(tp)].update(regimes=[dict(r, alpha_us=r["alpha_us"] + shift) for r in regimes[tp]],
                                          regimes_from=source, regimes_shift_us=shift, regimes_in_step=in_step)
     fit["overhead"] = {d: fit_overhead(kept, d) for d in sorted(DEVICES)} if exclude is None else {}
     fit["ladder_hidden"] = fit_ladder_overlap(kept, tables, fit)
@@ -1052,10 +1052,10 @@ def in_comm_fit(row, fit):
     return [row["size"], row["device"], row["tp"]] in [list(c) for c in on]
 
 
-def comm_fit(rows):
-    """The full fit's alpha/bw per tp, with the tp=2 profile fit's residuals (a pure function of the stored files)."""
+def comm_fit(fit):
+    """The full fit's alpha/bw per tp (fit: fit_split(rows)["fit"], annotated in place and returned), with the stored
+    2xH200 profiles' kernel times beside the law that prices tp=2 (a pure function of the stored files)."""
     pts = profile_points()
-    fit = fit_split(rows, pts=pts)["fit"]
     alpha, bw = fit["alpha_us"], fit["bw_GBps"]
     law = lambda b: 1e3 * allreduce_ms(b, 2, fit)  # what prices tp=2: the in-step sweep's two regimes where stored
     fit.update(device=("H100 x2 (NVLink), in-step sweep" if fit["by_tp"]["2"].get("regimes_in_step") else
@@ -1124,9 +1124,8 @@ def validate():
     out (pred_loso: every fit without the row's size) and leave one device out (pred_lodo; None where the other
     device has no tp=1 row of that workload). Compute never fits a tp >= 2 row's time."""
     rows = stored_rows()
-    fit = comm_fit(rows)
     full = fit_split(rows)
-    tables = full["tables"]
+    fit, tables = comm_fit(full["fit"]), full["tables"]
     held = {"loso": {}, "lodo": {}}
     out = []
     for r in rows:
