@@ -498,17 +498,19 @@ def test_a_stored_sweep_prices_every_split_by_size():
         assert fit["by_tp"]["2"]["regimes_shift_us"] == pytest.approx(alpha - 7.5)
         assert sm.allreduce_ms(2**20, 2, fit) == pytest.approx((alpha + 2**20 / 190e3) / 1e3)
         assert sm.allreduce_ms(2**23, 2, fit) == pytest.approx((alpha + 14.5 + 2**23 / 310e3) / 1e3)
-    no_sweep = sm.fit_split(rows, sweeps={})["fit"]
-    assert "regimes" not in no_sweep["by_tp"]["2"]
-    assert sm.allreduce_ms(2**20, 2, no_sweep) == pytest.approx(
-        (no_sweep["alpha_us"] + 2**20 / no_sweep["bw_GBps"] / 1e3) / 1e3)
+    # with no sweep, the kept rows' time over their floor per message size gives tp=2 its two regimes (rows_regimes)
+    no_sweep = sm.fit_split(rows, sweeps={})["fit"]["by_tp"]["2"]
+    kept = [r for r in rows if sm.feeds_fits(r)]
+    assert no_sweep["regimes"] == sm.rows_regimes(sm.row_comm_points(kept, 2), 2) and no_sweep["regimes_in_step"]
+    assert "rows' time over their floor" in no_sweep["regimes_from"] and no_sweep["fitted_on"]
 
 
 def test_an_in_step_sweep_is_the_tp2_law_as_measured_and_fits_on_no_row():
     """An in-step sweep (what an all-reduce adds to a step) prices tp=2 unmoved in every split: the low regime's
     alpha and bw are tp=2's alpha/bw, no row's configuration is listed as having fed them (so none is scored
     in-sample), and the tp=4 and tp=8 entries keep their own fits (tp=8's alpha extrapolates from tp=2's 7.5). A split
-    that holds out the device the sweep ran on (H100) does not take it: tp=2 falls back to the H200 profiles."""
+    that holds out the device the sweep ran on (H100) does not take it: tp=2 falls back to the kept (H200) rows' time
+    over their floor, per message size."""
     rows = sm.stored_rows()
     sweeps = {2: (two_line_sweep(), "an in-step sweep by hand", True, "H100")}
     for exclude in (None, lambda size, device: size == "124m", lambda size, device: device == "H200"):
@@ -523,7 +525,19 @@ def test_an_in_step_sweep_is_the_tp2_law_as_measured_and_fits_on_no_row():
         assert not any(sm.in_comm_fit(dict(size=size, device=device, tp=2), fit)
                        for size in ("124m", "medium", "large") for device in ("H100", "H200"))
     without_h100 = sm.fit_split(rows, lambda size, device: device == "H100", sweeps=sweeps)["fit"]["by_tp"]["2"]
-    assert "regimes" not in without_h100 and "profiles" in without_h100["how"]
+    assert "rows' time over their floor" in without_h100["regimes_from"]
+    assert without_h100["fitted_on"] and all(device == "H200" for _, device, _ in without_h100["fitted_on"])
+
+
+def test_rows_regimes_recover_a_known_law_from_rows_over_their_floor():
+    """Rows whose time over the floor follows two_line_sweep's law, n all-reduces each, some sizes twice (the median
+    is taken per size): rows_regimes recovers it. Fewer than six message sizes give no law."""
+    pts = [(n, n * row["bytes"], n * row["us"] / 1e3, None) for row in two_line_sweep() for n in (4, 8)]
+    low, high = sm.rows_regimes(pts, 2)
+    assert low["max_bytes"] == 2**21 and high["max_bytes"] is None
+    assert (low["alpha_us"], low["bw_GBps"]) == (pytest.approx(7.5), pytest.approx(190.0))
+    assert (high["alpha_us"], high["bw_GBps"]) == (pytest.approx(22.0), pytest.approx(310.0))
+    assert sm.rows_regimes(pts[:10], 2) is None  # five sizes
 
 
 def test_streams_term_fitted_at_the_rows_own_k_where_measured():
