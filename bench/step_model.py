@@ -444,7 +444,13 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "2x H100 after 1e1d05d (the in-step all-reduce law, large's H100 tp=1 rows): the fewest syncs, "
                 "grouped:12 at every size and one sync per forward (grouped:24 at medium, grouped:36 at large), and "
                 "at 124m a selective set spd in its first half, at n_tracks 2 and 4 on tp=2 (the rows record 89b7bd0, "
-                "the device copy's lagging git metadata; its measured code is 1e1d05d's)"))
+                "the device copy's lagging git metadata; its measured code is 1e1d05d's)"),
+               ("issue50/prospective_000c2f1/*.json", "000c2f1",
+                "2x H100 after 000c2f1 (whose full fit and leave-one-size-out are a2a8e9f's): policy shapes no "
+                "stored tp >= 2 row had, attention-only syncs at every size (selective:a0-<L-1>,m<L-1>), 124m spd "
+                "keeping its first and last attention syncs, grouped:8 at medium, grouped:9 and 18 at large, at "
+                "n_tracks 2 and 4 on tp=2 (the rows record 06b4f1a, the device copy's lagging git metadata; its "
+                "measured code is 000c2f1's)"))
 # tp=1 rows at n_tracks = tp * k, measured to test the width law (width_law_lines) before any term uses it: no fit
 # reads them. Fed to the fits as they are, they would move q and a family's own k and worsen the k <= 2 scores (full
 # fit saving worst 6.7 -> 9.6 points): they are a check, said in the validation, not calibration data.
