@@ -25,14 +25,16 @@ Tracks. A rank holds k = n_tracks / tp tracks. At any k the policy runs a few el
 that a Megatron layer does not (policy_ops, counted from model/gpt.py: one per spd region, two per grouped region,
 and in training at tp > 1 one bias add per Megatron sublayer), each costing s * op_pass; their coefficient c1 is 1
 (the code's count) unless tp=1 rows of the current code at k = 1 fit it. At k >= 2 the diverged streams cost more:
-with n_div the sublayers that read diverged streams, n_reg the layers holding a region's sublayer (tracks_features),
-and u(k) = s * C * (lat / 768 + N * 4 B / hbm_bw) * ((1 - q) share + q (k - 1)) the extra streams' pass over the N
-tokens (stream_pass: its latency-bound part grows with the width C; q, the part each further track repeats),
-    tracks = c1 * s * policy_ops * op_pass + [k >= 2] u(k) * (c_div * n_div + c_layer * n_reg * [n_div > 0]),
+with n_entry the regions entered from a synced stream and n_attn, n_mlp the attention and MLP sublayers that run
+per track, where any stream diverges (tracks_features), and u(k) = s * C * (lat / 768 + N * 4 B / hbm_bw) *
+((1 - q) share + q (k - 1)) the extra streams' pass over the N tokens (stream_pass: its latency-bound part grows
+with the width C; q, the part each further track repeats),
+    tracks = c1 * s * policy_ops * op_pass + [k >= 2] u(k) * (c_entry * n_entry + c_attn * n_attn + c_mlp * n_mlp),
 share = the rank's roofline time at tp over tp=1's (the streams' extra is a fraction of the rank's work: measured
 on 2x H100, a floor at tp=2 and k=2 is the tp=1 row's multiple of baseline, not its extra ms), and
-with c_div, c_layer >= 0 fitted by least squares to a family's tp=1 rows at the row's k where it measured that k,
-else to its rows at every k >= 2; a family uses the current code's
+with c_entry, c_attn, c_mlp >= 0 fitted by least squares to a family's tp=1 rows at the row's k where it measured
+that k, else to its rows at every k >= 2 (c_mlp only where a policy ran its MLPs per track without its attention,
+else c_attn times the ratio such families fitted: mlp_ratios); a family uses the current code's
 fit, its own or, where it has none, another family's of the same workload kind, and the older code's only where no
 family has a current-code fit (resolve_streams). Rows are told apart by the code they measured
 (implementation(): issue 49 changed what a policy computes at one track per GPU), and the current code's rows at
@@ -150,9 +152,10 @@ STREAM_WIDTH = 768  # the width at which an extra stream's latency-bound part is
 
 def stream_pass(size, workload, k, device, q=1.0, share=1.0):
     """u(k) before scaling: one pass over a residual stream of the step's tokens plus a launch's latency per
-    STREAM_WIDTH channels, times (1 - q) * share + q * (k - 1). The latency-bound part grows with the width C: the
-    tp=1 fits' c_div in decode_b1, with a width-free launch, were 2.05, 2.80, 3.28 at 124m, medium and large on H100
-    (per unit C: 2.67, 2.73, 2.56 x 1e-3); a size that borrows its streams (pooled_streams) takes them per channel.
+    STREAM_WIDTH channels, times (1 - q) * share + q * (k - 1). The latency-bound part grows with the width C: with a
+    width-free launch, the tp=1 fits' diverged-reads coefficient in decode_b1 (of the two-count streams term before
+    tracks_features counted three) was 2.05, 2.80, 3.28 at 124m, medium and large on H100 (per unit C: 2.67, 2.73,
+    2.56 x 1e-3); a size that borrows its streams (pooled_streams) takes them per channel.
     Having tracks at all costs a part that is the rank's work, which shrinks with its
     share of tp=1's work (share: thinner batched GEMMs, their launches); each stream beyond the first costs a part q
     that every rank repeats, since a track's stream is full width (model/gpt.py, "Regions"). q (fit_replicated) is
@@ -413,6 +416,14 @@ PROSPECTIVE_REVISIONS = (
                 "28.0). Only the split holding out H100 uses it: held out by device, k <= 2, time 6.5% / 16.1% / 29.1% "
                 "-> 5.1% / 10.3% / 20.3%, saving 2.6 / 10.6 / 30.5 -> 2.1 / 8.8 / 25.8 points, sign errors 12 -> 7 of "
                 "325; the full fit and leave one size out do not move"),
+    ("000c2f1", "(after these rows' attention-only misses, with tp=1 rows of attention-only syncs measured for it: "
+                "bench/results/h100_tp1_attn_only/) the streams term counts the regions entered and the attention and "
+                "MLP sublayers that run per track (tracks_features), where it had counted diverged reads and region "
+                "layers, which give attention-only syncs spd's values; c_mlp is fitted where a family ran attention-only "
+                "syncs and tied to c_attn elsewhere by the ratio those families fitted (mlp_ratios). And each tp=1 row's "
+                "extra is taken over its own run's baseline (run_baseline), where it had been over the family's pooled "
+                "median. This batch, full fit: saving worst 19.4 -> 6.2 points; every current-code row at k <= 2, full "
+                "fit: 19.4 -> 6.5; held out by size at k <= 2: 16.2 -> 10.6 (the H200 row, 9.2 before this batch)"),
     ("55cbbac", "(after 043b28b, data rather than a model change) H100 tp=1 rows at the k of the batches past k = 2 "
                 "(bench/results/h100_tp1_k4_k10/: medium at k = 4 and 8, large at 5 and 10), so that their families "
                 "price their own k where they had carried k = 2's fit by q: the full fit's time worst over every k "
@@ -470,10 +481,6 @@ SKIPPED_ROW_FILES = (
     ("issue49/final/train_loop/tp2_medium.json", "batch 8 with the optimizer step: no workload of this model "
      "(train_b8 has no optimizer, train_b12 is batch 12)"),
     (WIDTH_LAW_FILES, "tp=1 rows at n_tracks = 2k, a check of the width law (width_law_lines), read by no fit"),
-    ("h100_tp1_attn_only/*.json", "tp=1 rows of attention-only syncs at k = 2, for a streams term that tells a per-track "
-     "MLP from a per-track attention (h100_tp1_attn_only/README.md); the two-feature term cannot, and fed to it they "
-     "would take the saving worst of the k <= 2 full fit on the rows before prospective_000c2f1 from 6.7 to 11.1 "
-     "points (a spd row), and that batch's from 19.4 to 10.5"),
     ("ladder_compiled_train/train_throughput.json", "the compiled ladder before 57b00c9, whose traced all-reduce "
      "blocked (no overlap: timeline_h200/); ladder_compiled_overlap/ measures the same step on the current code"))
 # The implementation a row measured. Issue 49 changed what each policy computes at one track per GPU
@@ -599,13 +606,15 @@ def mode_class(mode):
 
 
 def tracks_features(policy_spec, n_layer):
-    """(n_div, n_region_layers): the sublayers that read diverged streams, and, where there are any, the layers with
-    a sublayer that is no Megatron one (a region's); every layer for spd and grouped:G, the layers it drops a sync in
-    for a selective set (its Megatron layers run one stream: model/gpt.py, "Regions")."""
+    """(n_entry, n_attn, n_mlp) where some stream diverges, else zeros: the regions entered from a synced stream, and
+    the attention and the MLP sublayers that run per track (model/gpt.py, "Regions"). The per-track sublayers are
+    counted by kind because attention-only syncs (every MLP per track) and spd (every attention per track) have as
+    many regions and diverged reads, yet at tp=1, k = 2 on H100 the first's extra is 1.8-2.7x the second's in decode
+    and 0.71-0.83x in prefill_b8 and training (bench/results/h100_tp1_attn_only/)."""
     pol, steps = plan(policy_spec, n_layer)
-    n_div = sum(s[3] for s in steps)
-    region_layers = sum(not (steps[2 * l][0] and steps[2 * l + 1][0]) for l in range(n_layer))
-    return n_div, region_layers * (n_div > 0)
+    if not any(step[3] for step in steps):
+        return 0, 0, 0
+    return (sum(step[4] for step in steps), sum(step[2] for step in steps[0::2]), sum(step[2] for step in steps[1::2]))
 
 
 def policy_ops(policy_spec, n_layer, workload, tp):
@@ -637,26 +646,62 @@ def op_pass(size, workload, device):
     return LAT + 3 * b * T * C * (4 if train else 2) / DEVICES[device]["hbm"]
 
 
-def fit_streams(rs, base_ms, s, c1, device, q=1.0):
-    """c_div, c_layer (>= 0, least squares) of the k >= 2 rows of one family: their time over baseline less the
-    policy's counted passes, against u(k) * (n_div, n_reg [n_div > 0]) (tracks_features). The current code's rows
-    where the family has any at k >= 2, else the older code's. Returns (c_div, c_layer, how, code: 'post-49', 'pre-49' or None)."""
+def run_baseline(rs, r, base_ms):
+    """The baseline ms a row's extra is taken over: the median of the baseline rows of its own run (source), n_tracks
+    and code, as a saving pairs them; the family's base_ms where its run has none. Runs of one configuration differ by
+    up to 6% in baseline (medium prefill_b8 on H100: 12.15 and 11.45 ms), which a pooled baseline would put into
+    every policy's extra."""
+    same = [x["ms"] for x in rs if x["policy"] == "baseline" and (x["source"], x["n_tracks"], x["impl"]) == (
+        r["source"], r["n_tracks"], r["impl"])]
+    return statistics.median(same) if same else base_ms
+
+
+def fit_streams(rs, base_ms, s, c1, device, q=1.0, mlp_ratio=None):
+    """c_streams = (c_entry, c_attn, c_mlp) >= 0 of one family's k >= 2 rows, least squares: their time over baseline
+    less the policy's counted passes, against u(k) * (n_entry, n_attn, n_mlp) (tracks_features). c_mlp is fitted only
+    where a policy ran its MLPs per track without its attention (attention-only syncs): spd and grouped:G alone cannot
+    tell it from c_attn, so elsewhere c_mlp = mlp_ratio * c_attn (mlp_ratios; 1 where none is given, which prices
+    every spd, grouped:G and selective shape as the two-feature term before it did). The current code's rows where
+    the family has any at k >= 2, else the older code's. Returns (c_streams, how, code: 'post-49', 'pre-49' or None,
+    whether c_mlp was fitted)."""
     size, workload = rs[0]["size"], rs[0]["workload"]
     L = SHAPES[size][0]
     many = [r for r in rs if r["n_tracks"] > 1 and r["policy"] not in ("baseline", "ladder")]
     impl = "post-49" if any(r["impl"] == "post-49" for r in many) else "pre-49"
     many = [r for r in many if r["impl"] == impl]
+    if not many:  # no k >= 2 row: resolve_streams takes another family's
+        return None, "no k >= 2 row", None, False
     A, y = [], []
     for r in many:
-        n_div, n_lay = tracks_features(r["policy"], L)
         u = s * stream_pass(size, workload, r["n_tracks"], device, q) * 1e3
-        A.append((u * n_div, u * n_lay))
-        y.append(r["ms"] - base_ms - c1 * s * policy_ops(r["policy"], L, workload, 1) * op_pass(size, workload, device) * 1e3)
-    if not many:  # no k >= 2 row: resolve_streams takes another family's
-        return None, None, "no k >= 2 row", None
+        A.append(tuple(u * n for n in tracks_features(r["policy"], L)))
+        y.append(r["ms"] - run_baseline(rs, r, base_ms)
+                 - c1 * s * policy_ops(r["policy"], L, workload, 1) * op_pass(size, workload, device) * 1e3)
+    mlp_alone = any(n_mlp > 0 and n_attn == 0 for _, n_attn, n_mlp in (tracks_features(r["policy"], L) for r in many))
+    if mlp_alone:
+        c = nonneg_lstsq(A, y)
+    else:
+        rho = 1.0 if mlp_ratio is None else mlp_ratio
+        c_entry, c_attn = nonneg_lstsq([(a[0], a[1] + rho * a[2]) for a in A], y)
+        c = (c_entry, c_attn, rho * c_attn)
     ks = sorted({r["n_tracks"] for r in many})
     srcs = ", ".join(sorted({r["source"] for r in many}))
-    return nonneg_lstsq2(A, y) + (f"{len(many)} rows of the {impl} code at k = {', '.join(map(str, ks))}: {srcs}", impl)
+    return c, f"{len(many)} rows of the {impl} code at k = {', '.join(map(str, ks))}: {srcs}", impl, mlp_alone
+
+
+def mlp_ratios(tables):
+    """{workload: c_mlp / c_attn}, the median over the families that fitted c_mlp on their own rows (fit_streams) with
+    c_attn > 0; a workload none fitted takes its kind's (train, prefill, decode), and one whose kind has none is left
+    out (1 in fit_streams)."""
+    fitted = [e for t in tables.values() for e in t.values()
+              if e.get("mlp_fitted") and e["c_streams"] is not None and e["c_streams"][1] > 0]
+    ratio = lambda es: statistics.median(e["c_streams"][2] / e["c_streams"][1] for e in es)
+    out = {}
+    for w in WORKLOADS:
+        same = [e for e in fitted if e["workload"] == w] or [e for e in fitted if e["workload"].split("_")[0] == w.split("_")[0]]
+        if same:
+            out[w] = ratio(same)
+    return out
 
 
 def fit_replicated(rows):
@@ -704,7 +749,7 @@ def resolve_streams(tables):
     they carry over between sizes, workloads of one kind, and devices. What was taken is said in streams_how."""
     fams = [e for t in tables.values() for e in t.values()]
     for e in fams:  # the own fits, before any family takes another's
-        e.setdefault("own_streams", (e["c_div"], e["c_layer"], e["streams_how"], e.get("streams_code")))
+        e.setdefault("own_streams", (e["c_streams"], e["streams_how"], e.get("streams_code")))
         e.setdefault("own_by_k", e.get("streams_by_k", {}))
 
     def rank(x, e):
@@ -712,23 +757,23 @@ def resolve_streams(tables):
                 size_distance(x["size"], e["size"]), x["device"] != e["device"],
                 x["mode"] != e["mode"])
     for e in fams:
-        c_div, c_layer, how, code = e["own_streams"]
+        c_streams, how, code = e["own_streams"]
         by_k = e["own_by_k"]
         kind = e["workload"].split("_")[0]
         if code != "post-49":
-            cur = [x for x in fams if x is not e and x["own_streams"][3] == "post-49"
+            cur = [x for x in fams if x is not e and x["own_streams"][2] == "post-49"
                    and x["workload"].split("_")[0] == kind]
-            old = [x for x in fams if x is not e and x["own_streams"][3] == "pre-49" and x["workload"] == e["workload"]]
+            old = [x for x in fams if x is not e and x["own_streams"][2] == "pre-49" and x["workload"] == e["workload"]]
             src = min(cur, key=lambda x: rank(x, e)) if cur else None if code else min(old, key=lambda x: rank(x, e),
                                                                                       default=None)
             if src:
-                c_div, c_layer, src_how, code = src["own_streams"]
+                c_streams, src_how, code = src["own_streams"]
                 by_k = src["own_by_k"]
                 how = (f"borrowed from {src['size']} {src['workload']} {src['mode']} on {src['device']} ({src_how})"
-                       + (f"; its own, not used: {how}" if e["own_streams"][3] else ""))
+                       + (f"; its own, not used: {how}" if e["own_streams"][2] else ""))
             elif not code:
-                c_div, c_layer, how, by_k = 0.0, 0.0, "no k >= 2 row in any family: 0", {}
-        e.update(c_div=c_div, c_layer=c_layer, streams_how=how, streams_code=code, streams_by_k=by_k)
+                c_streams, how, by_k = (0.0, 0.0, 0.0), "no k >= 2 row in any family: 0", {}
+        e.update(c_streams=c_streams, streams_how=how, streams_code=code, streams_by_k=by_k)
     return tables
 
 
@@ -737,7 +782,8 @@ def fit_ops(rs, base_ms, s, device):
     (k = 1), where it has some with passes to count; else 1, the code's count, with no fit."""
     size, workload = rs[0]["size"], rs[0]["workload"]
     L = SHAPES[size][0]
-    pts = [(s * policy_ops(r["policy"], L, workload, 1) * op_pass(size, workload, device) * 1e3, r["ms"] - base_ms)
+    pts = [(s * policy_ops(r["policy"], L, workload, 1) * op_pass(size, workload, device) * 1e3,
+            r["ms"] - run_baseline(rs, r, base_ms))
            for r in rs if r["n_tracks"] == 1 and r["impl"] == "post-49"]
     pts = [(x, y) for x, y in pts if x > 0]
     if not pts:
@@ -745,11 +791,12 @@ def fit_ops(rs, base_ms, s, device):
     return max(0.0, sum(x * y for x, y in pts) / sum(x * x for x, y in pts)), f"fitted to {len(pts)} tp=1 rows at k = 1"
 
 
-def calibrate_from_rows(rows, device, q=None):
+def calibrate_from_rows(rows, device, q=None, mlp_ratio=None):
     """Per (size, workload, mode) family measured at tp=1 on `device` (rows that feed fits): the scale s (baseline
     rows, the current code's where there are some), the coefficient c1 of the policy's counted passes (fit_ops) and
-    the streams coefficients c_div, c_layer of k >= 2 (fit_streams), against u(k) at q, {workload kind: q} of
-    fit_replicated (1 where not given)."""
+    the streams coefficients c_streams of k >= 2 (fit_streams), against u(k) at q, {workload kind: q} of
+    fit_replicated (1 where not given), with c_mlp tied to c_attn by {workload: ratio} of mlp_ratios where the
+    family's rows cannot fit it."""
     fams = {}
     for r in rows:
         if r["tp"] == 1 and r["device"] == device and r["workload"] in WORKLOADS and feeds_fits(r):
@@ -764,18 +811,19 @@ def calibrate_from_rows(rows, device, q=None):
         s = base_ms / (sum(roof.values()) * 1e3)  # dimensionless: measured / roofline
         c1, c1_how = fit_ops(rs, base_ms, s, device)
         qk = (q or {}).get(workload.split("_")[0], 1.0)
-        c_div, c_layer, streams_how, streams_code = fit_streams(rs, base_ms, s, c1, device, qk)
+        rho = (mlp_ratio or {}).get(workload)
+        c_streams, streams_how, streams_code, mlp_fitted = fit_streams(rs, base_ms, s, c1, device, qk, rho)
         # where the family measured a k, that k's rows alone (exact at the k it measured); other k take the fit over
         # every k, carried by u(k)'s two parts (stream_pass, q of fit_replicated)
         by_k = {}
         for k in sorted({r["n_tracks"] for r in rs if r["n_tracks"] > 1}):
-            ck_div, ck_layer, _, ck_code = fit_streams([r for r in rs if r["n_tracks"] in (1, k)], base_ms, s, c1, device,
-                                                       qk)
-            if ck_code == streams_code and ck_div is not None:
-                by_k[k] = (ck_div, ck_layer)
+            ck, _, ck_code, _ = fit_streams([r for r in rs if r["n_tracks"] in (1, k)], base_ms, s, c1, device, qk, rho)
+            if ck_code == streams_code and ck is not None:
+                by_k[k] = ck
         table[f"{size}|{workload}|{mode}"] = dict(
             size=size, workload=workload, mode=mode, device=device, scale=s, base_ms=base_ms, c1=c1, c1_how=c1_how,
-            c_div=c_div, c_layer=c_layer, streams_by_k=by_k, streams_how=streams_how, streams_code=streams_code, q=qk,
+            c_streams=c_streams, mlp_fitted=mlp_fitted, streams_by_k=by_k, streams_how=streams_how,
+            streams_code=streams_code, q=qk,
             n_rows=len(rs),
             streams_sources=sorted({r["source"] for r in rs if r["n_tracks"] > 1 and r["impl"] == streams_code}),
             commits=sorted({r["commit"] for r in rs}), sources=sorted({r["source"] for r in rs}),
@@ -784,26 +832,42 @@ def calibrate_from_rows(rows, device, q=None):
     return table
 
 
-def nonneg_lstsq2(A, y):
-    """min |A c - y|^2 over c >= 0 for two columns (tries the full solve, then each column alone)."""
-    best = (sum(v * v for v in y), 0.0, 0.0)
-    cands = []
-    a11 = sum(a[0] * a[0] for a in A); a22 = sum(a[1] * a[1] for a in A); a12 = sum(a[0] * a[1] for a in A)
-    b1 = sum(a[0] * v for a, v in zip(A, y)); b2 = sum(a[1] * v for a, v in zip(A, y))
-    det = a11 * a22 - a12 * a12
-    if abs(det) > 1e-12 * max(a11 * a22, 1e-30):
-        cands.append(((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det))
-    if a11 > 0:
-        cands.append((b1 / a11, 0.0))
-    if a22 > 0:
-        cands.append((0.0, b2 / a22))
-    for c1, c2 in cands:
-        if c1 < 0 or c2 < 0:
+def nonneg_lstsq(A, y):
+    """min |A c - y|^2 over c >= 0 for a few columns: the unconstrained solve on every subset of the columns (the
+    rest held at 0), the best that is non-negative; all zeros where none is."""
+    n = len(A[0])
+    best, best_err = (0.0,) * n, sum(v * v for v in y)
+    for mask in range(1, 2 ** n):
+        cols = [j for j in range(n) if mask >> j & 1]
+        G = [[sum(a[i] * a[j] for a in A) for j in cols] for i in cols]
+        b = [sum(a[i] * v for a, v in zip(A, y)) for i in cols]
+        sol = solve_small(G, b)
+        if sol is None or any(x < 0 for x in sol):
             continue
-        err = sum((a[0] * c1 + a[1] * c2 - v) ** 2 for a, v in zip(A, y))
-        if err < best[0]:
-            best = (err, c1, c2)
-    return best[1], best[2]
+        c = [0.0] * n
+        for j, x in zip(cols, sol):
+            c[j] = x
+        err = sum((sum(ai * ci for ai, ci in zip(a, c)) - v) ** 2 for a, v in zip(A, y))
+        if err < best_err:
+            best, best_err = tuple(c), err
+    return best
+
+
+def solve_small(G, b):
+    """x of G x = b by Gaussian elimination with partial pivoting, or None where G is (near) singular."""
+    n = len(b)
+    M = [list(row) + [v] for row, v in zip(G, b)]
+    scale = max((abs(x) for row in G for x in row), default=0.0)
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(M[r][col]))
+        if abs(M[piv][col]) <= 1e-12 * max(scale, 1e-30):
+            return None
+        M[col], M[piv] = M[piv], M[col]
+        for r in range(n):
+            if r != col:
+                f = M[r][col] / M[col][col]
+                M[r] = [x - f * z for x, z in zip(M[r], M[col])]
+    return [M[i][n] / M[i][i] for i in range(n)]
 
 
 def family(tables, size, workload, mode, device):
@@ -843,13 +907,13 @@ def pooled_streams(table, e):
     """e with the streams coefficients averaged over every size of its workload and mode that fitted its own on the
     current code (a size no row measured takes what the measured sizes share, not one neighbour's)."""
     same = [x for x in table.values() if (x["workload"], x["mode"]) == (e["workload"], e["mode"])
-            and x.get("own_streams", (0, 0, 0, None))[3] == "post-49" and x["streams_code"] == "post-49"]
+            and x.get("own_streams", (None, "", None))[2] == "post-49" and x["streams_code"] == "post-49"]
     if len(same) < 2:
         return e
     mean = lambda vs: sum(vs) / len(vs)
     ks = set.intersection(*(set(x["streams_by_k"]) for x in same))
-    by_k = {k: tuple(mean([x["streams_by_k"][k][i] for x in same]) for i in (0, 1)) for k in ks}
-    return dict(e, c_div=mean([x["c_div"] for x in same]), c_layer=mean([x["c_layer"] for x in same]), streams_by_k=by_k,
+    by_k = {k: tuple(mean([x["streams_by_k"][k][i] for x in same]) for i in range(3)) for k in ks}
+    return dict(e, c_streams=tuple(mean([x["c_streams"][i] for x in same]) for i in range(3)), streams_by_k=by_k,
                 streams_how=f"the mean of {', '.join(sorted(x['size'] for x in same))}'s fits")
 
 
@@ -918,16 +982,15 @@ def compute_of(size, workload, tp, device, e, how, fit, mode, measured):
 
 def tracks_ms(e, size, workload, policy, k, tp, device):
     """The policy's own work beyond baseline's: its counted passes (policy_ops, at any k) and, at k >= 2, the extra
-    streams' term u(k) (c_div n_div + c_layer n_reg [n_div > 0]; tracks_features)."""
+    streams' term u(k) (c_entry n_entry + c_attn n_attn + c_mlp n_mlp; tracks_features)."""
     L = SHAPES[size][0]
     ops = e.get("c1", 1.0) * policy_ops(policy, L, workload, tp) * op_pass(size, workload, device)
-    n_div, n_lay = tracks_features(policy, L)
-    c_div, c_layer = e.get("streams_by_k", {}).get(k, (e["c_div"], e["c_layer"]))
+    per_pass = lambda c_streams: sum(c * n for c, n in zip(c_streams, tracks_features(policy, L)))
     # the streams' per-rank part shrinks with the rank's share of tp=1's work, its per-track part does not
     share = sum(roofline(sublayers(size, workload, tp), device).values()) / sum(
         roofline(sublayers(size, workload, 1), device).values())
-    streams = (stream_pass(size, workload, k, device, e.get("q", 1.0), share) * (c_div * n_div + c_layer * n_lay)
-               if k > 1 else 0.0)
+    streams = (stream_pass(size, workload, k, device, e.get("q", 1.0), share)
+               * per_pass(e.get("streams_by_k", {}).get(k, e["c_streams"])) if k > 1 else 0.0)
     return e["scale"] * (ops + streams) * 1e3
 
 
@@ -1045,11 +1108,10 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
     the split's own alpha at that tp. Returns dict(tables, fit, calibration: bool)."""
     ex = exclude or (lambda size, device: False)
     kept = [r for r in rows if not ex(r["size"], r["device"]) and feeds_fits(r)]
-    tables, replicated = {}, fit_replicated(kept)
-    for d in sorted({r["device"] for r in kept if r["tp"] == 1}):
-        t = calibrate_from_rows(kept, d, replicated["q"])
-        if t:
-            tables[d] = t
+    replicated, devices = fit_replicated(kept), sorted({r["device"] for r in kept if r["tp"] == 1})
+    # twice: the families whose rows fit c_mlp give the ratio that ties it to c_attn in every other family
+    ratios = mlp_ratios({d: calibrate_from_rows(kept, d, replicated["q"]) for d in devices})
+    tables = {d: t for d in devices if (t := calibrate_from_rows(kept, d, replicated["q"], ratios))}
     resolve_streams(tables)
     sweeps = {tp: v for tp, v in (load_sweeps() if sweeps is None else sweeps).items() if not ex(None, v[3])}
     regimes = {tp: sweep_regimes(sweep, tp) for tp, (sweep, *_) in sweeps.items()}
@@ -1074,7 +1136,8 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
     if len(rp4) >= 2:
         tp4 = fit_comm_rows(rp4) + (f"{len(rp4)} tp=4 rows' time over their floor",
                                      sorted({(r["size"], r["device"], 4) for *_, r in rp4}))
-    fit = dict(alpha_us=a2, bw_GBps=bw2, by_tp=comm_by_tp(a2, bw2, how2, on2, tp4), replicated=replicated)
+    fit = dict(alpha_us=a2, bw_GBps=bw2, by_tp=comm_by_tp(a2, bw2, how2, on2, tp4), replicated=replicated,
+               mlp_ratios=ratios)
     for tp, (_, source, in_step, _) in sweeps.items():
         if str(tp) in fit["by_tp"]:  # measured apart from every model row: no row's configuration enters it
             # an in-step sweep is the law itself; a back-to-back one gives only its shape (where NCCL changes
@@ -1462,7 +1525,11 @@ def validation_header(fit, tables, rows):
             "bench/step_model.py). Not read: " + "; ".join(skipped) + ".",
             "- Full fit: compute scale per size, workload and mode from the tp=1 baseline rows; the policy's counted "
             "elementwise passes at any k (policy_ops, coefficient 1 unless tp=1 rows of the current code at k = 1 "
-            "fit it); the extra streams' term at k ≥ 2 from the tp=1 rows at k ≥ 2 (" + streams_text(tables) + "); a part q of it at k = 2 repeats per further track on every rank, the rest shrinks "
+            "fit it); the extra streams' term at k ≥ 2 from the tp=1 rows at k ≥ 2, each row's time over its own run's "
+            "baseline (run_baseline), against the regions entered and the per-track attention and MLP sublayers "
+            "(tracks_features; c_mlp fitted where attention-only syncs ran, else c_attn times the ratio those families "
+            "fitted, mlp_ratios: " + ", ".join(f"{w} {v:.2f}" for w, v in fit.get("mlp_ratios", {}).items()) + ") ("
+            + streams_text(tables) + "); a part q of it at k = 2 repeats per further track on every rank, the rest shrinks "
             f"with the rank's share of the work ({fit['replicated']['how']}); "
             + ("the all-reduce law at tp=2 from the in-step sweep (measured apart from every row, the same in every "
                "split)" if by.get("2", {}).get("regimes_in_step") else "alpha/bw at tp=2 from the all-reduce kernel "

@@ -231,18 +231,18 @@ def test_tracks_term_by_k():
     assert ops == {"baseline": 0, "ladder": 0, "parallel": 0, "spd": 12, "grouped:4": 6}
     assert [sm.policy_ops(p, 12, "train_b8", tp) for p in ("baseline", "spd", "grouped:4") for tp in (1, 2)] == \
         [0, 24, 12, 12, 6, 6]
-    e = dict(scale=2.0, c1=1.0, c_div=5.0, c_layer=3.0, q=0.25)
+    e = dict(scale=2.0, c1=1.0, c_streams=(5.0, 3.0, 4.0), q=0.25)
     one_pass = 2.0 * sm.op_pass("124m", "decode_b1", "H200") * 1e3  # ms, scaled
     for policy, n in ops.items():
         assert sm.tracks_ms(e, "124m", "decode_b1", policy, 1, 2, "H200") == pytest.approx(n * one_pass)
-    n_div, n_lay = sm.tracks_features("grouped:4", 12)
-    streams = 2.0 * sm.stream_pass("124m", "decode_b1", 2, "H200") * 1e3 * (5.0 * n_div + 3.0 * n_lay)
+    n_entry, n_attn, n_mlp = sm.tracks_features("grouped:4", 12)
+    streams = 2.0 * sm.stream_pass("124m", "decode_b1", 2, "H200") * 1e3 * (5.0 * n_entry + 3.0 * n_attn + 4.0 * n_mlp)
     share = sum(sm.roofline(sm.sublayers("124m", "decode_b1", 2), "H200").values()) / sum(
         sm.roofline(sm.sublayers("124m", "decode_b1", 1), "H200").values())
     assert 0.4 < share < 1  # a rank at tp=2 does about half of tp=1's work, and the fixed latencies don't halve
     assert sm.tracks_ms(e, "124m", "decode_b1", "grouped:4", 2, 2, "H200") == pytest.approx(6 * one_pass + streams * (0.75 * share + 0.25))
     assert sm.tracks_ms(e, "124m", "decode_b1", "grouped:4", 2, 1, "H200") == pytest.approx(6 * one_pass + streams)
-    assert sm.tracks_ms(dict(e, c_div=0.0, c_layer=0.0), "124m", "decode_b1", "grouped:4", 4, 2, "H200") == \
+    assert sm.tracks_ms(dict(e, c_streams=(0.0, 0.0, 0.0)), "124m", "decode_b1", "grouped:4", 4, 2, "H200") == \
         pytest.approx(6 * one_pass)
 
 
@@ -388,7 +388,7 @@ def test_new_row_files_are_picked_up_and_fit_the_k1_passes(tmp_path, monkeypatch
     e = sm.calibrate_from_rows(rows, "H200")["124m|decode_b1|graph"]
     # least squares over spd (12 passes, 3x) and grouped:4 (6 passes, 0x): c1 = (12 * 36) / (144 + 36) = 2.4
     assert e["scale"] == pytest.approx(s) and e["c1"] == pytest.approx(2.4) and "fitted to 2" in e["c1_how"]
-    assert (e["c_div"], e["streams_how"]) == (None, "no k >= 2 row")
+    assert (e["c_streams"], e["streams_how"]) == (None, "no k >= 2 row")
 
 
 def test_gap_between_kernels_anchors_a_calibration(tmp_path, monkeypatch):
@@ -418,44 +418,81 @@ def test_gap_between_kernels_anchors_a_calibration(tmp_path, monkeypatch):
 def test_streams_prefer_a_current_code_fit():
     """resolve_streams: a family with only an older-code streams fit takes a current-code fit of its workload kind
     (train_b12 from train_b8), one without any fit the same, and a current-code family keeps its own."""
-    fam = lambda size, w, mode, dev, c, code: dict(size=size, workload=w, mode=mode, device=dev, c_div=c, c_layer=c,
+    fam = lambda size, w, mode, dev, c, code: dict(size=size, workload=w, mode=mode, device=dev,
+                                                   c_streams=None if c is None else (c, c, c),
                                                    streams_how=f"{code} fit" if code else "no k >= 2 row", streams_code=code)
     old = fam("124m", "train_b12", "compiled", "H100", 9.0, "pre-49")
     none = fam("124m", "train_b12", "graph", "H200", None, None)
     cur = fam("medium", "train_b8", "graph", "H200", 2.0, "post-49")
     dec = fam("124m", "decode_b1", "graph", "H200", 5.0, "post-49")
     sm.resolve_streams({"H100": {"a": old}, "H200": {"b": none, "c": cur, "d": dec}})
-    assert (old["c_div"], old["streams_code"]) == (2.0, "post-49") and "its own, not used: pre-49 fit" in old["streams_how"]
-    assert (none["c_div"], cur["c_div"], dec["c_div"]) == (2.0, 2.0, 5.0) and "borrowed from medium" in none["streams_how"]
+    assert (old["c_streams"], old["streams_code"]) == ((2.0,) * 3, "post-49") and "its own, not used: pre-49 fit" in old["streams_how"]
+    assert (none["c_streams"][0], cur["c_streams"][0], dec["c_streams"][0]) == (2.0, 2.0, 5.0)
+    assert "borrowed from medium" in none["streams_how"]
 
 
 def test_an_unmeasured_size_takes_the_nearest_scale_and_the_mean_of_the_measured_streams():
     """family_on: a size with no tp=1 row takes the compute scale of the nearest measured size (size_distance: medium
     is nearer large than 124m is) and, by hand, the mean of every measured size's own streams fit, at each k they
     share."""
-    fam = lambda size, s, c_div, c_layer, by_k: dict(
-        size=size, workload="decode_b1", mode="graph", device="H200", scale=s, c_div=c_div, c_layer=c_layer,
-        streams_by_k=by_k, streams_how="own", streams_code="post-49", own_streams=(c_div, c_layer, "own", "post-49"))
-    table = {"124m|decode_b1|graph": fam("124m", 1.5, 2.0, 0.0, {2: (2.0, 0.0), 4: (1.0, 0.0)}),
-             "large|decode_b1|graph": fam("large", 1.7, 4.0, 1.0, {2: (3.0, 1.0)})}
+    fam = lambda size, s, c, by_k: dict(
+        size=size, workload="decode_b1", mode="graph", device="H200", scale=s, c_streams=c,
+        streams_by_k=by_k, streams_how="own", streams_code="post-49", own_streams=(c, "own", "post-49"))
+    table = {"124m|decode_b1|graph": fam("124m", 1.5, (2.0, 0.0, 1.0), {2: (2.0, 0.0, 1.0), 4: (1.0, 0.0, 1.0)}),
+             "large|decode_b1|graph": fam("large", 1.7, (4.0, 1.0, 3.0), {2: (3.0, 1.0, 2.0)})}
     assert sm.size_distance("medium", "large") < sm.size_distance("medium", "124m")
     e, how = sm.family_on(table, "medium", "decode_b1", "graph")
     assert how.startswith("scaled from large") and e["scale"] == 1.7
-    assert (e["c_div"], e["c_layer"], e["streams_by_k"]) == (3.0, 0.5, {2: (2.5, 0.5)})
+    assert (e["c_streams"], e["streams_by_k"]) == ((3.0, 0.5, 2.0), {2: (2.5, 0.5, 1.5)})
     e, how = sm.family_on(table, "xl", "decode_b1", "graph")
-    assert how.startswith("scaled from large") and e["c_div"] == 3.0
-    assert table["large|decode_b1|graph"]["c_div"] == 4.0  # the measured family itself is left as fitted
+    assert how.startswith("scaled from large") and e["c_streams"][0] == 3.0
+    assert table["large|decode_b1|graph"]["c_streams"] == (4.0, 1.0, 3.0)  # the measured family itself is left as fitted
 
 
-def test_streams_per_layer_part_counts_only_the_layers_with_a_region():
-    """tracks_features by hand at 12 layers: spd diverges after each of 12 attention sublayers, in 12 layers;
-    grouped:4 reads diverged streams in 7 sublayers of each of 3 groups, in every layer; a selective set that is
-    baseline in layers 0-5 and spd in 6-11 has half of spd's of both (its Megatron layers run one stream); parallel
-    and ladder never diverge a stream."""
-    assert sm.tracks_features("spd", 12) == (12, 12)
-    assert sm.tracks_features("grouped:4", 12) == (21, 12)
-    assert sm.tracks_features("selective:0-5,m6-11", 12) == (6, 6)
-    assert sm.tracks_features("parallel", 12) == sm.tracks_features("ladder", 12) == (0, 0)
+def test_streams_features_count_regions_and_per_track_sublayers_by_kind():
+    """tracks_features (regions entered, per-track attention, per-track MLP) by hand at 12 layers: spd enters a region
+    at each of 12 attentions, which run per track; grouped:4 enters 3 regions, each with 4 attentions and 3 MLPs per
+    track; a selective set baseline in layers 0-5 and spd in 6-11 has half of spd's (its Megatron layers run one
+    stream); attention-only syncs enter a region at each MLP but the last, which must sync; parallel and ladder never
+    diverge a stream."""
+    assert sm.tracks_features("spd", 12) == (12, 12, 0)
+    assert sm.tracks_features("grouped:4", 12) == (3, 12, 9)
+    assert sm.tracks_features("selective:0-5,m6-11", 12) == (6, 6, 0)
+    assert sm.tracks_features("selective:a0-11,m11", 12) == (11, 0, 11)
+    assert sm.tracks_features("parallel", 12) == sm.tracks_features("ladder", 12) == (0, 0, 0)
+
+
+def test_nonneg_lstsq_by_hand():
+    """Three columns, an exact non-negative solution; a negative unconstrained one clipped to the best subset."""
+    A = [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0), (1.0, 1.0, 1.0)]
+    assert sm.nonneg_lstsq(A, [1.0, 2.0, 3.0, 6.0]) == pytest.approx((1.0, 2.0, 3.0))
+    # y = 2 a0 - 1 a1 exactly; with c >= 0 the best is c1 = 0 and c0 = the least squares of y on a0 alone
+    A2 = [(1.0, 1.0), (2.0, 1.0), (3.0, 2.0)]
+    y2 = [2 * a - b for a, b in A2]
+    c0 = sum(a * v for (a, _), v in zip(A2, y2)) / sum(a * a for a, _ in A2)
+    assert sm.nonneg_lstsq(A2, y2) == pytest.approx((c0, 0.0))
+
+
+def test_mlp_coefficient_fitted_only_where_a_policy_runs_mlps_alone_per_track():
+    """fit_streams by hand on a family whose rows follow known coefficients (entry 1, attention 2, MLP 6, in u(k)
+    units): with spd, grouped:4 and attention-only syncs it recovers all three; with spd and grouped:4 alone it
+    ties the MLP's to the attention's by the ratio given (1 where none is), and mlp_ratios reads that ratio back from
+    the families that fitted it; every row's extra is taken over its own run's baseline (run_baseline)."""
+    base = lambda source, ms: dict(size="124m", workload="decode_b1", mode="graph", tp=1, n_tracks=2, policy="baseline",
+                                   ms=ms, impl="post-49", source=source)
+    u = 1.5 * sm.stream_pass("124m", "decode_b1", 2, "H200") * 1e3
+    truth = (1.0, 2.0, 6.0)
+    row = lambda policy, source, b: dict(base(source, b), policy=policy, ms=b + u * sum(
+        c * n for c, n in zip(truth, sm.tracks_features(policy, 12))) + 1.5 * sm.policy_ops(policy, 12, "decode_b1", 1)
+        * sm.op_pass("124m", "decode_b1", "H200") * 1e3)
+    rs = [base("run1", 0.5), base("run2", 0.6), row("spd", "run1", 0.5), row("grouped:4", "run1", 0.5),
+          row("selective:a0-11,m11", "run2", 0.6)]
+    c, _, code, fitted = sm.fit_streams(rs, 0.55, 1.5, 1.0, "H200")
+    assert fitted and code == "post-49" and c == pytest.approx(truth)
+    c2, _, _, fitted2 = sm.fit_streams(rs[:4], 0.55, 1.5, 1.0, "H200", mlp_ratio=3.0)
+    assert not fitted2 and c2[2] == pytest.approx(3.0 * c2[1])
+    assert sm.mlp_ratios({"H200": {"f": dict(workload="decode_b1", mlp_fitted=True, c_streams=c)}}) == \
+        {"decode_b1": pytest.approx(3.0), "decode_b8": pytest.approx(3.0)}
 
 
 def test_an_extra_streams_pass_grows_with_the_width_in_latency_bound_steps_too():
@@ -549,14 +586,16 @@ def test_streams_term_fitted_at_the_rows_own_k_where_measured():
     assert sorted(e["streams_by_k"]) == [2, 4]
     rs = [r for r in rows if (r["size"], r["workload"], r["mode"], r["device"], r["tp"]) == ("124m", "train_b8", "graph", "H200", 1)
           and sm.feeds_fits(r) and r["n_tracks"] in (1, 2)]
-    c_div, c_layer, _, _ = sm.fit_streams(rs, e["base_ms"], e["scale"], e["c1"], "H200")
-    assert e["streams_by_k"][2] == (pytest.approx(c_div), pytest.approx(c_layer))
-    assert (c_div, c_layer) != (pytest.approx(e["c_div"]), pytest.approx(e["c_layer"]))  # the pooled fit differs
-    n_div, n_lay = sm.tracks_features("grouped:4", 12)
-    at = lambda k, cd, cl: e["scale"] * (6 * sm.op_pass("124m", "train_b8", "H200") * e["c1"]
-                                         + sm.stream_pass("124m", "train_b8", k, "H200", e["q"]) * (cd * n_div + cl * n_lay)) * 1e3
-    assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 2, 1, "H200") == pytest.approx(at(2, c_div, c_layer))
-    assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 3, 1, "H200") == pytest.approx(at(3, e["c_div"], e["c_layer"]))
+    ratio = sm.fit_split(rows)["fit"]["mlp_ratios"].get("train_b8")
+    c2, _, _, _ = sm.fit_streams(rs, e["base_ms"], e["scale"], e["c1"], "H200", e["q"], ratio)
+    assert e["streams_by_k"][2] == pytest.approx(c2)
+    assert c2 != pytest.approx(e["c_streams"])  # the pooled fit differs
+    feats = sm.tracks_features("grouped:4", 12)
+    at = lambda k, c: e["scale"] * (6 * sm.op_pass("124m", "train_b8", "H200") * e["c1"]
+                                    + sm.stream_pass("124m", "train_b8", k, "H200", e["q"]) * sum(
+                                        ci * n for ci, n in zip(c, feats))) * 1e3
+    assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 2, 1, "H200") == pytest.approx(at(2, c2))
+    assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 3, 1, "H200") == pytest.approx(at(3, e["c_streams"]))
 
 
 def test_training_streams_are_fp32():
