@@ -461,7 +461,13 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "stored tp >= 2 row had, attention-only syncs at every size (selective:a0-<L-1>,m<L-1>), 124m spd "
                 "keeping its first and last attention syncs, grouped:8 at medium, grouped:9 and 18 at large, at "
                 "n_tracks 2 and 4 on tp=2 (the rows record 06b4f1a, the device copy's lagging git metadata; its "
-                "measured code is 000c2f1's)"))
+                "measured code is 000c2f1's)"),
+               ("issue50/prospective_eb3dcda/*.json", "eb3dcda",
+                "2x H100 after eb3dcda (the streams term counting per-track attention and MLP sublayers): shapes no row "
+                "had with MLPs per track, spd in the first half and attention-only in the second at every size, "
+                "attention-only in the first half (large), every other MLP per track (124m), three of every four "
+                "(medium), at n_tracks 2 and 4 on tp=2 (the rows record 06b4f1a, the device copy's lagging git "
+                "metadata; its measured code is eb3dcda's)"))
 # tp=1 rows at n_tracks = tp * k, measured to test the width law (width_law_lines) before any term uses it: no fit
 # reads them. Fed to the fits as they are, they would move q and a family's own k and worsen the k <= 2 scores (full
 # fit saving worst 6.7 -> 9.6 points): they are a check, said in the validation, not calibration data.
