@@ -654,9 +654,9 @@ def op_pass(size, workload, device):
 
 def run_baseline(rs, r, base_ms):
     """The baseline ms a row's extra is taken over: the median of the baseline rows of its own run (source), n_tracks
-    and code, as a saving pairs them; the family's base_ms where its run has none. Runs of one configuration differ by
-    up to 6% in baseline (medium prefill_b8 on H100: 12.15 and 11.45 ms), which a pooled baseline would put into
-    every policy's extra."""
+    and code, as a saving pairs them; the family's base_ms where its run has none. Two runs of one configuration
+    differ by 6% in baseline (medium prefill_b8 at n_tracks 2 on H100: 12.15 and 11.48 ms), which a pooled baseline
+    would put into every policy's extra."""
     same = [x["ms"] for x in rs if x["policy"] == "baseline" and (x["source"], x["n_tracks"], x["impl"]) == (
         r["source"], r["n_tracks"], r["impl"])]
     return statistics.median(same) if same else base_ms
