@@ -470,7 +470,8 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "metadata; its measured code is eb3dcda's)"))
 # tp=1 rows at n_tracks = tp * k, measured to test the width law (width_law_lines) before any term uses it: no fit
 # reads them. Fed to the fits as they are, they would move q and a family's own k and worsen the k <= 2 scores (full
-# fit saving worst 6.7 -> 9.6 points): they are a check, said in the validation, not calibration data.
+# fit saving worst 6.7 -> 9.6 points under 57ee9e3's two-count term): they are a check, said in the validation, not
+# calibration data.
 WIDTH_LAW_FILES = "h100_tp1_width/tp_latency_*.json"
 # Row files that no glob above reads, and why (printed in the validation table, so that none is dropped unsaid).
 SKIPPED_ROW_FILES = (
