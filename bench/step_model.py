@@ -424,6 +424,11 @@ PROSPECTIVE_REVISIONS = (
                 "extra is taken over its own run's baseline (run_baseline), where it had been over the family's pooled "
                 "median. This batch, full fit: saving worst 19.4 -> 6.2 points; every current-code row at k <= 2, full "
                 "fit: 19.4 -> 6.5; held out by size at k <= 2: 16.2 -> 10.6 (the H200 row, 9.2 before this batch)"),
+    ("eb3dcda", "(after every batch above, seeing leave one size out's worst at one track per GPU: 124m prefill_b1 "
+                "ladder, 8.1-8.3 points) ladder's hidden fraction per tp where the older code's rows measured that tp "
+                "(fit_ladder_overlap, ladder_fraction): their tp=4 rows hide 0.81-1.1 of the hideable time, their tp=2 "
+                "rows 0.2-1.0, and the pooled median had priced tp=2 with tp=4's. At k = 1, held out by size: saving "
+                "worst 8.1 -> 7.7 points; full fit 6.5 -> 5.6. This batch has no ladder row and does not move"),
     ("55cbbac", "(after 043b28b, data rather than a model change) H100 tp=1 rows at the k of the batches past k = 2 "
                 "(bench/results/h100_tp1_k4_k10/: medium at k = 4 and 8, large at 5 and 10), so that their families "
                 "price their own k where they had carried k = 2's fit by q: the full fit's time worst over every k "
@@ -1037,26 +1042,30 @@ def predict(size, workload, tp, policy, n_tracks, device, tables, fit, mode="gra
     # 71 us per ladder all-reduce, 61 alone), little in latency-bound decode, much in bandwidth-bound training
     ladder_hidden = sum(min(allreduce_ms(by, tp, fit), per_sublayer / (3 if train else 1))
                         for kind, ph, by in colls if kind == "tp_fwd" and pol.ladder)
-    h = ladder_fraction(fit, workload)
+    h = ladder_fraction(fit, workload, tp)
     return dict(ms=no_overlap - h * ladder_hidden, no_overlap=no_overlap, full_overlap=no_overlap - hidden,
                 ladder_hidden=ladder_hidden,
                 compute=compute, tracks=tracks, comm=comm, n_collectives=len(colls), calibration=how,
                 compute_parts=compute_parts)
 
 
-def ladder_fraction(fit, workload):
-    """The fraction of ladder's hideable forward all-reduce time it hides in `workload` (fit_ladder_overlap): the
-    workload's own, else its kind's (train_b12 takes train_b8's), else 0.5, the midpoint of the bounds."""
+def ladder_fraction(fit, workload, tp=None):
+    """The fraction of ladder's hideable forward all-reduce time it hides in `workload` at tp (fit_ladder_overlap):
+    the workload's own (else its kind's: train_b12 takes train_b8's) at that tp where rows measured it, else over
+    every tp; 0.5, the midpoint of the bounds, where no row measured the kind."""
     by = fit.get("ladder_hidden") or {}
     e = by.get(workload) or next((v for w, v in sorted(by.items()) if w.split("_")[0] == workload.split("_")[0]), None)
-    return e["h"] if e else 0.5
+    if not e:
+        return 0.5
+    return e.get("by_tp", {}).get(str(tp), e)["h"]
 
 
 def fit_ladder_overlap(rows, tables, fit):
-    """{workload: dict(h, n)}: the median, over the older code's CUDA-graph ladder rows at tp >= 2 that feed fits
-    (ladder syncs every sublayer, as baseline, so issue 49's region change left its kernels alone), of its run's
-    baseline time less its own over the time the model says it can hide (predict's ladder_hidden), in [0, 1].
-    Rows at tp >= 2 of the current code enter no fit, as everywhere."""
+    """{workload: dict(h, n, by_tp={tp: dict(h, n)})}: the median, over the older code's CUDA-graph ladder rows at
+    tp >= 2 that feed fits (ladder syncs every sublayer, as baseline, so issue 49's region change left its kernels
+    alone), of its run's baseline time less its own over the time the model says it can hide (predict's
+    ladder_hidden), in [0, 1]; over every tp and per tp, since a tp=4 ring hides more of it (0.81-1.1 on the stored
+    rows) than tp=2 (0.2-1.0). Rows at tp >= 2 of the current code enter no fit, as everywhere."""
     base = {saving_config(r): r for r in rows if r["policy"] == "baseline"}
     out = {}
     for r in rows:
@@ -1067,8 +1076,10 @@ def fit_ladder_overlap(rows, tables, fit):
         p = predict(r["size"], r["workload"], r["tp"], "ladder", r["n_tracks"], r["device"], tables, fit, r["mode"],
                     measured={})
         if p["ladder_hidden"] > 0:
-            out.setdefault(r["workload"], []).append((b["ms"] - r["ms"]) / p["ladder_hidden"])
-    return {w: dict(h=min(1.0, max(0.0, statistics.median(v))), n=len(v)) for w, v in sorted(out.items())}
+            out.setdefault(r["workload"], {}).setdefault(str(r["tp"]), []).append((b["ms"] - r["ms"]) / p["ladder_hidden"])
+    fraction = lambda v: dict(h=min(1.0, max(0.0, statistics.median(v))), n=len(v))
+    return {w: dict(fraction([x for v in by.values() for x in v]), by_tp={tp: fraction(v) for tp, v in sorted(by.items())})
+            for w, by in sorted(out.items())}
 
 
 # ------------------------------------------------------------------ the all-reduce fit at tp=2

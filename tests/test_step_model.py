@@ -357,9 +357,11 @@ def test_ladder_hides_the_fraction_its_older_rows_hid():
             row("baseline", 1.0, "post-49", "d"), row("ladder", 0.0, "post-49", "d")]  # current code: no fit
     got = sm.fit_ladder_overlap(rows, tables, fit)
     assert list(got) == ["decode_b1"] and got["decode_b1"]["n"] == 3 and got["decode_b1"]["h"] == pytest.approx(0.7)
-    by = {"ladder_hidden": {"decode_b1": dict(h=0.8, n=3), "train_b8": dict(h=0.3, n=2)}}
-    assert [sm.ladder_fraction(by, w) for w in ("decode_b1", "train_b12", "prefill_b8")] == [0.8, 0.3, 0.5]
-    assert sm.ladder_fraction({}, "decode_b1") == 0.5
+    assert got["decode_b1"]["by_tp"] == {"2": dict(h=pytest.approx(0.7), n=3)}
+    by = {"ladder_hidden": {"decode_b1": dict(h=0.8, n=3, by_tp={"4": dict(h=0.95, n=1)}), "train_b8": dict(h=0.3, n=2)}}
+    assert [sm.ladder_fraction(by, w, 2) for w in ("decode_b1", "train_b12", "prefill_b8")] == [0.8, 0.3, 0.5]
+    assert sm.ladder_fraction(by, "decode_b1", 4) == 0.95  # a tp the rows measured takes its own
+    assert sm.ladder_fraction({}, "decode_b1", 2) == 0.5
     p = sm.predict("124m", "decode_b1", 2, "ladder", 2, "H200", tables, dict(fit, **by), measured={})
     assert p["ms"] == pytest.approx(p["no_overlap"] - 0.8 * p["ladder_hidden"])
 
