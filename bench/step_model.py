@@ -1134,9 +1134,10 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
     sweeps = {tp: v for tp, v in (load_sweeps() if sweeps is None else sweeps).items() if not ex(None, v[3])}
     regimes = {tp: sweep_regimes(sweep, tp) for tp, (sweep, *_) in sweeps.items()}
     rp2 = row_comm_points(kept, 2)
-    if 2 not in sweeps and rows_regimes(rp2, 2):  # what an all-reduce adds to a step, as the rows measured it
+    from_rows = None if 2 in sweeps else rows_regimes(rp2, 2)
+    if from_rows:  # what an all-reduce adds to a step, as the rows measured it
         sweeps[2] = (None, f"{len(rp2)} tp=2 rows' time over their floor, per message size", True, None)
-        regimes[2] = rows_regimes(rp2, 2)
+        regimes[2] = from_rows
     if 2 in sweeps and sweeps[2][2]:  # alpha/bw at tp=2 from an in-step law's small messages
         low = regimes[2][0]
         a2, bw2 = low["alpha_us"], low["bw_GBps"]
@@ -1627,9 +1628,10 @@ def miss_lines(rows, n_worst=6, split="loso"):
     return out
 
 
-def lodo_h100_law_text(fit, nbytes=2 ** 21):
-    """What a split holding out H100 prices a 2 MiB tp=2 all-reduce at, beside the full fit's in-step law."""
-    held = fit_split(stored_rows(), lambda size, device: device == "H100")["fit"]
+def lodo_h100_law_text(fit, held, nbytes=2 ** 21):
+    """What the split holding out H100 (validate()'s held["lodo"]["H100"]) prices a 2 MiB tp=2 all-reduce at, beside
+    the full fit's in-step law."""
+    held = held["lodo"]["H100"]["fit"]
     return (f"{allreduce_ms(nbytes, 2, held) * 1e3:.1f} us for a {nbytes / 2 ** 20:g} MiB all-reduce where the in-step "
             f"sweep prices {allreduce_ms(nbytes, 2, fit) * 1e3:.1f}")
 
@@ -1662,7 +1664,7 @@ def regimes_lines(by):
             for tp, e in sorted(by.items()) if e.get("regimes")]
 
 
-def validation_notes(rows, fit):
+def validation_notes(rows, fit, held):
     graph = [r for r in rows if r["target"]]
     return ["", "**Why rows miss** (from the measured floors in this table and the stored profiles):",
             "- *compiled+graph decode* (bench/results/decode/): no tp=1 row of that mode exists, so it is calibrated on "
@@ -1700,7 +1702,7 @@ def validation_notes(rows, fit):
             "", "The sign errors held out by device (current code), split at the measured floors. A split holding out H100 "
             "drops both all-reduce sweeps (they ran on H100) and prices tp=2 by the H200 older-code rows' time over "
             "their floors, per message size with two regimes (rows_regimes; before, by the H200 profiles' kernel "
-            "times, one line with no protocol jump): " + lodo_h100_law_text(fit) + ":", ""] + miss_lines(
+            "times, one line with no protocol jump): " + lodo_h100_law_text(fit, held) + ":", ""] + miss_lines(
             rows, n_worst=0, split="lodo") + [
             "",
             "Model revisions after seeing a validation pass (none per row): the streams term's bytes from k to k - 1, "
@@ -1744,13 +1746,13 @@ def validation_notes(rows, fit):
             "with the old rule on the new rows and 14.9 and 2 with the nearest size alone."]
 
 
-def width_law_pairs():
+def width_law_pairs(q):
     """Per tp=2 current-code CUDA-graph H100 row of a policy with tp=1 rows (its floor and its run's baseline floor
     stored) at k >= 2 tracks per GPU: its floor's extra over baseline's (e_tp), the tp=1 extra at the same k (e1_k)
     and at n_tracks = 2k (e1_n: the same tracks, as wide; WIDTH_LAW_FILES or the fits' rows), and the ratio the model
-    carries from tp=1's k to tp=2's ((1 - q) share + q (k - 1)) / ((1 - q) + q (k - 1)). Medians over repeats."""
+    carries from tp=1's k to tp=2's ((1 - q) share + q (k - 1)) / ((1 - q) + q (k - 1)), q the full fit's
+    {workload kind: q} (fit_replicated; the width rows enter no fit). Medians over repeats."""
     rows = stored_rows()
-    q = fit_replicated(rows)["q"]  # the model's (the width rows enter no fit)
     for path in sorted(glob.glob(os.path.join(RESULTS, WIDTH_LAW_FILES))):
         with open(path) as f:
             rows += [dict(r, device=device_name(r["device"]), impl="post-49")
@@ -1781,10 +1783,10 @@ def width_law_pairs():
     return out
 
 
-def width_law_lines():
+def width_law_lines(q):
     """The width law's table (width_law_pairs) per workload and k: tp=2's extra against half of tp=1's at
     n_tracks = 2k, and against tp=1's at k beside the ratio the model carries."""
-    pairs = width_law_pairs()
+    pairs = width_law_pairs(q)
     rng = lambda xs: f"{min(xs):.2f}-{max(xs):.2f} ({statistics.median(xs):.2f})"
     lines = ["", "**Past k = 2: the width law** (tp=2 H100 rows of spd and grouped:4 at k tracks per GPU; the tp=1 rows "
              f"at n_tracks = 2k in {os.path.dirname(WIDTH_LAW_FILES)}/ and the fits' tp=1 rows; ranges, median in brackets). "
@@ -1819,9 +1821,9 @@ def validation_table(rows):
     return lines
 
 
-def write_validation(fit, tables, rows):
-    lines = (validation_header(fit, tables, rows) + validation_errors(rows) + validation_notes(rows, fit)
-             + width_law_lines() + validation_table(rows))
+def write_validation(fit, tables, rows, held):
+    lines = (validation_header(fit, tables, rows) + validation_errors(rows) + validation_notes(rows, fit, held)
+             + width_law_lines(fit["replicated"]["q"]) + validation_table(rows))
     write_text(os.path.join(RESULTS, "step_model_validation.md"), "\n".join(lines) + "\n")
     return lines
 
@@ -2214,7 +2216,7 @@ def main(argv=None):
         write_json("step_model_comm_fit.json", fit)
         for device, table in tables.items():
             write_json(f"step_model_compute_{device.lower()}.json", table)
-        lines = write_validation(fit, tables, rows)
+        lines = write_validation(fit, tables, rows, held)
         print("\n".join(lines[:lines.index("## Scores per code, device and tp") + 2 + len(score_table(rows))]))
         print(f"table: {os.path.relpath(os.path.join(RESULTS, 'step_model_validation.md'), REPO)}")
     if a.pareto:

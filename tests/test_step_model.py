@@ -635,11 +635,11 @@ def test_width_law_pairs_by_hand(monkeypatch):
             row(2, 4, "baseline", 5.0, 4.0), row(2, 4, "spd", 6.5, 6.0), row(2, 4, "parallel", 4.5, 4.0)]
     monkeypatch.setattr(sm, "stored_rows", lambda: [dict(r) for r in rows])
     monkeypatch.setattr(sm, "WIDTH_LAW_FILES", "no_such_folder/*.json")
-    monkeypatch.setattr(sm, "fit_replicated", lambda rs: dict(q={"train": 0.3, "prefill": 0.25, "decode": 0.0}))
-    (p,) = sm.width_law_pairs()  # parallel is left out: its tp=1 extra is no streams term
+    q = {"train": 0.3, "prefill": 0.25, "decode": 0.0}
+    (p,) = sm.width_law_pairs(q)  # parallel is left out: its tp=1 extra is no streams term
     share = sum(sm.roofline(sm.sublayers("124m", "prefill_b8", 2), "H100").values()) / sum(
         sm.roofline(sm.sublayers("124m", "prefill_b8", 1), "H100").values())
     assert (p["k"], p["policy"]) == (2, "spd")
     assert p["e_tp"] == pytest.approx(2.0) and p["e1_k"] == pytest.approx(3.0) and p["e1_n"] == pytest.approx(4.4)
     assert p["model"] == pytest.approx(0.75 * share + 0.25)  # ((1 - q) share + q (k - 1)) / ((1 - q) + q (k - 1)), k = 2
-    assert any("| prefill_b8 | 2 | 1 | 0.91-0.91 (0.91) | 0.67-0.67 (0.67) |" in line for line in sm.width_law_lines())
+    assert any("| prefill_b8 | 2 | 1 | 0.91-0.91 (0.91) | 0.67-0.67 (0.67) |" in line for line in sm.width_law_lines(q))
