@@ -246,6 +246,19 @@ def test_tracks_term_by_k():
         pytest.approx(6 * one_pass)
 
 
+
+def test_tracks_term_carries_to_another_device_as_the_step_does():
+    """A family fitted on H200 prices its own work on H200 and carries it to H100 by the ratio of the two devices'
+    step rooflines at that tp, not by their HBM bandwidths (1.43x); on its own device nothing is carried."""
+    e = dict(scale=2.0, c1=1.0, c_streams=(5.0, 3.0, 4.0), q=0.25, device="H200")
+    for workload, tp, k in (("train_b8", 2, 2), ("prefill_b8", 2, 1), ("decode_b1", 4, 3)):
+        on_h200 = sm.tracks_ms(e, "medium", workload, "grouped:4", k, tp, "H200")
+        no_device = {key: v for key, v in e.items() if key != "device"}  # a family that names none: the row's device
+        assert on_h200 == pytest.approx(sm.tracks_ms(no_device, "medium", workload, "grouped:4", k, tp, "H200"))
+        ratio = sm.step_roofline("medium", workload, tp, "H100") / sm.step_roofline("medium", workload, tp, "H200")
+        assert 1.0 < ratio < 4.8 / 3.35  # the compute-bound parts run at one datasheet FLOP rate on both
+        assert sm.tracks_ms(e, "medium", workload, "grouped:4", k, tp, "H100") == pytest.approx(on_h200 * ratio)
+
 def test_rows_labelled_by_the_code_they_measured():
     assert [sm.implementation(c) for c in ("099cb48", "not recorded", "d71e3f7")] == ["pre-49", "pre-49", "post-49"]
     assert sm.implementation("ac51463") == "pre-49" and sm.implementation("cec91f0") == "post-49"  # by git ancestry
