@@ -108,7 +108,8 @@ multicast_off()  # before any NCCL communicator exists
 # char192 / char384 / char768: the shapes of config/shakespeare_char_{192,384,768}.py (vocabulary 76,
 # block 256), so the study's loss can be set against measured time (issue 15: run with --batch_size 64;
 # tests/test_pareto.py checks them against the config files).
-SIZES = {"124m": (12, 12, 768, GPT2_VOCAB, 1024), "medium": (24, 16, 1024, GPT2_VOCAB, 1024), "tiny": (4, 4, 64, 512, 64),
+SIZES = {"124m": (12, 12, 768, GPT2_VOCAB, 1024), "medium": (24, 16, 1024, GPT2_VOCAB, 1024),
+         "large": (36, 20, 1280, GPT2_VOCAB, 1024), "tiny": (4, 4, 64, 512, 64),
          "char192": (6, 6, 192, 76, 256), "char384": (6, 6, 384, 76, 256), "char768": (6, 12, 768, 76, 256)}
 POLICIES = ["baseline", "spd", "parallel", "ladder", "grouped:2", "grouped:3", "grouped:4", "grouped:6",
             "selective:m0-3,m5,m7,m9-11"]
