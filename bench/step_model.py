@@ -481,7 +481,16 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "had with MLPs per track, spd in the first half and attention-only in the second at every size, "
                 "attention-only in the first half (large), every other MLP per track (124m), three of every four "
                 "(medium), at n_tracks 2 and 4 on tp=2 (the rows record 06b4f1a, the device copy's lagging git "
-                "metadata; its measured code is eb3dcda's)"))
+                "metadata; its measured code is eb3dcda's)"),
+               ("issue50/prospective_e9b815e/*.json", "e9b815e",
+                "2x H200 (the call asked for H100s; the lender moved it) after e9b815e: the trainer's own step "
+                "(train_b12, compiled with CUDA graphs) at two tracks per GPU, which no row of that workload had, "
+                "124m and medium at tp=2, n_tracks 4 (the rows record 0104f33, the device copy's lagging git "
+                "metadata; its measured code is e9b815e's)"),
+               ("h200_medium_remeasure/*.json", "e9b815e",
+                "2x H200 after e9b815e, by the script the ninth session committed for an H200 (s24.sh): medium's "
+                "inference rows at tp=2, n_tracks 2 and 4, again, the configuration of the H200 row that every "
+                "held-out split missed, and its tp=1 rows at n_tracks 1 and 2 (the rows record 0104f33)"))
 # tp=1 rows at n_tracks = tp * k, measured to test the width law (width_law_lines) before any term uses it: no fit
 # reads them. Fed to the fits as they are, they would move q and a family's own k and worsen the k <= 2 scores (full
 # fit saving worst 6.7 -> 9.6 points under 57ee9e3's two-count term): they are a check, said in the validation, not
@@ -503,7 +512,9 @@ SKIPPED_ROW_FILES = (
      "(train_b8 has no optimizer, train_b12 is batch 12)"),
     (WIDTH_LAW_FILES, "tp=1 rows at n_tracks = 2k, a check of the width law (width_law_lines), read by no fit"),
     ("ladder_compiled_train/train_throughput.json", "the compiled ladder before 57b00c9, whose traced all-reduce "
-     "blocked (no overlap: timeline_h200/); ladder_compiled_overlap/ measures the same step on the current code"))
+     "blocked (no overlap: timeline_h200/); ladder_compiled_overlap/ measures the same step on the current code"),
+    ("h200_tp1_train_b12/*.json", "tp=1 rows of the trainer's compiled step at n_tracks 2 and 4, measured beside "
+     "prospective_e9b815e's rows and held out of the fits until those are scored"))
 # The implementation a row measured. Issue 49 changed what each policy computes at one track per GPU
 # (model/gpt.py, "Regions": a track's stream carried whole, the regions' sync biases in one matmul); its final
 # measurements ran at d71e3f7 (bench/results/issue49/README.md), and every commit from there on has that model.
@@ -589,10 +600,10 @@ def train_throughput_rows(d, source):
 
 def stored_rows():
     """Every stored row of the files ROW_FILES names, as dicts with size, workload, mode, tp, n_tracks, policy, ms,
-    floor_ms (tp_latency only), device, commit, impl (implementation()), source, prospective (the model's commit for
-    a PROSPECTIVE file's row, else None)."""
+    floor_ms (tp_latency only), device, commit, impl (implementation()), source, prospective (for
+    a PROSPECTIVE file's row: its folder's pattern, else None)."""
     rows, impl = [], {}
-    prospective = {os.path.normpath(p): commit for pattern, commit, _ in PROSPECTIVE
+    prospective = {os.path.normpath(p): pattern for pattern, commit, _ in PROSPECTIVE
                    for p in glob.glob(os.path.join(RESULTS, pattern))}
     for path, fmt in row_files():
         with open(path) as f:
@@ -1459,8 +1470,8 @@ def prospective_lines(rows):
     """Lines: for each PROSPECTIVE folder, its CUDA-graph rows scored by the full fit and held out by size (no fit has
     them, so both are out of sample), with the targets; and the model revisions made after those rows were seen."""
     out = []
-    for pattern, commit, what in PROSPECTIVE:
-        sel = [r for r in rows if r["target"] and r.get("prospective") == commit]
+    for i, (pattern, commit, what) in enumerate(PROSPECTIVE):
+        sel = [r for r in rows if r["target"] and r.get("prospective") == pattern]
         for label, key in (("full fit", "pred"), ("leave one size out", "pred_loso")):
             t, sv = time_stats(sel, key), saving_stats(savings(sel, key))
             if not (t and sv):
@@ -1471,7 +1482,8 @@ def prospective_lines(rows):
                        f"{sv['median']:.1f} points, 90th pct {sv['p90']:.1f}, worst {sv['worst']:.1f} ({sv['n']} rows; "
                        f"<= 8: {'met' if sv['worst'] <= TARGETS['saving_worst'] else 'missed'}), sign errors "
                        f"{sv['sign_errors']} of {sv['n_sign']}")
-        out += [f"revised after seeing them: {rev}" for c, rev in PROSPECTIVE_REVISIONS if c == commit]
+        if all(c != commit for _, c, _ in PROSPECTIVE[i + 1:]):  # after the last batch the model of `commit` scored
+            out += [f"revised after seeing them: {rev}" for c, rev in PROSPECTIVE_REVISIONS if c == commit]
     return out
 
 
