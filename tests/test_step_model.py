@@ -542,7 +542,7 @@ def test_a_stored_sweep_prices_every_split_by_size():
     that split's own fitted alpha (the sweep's level is back-to-back collectives): a message below the change point
     costs the low regime, above it the high one, by hand."""
     rows = sm.stored_rows()
-    sweeps = {2: (two_line_sweep(), "a sweep by hand", False, "H100")}
+    sweeps = {2: [(two_line_sweep(), "a sweep by hand", False, "H100")]}
     for exclude in (None, lambda size, device: size == "124m"):
         fit = sm.fit_split(rows, exclude, sweeps=sweeps)["fit"]
         assert fit["by_tp"]["2"]["regimes_from"] == "a sweep by hand" and "regimes" not in fit["by_tp"]["4"]
@@ -564,7 +564,7 @@ def test_an_in_step_sweep_is_the_tp2_law_as_measured_and_fits_on_no_row():
     that holds out the device the sweep ran on (H100) does not take it: tp=2 falls back to the kept (H200) rows' time
     over their floor, per message size."""
     rows = sm.stored_rows()
-    sweeps = {2: (two_line_sweep(), "an in-step sweep by hand", True, "H100")}
+    sweeps = {2: [(two_line_sweep(), "an in-step sweep by hand", True, "H100")]}
     for exclude in (None, lambda size, device: size == "124m", lambda size, device: device == "H200"):
         fit = sm.fit_split(rows, exclude, sweeps=sweeps)["fit"]
         e = fit["by_tp"]["2"]
@@ -579,6 +579,13 @@ def test_an_in_step_sweep_is_the_tp2_law_as_measured_and_fits_on_no_row():
     without_h100 = sm.fit_split(rows, lambda size, device: device == "H100", sweeps=sweeps)["fit"]["by_tp"]["2"]
     assert "rows' time over their floor" in without_h100["regimes_from"]
     assert without_h100["fitted_on"] and all(device == "H200" for _, device, _ in without_h100["fitted_on"])
+    # with a second device's in-step sweep stored, the split that holds out H100 takes that one, the rest H100's
+    slower = [dict(r, us=r["us"] + 1.0) for r in two_line_sweep()]
+    both = {2: sweeps[2] + [(slower, "an H200 in-step sweep by hand", True, "H200")]}
+    for exclude, alpha, source in ((None, 7.5, "an in-step sweep by hand"),
+                                   (lambda size, device: device == "H100", 8.5, "an H200 in-step sweep by hand")):
+        e = sm.fit_split(rows, exclude, sweeps=both)["fit"]["by_tp"]["2"]
+        assert (e["alpha_us"], e["regimes_from"], e["fitted_on"]) == (pytest.approx(alpha), source, [])
 
 
 def test_rows_regimes_recover_a_known_law_from_rows_over_their_floor():
