@@ -523,7 +523,11 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                ("h200_medium_remeasure/*.json", "e9b815e",
                 "2x H200 after e9b815e, by the script the ninth session committed for an H200 (s24.sh): medium's "
                 "inference rows at tp=2, n_tracks 2 and 4, again, the configuration of the H200 row that every "
-                "held-out split missed, and its tp=1 rows at n_tracks 1 and 2 (the rows record 0104f33)"))
+                "held-out split missed, and its tp=1 rows at n_tracks 1 and 2 (the rows record 0104f33)"),
+               ("issue50/prospective_6760e19/*.json", "6760e19",
+                "2x H200 again (the call asked for H100s) after 6760e19 fitted the compiled step's streams: 124m's "
+                "compiled training step at tp=2, n_tracks 4, e9b815e's configuration measured again (the rows record "
+                "0104f33)"))
 # tp=1 rows at n_tracks = tp * k, measured to test the width law (width_law_lines) before any term uses it: no fit
 # reads them. Fed to the fits as they are, they would move q and a family's own k and worsen the k <= 2 scores (full
 # fit saving worst 6.7 -> 9.6 points under 57ee9e3's two-count term): they are a check, said in the validation, not
