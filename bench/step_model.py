@@ -484,7 +484,16 @@ PROSPECTIVE_REVISIONS = (
                 "without. This batch, full fit: saving 7.9 / 8.4 / 8.4 -> 3.1 / 4.1 / 4.1 points; every current-code "
                 "compiled training row's baseline modeled 0.99-1.03x its time (1.06-1.08x before); every "
                 "current-code row at k <= 2, full fit: saving worst 8.4 -> 6.2 points. 1.5B tp=8 grouped:4 training: "
-                "133.78 -> 89.57 ms (33%) became 123.49 -> 87.00 ms (30%)"),)
+                "133.78 -> 89.57 ms (33%) became 123.49 -> 87.00 ms (30%)"),
+    ("6760e19", "(data and a rule: bench/results/h100_tp1_train_b12/, the compiled step on one H100 at n_tracks 2, "
+                "grouped:4 alone) a family whose current-code rows are of one policy shape takes the nearest "
+                "multi-shape family's coefficients times the factor that reproduces its rows (one_shape, scale_to, "
+                "resolve_streams), and a k whose rows are one shape scales the family's own fit to them; fitted "
+                "apart, one policy had priced spd at -74% at medium tp=2 in analysis.plan. The H100 family takes "
+                "H200's x 1.02. Held out by device, k <= 2: time worst 23.6% -> 20.0%, saving 2.1 / 6.6 / 29.1 -> "
+                "2.1 / 6.1 / 17.0 points (the H200 compiled training rows at k = 2 now priced from H100's own "
+                "compiled row, not train_b8's eager streams), sign errors 4 -> 4; the full fit and leave one size "
+                "out do not move; 1.5B tp=8 grouped:4 training 123.49 -> 87.00 became 123.19 -> 86.70 ms (30%)"),)
 # Rows measured after the model that scores them was committed: out of sample by construction (issue 50). They
 # enter no fit (feeds_fits), their tp=1 rows included, so every split scores them as rows it never saw. Each
 # folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
@@ -559,10 +568,7 @@ SKIPPED_ROW_FILES = (
      "(train_b8 has no optimizer, train_b12 is batch 12)"),
     (WIDTH_LAW_FILES, "tp=1 rows at n_tracks = 2k, a check of the width law (width_law_lines), read by no fit"),
     ("ladder_compiled_train/train_throughput.json", "the compiled ladder before 57b00c9, whose traced all-reduce "
-     "blocked (no overlap: timeline_h200/); ladder_compiled_overlap/ measures the same step on the current code"),
-    ("h100_tp1_train_b12/*.json", "tp=1 rows of the trainer's compiled step on H100 at n_tracks 2, of grouped:4 alone: "
-     "one policy at one k cannot fit the streams term's coefficients apart (fed, spd's saving at medium tp=2 came "
-     "out -74%); they check the carry from H200 instead (h100_tp1_train_b12/README.md)"))
+     "blocked (no overlap: timeline_h200/); ladder_compiled_overlap/ measures the same step on the current code"))
 # The implementation a row measured. Issue 49 changed what each policy computes at one track per GPU
 # (model/gpt.py, "Regions": a track's stream carried whole, the regions' sync biases in one matmul); its final
 # measurements ran at d71e3f7 (bench/results/issue49/README.md), and every commit from there on has that model.
@@ -736,27 +742,52 @@ def run_baseline(rs, r, base_ms):
     return statistics.median(same) if same else base_ms
 
 
-def fit_streams(rs, base_ms, s, c1, device, q=1.0, mlp_ratio=None):
-    """c_streams = (c_entry, c_attn, c_mlp) >= 0 of one family's k >= 2 rows, least squares: their time over baseline
-    less the policy's counted passes, against u(k) * (n_entry, n_attn, n_mlp) (tracks_features). c_mlp is fitted only
-    where a policy ran its MLPs per track without its attention (attention-only syncs): spd and grouped:G alone cannot
-    tell it from c_attn, so elsewhere c_mlp = mlp_ratio * c_attn (mlp_ratios; 1 where none is given, which prices
-    every spd, grouped:G and selective shape as the two-feature term before it did). The current code's rows where
-    the family has any at k >= 2, else the older code's. Returns (c_streams, how, code: 'post-49', 'pre-49' or None,
-    whether c_mlp was fitted)."""
+def streams_points(rs, base_ms, s, c1, device, q=1.0):
+    """The streams term's data in one family's rows: (rows, code, A, y), the k >= 2 rows of the current code where
+    the family has any (else the older code's), each row's u(k) * (n_entry, n_attn, n_mlp) (tracks_features) and its
+    time over its run's baseline less the policy's counted passes."""
     size, workload = rs[0]["size"], rs[0]["workload"]
     L = SHAPES[size][0]
     many = [r for r in rs if r["n_tracks"] > 1 and r["policy"] not in ("baseline", "ladder")]
     impl = "post-49" if any(r["impl"] == "post-49" for r in many) else "pre-49"
     many = [r for r in many if r["impl"] == impl]
-    if not many:  # no k >= 2 row: resolve_streams takes another family's
-        return None, "no k >= 2 row", None, False
     A, y = [], []
     for r in many:
         u = s * stream_pass(size, workload, r["n_tracks"], device, q) * 1e3
         A.append(tuple(u * n for n in tracks_features(r["policy"], L)))
         y.append(r["ms"] - run_baseline(rs, r, base_ms)
                  - c1 * s * policy_ops(r["policy"], L, workload, 1) * op_pass(size, workload, device) * 1e3)
+    return many, impl, A, y
+
+
+def one_shape(A):
+    """Whether the rows' feature vectors are all parallel (one policy shape, at any k): they fit one multiple of a
+    coefficient vector, not the coefficients apart."""
+    unit = {tuple(round(x / sum(a), 9) for x in a) for a in A if sum(a) > 0}
+    return len(unit) < 2
+
+
+def scale_to(c_streams, A, y, by_k=None, ks=None):
+    """c_streams times the factor f >= 0 that fits the rows (A, y) best: f = sum(y x) / sum(x x), x = A . c, where a
+    row at a k of by_k (ks: each row's k) takes by_k's coefficients, as tracks_ms prices it. Returns (c, f)."""
+    cs = [(by_k or {}).get(k, c_streams) for k in (ks or [None] * len(A))]
+    x = [sum(ai * ci for ai, ci in zip(a, c)) for a, c in zip(A, cs)]
+    xx = sum(v * v for v in x)
+    f = max(0.0, sum(v * w for v, w in zip(x, y)) / xx) if xx > 0 else 1.0
+    return tuple(f * c for c in c_streams), f
+
+
+def fit_streams(rs, base_ms, s, c1, device, q=1.0, mlp_ratio=None):
+    """c_streams = (c_entry, c_attn, c_mlp) >= 0 of one family's k >= 2 rows (streams_points), least squares: their
+    time over baseline less the policy's counted passes, against u(k) * (n_entry, n_attn, n_mlp). c_mlp is fitted only
+    where a policy ran its MLPs per track without its attention (attention-only syncs): spd and grouped:G alone cannot
+    tell it from c_attn, so elsewhere c_mlp = mlp_ratio * c_attn (mlp_ratios; 1 where none is given, which prices
+    every spd, grouped:G and selective shape as the two-feature term before it did). Returns (c_streams, how, code:
+    'post-49', 'pre-49' or None, whether c_mlp was fitted)."""
+    L = SHAPES[rs[0]["size"]][0]
+    many, impl, A, y = streams_points(rs, base_ms, s, c1, device, q)
+    if not many:  # no k >= 2 row: resolve_streams takes another family's
+        return None, "no k >= 2 row", None, False
     mlp_alone = any(n_mlp > 0 and n_attn == 0 for _, n_attn, n_mlp in (tracks_features(r["policy"], L) for r in many))
     if mlp_alone:
         c = nonneg_lstsq(A, y)
@@ -825,8 +856,10 @@ def resolve_streams(tables):
     else a family's fitted on the current code's rows, of the same workload kind (train, prefill, decode; the same
     workload first, then the same size, the nearest size (size_distance), its own device, its own mode), since the model describes the
     current code and issue 49 changed the kernels the tracks run; else its own older-code fit; else an older-code
-    family's of the same workload; else 0. The coefficients multiply u(k), which is in the family's own scale, so
-    they carry over between sizes, workloads of one kind, and devices. What was taken is said in streams_how."""
+    family's of the same workload; else 0. A family whose current-code rows are of one policy shape (shape_points)
+    takes another's the same way, times the factor that fits its rows (scale_to). The coefficients multiply u(k),
+    which is in the family's own scale, so they carry over between sizes, workloads of one kind, and devices. What
+    was taken is said in streams_how."""
     fams = [e for t in tables.values() for e in t.values()]
     for e in fams:  # the own fits, before any family takes another's
         e.setdefault("own_streams", (e["c_streams"], e["streams_how"], e.get("streams_code")))
@@ -840,9 +873,16 @@ def resolve_streams(tables):
         c_streams, how, code = e["own_streams"]
         by_k = e["own_by_k"]
         kind = e["workload"].split("_")[0]
-        if code != "post-49":
-            cur = [x for x in fams if x is not e and x["own_streams"][2] == "post-49"
-                   and x["workload"].split("_")[0] == kind]
+        cur = [x for x in fams if x is not e and x["own_streams"][2] == "post-49" and not x.get("shape_points")
+               and x["workload"].split("_")[0] == kind]
+        if code == "post-49" and e.get("shape_points") and cur:  # one policy shape: another's, scaled to its rows
+            src = min(cur, key=lambda x: rank(x, e))
+            A, y, ks = e["shape_points"]
+            c_streams, f = scale_to(src["own_streams"][0], A, y, src["own_by_k"], ks)
+            by_k = {k: tuple(f * v for v in c) for k, c in src["own_by_k"].items()}
+            how = (f"{src['size']} {src['workload']} {src['mode']} on {src['device']}'s coefficients x {f:.2f}, the "
+                   f"factor that fits its own rows of one policy shape ({how})")
+        elif code != "post-49":
             old = [x for x in fams if x is not e and x["own_streams"][2] == "pre-49" and x["workload"] == e["workload"]]
             src = min(cur, key=lambda x: rank(x, e)) if cur else None if code else min(old, key=lambda x: rank(x, e),
                                                                                       default=None)
@@ -900,17 +940,23 @@ def calibrate_from_rows(rows, device, q=None, mlp_ratio=None):
         qk = (q or {}).get(workload.split("_")[0], 1.0)
         rho = (mlp_ratio or {}).get(workload)
         c_streams, streams_how, streams_code, mlp_fitted = fit_streams(rs, base_ms, s, c1, device, qk, rho)
-        # where the family measured a k, that k's rows alone (exact at the k it measured); other k take the fit over
-        # every k, carried by u(k)'s two parts (stream_pass, q of fit_replicated)
+        many, _, A, y = streams_points(rs, base_ms, s, c1, device, qk)
+        # rows of one policy shape cannot fit the coefficients apart: resolve_streams scales another family's to them
+        shape_points = (A, y, [r["n_tracks"] for r in many]) if streams_code == "post-49" and one_shape(A) else None
+        # where the family measured a k, that k's rows alone (exact at the k it measured; the fit over every k scaled
+        # to them where they are one shape); other k take the fit over every k, carried by u(k)'s two parts
+        # (stream_pass, q of fit_replicated)
         by_k = {}
         for k in sorted({r["n_tracks"] for r in rs if r["n_tracks"] > 1}):
-            ck, _, ck_code, _ = fit_streams([r for r in rs if r["n_tracks"] in (1, k)], base_ms, s, c1, device, qk, rho)
+            at_k = [r for r in rs if r["n_tracks"] in (1, k)]
+            ck, _, ck_code, _ = fit_streams(at_k, base_ms, s, c1, device, qk, rho)
             if ck_code == streams_code and ck is not None:
-                by_k[k] = ck
+                _, _, Ak, yk = streams_points(at_k, base_ms, s, c1, device, qk)
+                by_k[k] = scale_to(c_streams, Ak, yk)[0] if one_shape(Ak) and not shape_points else ck
         table[f"{size}|{workload}|{mode}"] = dict(
             size=size, workload=workload, mode=mode, device=device, scale=s, base_ms=base_ms, c1=c1, c1_how=c1_how,
             c_streams=c_streams, mlp_fitted=mlp_fitted, streams_by_k=by_k, streams_how=streams_how,
-            streams_code=streams_code, q=qk,
+            streams_code=streams_code, shape_points=shape_points, q=qk,
             n_rows=len(rs),
             streams_sources=sorted({r["source"] for r in rs if r["n_tracks"] > 1 and r["impl"] == streams_code}),
             commits=sorted({r["commit"] for r in rs}), sources=sorted({r["source"] for r in rs}),

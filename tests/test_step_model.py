@@ -446,6 +446,26 @@ def test_streams_prefer_a_current_code_fit():
     assert "borrowed from medium" in none["streams_how"]
 
 
+
+def test_rows_of_one_policy_shape_scale_another_familys_coefficients():
+    """Rows whose feature vectors are parallel (one policy, any k) cannot fit the coefficients apart: such a family
+    takes the nearest current-code family's, times the factor that reproduces its rows at that family's own k
+    (scale_to); two shapes fit their own, and no family borrows from a one-shape one."""
+    assert sm.one_shape([(1.0, 2.0, 0.0), (2.0, 4.0, 0.0)]) and not sm.one_shape([(1.0, 2.0, 0.0), (1.0, 0.0, 2.0)])
+    src_by_k = {2: (1.0, 2.0, 3.0)}
+    A, ks = [(0.5, 1.0, 1.0)], [2]
+    y = [3.0 * (0.5 * 1.0 + 1.0 * 2.0 + 1.0 * 3.0)]  # three times what the source's k = 2 coefficients give
+    c, f = sm.scale_to((9.0, 9.0, 9.0), A, y, src_by_k, ks)
+    assert f == pytest.approx(3.0) and c == pytest.approx((27.0, 27.0, 27.0))
+    fam = lambda size, c, points: dict(size=size, workload="train_b12", mode="compiled-graphs", device="H100",
+                                       c_streams=c, streams_how="own fit", streams_code="post-49",
+                                       streams_by_k=dict(src_by_k) if points is None else {2: (0.0, 0.0, 0.0)},
+                                       shape_points=points)
+    src, one = fam("124m", (9.0, 9.0, 9.0), None), fam("medium", (0.0, 0.0, 0.0), (A, y, ks))
+    sm.resolve_streams({"H100": {"a": src, "b": one}})
+    assert one["streams_by_k"][2] == pytest.approx((3.0, 6.0, 9.0)) and one["c_streams"] == pytest.approx((27.0,) * 3)
+    assert "x 3.00" in one["streams_how"] and src["c_streams"] == (9.0, 9.0, 9.0)
+
 def test_an_unmeasured_size_takes_the_nearest_scale_and_the_mean_of_the_measured_streams():
     """family_on: a size with no tp=1 row takes the compute scale of the nearest measured size (size_distance: medium
     is nearer large than 124m is) and, by hand, the mean of every measured size's own streams fit, at each k they
