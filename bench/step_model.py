@@ -493,7 +493,14 @@ PROSPECTIVE_REVISIONS = (
                 "H200's x 1.02. Held out by device, k <= 2: time worst 23.6% -> 20.0%, saving 2.1 / 6.6 / 29.1 -> "
                 "2.1 / 6.1 / 17.0 points (the H200 compiled training rows at k = 2 now priced from H100's own "
                 "compiled row, not train_b8's eager streams), sign errors 4 -> 4; the full fit and leave one size "
-                "out do not move; 1.5B tp=8 grouped:4 training 123.49 -> 87.00 became 123.19 -> 86.70 ms (30%)"),)
+                "out do not move; 1.5B tp=8 grouped:4 training 123.49 -> 87.00 became 123.19 -> 86.70 ms (30%)"),
+    ("6760e19", "(after every batch above) the width law's tp=1 rows (bench/results/h100_tp1_width/, measured in the "
+                "ninth session to test it) feed the fits, and from k = 3 (WIDTH_LAW_MIN_K) a tp rank's streams take "
+                "1/tp of one GPU's at n_tracks = tp k for their bytes (tracks_ms, latency_fraction), where they had "
+                "been carried from tp=1 at k. Every k, full fit: saving worst 24.5 -> 16.3 points; held out by "
+                "size: 48.2 -> 22.8; k <= 4: 7.5 -> 7.3, and k <= 2 does not move (fed at k = 2 too, its worst went "
+                "to 9.3). What is left past k = 4 is prefill_b1, half launches, which the law overshoots (large "
+                "grouped:4 at k = 10: -96% modeled against -80%)"),)
 # Rows measured after the model that scores them was committed: out of sample by construction (issue 50). They
 # enter no fit (feeds_fits), their tp=1 rows included, so every split scores them as rows it never saw. Each
 # folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
@@ -547,11 +554,13 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "2x H200 again (the call asked for H100s) after 6760e19 fitted the compiled step's streams: 124m's "
                 "compiled training step at tp=2, n_tracks 4, e9b815e's configuration measured again (the rows record "
                 "0104f33)"))
-# tp=1 rows at n_tracks = tp * k, measured to test the width law (width_law_lines) before any term uses it: no fit
-# reads them. Fed to the fits as they are, they would move q and a family's own k and worsen the k <= 2 scores (full
-# fit saving worst 6.7 -> 9.6 points under 57ee9e3's two-count term): they are a check, said in the validation, not
-# calibration data.
+# tp=1 rows at n_tracks = tp * k, measured to test the width law (width_law_lines) before any term used it; the test
+# is in bench/results/h100_tp1_width/README.md. Since the session of 968d560 they feed the fits, and tracks_ms prices
+# a rank's stream bytes by the law from k = WIDTH_LAW_MIN_K on: the law held at k = 6-10 (0.98-1.04) and the stored
+# pairs at k = 3-5 run 0.98-1.10, where 124m at k = 2 ran 0.87 (fed at k = 2 too, the k <= 2 full fit's saving worst
+# went from 6.2 to 9.3 points).
 WIDTH_LAW_FILES = "h100_tp1_width/tp_latency_*.json"
+WIDTH_LAW_MIN_K = 3
 # Row files that no glob above reads, and why (printed in the validation table, so that none is dropped unsaid).
 SKIPPED_ROW_FILES = (
     ("issue49/final/before/*.json", "the code of dcba9e8 (before issue 49's model change) run from a git archive "
@@ -566,7 +575,6 @@ SKIPPED_ROW_FILES = (
      "their configurations' graph rows are in h100_tp2_large and h100_tp2_current"),
     ("issue49/final/train_loop/tp2_medium.json", "batch 8 with the optimizer step: no workload of this model "
      "(train_b8 has no optimizer, train_b12 is batch 12)"),
-    (WIDTH_LAW_FILES, "tp=1 rows at n_tracks = 2k, a check of the width law (width_law_lines), read by no fit"),
     ("ladder_compiled_train/train_throughput.json", "the compiled ladder before 57b00c9, whose traced all-reduce "
      "blocked (no overlap: timeline_h200/); ladder_compiled_overlap/ measures the same step on the current code"))
 # The implementation a row measured. Issue 49 changed what each policy computes at one track per GPU
@@ -1118,20 +1126,34 @@ def step_roofline(size, workload, tp, device):
     return sum(roofline(sublayers(size, workload, tp), device).values())
 
 
+def latency_fraction(workload, device):
+    """The part of an extra stream's pass (stream_pass) that is launch latency rather than bytes."""
+    b, T = WORKLOADS[workload][:2]
+    lat, by = LAT / STREAM_WIDTH, b * T * 4 / DEVICES[device]["hbm"]
+    return lat / (lat + by)
+
+
 def tracks_ms(e, size, workload, policy, k, tp, device):
     """The policy's own work beyond baseline's: its counted passes (policy_ops, at any k) and, at k >= 2, the extra
-    streams' term u(k) (c_entry n_entry + c_attn n_attn + c_mlp n_mlp; tracks_features). It is priced on the device
-    whose rows fitted the family, and carried to another device (a split that holds that device out) as the whole
-    step's roofline carries, not at the datasheets' HBM ratio: of the tp=1 extras over baseline measured on both
-    H100 and H200 (49 size, workload, policy and k pairs, the current code), H100's ran 0.94-2.09x H200's (median
-    1.05), nearer the step's roofline ratio (1.04-1.21) than the HBM ratio (1.43) in 44 of them."""
+    streams' term u(k) (c_entry n_entry + c_attn n_attn + c_mlp n_mlp; tracks_features). At tp >= 2 and k >=
+    WIDTH_LAW_MIN_K, where the family measured one GPU at n_tracks = tp k, the streams' bytes follow the width law (a
+    rank holding k of tp k tracks runs 1/tp of what one GPU runs at tp k) and their launches (latency_fraction) stay
+    the rank's own. It is priced on the device whose rows fitted the family, and carried to another device (a split
+    that holds that device out) as the whole step's roofline carries, not at the datasheets' HBM ratio: of the tp=1
+    extras over baseline measured on both H100 and H200 (49 size, workload, policy and k pairs, the current code),
+    H100's ran 0.94-2.09x H200's (median 1.05), nearer the step's roofline ratio (1.04-1.21) than the HBM ratio
+    (1.43) in 44 of them."""
     L, on = SHAPES[size][0], e.get("device", device)
     ops = e.get("c1", 1.0) * policy_ops(policy, L, workload, tp) * op_pass(size, workload, on)
     per_pass = lambda c_streams: sum(c * n for c, n in zip(c_streams, tracks_features(policy, L)))
+    by_k, q = e.get("streams_by_k", {}), e.get("q", 1.0)
     # the streams' per-rank part shrinks with the rank's share of tp=1's work, its per-track part does not
     share = step_roofline(size, workload, tp, on) / step_roofline(size, workload, 1, on)
-    streams = (stream_pass(size, workload, k, on, e.get("q", 1.0), share)
-               * per_pass(e.get("streams_by_k", {}).get(k, e["c_streams"])) if k > 1 else 0.0)
+    streams = stream_pass(size, workload, k, on, q, share) * per_pass(by_k.get(k, e["c_streams"])) if k > 1 else 0.0
+    if tp > 1 and k >= WIDTH_LAW_MIN_K and tp * k in by_k:
+        law = stream_pass(size, workload, tp * k, on, q) * per_pass(by_k[tp * k]) / tp
+        f = latency_fraction(workload, on)
+        streams = f * streams + (1 - f) * law
     carry = step_roofline(size, workload, tp, device) / step_roofline(size, workload, tp, on)
     return e["scale"] * (ops + streams) * carry * 1e3
 
@@ -1882,14 +1904,11 @@ def validation_notes(rows, fit, held):
 def width_law_pairs(q):
     """Per tp=2 current-code CUDA-graph H100 row of a policy with tp=1 rows (its floor and its run's baseline floor
     stored) at k >= 2 tracks per GPU: its floor's extra over baseline's (e_tp), the tp=1 extra at the same k (e1_k)
-    and at n_tracks = 2k (e1_n: the same tracks, as wide; WIDTH_LAW_FILES or the fits' rows), and the ratio the model
-    carries from tp=1's k to tp=2's ((1 - q) share + q (k - 1)) / ((1 - q) + q (k - 1)), q the full fit's
-    {workload kind: q} (fit_replicated; the width rows enter no fit). Medians over repeats."""
+    and at n_tracks = 2k (e1_n: the same tracks, as wide; WIDTH_LAW_FILES among the fits' rows), and the ratio the
+    model carries from tp=1's k to tp=2's: r = ((1 - q) share + q (k - 1)) / ((1 - q) + q (k - 1)), q the full fit's
+    {workload kind: q} (fit_replicated), and from k = WIDTH_LAW_MIN_K on f r + (1 - f) (e1_n / 2) / e1_k with f the
+    stream pass's latency_fraction (tracks_ms). Medians over repeats."""
     rows = stored_rows()
-    for path in sorted(glob.glob(os.path.join(RESULTS, WIDTH_LAW_FILES))):
-        with open(path) as f:
-            rows += [dict(r, device=device_name(r["device"]), impl="post-49")
-                     for r in tp_latency_rows(json.load(f), os.path.relpath(path, REPO))]
     ms, floor = {}, {}
     for r in rows:
         if r["impl"] == "post-49" and r["mode"] == "graph" and r["device"] == "H100" and r["workload"] in WORKLOADS:
@@ -1910,9 +1929,12 @@ def width_law_pairs(q):
             continue
         share = step_roofline(size, w, tp, "H100") / step_roofline(size, w, 1, "H100")
         qk = q[w.split("_")[0]]
+        r = ((1 - qk) * share + qk * (k - 1)) / ((1 - qk) + qk * (k - 1))
+        if k >= WIDTH_LAW_MIN_K:
+            f = latency_fraction(w, "H100")
+            r = f * r + (1 - f) * (e1_n / 2) / e1_k
         out.append(dict(size=size, workload=w, k=k, policy=pol, e_tp=med(floor, (size, w, 2, n, pol))
-                        - med(floor, (size, w, 2, n, "baseline")), e1_k=e1_k, e1_n=e1_n,
-                        model=((1 - qk) * share + qk * (k - 1)) / ((1 - qk) + qk * (k - 1))))
+                        - med(floor, (size, w, 2, n, "baseline")), e1_k=e1_k, e1_n=e1_n, model=r))
     return out
 
 
@@ -1924,7 +1946,9 @@ def width_law_lines(q):
     lines = ["", "**Past k = 2: the width law** (tp=2 H100 rows of spd and grouped:4 at k tracks per GPU; the tp=1 rows "
              f"at n_tracks = 2k in {os.path.dirname(WIDTH_LAW_FILES)}/ and the fits' tp=1 rows; ranges, median in brackets). "
              "A rank at tp=2 holding k tracks runs half of what one GPU runs at n_tracks = 2k: the same tracks, as wide. "
-             "The model carries tp=1's extra at the same k instead, whose tracks are twice as wide:", "",
+             f"At k = 2 the model carries tp=1's extra at the same k, whose tracks are twice as wide; from k = "
+             f"{WIDTH_LAW_MIN_K} it takes the law for the streams' bytes, weighted by their share of a stream's pass "
+             "(tracks_ms, latency_fraction: about 0.8 in prefill_b8 and training, 0.3 in prefill_b1, none in decode):", "",
              "| workload | k | pairs | tp=2 extra / (tp=1 extra at n_tracks 2k / 2) | tp=2 extra / tp=1 extra at k "
              "| the model's ratio to tp=1 at k |", "|---|---:|---:|---|---|---|"]
     for w in WORKLOADS:

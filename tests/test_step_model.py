@@ -247,6 +247,26 @@ def test_tracks_term_by_k():
 
 
 
+def test_past_two_tracks_per_gpu_the_streams_bytes_follow_the_width_law():
+    """From k = WIDTH_LAW_MIN_K, where the family measured one GPU at n_tracks = tp k, a tp rank's streams take 1/tp of
+    that row's term for their bytes (1 - latency_fraction) and keep the rank's own for their launches; below it, or
+    without that row, the term is the one carried from tp=1 at k. Decode's passes are launches: no law there."""
+    c_k, c_n = (1.0, 2.0, 3.0), (4.0, 5.0, 6.0)
+    for w in ("prefill_b8", "decode_b1"):
+        f = sm.latency_fraction(w, "H100")
+        assert (0.1 < f < 0.3) if w == "prefill_b8" else f > 0.99
+        for k, tp in ((3, 2), (2, 2)):
+            e = dict(scale=2.0, c1=0.0, c_streams=c_k, q=0.25, device="H100", streams_by_k={k: c_k, tp * k: c_n})
+            per = lambda c: sum(ci * ni for ci, ni in zip(c, sm.tracks_features("grouped:4", 12)))
+            share = sm.step_roofline("124m", w, tp, "H100") / sm.step_roofline("124m", w, 1, "H100")
+            own = sm.stream_pass("124m", w, k, "H100", 0.25, share) * per(c_k)
+            law = sm.stream_pass("124m", w, tp * k, "H100", 0.25) * per(c_n) / tp
+            want = own if k < sm.WIDTH_LAW_MIN_K else f * own + (1 - f) * law
+            assert sm.tracks_ms(e, "124m", w, "grouped:4", k, tp, "H100") == pytest.approx(2.0 * want * 1e3)
+            del e["streams_by_k"][tp * k]  # no tp=1 row at n_tracks = tp k: the term carried from k alone
+            assert sm.tracks_ms(e, "124m", w, "grouped:4", k, tp, "H100") == pytest.approx(2.0 * own * 1e3)
+
+
 def test_tracks_term_carries_to_another_device_as_the_step_does():
     """A family fitted on H200 prices its own work on H200 and carries it to H100 by the ratio of the two devices'
     step rooflines at that tp, not by their HBM bandwidths (1.43x); on its own device nothing is carried."""
