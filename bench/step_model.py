@@ -24,7 +24,8 @@ such a step does not borrow another device's gap (overhead_for); H100 and H200 e
 Tracks. A rank holds k = n_tracks / tp tracks. At any k the policy runs a few elementwise passes over the stream
 that a Megatron layer does not (policy_ops, counted from model/gpt.py: one per spd region, two per grouped region,
 and in training at tp > 1 one bias add per Megatron sublayer), each costing s * op_pass; their coefficient c1 is 1
-(the code's count) unless tp=1 rows of the current code at k = 1 fit it. At k >= 2 the diverged streams cost more:
+(the code's count) unless tp=1 rows of the current code at k = 1 fit it, and 0 in a compiled family (inductor fuses
+them: fit_ops). At k >= 2 the diverged streams cost more:
 with n_entry the regions entered from a synced stream and n_attn, n_mlp the attention and MLP sublayers that run
 per track, where any stream diverges (tracks_features), and u(k) = s * C * (lat / 768 + N * 4 B / hbm_bw) *
 ((1 - q) share + q (k - 1)) the extra streams' pass over the N tokens (stream_pass: its latency-bound part grows
@@ -35,8 +36,12 @@ on 2x H100, a floor at tp=2 and k=2 is the tp=1 row's multiple of baseline, not 
 with c_entry, c_attn, c_mlp >= 0 fitted by least squares to a family's tp=1 rows at the row's k where it measured
 that k, else to its rows at every k >= 2 (c_mlp only where a policy ran its MLPs per track without its attention,
 else c_attn times the ratio such families fitted: mlp_ratios); a family uses the current code's
-fit, its own or, where it has none, another family's of the same workload kind, and the older code's only where no
-family has a current-code fit (resolve_streams). Rows are told apart by the code they measured
+fit, its own or, where it has none, another family's of the same workload kind (times the factor that fits its own
+rows where they are of one policy shape: scale_to), and the older code's only where no family has a current-code
+fit (resolve_streams). At tp >= 2 and k >= 3, where one GPU was measured at n_tracks = tp k, the streams' bytes
+follow the width law, 1/tp of that row's term, weighted by their share of the pass (latency_fraction; tracks_ms).
+Priced on the family's device, the term carries to another device as the step's roofline does. Rows are told apart
+by the code they measured
 (implementation(): issue 49 changed what a policy computes at one track per GPU), and the current code's rows at
 tp >= 2 enter no fit (feeds_fits). Row files: ROW_FILES.
 
@@ -46,7 +51,8 @@ profile) costs
 at tp=2 a two-regime law (sweep_regimes: NCCL changes protocol with the message size, and the stored tp=2 rows
 jump between 1.57 and 2.1 MB) fitted to what an all-reduce adds to a step, measured apart from every model row
 (bench/allreduce_sweep.py --between 1024 --producer gemm: each all-reduce's message written by a GEMM and read by a
-residual add, less the same CUDA graph without the all-reduces; bench/results/allreduce/allreduce_instep_gemm_n2.json).
+residual add, less the same CUDA graph without the all-reduces; bench/results/allreduce/allreduce_instep_gemm_n2.json,
+and H200's in instep_h200/ for a split that holds H100 out).
 Where no such in-step sweep is stored, alpha(2) and bw(2) are fitted (relative least squares) to the all-reduce
 kernel times of the stored 2xH200 profiles, and a back-to-back sweep (allreduce_sweep_n<tp>.json) gives the
 regimes' shape, moved to that alpha. alpha(4), bw(4) are fitted to the stored tp=4 rows' time over their floor;
@@ -62,7 +68,9 @@ all-reduce adds), and full overlap where the policy allows it: ladder hides each
 the next sublayer, async input-gradient all-reduce hides each backward f behind its wgrad GEMM;
 hidden = min(t_ar, that compute).
 
-Everything this module prints is modeled unless a row says measured. Commands (repository root):
+A question about training is priced as the trainer runs its step, compiled with CUDA graphs (TRAINER_MODE); prefill
+and decode as CUDA graphs of eager kernels. Everything this module prints is modeled unless a row says measured.
+Commands (repository root):
     python -m bench.step_model --size xl --tp 8 --policy grouped:4 --device H100   # one question
     python -m bench.step_model --validate        # every stored tp>=2 row: predicted / measured
     python -m bench.step_model --pareto          # loss gap against modeled time, and the 70B table
