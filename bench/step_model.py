@@ -296,19 +296,20 @@ def load_sweeps():
     allreduce_instep_gemm_n<tp>.json: what an all-reduce adds to a step, in_step True, where one is stored, else the
     back-to-back one, allreduce_sweep_n<tp>.json), then the in-step sweeps of other devices in its folders
     (instep_<device>/). device: the GPU it ran on (H100, H200)."""
+    def read(path, in_step):
+        with open(path) as fh:
+            data = json.load(fh)
+        return int(data["ranks"]), (data["rows"], f"{os.path.relpath(path, REPO)} ({data['device']})", in_step,
+                                    device_name(data["device"]))
     out = {}
     for name, in_step in (("allreduce_sweep_n*.json", False), ("allreduce_instep_gemm_n*.json", True)):
         for path in sorted(glob.glob(os.path.join(RESULTS, "allreduce", name))):
-            with open(path) as fh:
-                data = json.load(fh)
-            out[int(data["ranks"])] = [(data["rows"], f"{os.path.relpath(path, REPO)} ({data['device']})", in_step,
-                                        device_name(data["device"]))]
+            tp, entry = read(path, in_step)
+            out[tp] = [entry]
     for path in sorted(glob.glob(os.path.join(RESULTS, "allreduce", "instep_*", "allreduce_instep_gemm_n*.json"))):
-        with open(path) as fh:
-            data = json.load(fh)
-        entry = (data["rows"], f"{os.path.relpath(path, REPO)} ({data['device']})", True, device_name(data["device"]))
-        if all(e[3] != entry[3] for e in out.get(int(data["ranks"]), [])):
-            out.setdefault(int(data["ranks"]), []).append(entry)
+        tp, entry = read(path, True)
+        if all(e[3] != entry[3] for e in out.get(tp, [])):
+            out.setdefault(tp, []).append(entry)
     return out
 
 
@@ -793,15 +794,16 @@ def scale_to(c_streams, A, y, by_k=None, ks=None):
     return tuple(f * c for c in c_streams), f
 
 
-def fit_streams(rs, base_ms, s, c1, device, q=1.0, mlp_ratio=None):
+def fit_streams(rs, base_ms, s, c1, device, q=1.0, mlp_ratio=None, points=None):
     """c_streams = (c_entry, c_attn, c_mlp) >= 0 of one family's k >= 2 rows (streams_points), least squares: their
     time over baseline less the policy's counted passes, against u(k) * (n_entry, n_attn, n_mlp). c_mlp is fitted only
     where a policy ran its MLPs per track without its attention (attention-only syncs): spd and grouped:G alone cannot
     tell it from c_attn, so elsewhere c_mlp = mlp_ratio * c_attn (mlp_ratios; 1 where none is given, which prices
     every spd, grouped:G and selective shape as the two-feature term before it did). Returns (c_streams, how, code:
-    'post-49', 'pre-49' or None, whether c_mlp was fitted)."""
+    'post-49', 'pre-49' or None, whether c_mlp was fitted). points: streams_points of the same arguments, if the
+    caller has them."""
     L = SHAPES[rs[0]["size"]][0]
-    many, impl, A, y = streams_points(rs, base_ms, s, c1, device, q)
+    many, impl, A, y = points or streams_points(rs, base_ms, s, c1, device, q)
     if not many:  # no k >= 2 row: resolve_streams takes another family's
         return None, "no k >= 2 row", None, False
     mlp_alone = any(n_mlp > 0 and n_attn == 0 for _, n_attn, n_mlp in (tracks_features(r["policy"], L) for r in many))
@@ -955,8 +957,9 @@ def calibrate_from_rows(rows, device, q=None, mlp_ratio=None):
         c1, c1_how = fit_ops(rs, base_ms, s, device)
         qk = (q or {}).get(workload.split("_")[0], 1.0)
         rho = (mlp_ratio or {}).get(workload)
-        c_streams, streams_how, streams_code, mlp_fitted = fit_streams(rs, base_ms, s, c1, device, qk, rho)
-        many, _, A, y = streams_points(rs, base_ms, s, c1, device, qk)
+        pts = streams_points(rs, base_ms, s, c1, device, qk)
+        c_streams, streams_how, streams_code, mlp_fitted = fit_streams(rs, base_ms, s, c1, device, qk, rho, pts)
+        many, _, A, y = pts
         # rows of one policy shape cannot fit the coefficients apart: resolve_streams scales another family's to them
         shape_points = (A, y, [r["n_tracks"] for r in many]) if streams_code == "post-49" and one_shape(A) else None
         # where the family measured a k, that k's rows alone (exact at the k it measured; the fit over every k scaled
@@ -965,10 +968,10 @@ def calibrate_from_rows(rows, device, q=None, mlp_ratio=None):
         by_k = {}
         for k in sorted({r["n_tracks"] for r in rs if r["n_tracks"] > 1}):
             at_k = [r for r in rs if r["n_tracks"] in (1, k)]
-            ck, _, ck_code, _ = fit_streams(at_k, base_ms, s, c1, device, qk, rho)
+            pts_k = streams_points(at_k, base_ms, s, c1, device, qk)
+            ck, _, ck_code, _ = fit_streams(at_k, base_ms, s, c1, device, qk, rho, pts_k)
             if ck_code == streams_code and ck is not None:
-                _, _, Ak, yk = streams_points(at_k, base_ms, s, c1, device, qk)
-                by_k[k] = scale_to(c_streams, Ak, yk)[0] if one_shape(Ak) and not shape_points else ck
+                by_k[k] = scale_to(c_streams, *pts_k[2:])[0] if one_shape(pts_k[2]) and not shape_points else ck
         table[f"{size}|{workload}|{mode}"] = dict(
             size=size, workload=workload, mode=mode, device=device, scale=s, base_ms=base_ms, c1=c1, c1_how=c1_how,
             c_streams=c_streams, mlp_fitted=mlp_fitted, streams_by_k=by_k, streams_how=streams_how,
@@ -1156,13 +1159,14 @@ def tracks_ms(e, size, workload, policy, k, tp, device):
     per_pass = lambda c_streams: sum(c * n for c, n in zip(c_streams, tracks_features(policy, L)))
     by_k, q = e.get("streams_by_k", {}), e.get("q", 1.0)
     # the streams' per-rank part shrinks with the rank's share of tp=1's work, its per-track part does not
-    share = step_roofline(size, workload, tp, on) / step_roofline(size, workload, 1, on)
+    rank = step_roofline(size, workload, tp, on)
+    share = rank / step_roofline(size, workload, 1, on)
     streams = stream_pass(size, workload, k, on, q, share) * per_pass(by_k.get(k, e["c_streams"])) if k > 1 else 0.0
     if tp > 1 and k >= WIDTH_LAW_MIN_K and tp * k in by_k:
         law = stream_pass(size, workload, tp * k, on, q) * per_pass(by_k[tp * k]) / tp
         f = latency_fraction(workload, on)
         streams = f * streams + (1 - f) * law
-    carry = step_roofline(size, workload, tp, device) / step_roofline(size, workload, tp, on)
+    carry = step_roofline(size, workload, tp, device) / rank
     return e["scale"] * (ops + streams) * carry * 1e3
 
 
