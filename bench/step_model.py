@@ -528,7 +528,15 @@ PROSPECTIVE_REVISIONS = (
                 "15.6%, saving 3.0 / 8.3 / 16.6 -> 2.0 / 4.4 / 6.9 points, sign errors 1 -> 0 of 90 (medium prefill_b1 "
                 "grouped:4 at n_tracks 8: +13.0% measured, -3.6% modeled); held out by size: saving worst 17.0 -> "
                 "7.1. 1.5B tp=8 grouped:4: training 123.19 -> 86.70 ms (30%) became 126.59 -> 87.18 (31%), decode_b1 "
-                "32% became 35%"),)
+                "32% became 35%"),
+    ("845bb6f", "(data, planned before the call: bench/results/h100_tp1_train_b12/) the trainer's compiled step on one "
+                "H100 with spd and grouped:4 at n_tracks 2 and 4 (124m) and at 2 (medium), so that H100's train_b12 "
+                "families fit their own streams term, where they had scaled H200's to one grouped:4 row (one_shape). "
+                "Before they fed it, the model gave their extras within 0.9 ms (124m n_tracks 4 grouped:4: +11.09 "
+                "modeled, +12.00 measured; medium's baseline 70.38 against 72.54). No row of these batches moves. "
+                "Not kept: the width law's tp=1 coefficients borrowed from the other device where a family has none at "
+                "n_tracks = tp k (H200 has no tp=1 row past n_tracks 4): this batch's full-fit saving worst 35.8 -> "
+                "11.8 points (17.6 scaled to the family's own fit), but the first tp=4 batch's 6.9 -> 8.6 (15.6)"),)
 # Rows measured after the model that scores them was committed: out of sample by construction (issue 50). They
 # enter no fit (feeds_fits), their tp=1 rows included, so every split scores them as rows it never saw. Each
 # folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
@@ -586,7 +594,13 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "4x H200 (the call asked for H100s; the lender moved it) after 2b98aa0: the current code at tp=4, "
                 "which no row had (every stored tp=4 row is the older code at one track per GPU), 124m at n_tracks 4 "
                 "and 12, medium at 4 and 8, large at 4, baseline, ladder, spd, parallel, grouped:4, every workload "
-                "(the rows record 2b98aa0)"))
+                "(the rows record 2b98aa0)"),
+               ("issue50/prospective_845bb6f/*.json", "845bb6f",
+                "4x H200 again (the call asked for H100s) after 845bb6f priced tp=4 by the in-step sweep at 4 ranks: "
+                "tp=4 policies and k the first tp=4 batch did not have, 124m grouped:2, 3, 6, 12 and a selective set "
+                "(baseline then spd) at n_tracks 4 and 12, medium spd, grouped:8, 24 at 4 and 16 (k = 4), large spd, "
+                "grouped:4, 36 at 4 and 20 (k = 5) (the rows record 2b98aa0, the device copy's lagging git metadata; "
+                "its measured code is 845bb6f's)"))
 # tp=1 rows at n_tracks = tp * k, measured to test the width law (width_law_lines) before any term used it; the test
 # is in bench/results/h100_tp1_width/README.md. Since the session of 968d560 they feed the fits, and tracks_ms prices
 # a rank's stream bytes by the law from k = WIDTH_LAW_MIN_K on: the law held at k = 6-10 (0.98-1.04) and the stored
