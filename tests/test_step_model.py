@@ -628,6 +628,46 @@ def test_an_in_step_sweep_is_the_tp2_law_as_measured_and_fits_on_no_row():
         assert (e["alpha_us"], e["regimes_from"], e["fitted_on"]) == (pytest.approx(alpha), source, [])
 
 
+def four_rank_sweep():
+    """A 4-rank sweep whose law is known: 10 us + f b / 200 GB/s up to 4 MiB, 24 us + f b / 330 GB/s above (f = 1.5)."""
+    return [dict(bytes=b, us=(10.0 + 1.5 * b / 200e3) if b <= 2**22 else (24.0 + 1.5 * b / 330e3))
+            for b in (2**k for k in range(10, 27))]
+
+
+def test_an_in_step_sweep_at_four_ranks_prices_tp4_and_tp8_extrapolates_each_regime():
+    """With in-step sweeps at 2 and 4 ranks, tp=4 is its sweep's law as measured (no row's configuration fed it, so none
+    is scored in-sample) and tp=8 takes each regime's alpha linear in tp - 1 through tp 2 and 4, its bw and change point
+    held at tp=4's: low 10 + 4 (10 - 7.5) / 2 = 15 us, high 24 + 4 (24 - 22) / 2 = 28 us. A split that holds out
+    the device of the 4-rank sweep falls back to the tp=4 rows, and tp=8 to one extrapolated line."""
+    rows = sm.stored_rows()
+    sweeps = {2: [(two_line_sweep(), "tp=2 by hand", True, "H100")], 4: [(four_rank_sweep(), "tp=4 by hand", True, "H200")]}
+    for exclude in (None, lambda size, device: size == "medium"):
+        by = sm.fit_split(rows, exclude, sweeps=sweeps)["fit"]["by_tp"]
+        assert (by["4"]["alpha_us"], by["4"]["bw_GBps"], by["4"]["fitted_on"]) == (pytest.approx(10.0), pytest.approx(200.0), [])
+        assert by["8"]["regimes"] == [dict(max_bytes=pytest.approx(2**22), alpha_us=pytest.approx(15.0), bw_GBps=pytest.approx(200.0)),
+                                      dict(max_bytes=None, alpha_us=pytest.approx(28.0), bw_GBps=pytest.approx(330.0))]
+        fit = dict(by_tp=by)
+        assert sm.allreduce_ms(2**20, 4, fit) == pytest.approx((10.0 + 1.5 * 2**20 / 200e3) / 1e3)
+        assert sm.allreduce_ms(2**24, 8, fit) == pytest.approx((28.0 + 1.75 * 2**24 / 330e3) / 1e3)
+        assert not any(sm.in_comm_fit(dict(size=s, device=d, tp=4), fit) for s in ("124m", "medium") for d in ("H100", "H200"))
+    without_h200 = sm.fit_split(rows, lambda size, device: device == "H200", sweeps=sweeps)["fit"]["by_tp"]
+    assert "regimes" not in without_h200["4"] and "regimes" not in without_h200["8"]
+    # a later regime whose alpha falls from tp=2 to 4 is held, not extrapolated down
+    assert sm.extrapolate_regimes([dict(max_bytes=1.0, alpha_us=12.0, bw_GBps=1.0)],
+                                  [dict(max_bytes=2.0, alpha_us=10.0, bw_GBps=3.0)]) == [dict(max_bytes=2.0, alpha_us=10.0, bw_GBps=3.0)]
+
+
+def test_tp8_sensitivity_holds_tp4s_law_and_moves_only_its_large_messages_to_the_public_bound():
+    fit = dict(by_tp={"4": dict(alpha_us=10.0, bw_GBps=200.0, fitted_on=[], regimes=[
+        dict(max_bytes=2**22, alpha_us=10.0, bw_GBps=200.0), dict(max_bytes=None, alpha_us=24.0, bw_GBps=330.0)]),
+        "8": dict(alpha_us=15.0, bw_GBps=200.0, fitted_on=[])})
+    held, public = sm.with_tp8(fit, "held"), sm.with_tp8(fit, "public", 470.0)
+    assert sm.allreduce_ms(2**24, 8, held) == pytest.approx((24.0 + 1.75 * 2**24 / 330e3) / 1e3)
+    assert sm.allreduce_ms(2**24, 8, public) == pytest.approx((24.0 + 1.75 * 2**24 / 470e3) / 1e3)
+    assert sm.allreduce_ms(2**20, 8, public) == pytest.approx((10.0 + 1.75 * 2**20 / 200e3) / 1e3)
+    assert fit["by_tp"]["4"]["regimes"][1]["bw_GBps"] == 330.0  # the fit passed in is not changed
+
+
 def test_rows_regimes_recover_a_known_law_from_rows_over_their_floor():
     """Rows whose time over the floor follows two_line_sweep's law, n all-reduces each, some sizes twice (the median
     is taken per size): rows_regimes recovers it. Fewer than six message sizes give no law."""
