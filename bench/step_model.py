@@ -55,9 +55,11 @@ residual add, less the same CUDA graph without the all-reduces; bench/results/al
 and H200's in instep_h200/ for a split that holds H100 out).
 Where no such in-step sweep is stored, alpha(2) and bw(2) are fitted (relative least squares) to the all-reduce
 kernel times of the stored 2xH200 profiles, and a back-to-back sweep (allreduce_sweep_n<tp>.json) gives the
-regimes' shape, moved to that alpha. alpha(4), bw(4) are fitted to the stored tp=4 rows' time over their floor;
-tp=8 extrapolated (alpha linear in tp - 1 through tp 2 and 4, bw held at tp=4's), with the public nccl-tests busbw as
-the bound (PUBLIC_BUSBW).
+regimes' shape, moved to that alpha. tp=4 likewise takes the in-step sweep at 4 ranks
+(bench/results/allreduce/instep_h200/allreduce_instep_gemm_n4.json, on 4x H200: change point 3.25 MiB), and where a
+split holds that device out, alpha(4), bw(4) fitted to the older code's tp=4 rows' time over their floor. tp=8 is
+extrapolated regime by regime (extrapolate_regimes: alpha linear in tp - 1 through tp 2 and 4, bw and the change point
+held at tp=4's), with the public nccl-tests busbw as the bound (PUBLIC_BUSBW).
 --validate scores time and saving (1 - policy / baseline, same run and n_tracks) for this fit and for refits
 that leave the row's size, or device, out of every fitted quantity (fit_split). The policy's collectives come from its plan (collectives()): per forward
 one g per synced point (N*C compute-dtype bytes), the vocabulary-parallel embedding and head; per
@@ -1319,8 +1321,9 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
     """Every fitted quantity from the data exclude(size, device) leaves in: compute scales and tracks terms (tp=1
     rows), alpha and bw at tp=2 (an in-step sweep's, where one is stored and its device kept; else the kept tp=2 rows'
     time over their floor, two regimes by message size where they measured six sizes (rows_regimes); else the
-    profiles if their configuration is let in; else the rows' one line), at tp=4 (the tp=4 rows' time over
-    their floor) and tp=8 (extrapolated, comm_by_tp). The per-sublayer calibration (`calibrate`) and the gap between
+    profiles if their configuration is let in; else the rows' one line), at tp=4 (the in-step sweep at 4 ranks
+    where its device is kept, else the tp=4 rows' time over their floor) and tp=8 (extrapolated, comm_by_tp; regime by
+    regime where tp=2 and 4 both have an in-step law, extrapolate_regimes). The per-sublayer calibration (`calibrate`) and the gap between
     kernels that anchors it to whole tp=1 steps (fit_overhead) are used only by the full fit (exclude None): the
     calibration measures a row's own size and device. Rows at tp >= 2 of the current code enter no fit (feeds_fits).
     A stored all-reduce sweep at a tp (sweeps: load_sweeps(), the first whose device the split keeps) gives that tp's
@@ -1375,8 +1378,8 @@ def fit_split(rows, exclude=None, pts=None, sweeps=None):
     in_step = [fit["by_tp"][t] for t in ("2", "4") if fit["by_tp"][t].get("regimes_in_step")]
     if len(in_step) == 2:
         fit["by_tp"]["8"].update(regimes=extrapolate_regimes(*(e["regimes"] for e in in_step)),
-                                 regimes_from="extrapolated from the in-step laws at tp=2 and 4 (extrapolate_regimes)",
-                                 regimes_shift_us=0.0, regimes_in_step=True)
+                                 regimes_from="the in-step laws at tp=2 and 4, regime by regime (extrapolate_regimes)",
+                                 regimes_shift_us=0.0, regimes_extrapolated=True)
     fit["overhead"] = {d: fit_overhead(kept, d) for d in sorted(DEVICES)} if exclude is None else {}
     fit["ladder_hidden"] = fit_ladder_overlap(kept, tables, fit)
     return dict(tables=tables, fit=fit, calibration=exclude is None)
@@ -1401,15 +1404,16 @@ def comm_fit(fit):
                        for b, t, src in pts],
                check_not_fitted=ddp_flat_check(alpha, bw),
                public_bound=PUBLIC_BUSBW,
-               tp_4_8=("tp=4: fitted (relative least squares) to the stored tp=4 H200 rows' time over their floor "
-                       "(bench/results/tp_latency_tp4*.json; an older commit than the tp=1 rows). tp=8: no row; "
-                       "alpha extrapolated linearly in tp - 1 through tp 2 and 4 (a ring all-reduce has 2(tp-1) "
+               tp_4_8=("tp=4: the in-step sweep at 4 ranks on 4x H200 (bench/results/allreduce/instep_h200/"
+                       "allreduce_instep_gemm_n4.json), two regimes; a split without it fits the stored older-code tp=4 "
+                       "H200 rows' time over their floor (bench/results/tp_latency_tp4*.json). tp=8: no row; each "
+                       "regime's alpha extrapolated linearly in tp - 1 through tp 2 and 4 (a ring all-reduce has 2(tp-1) "
                        "dependent steps, https://developer.nvidia.com/blog/3x-faster-allreduce-with-nvswitch-and-"
                        "tensorrt-llm-multishot/), bw held at tp=4's (on NVSwitch the bus bandwidth per GPU does not "
-                       "depend on tp). Bound: public nccl-tests busbw at large sizes on 8xH100 NVLink, "
+                       "depend on tp), the change point held at tp=4's. Bound: public nccl-tests busbw at large sizes on 8xH100 NVLink, "
                        f"{PUBLIC_BUSBW['GBps'][0]:.0f}-{PUBLIC_BUSBW['GBps'][1]:.0f} GB/s ({PUBLIC_BUSBW['url']}; "
                        f"busbw as defined in {PUBLIC_BUSBW['definition']}); no public small-message latency figure "
-                       "was found, so the bound keeps alpha(8) = alpha(4)."))
+                       "was found, so the bound keeps tp=4's law and moves its large messages' bw."))
     return fit
 
 
@@ -1765,17 +1769,20 @@ def validation_header(fit, tables, rows):
             + ("the all-reduce law at tp=2 from the in-step sweep (measured apart from every row, the same in every "
                "split)" if by.get("2", {}).get("regimes_in_step") else "alpha/bw at tp=2 from the all-reduce kernel "
                "times of the stored 2×H200 profiles (124m)")
-            + ", at tp=4 from the older code's tp=4 rows' time over their floor "
-            "(bench/results/step_model_comm_fit.json). Rows whose (size, device, tp) fed alpha/bw are scored apart "
+            + (", at tp=4 from the in-step sweep at 4 ranks (the same in every split that keeps its device), at "
+               "tp=8 extrapolated from the two regime by regime" if by.get("4", {}).get("regimes_in_step") else
+               ", at tp=4 from the older code's tp=4 rows' time over their floor")
+            + " (bench/results/step_model_comm_fit.json). Rows whose (size, device, tp) fed alpha/bw are scored apart "
             "(in-sample). No tp ≥ 2 time enters a compute fit, and no current-code row at tp ≥ 2 enters any fit.",
             "- Held out: *leave one size out* refits every quantity without the row's size (compute and tracks from "
-            "the other sizes' tp=1 rows; alpha/bw at tp=4 from the other sizes' older-code rows"
+            "the other sizes' tp=1 rows"
+            + ("" if by.get("4", {}).get("regimes_in_step") else "; alpha/bw at tp=4 from the other sizes' older-code rows")
             + ("" if by.get("2", {}).get("regimes_in_step") else ", tp=2 from the rows' time over the floor where the "
                "profiles are the held-out size")
             + "; no per-sublayer calibration); *leave one device out* "
             "likewise without the row's device, the all-reduce sweeps measured on it included (H100's: its rows then "
             "take tp=2 from the kept rows' time over their floors, the H200 older-code rows, per message size with "
-            "two regimes: rows_regimes), the kept device's compute, and its policy's own work carried as the step's "
+            "two regimes: rows_regimes; H200's: tp=4 then has no measured law and takes the ring law from tp=2), the kept device's compute, and its policy's own work carried as the step's "
             "roofline carries (tracks_ms).",
             "- alpha/bw of the full fit: " + "; ".join(f"tp={tp} {e['alpha_us']:.2f} µs, {e['bw_GBps']:.0f} GB/s "
                                                        f"({e['how']})" for tp, e in sorted(by.items())) +
@@ -1879,7 +1886,8 @@ def regimes_lines(by):
             f"{e['regimes'][0]['max_bytes'] / 2 ** 20:.2f} MiB {e['regimes'][0]['alpha_us']:.2f} µs + bytes at "
             f"{e['regimes'][0]['bw_GBps']:.0f} GB/s, above it {e['regimes'][1]['alpha_us']:.2f} µs + bytes at "
             f"{e['regimes'][1]['bw_GBps']:.0f} GB/s ("
-            + ("what an all-reduce adds to a CUDA graph, its message written by a GEMM and read by a residual add, "
+            + ("extrapolated: no row or sweep at this tp" if e.get("regimes_extrapolated") else
+               "what an all-reduce adds to a CUDA graph, its message written by a GEMM and read by a residual add, "
                "as measured" if e.get("regimes_in_step") else
                f"the sweep's back-to-back level moved by {e['regimes_shift_us']:+.2f} µs to the fitted alpha")
             + f"; this law prices tp={tp})"
