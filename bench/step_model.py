@@ -538,7 +538,14 @@ PROSPECTIVE_REVISIONS = (
                 "modeled, +12.00 measured; medium's baseline 70.38 against 72.54). No row of these batches moves. "
                 "Not kept: the width law's tp=1 coefficients borrowed from the other device where a family has none at "
                 "n_tracks = tp k (H200 has no tp=1 row past n_tracks 4): this batch's full-fit saving worst 35.8 -> "
-                "11.8 points (17.6 scaled to the family's own fit), but the first tp=4 batch's 6.9 -> 8.6 (15.6)"),)
+                "11.8 points (17.6 scaled to the family's own fit), but the first tp=4 batch's 6.9 -> 8.6 (15.6)"),
+    ("845bb6f", "(data: bench/results/h200_tp1_width/, H200's tp=1 rows at n_tracks 12, 16, 20, which H100's families had "
+                "and H200's lacked) the width law reads H200's own rows at n_tracks = tp k: on these rows it held at "
+                "0.89-1.05 in prefill_b8 and 0.93-1.03 in training (width_law_lines). This batch, full fit: saving "
+                "2.7 / 5.8 / 35.8 -> 2.3 / 6.7 / 13.6 points (k = 4: 13.9 -> 6.9, k = 5: 35.8 -> 13.5); held out by "
+                "size: worst 24.0 -> 19.8. The first tp=4 batch's 124m rows at k = 3 moved the other way (full-fit "
+                "worst 6.9 -> 12.0: its prefill_b8 floors ran 0.89-0.94 of the law's). Large train_b8 at n_tracks 20 "
+                "ran out of the H200's 140 GiB at tp=1, so that family still carries k = 4's fit"),)
 # Rows measured after the model that scores them was committed: out of sample by construction (issue 50). They
 # enter no fit (feeds_fits), their tp=1 rows included, so every split scores them as rows it never saw. Each
 # folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
@@ -603,12 +610,11 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "(baseline then spd) at n_tracks 4 and 12, medium spd, grouped:8, 24 at 4 and 16 (k = 4), large spd, "
                 "grouped:4, 36 at 4 and 20 (k = 5) (the rows record 2b98aa0, the device copy's lagging git metadata; "
                 "its measured code is 845bb6f's)"))
-# tp=1 rows at n_tracks = tp * k, measured to test the width law (width_law_lines) before any term used it; the test
-# is in bench/results/h100_tp1_width/README.md. Since the session of 968d560 they feed the fits, and tracks_ms prices
-# a rank's stream bytes by the law from k = WIDTH_LAW_MIN_K on: the law held at k = 6-10 (0.98-1.04) and the stored
-# pairs at k = 3-5 run 0.98-1.10, where 124m at k = 2 ran 0.87 (fed at k = 2 too, the k <= 2 full fit's saving worst
-# went from 6.2 to 9.3 points).
-WIDTH_LAW_FILES = "h100_tp1_width/tp_latency_*.json"
+# tp=1 rows at n_tracks = tp * k (bench/results/h100_tp1_width/, h200_tp1_width/) were measured to test the width law
+# (width_law_lines) before any term used it; the test is in bench/results/h100_tp1_width/README.md. Since the session
+# of 968d560 they feed the fits, and tracks_ms prices a rank's stream bytes by the law from k = WIDTH_LAW_MIN_K on: on
+# H100 at tp=2 the law held at k = 6-10 (0.98-1.04) and the stored pairs at k = 3-5 run 0.98-1.10, where 124m at k = 2
+# ran 0.87 (fed at k = 2 too, the k <= 2 full fit's saving worst went from 6.2 to 9.3 points).
 WIDTH_LAW_MIN_K = 3
 # Row files that no glob above reads, and why (printed in the validation table, so that none is dropped unsaid).
 SKIPPED_ROW_FILES = (
@@ -1977,60 +1983,66 @@ def validation_notes(rows, fit, held):
 
 
 def width_law_pairs(q):
-    """Per tp=2 current-code CUDA-graph H100 row of a policy with tp=1 rows (its floor and its run's baseline floor
-    stored) at k >= 2 tracks per GPU: its floor's extra over baseline's (e_tp), the tp=1 extra at the same k (e1_k)
-    and at n_tracks = 2k (e1_n: the same tracks, as wide; WIDTH_LAW_FILES among the fits' rows), and the ratio the
-    model carries from tp=1's k to tp=2's: r = ((1 - q) share + q (k - 1)) / ((1 - q) + q (k - 1)), q the full fit's
-    {workload kind: q} (fit_replicated), and from k = WIDTH_LAW_MIN_K on f r + (1 - f) (e1_n / 2) / e1_k with f the
-    stream pass's latency_fraction (tracks_ms). Medians over repeats."""
-    rows = stored_rows()
+    """Per current-code CUDA-graph row at tp >= 2 of a policy with tp=1 rows on its device (its floor and its run's
+    baseline floor stored) at k >= 2 tracks per GPU: its floor's extra over baseline's (e_tp), the tp=1 extra at the
+    same k (e1_k) and at n_tracks = tp k (e1_n: the same tracks, as wide; h100_tp1_width/, h200_tp1_width/ among the
+    fits' rows), and the ratio the model carries from tp=1's k to tp's: r = ((1 - q) share + q (k - 1)) / ((1 - q) +
+    q (k - 1)), q the full fit's {workload kind: q} (fit_replicated), and from k = WIDTH_LAW_MIN_K on
+    f r + (1 - f) (e1_n / tp) / e1_k with f the stream pass's latency_fraction (tracks_ms). Medians over repeats."""
     ms, floor = {}, {}
-    for r in rows:
-        if r["impl"] == "post-49" and r["mode"] == "graph" and r["device"] == "H100" and r["workload"] in WORKLOADS:
-            key = (r["size"], r["workload"], r["tp"], r["n_tracks"], r["policy"])
+    for r in stored_rows():
+        if r["impl"] == "post-49" and r["mode"] == "graph" and r["workload"] in WORKLOADS:
+            key = (r["device"], r["size"], r["workload"], r["tp"], r["n_tracks"], r["policy"])
             ms.setdefault(key, []).append(r["ms"])
             if r["floor_ms"] is not None:
                 floor.setdefault(key, []).append(r["floor_ms"])
     med = lambda d, key: statistics.median(d[key]) if key in d else None
-    extra1 = lambda size, w, n, pol: (None if None in (med(ms, (size, w, 1, n, pol)), med(ms, (size, w, 1, n, "baseline")))
-                                      else med(ms, (size, w, 1, n, pol)) - med(ms, (size, w, 1, n, "baseline")))
+
+    def extra1(dev, size, w, n, pol):
+        p, b = med(ms, (dev, size, w, 1, n, pol)), med(ms, (dev, size, w, 1, n, "baseline"))
+        return None if None in (p, b) else p - b
     out = []
-    for (size, w, tp, n, pol) in sorted(floor):
+    for (dev, size, w, tp, n, pol) in sorted(floor):
         k = n // tp
-        if tp != 2 or k < 2 or pol in ("baseline", "ladder", "parallel") or (size, w, 2, n, "baseline") not in floor:
+        if tp < 2 or k < 2 or pol in ("baseline", "ladder", "parallel") or (dev, size, w, tp, n, "baseline") not in floor:
             continue
-        e1_k, e1_n = extra1(size, w, k, pol), extra1(size, w, n, pol)
-        if e1_k is None or e1_n is None:
+        e1_k, e1_n = extra1(dev, size, w, k, pol), extra1(dev, size, w, n, pol)
+        if e1_n is None:
             continue
-        share = step_roofline(size, w, tp, "H100") / step_roofline(size, w, 1, "H100")
+        share = step_roofline(size, w, tp, dev) / step_roofline(size, w, 1, dev)
         qk = q[w.split("_")[0]]
         r = ((1 - qk) * share + qk * (k - 1)) / ((1 - qk) + qk * (k - 1))
-        if k >= WIDTH_LAW_MIN_K:
-            f = latency_fraction(w, "H100")
-            r = f * r + (1 - f) * (e1_n / 2) / e1_k
-        out.append(dict(size=size, workload=w, k=k, policy=pol, e_tp=med(floor, (size, w, 2, n, pol))
-                        - med(floor, (size, w, 2, n, "baseline")), e1_k=e1_k, e1_n=e1_n, model=r))
+        if k >= WIDTH_LAW_MIN_K and e1_k is not None:
+            f = latency_fraction(w, dev)
+            r = f * r + (1 - f) * (e1_n / tp) / e1_k
+        r = None if e1_k is None else r  # no tp=1 row at k: the model's ratio to it is not defined
+        out.append(dict(device=dev, size=size, workload=w, tp=tp, k=k, policy=pol, e1_k=e1_k, e1_n=e1_n, model=r,
+                        e_tp=med(floor, (dev, size, w, tp, n, pol)) - med(floor, (dev, size, w, tp, n, "baseline"))))
     return out
 
 
 def width_law_lines(q):
-    """The width law's table (width_law_pairs) per workload and k: tp=2's extra against half of tp=1's at
-    n_tracks = 2k, and against tp=1's at k beside the ratio the model carries."""
+    """The width law's table (width_law_pairs) per device, tp, workload and k: tp's extra against 1/tp of tp=1's at
+    n_tracks = tp k, and against tp=1's at k beside the ratio the model carries."""
     pairs = width_law_pairs(q)
-    rng = lambda xs: f"{min(xs):.2f}-{max(xs):.2f} ({statistics.median(xs):.2f})"
-    lines = ["", "**Past k = 2: the width law** (tp=2 H100 rows of spd and grouped:4 at k tracks per GPU; the tp=1 rows "
-             f"at n_tracks = 2k in {os.path.dirname(WIDTH_LAW_FILES)}/ and the fits' tp=1 rows; ranges, median in brackets). "
-             "A rank at tp=2 holding k tracks runs half of what one GPU runs at n_tracks = 2k: the same tracks, as wide. "
-             f"At k = 2 the model carries tp=1's extra at the same k, whose tracks are twice as wide; from k = "
-             f"{WIDTH_LAW_MIN_K} it takes the law for the streams' bytes, weighted by their share of a stream's pass "
-             "(tracks_ms, latency_fraction: about 0.8 in prefill_b8 and training, 0.3 in prefill_b1, none in decode):", "",
-             "| workload | k | pairs | tp=2 extra / (tp=1 extra at n_tracks 2k / 2) | tp=2 extra / tp=1 extra at k "
-             "| the model's ratio to tp=1 at k |", "|---|---:|---:|---|---|---|"]
-    for w in WORKLOADS:
-        for k in sorted({p["k"] for p in pairs if p["workload"] == w}):
-            ps = [p for p in pairs if p["workload"] == w and p["k"] == k]
-            lines.append(f"| {w} | {k} | {len(ps)} | {rng([p['e_tp'] / (p['e1_n'] / 2) for p in ps])} | "
-                         f"{rng([p['e_tp'] / p['e1_k'] for p in ps])} | {rng([p['model'] for p in ps])} |")
+    def rng(xs):
+        xs = [x for x in xs if x is not None]
+        return f"{min(xs):.2f}-{max(xs):.2f} ({statistics.median(xs):.2f})" if xs else "- (no tp=1 row at k)"
+    lines = ["", "**Past k = 2: the width law** (current-code rows of spd and grouped:4 at k tracks per GPU, with the "
+             "tp=1 rows at n_tracks = tp k on their device: h100_tp1_width/, h200_tp1_width/ and the fits' tp=1 rows; "
+             "ranges, median in brackets). A rank at tp holding k tracks runs 1/tp of what one GPU runs at n_tracks = "
+             "tp k: the same tracks, as wide. At k = 2 the model carries tp=1's extra at the same k, whose tracks are "
+             f"wider; from k = {WIDTH_LAW_MIN_K} it takes the law for the streams' bytes, weighted by their share of a "
+             "stream's pass (tracks_ms, latency_fraction: about 0.8 in prefill_b8 and training, 0.3 in prefill_b1, "
+             "none in decode):", "",
+             "| device | tp | workload | k | pairs | tp extra / (tp=1 extra at n_tracks tp k / tp) | tp extra / tp=1 "
+             "extra at k | the model's ratio to tp=1 at k |", "|---|---:|---|---:|---:|---|---|---|"]
+    for dev, tp in sorted({(p["device"], p["tp"]) for p in pairs}):
+        for w in WORKLOADS:
+            for k in sorted({p["k"] for p in pairs if (p["device"], p["tp"], p["workload"]) == (dev, tp, w)}):
+                ps = [p for p in pairs if (p["device"], p["tp"], p["workload"], p["k"]) == (dev, tp, w, k)]
+                lines.append(f"| {dev} | {tp} | {w} | {k} | {len(ps)} | {rng([p['e_tp'] / (p['e1_n'] / tp) for p in ps])} | "
+                             f"{rng([p['e1_k'] and p['e_tp'] / p['e1_k'] for p in ps])} | {rng([p['model'] for p in ps])} |")
     return lines
 
 

@@ -727,19 +727,25 @@ def test_vocab_parallel_cross_entropy_passes_counted_in_eager_training_at_tp_abo
 
 
 def test_width_law_pairs_by_hand(monkeypatch):
-    # tp=1: extra 3.0 ms at n_tracks 2 (k), 4.4 at n_tracks 4 (2k); tp=2 at n_tracks 4: floors 6.0 over 4.0
-    def row(tp, n, policy, ms, floor=None):
+    # H100: tp=1 extra 3.0 ms at n_tracks 2 (k), 4.4 at n_tracks 4 (2k); tp=2 at n_tracks 4: floors 6.0 over 4.0.
+    # H200: tp=1 extra 3.0 at n_tracks 2, 6.0 at n_tracks 8 (tp k); tp=4 at n_tracks 8: floors 4.2 over 3.0
+    def row(tp, n, policy, ms, floor=None, device="H100"):
         return dict(size="124m", workload="prefill_b8", mode="graph", tp=tp, n_tracks=n, policy=policy, ms=ms,
-                    floor_ms=floor, device="H100", commit="x", source="s", prospective=None, impl="post-49")
+                    floor_ms=floor, device=device, commit="x", source="s", prospective=None, impl="post-49")
     rows = [row(1, 2, "baseline", 4.0), row(1, 2, "spd", 7.0), row(1, 4, "baseline", 4.1), row(1, 4, "spd", 8.5),
             row(2, 4, "baseline", 5.0, 4.0), row(2, 4, "spd", 6.5, 6.0), row(2, 4, "parallel", 4.5, 4.0)]
+    rows += [row(1, 2, "baseline", 4.0, device="H200"), row(1, 2, "spd", 7.0, device="H200"),
+             row(1, 8, "baseline", 4.2, device="H200"), row(1, 8, "spd", 10.2, device="H200"),
+             row(4, 8, "baseline", 3.5, 3.0, "H200"), row(4, 8, "spd", 4.5, 4.2, "H200")]
     monkeypatch.setattr(sm, "stored_rows", lambda: [dict(r) for r in rows])
-    monkeypatch.setattr(sm, "WIDTH_LAW_FILES", "no_such_folder/*.json")
     q = {"train": 0.3, "prefill": 0.25, "decode": 0.0}
-    (p,) = sm.width_law_pairs(q)  # parallel is left out: its tp=1 extra is no streams term
+    p, p4 = sm.width_law_pairs(q)  # parallel is left out: its tp=1 extra is no streams term
+    assert (p4["device"], p4["tp"], p4["k"], p4["e_tp"], p4["e1_n"]) == ("H200", 4, 2, pytest.approx(1.2), pytest.approx(6.0))
+    assert any("| H200 | 4 | prefill_b8 | 2 | 1 | 0.80-0.80 (0.80) | 0.40-0.40 (0.40) |" in line
+               for line in sm.width_law_lines(q))
     share = sum(sm.roofline(sm.sublayers("124m", "prefill_b8", 2), "H100").values()) / sum(
         sm.roofline(sm.sublayers("124m", "prefill_b8", 1), "H100").values())
     assert (p["k"], p["policy"]) == (2, "spd")
     assert p["e_tp"] == pytest.approx(2.0) and p["e1_k"] == pytest.approx(3.0) and p["e1_n"] == pytest.approx(4.4)
     assert p["model"] == pytest.approx(0.75 * share + 0.25)  # ((1 - q) share + q (k - 1)) / ((1 - q) + q (k - 1)), k = 2
-    assert any("| prefill_b8 | 2 | 1 | 0.91-0.91 (0.91) | 0.67-0.67 (0.67) |" in line for line in sm.width_law_lines(q))
+    assert any("| H100 | 2 | prefill_b8 | 2 | 1 | 0.91-0.91 (0.91) | 0.67-0.67 (0.67) |" in line for line in sm.width_law_lines(q))
