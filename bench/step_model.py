@@ -543,9 +543,10 @@ PROSPECTIVE_REVISIONS = (
                 "and H200's lacked) the width law reads H200's own rows at n_tracks = tp k: on these rows it held at "
                 "0.89-1.05 in prefill_b8 and 0.93-1.03 in training (width_law_lines). This batch, full fit: saving "
                 "2.7 / 5.8 / 35.8 -> 2.3 / 6.7 / 13.6 points (k = 4: 13.9 -> 6.9, k = 5: 35.8 -> 13.5); held out by "
-                "size: worst 24.0 -> 19.8. The first tp=4 batch's 124m rows at k = 3 moved the other way (full-fit "
-                "worst 6.9 -> 12.0: its prefill_b8 floors ran 0.89-0.94 of the law's). Large train_b8 at n_tracks 20 "
-                "ran out of the H200's 140 GiB at tp=1, so that family still carries k = 4's fit"),)
+                "size: worst 24.0 -> 19.8. The 124m rows at k = 3 moved the other way (their prefill_b8 floors ran "
+                "0.89-1.00 of the law's): full-fit worst 5.7 -> 13.6 in this batch, 6.9 -> 12.0 in the first tp=4 "
+                "batch. Large train_b8 at n_tracks 20 ran out of the H200's 140 GiB at tp=1, so that family still "
+                "carries k = 4's fit"),)
 # Rows measured after the model that scores them was committed: out of sample by construction (issue 50). They
 # enter no fit (feeds_fits), their tp=1 rows included, so every split scores them as rows it never saw. Each
 # folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
