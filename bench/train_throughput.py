@@ -11,8 +11,8 @@ One invocation times, on the same GPUs, these variants (groups, selected with --
             ln_f, tied lm_head, cross-entropy; nanoGPT's init), independent of model/gpt.py
     tp1     ours (model/gpt.py) at tp=1, tp_group=None: --tp1_policies (baseline, grouped:4) with
             --tp1_n_tracks tracks (2)
-    tp2     ours at tp=2 over both ranks: every policy of --policies, n_tracks of --tp2_n_tracks
-            (2: one track per GPU; 4: two per GPU)
+    tp2     ours at tp = the world size over every rank (2; or 4 under --nproc_per_node=4, named tp4): every
+            policy of --policies, n_tracks of --tp2_n_tracks (at tp=2, 2: one track per GPU; 4: two per GPU)
     dp2     data parallelism over both ranks, GPT at tp=1, n_tracks=1, baseline: ours (parallel/ddp.py
             BucketedDDP, process group = world) against torch.nn.parallel.DistributedDataParallel
             over the same model class and config, both driven by the same loop
@@ -41,7 +41,7 @@ Reported per variant: the median ms per iteration (the slowest rank's median; ev
 the JSON), tokens/s and MFU. plain and tp1 variants run on every rank at once, each rank an
 independent copy on its own GPU (no collective inside), so their rows describe ONE GPU: tokens
 per iteration micro_steps x batch_size x seq_len, MFU over one GPU's peak. tp2 rows process the
-same tokens per iteration on 2 GPUs; dp2 rows twice as many on 2 GPUs. MFU is nanoGPT's estimate:
+same tokens per iteration on the world's GPUs (2 or 4); dp2 rows twice as many on 2 GPUs. MFU is nanoGPT's estimate:
 (6N + 12 L H Q T) flops per token, N the non-embedding parameters (model.get_num_params()), over
 the peak bf16 FLOP/s of the GPUs the variant uses (989e12 each for H100/H200; 'n/a' on CPU).
 syncs/fwd: the model's declared sync points per forward (model.syncs_per_forward); for tp=1
@@ -49,7 +49,8 @@ rows they are identities (one rank), listed so the rows can be matched with thei
 
 Key ratios (all as throughput ratios, > 1: the first is faster):
     ours tp1 / plain                 plain ms / ours ms, same mode (mainly compiled)
-    tp2 baseline / tp1 baseline      tokens/s, same n_tracks and mode (2.00 would be perfect scaling)
+    tp2 baseline / tp1 baseline      tokens/s, same n_tracks and mode (2.00 would be perfect scaling;
+                                     labelled tp4 and 4.00 on 4 processes)
     tp2 policy / tp2 baseline        tokens/s, same n_tracks and mode
     ours dp2 / torch DDP dp2         tokens/s, same mode
 
@@ -303,25 +304,26 @@ def parse_args(argv):
                 parse_sync_policy(spec, n_layer)
             except ValueError as e:
                 raise ArgError(f"--{flag}: {e} (size {args.size} has {n_layer} layers)")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world not in (1, 2, 4):
+        raise ArgError(f"world size {world}: run with 1, 2 or 4 processes (the tp rows run tp over every rank; dp2 "
+                       "needs exactly 2)")
     args.tp1_tracks = int_list("tp1_n_tracks", args.tp1_n_tracks)
     args.tp2_tracks = int_list("tp2_n_tracks", args.tp2_n_tracks)
-    for flag, tracks, tp in (("tp1_n_tracks", args.tp1_tracks, 1), ("tp2_n_tracks", args.tp2_tracks, 2)):
+    for flag, tracks, tp in (("tp1_n_tracks", args.tp1_tracks, 1), ("tp2_n_tracks", args.tp2_tracks, max(2, world))):
         for n in tracks:
             if n_head % n or n % tp:
                 raise ArgError(f"--{flag}: n_tracks={n} must divide n_head={n_head}"
                                + (f" and be divisible by tp={tp}" if tp > 1 else ""))
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ArgError("--device=cuda but CUDA is not available; use --device=cpu or auto")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 2:
-        raise ArgError(f"world size {world}: run with 1 or 2 processes (tp2 and dp2 use exactly 2)")
     return args
 
 
 # ----------------------------------------------------------------------------- variants
 def variant_plan(args, world):
     """Every variant, in the order all ranks run them: dicts with group, impl, tp, dp, n_tracks,
-    policy, mode and name. Groups needing 2 ranks are left out when world == 1."""
+    policy, mode and name. Groups needing 2 ranks are left out when world == 1, and dp2 unless world == 2."""
     extra = [m for m in args.mode_list if m != "eager"]
     base_modes = ["eager"] + extra  # plain, tp1, dp2: eager always, compiled when asked
     plan = []
@@ -346,9 +348,9 @@ def variant_plan(args, world):
                 for n in args.tp2_tracks:
                     for policy in args.policy_list:
                         for on in args.async_list:  # tp1 rows have no tp all-reduce: the flag does nothing there
-                            add("tp2", "ours", 2, 1, n, policy, mode,
-                                f"ours tp2 n{n} {policy} {mode}" + (" async" if on == "on" else ""), on)
-        elif group == "dp2":
+                            add("tp2", "ours", world, 1, n, policy, mode,
+                                f"ours tp{world} n{n} {policy} {mode}" + (" async" if on == "on" else ""), on)
+        elif group == "dp2" and world == 2:
             for mode in base_modes:
                 add("dp2", "ours", 1, 2, 1, "baseline", mode, f"ours dp2 {mode}")
                 add("dp2", "torch_ddp", 1, 2, 1, "baseline", mode, f"torch_ddp dp2 {mode}")
@@ -377,7 +379,7 @@ def build_variant(v, args, env):
         raw = PlainGPT(**shape).to(env.device)
         inner = torch.compile(raw, fullgraph=not args.no_fullgraph, mode=compile_mode) if compiled else raw
         return BucketedDDP(inner, process_group=env.solo_group, bucket_cap_mb=args.bucket_cap_mb), raw, None, None
-    tp_group = env.tp_group if v["tp"] == 2 else None
+    tp_group = env.tp_group if v["tp"] > 1 else None
     raw = GPT(GPTConfig(**shape, n_tracks=v["n_tracks"], sync_policy=v["policy"]), tp_group=tp_group,
               async_grad_allreduce=async_grad).to(env.device)
     if v["impl"] == "torch_ddp":
@@ -520,18 +522,19 @@ def key_ratios(rows):
     for r in (r for r in rows if r.get("async_grad") == "on"):
         sync = by.get(("tp2", "ours", r["n_tracks"], r["policy"], r["mode"]))
         if sync is not None:
-            add("tp2 async grad / tp2 (tokens/s, same n_tracks, policy and mode)",
+            add(f"tp{r['tp']} async grad / tp{r['tp']} (tokens/s, same n_tracks, policy and mode)",
                 f"{r['policy']} n_tracks {r['n_tracks']} {r['mode']}", r, sync)
     rows = [r for r in rows if r.get("async_grad", "off") == "off"]  # the other ratios: the default rows
     for r in (r for r in rows if r["group"] == "tp2" and r["policy"] == "baseline"):
         base1 = by.get(("tp1", "ours", r["n_tracks"], "baseline", r["mode"]))
         if base1 is not None:
-            add("tp2 baseline / tp1 baseline (tokens/s, same n_tracks and mode; 2.00 = perfect scaling)",
+            add(f"tp{r['tp']} baseline / tp1 baseline (tokens/s, same n_tracks and mode; {r['tp']:.2f} = perfect "
+                "scaling)",
                 f"n_tracks {r['n_tracks']} {r['mode']}", r, base1)
     for r in (r for r in rows if r["group"] == "tp2" and r["policy"] != "baseline"):
         base = by.get(("tp2", "ours", r["n_tracks"], "baseline", r["mode"]))
         if base is not None:
-            add("tp2 policy / tp2 baseline (tokens/s, same n_tracks and mode)",
+            add(f"tp{r['tp']} policy / tp{r['tp']} baseline (tokens/s, same n_tracks and mode)",
                 f"{r['policy']} n_tracks {r['n_tracks']} {r['mode']}", r, base)
     for r in (r for r in rows if r["group"] == "dp2" and r["impl"] == "ours"):
         torch_row = by.get(("dp2", "torch_ddp", 1, "baseline", r["mode"]))
@@ -565,7 +568,8 @@ def markdown(meta, rows, ratios):
            f"{meta['micro_steps']} micro-step(s) per replica, {meta['dtype']}, warmup {meta['warmup']}, "
            f"median of {meta['iters']} iterations (slowest rank)"
            + (f"; compiled with {meta['inductor']}" if meta.get("inductor") else ""),
-           "- plain and tp1 rows: one GPU (every rank runs its own copy at once); tp2: one replica on 2 GPUs; "
+           "- plain and tp1 rows: one GPU (every rank runs its own copy at once); "
+           f"tp{max(2, meta['world_size'])}: one replica on {max(2, meta['world_size'])} GPUs; "
            "dp2: 2 replicas on 2 GPUs. MFU over the GPUs the row uses.",
            ""]
     if meta.get("note"):
@@ -608,12 +612,12 @@ def setup(args):
     if args.device == "cuda" and not cuda_fits:
         raise ArgError(f"--device=cuda but {torch.cuda.device_count()} GPU(s) for {local_procs} local processes")
     cuda = args.device == "cuda" or (args.device == "auto" and cuda_fits)
-    # world 2: tp_group holds both ranks, dp_group only this rank (one replica per TP pair)
+    # world > 1: tp_group holds every rank, dp_group only this rank (one replica per TP group)
     mesh = init_mesh(world, "cuda" if cuda else "cpu")
     env = SimpleNamespace(rank=mesh.rank, world=world, cuda=cuda, device=mesh.device,
                           device_index=torch.cuda.current_device() if cuda else None,
-                          tp_group=mesh.tp_group if world == 2 else None,
-                          solo_group=mesh.dp_group if world == 2 else None,
+                          tp_group=mesh.tp_group if world > 1 else None,
+                          solo_group=mesh.dp_group if world > 1 else None,
                           world_group=dist.group.WORLD if world > 1 else None)
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -643,6 +647,8 @@ def run(args, argv):
                 "the trainer's settings (model/compile_modes.py)")
     if env.world < 2 and any(g in args.groups for g in ("tp2", "dp2")):
         meta["note"] = "one process: the tp2 and dp2 rows need 2 (torchrun --nproc_per_node=2) and were skipped"
+    elif env.world > 2 and "dp2" in args.groups:
+        meta["note"] = f"{env.world} processes: the dp2 rows need exactly 2 and were skipped"
     rows = []
     if env.rank == 0:
         gpus = f" x {env.world}" if env.cuda else ""

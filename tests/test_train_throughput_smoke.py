@@ -52,6 +52,26 @@ def test_tiny_cpu_run_has_every_variant_and_ratios(tmp_path):
     assert "Name" in profile and "aten::" in profile
 
 
+def test_four_processes_time_tp4_rows_and_skip_dp2(tmp_path):
+    """At 4 processes the tp rows run tp=4 over every rank (named tp4, one replica on 4 GPUs); dp2, which needs
+    exactly 2, is left out with a note; n_tracks must be a multiple of 4 there."""
+    proc = torchrun(["--size", "tiny", "--device", "cpu", "--warmup", "1", "--iters", "2", "--modes", "eager",
+                     "--variants", "tp2,dp2", "--policies", "baseline,grouped:2", "--tp2_n_tracks", "4",
+                     "--out_dir", str(tmp_path)], nproc=4)
+    assert proc.returncode == 0, f"rc {proc.returncode}\nSTDERR:\n{proc.stderr[-3000:]}"
+    data = json.loads((tmp_path / "train_throughput.json").read_text())
+    rows = {r["name"]: r for r in data["rows"]}
+    assert sorted(rows) == ["ours tp4 n4 baseline eager", "ours tp4 n4 grouped:2 eager"]
+    assert all((r["tp"], r["gpus"], len(r["ms_per_rank"]), r["error"]) == (4, 4, 4, None) for r in rows.values())
+    assert rows["ours tp4 n4 grouped:2 eager"]["syncs_per_forward"] == 2
+    assert "dp2 rows need exactly 2" in data["meta"]["note"]
+    assert [q["section"].split(" (")[0] for q in data["ratios"]] == ["tp4 policy / tp4 baseline"]
+    bad = torchrun(["--size", "tiny", "--device", "cpu", "--policies", "baseline", "--tp2_n_tracks", "2", "--out_dir",
+                    str(tmp_path / "x")],
+                   nproc=4)
+    assert bad.returncode != 0 and "n_tracks=2 must divide n_head=4 and be divisible by tp=4" in bad.stderr
+
+
 def test_one_process_skips_two_rank_groups(tmp_path):
     proc = subprocess.run([sys.executable, *MODULE, "--size", "tiny", "--device", "cpu", "--warmup", "0", "--iters",
                            "1", "--modes", "eager", "--variants", "tp1,dp2", "--tp1_policies", "baseline",
