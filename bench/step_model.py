@@ -610,7 +610,12 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "tp=4 policies and k the first tp=4 batch did not have, 124m grouped:2, 3, 6, 12 and a selective set "
                 "(baseline then spd) at n_tracks 4 and 12, medium spd, grouped:8, 24 at 4 and 16 (k = 4), large spd, "
                 "grouped:4, 36 at 4 and 20 (k = 5) (the rows record 2b98aa0, the device copy's lagging git metadata; "
-                "its measured code is 845bb6f's)"))
+                "its measured code is 845bb6f's)"),
+               ("issue50/prospective_567dd68/*.json", "567dd68",
+                "4x H200 (the call asked for H100s) after 567dd68: the trainer's own step (train_b12, compiled with "
+                "CUDA graphs, AdamW) at tp=4, one track per GPU, which no row of that step had: baseline, spd and "
+                "grouped:4 at 124m, baseline and spd at medium, baseline at large (the call's budget ran out before "
+                "the rest; the rows record 2b98aa0, the device copy's lagging git metadata)"))
 # tp=1 rows at n_tracks = tp * k (bench/results/h100_tp1_width/, h200_tp1_width/) were measured to test the width law
 # (width_law_lines) before any term used it; the test is in bench/results/h100_tp1_width/README.md. Since the session
 # of 968d560 they feed the fits, and tracks_ms prices a rank's stream bytes by the law from k = WIDTH_LAW_MIN_K on: on
