@@ -680,12 +680,13 @@ def test_rows_regimes_recover_a_known_law_from_rows_over_their_floor():
 
 
 def test_streams_term_fitted_at_the_rows_own_k_where_measured():
-    """A family measured at k = 2 and 4 (H200, 124m train_b8, current code) prices k = 2 from its k = 2 rows alone
-    (their least squares, by hand from fit_streams on that subset), and a k it did not measure from every k."""
+    """A family measured at k = 2, 4 and 12 (H200, 124m train_b8, current code; 12 from h200_tp1_width/) prices k = 2
+    from its k = 2 rows alone (their least squares, by hand from fit_streams on that subset), and a k it did not
+    measure from every k."""
     rows = sm.stored_rows()
     tables = sm.fit_split(rows)["tables"]
     e = tables["H200"]["124m|train_b8|graph"]
-    assert sorted(e["streams_by_k"]) == [2, 4]
+    assert sorted(e["streams_by_k"]) == [2, 4, 12]
     rs = [r for r in rows if (r["size"], r["workload"], r["mode"], r["device"], r["tp"]) == ("124m", "train_b8", "graph", "H200", 1)
           and sm.feeds_fits(r) and r["n_tracks"] in (1, 2)]
     ratio = sm.fit_split(rows)["fit"]["mlp_ratios"].get("train_b8")
