@@ -535,7 +535,9 @@ PROSPECTIVE_REVISIONS = (
                 "H100 with spd and grouped:4 at n_tracks 2 and 4 (124m) and at 2 (medium), so that H100's train_b12 "
                 "families fit their own streams term, where they had scaled H200's to one grouped:4 row (one_shape). "
                 "Before they fed it, the model gave their extras within 0.9 ms (124m n_tracks 4 grouped:4: +11.09 "
-                "modeled, +12.00 measured; medium's baseline 70.38 against 72.54). No row of these batches moves. "
+                "modeled, +12.00 measured; medium's baseline 70.38 against 72.54). No row of these batches moves; "
+                "1.5B tp=8 grouped:4 training, now priced from medium's own H100 family, 126.59 -> 87.18 ms became "
+                "129.06 -> 89.65 (31%). "
                 "Not kept: the width law's tp=1 coefficients borrowed from the other device where a family has none at "
                 "n_tracks = tp k (H200 has no tp=1 row past n_tracks 4): this batch's full-fit saving worst 35.8 -> "
                 "11.8 points (17.6 scaled to the family's own fit), but the first tp=4 batch's 6.9 -> 8.6 (15.6)"),
@@ -1794,8 +1796,8 @@ def validation_header(fit, tables, rows):
             + "; no per-sublayer calibration); *leave one device out* "
             "likewise without the row's device, the all-reduce sweeps measured on it included (H100's: its rows then "
             "take tp=2 from the kept rows' time over their floors, the H200 older-code rows, per message size with "
-            "two regimes: rows_regimes; H200's: tp=4 then has no measured law and takes the ring law from tp=2), the kept device's compute, and its policy's own work carried as the step's "
-            "roofline carries (tracks_ms).",
+            "two regimes: rows_regimes; H200's: tp=4 then has no measured law and takes the ring law from tp=2), "
+            "the kept device's compute, and its policy's own work carried as the step's roofline carries (tracks_ms).",
             "- alpha/bw of the full fit: " + "; ".join(f"tp={tp} {e['alpha_us']:.2f} µs, {e['bw_GBps']:.0f} GB/s "
                                                        f"({e['how']})" for tp, e in sorted(by.items())) +
             f". tp=2 profile residuals: median |residual| "
@@ -2215,7 +2217,7 @@ def with_tp8(fit, how, bw=None):
 
 def comm_variants(tp, fit, held):
     """[(label, fit)]: the full fit and every held-out refit of validate() (the alpha/bw uncertainty at tp), and at
-    tp=8 the sensitivity fits: tp=4's alpha/bw held, and the public busbw bound with alpha(4)."""
+    tp=8 the sensitivity fits: tp=4's law held, and tp=4's with its large messages at the public busbw bound."""
     out = [("full fit", fit)] + [(f"without {key}", sp["fit"]) for d in held.values() for key, sp in sorted(d.items()) if sp]
     if tp > 2:  # only refits with a measured tp=4 law (its sweep or its rows): without, the ring law they contradict
         out = [(label, f) for label, f in out
