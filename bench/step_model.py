@@ -2242,6 +2242,23 @@ def saving_with_interval(size, workload, tp, policy, n_tracks, device, tables, f
                 err_how=err_how)
 
 
+def measured_saving_line(rows, size, workload, tp, n_tracks, policy, device):
+    """A line with what stored current-code rows measured for the question, where some did: per run (source), the
+    policy's saving against its baseline in that run, in the mode the question is priced in (answer_mode). None where
+    no run measured both."""
+    size = shape_of(size)[0]
+    mode = answer_mode(workload)
+    same = [r for r in rows if r["impl"] == "post-49" and r["mode"] == mode and (r["size"], r["workload"], r["tp"],
+            r["n_tracks"], r["device"]) == (size, workload, tp, n_tracks, device) and r["policy"] in ("baseline", policy)]
+    base = {saving_config(r): r["ms"] for r in same if r["policy"] == "baseline"}
+    pairs = [(1 - r["ms"] / base[saving_config(r)], r["source"]) for r in same
+             if r["policy"] == policy != "baseline" and saving_config(r) in base]
+    if not pairs:
+        return None
+    runs = "; ".join(f"{100 * m:+.1f}% in {source}" for m, source in pairs)
+    return f"    measured (a stored run of this configuration, not the model): saves {runs}"
+
+
 def answer(size, tp, policy, device, n_tracks, tables, fit, err, rows, held):
     """The question's lines: per workload the modeled times and the saving with an interval: the range of the
     saving over the alpha/bw fits (comm_variants), widened by the held-out saving error (held_out_saving_error);
@@ -2258,6 +2275,8 @@ def answer(size, tp, policy, device, n_tracks, tables, fit, err, rows, held):
                      f"+-{e:.0f} points held-out error [{e_how}]; time bounds {p['full_overlap']:.2f} .. "
                      f"{p['no_overlap']:.2f}; compute {p['compute']:.2f} + tracks {p['tracks']:.2f} + all-reduce "
                      f"{p['comm']:.2f}; calibration: {p['calibration']})")
+        seen = measured_saving_line(rows, size, w, tp, n_tracks, policy, device)
+        lines += [seen] if seen else []
         if tp == 8:
             pub = [v for k, v in by.items() if k.startswith("public")]
             lines.append(f"    sensitivity at tp=8: saves {by['full fit']:.0f}% with the extrapolated law "

@@ -750,3 +750,21 @@ def test_width_law_pairs_by_hand(monkeypatch):
     assert p["e_tp"] == pytest.approx(2.0) and p["e1_k"] == pytest.approx(3.0) and p["e1_n"] == pytest.approx(4.4)
     assert p["model"] == pytest.approx(0.75 * share + 0.25)  # ((1 - q) share + q (k - 1)) / ((1 - q) + q (k - 1)), k = 2
     assert any("| H100 | 2 | prefill_b8 | 2 | 1 | 0.91-0.91 (0.91) | 0.67-0.67 (0.67) |" in line for line in sm.width_law_lines(q))
+
+
+def test_an_answer_shows_what_stored_runs_measured_beside_the_model():
+    """measured_saving_line: per run (source) that measured the question's configuration in the mode it is priced in,
+    the policy's saving against that run's baseline; nothing where no run has both, or for another device or mode."""
+    def row(policy, ms, source="a.json", **kw):
+        r = dict(impl="post-49", mode="graph", size="medium", workload="decode_b1", tp=4, n_tracks=4, device="H200",
+                 policy=policy, ms=ms, source=source)
+        r.update(kw)
+        return r
+    rows = [row("baseline", 2.0), row("grouped:4", 1.5), row("grouped:4", 1.0, source="b.json"),  # b: no baseline
+            row("baseline", 4.0, source="c.json"), row("grouped:4", 3.0, source="c.json"),
+            row("baseline", 2.0, source="d.json", device="H100"), row("grouped:4", 0.5, source="d.json", device="H100"),
+            row("baseline", 2.0, source="e.json", mode="eager"), row("grouped:4", 0.5, source="e.json", mode="eager")]
+    line = sm.measured_saving_line(rows, "350m", "decode_b1", 4, 4, "grouped:4", "H200")
+    assert line.endswith("saves +25.0% in a.json; +25.0% in c.json")
+    assert sm.measured_saving_line(rows, "medium", "decode_b1", 4, 8, "grouped:4", "H200") is None
+    assert sm.measured_saving_line(rows, "medium", "train_b12", 4, 4, "grouped:4", "H200") is None
