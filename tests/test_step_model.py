@@ -638,7 +638,7 @@ def test_an_in_step_sweep_at_four_ranks_prices_tp4_and_tp8_extrapolates_each_reg
     """With in-step sweeps at 2 and 4 ranks, tp=4 is its sweep's law as measured (no row's configuration fed it, so none
     is scored in-sample) and tp=8 takes each regime's alpha linear in tp - 1 through tp 2 and 4, its bw and change point
     held at tp=4's: low 10 + 4 (10 - 7.5) / 2 = 15 us, high 24 + 4 (24 - 22) / 2 = 28 us. A split that holds out
-    the device of the 4-rank sweep falls back to the tp=4 rows, and tp=8 to one extrapolated line."""
+    the device of the 4-rank sweep (H200, whose are every stored tp=4 row too) has no two-regime law at tp=4 or 8."""
     rows = sm.stored_rows()
     sweeps = {2: [(two_line_sweep(), "tp=2 by hand", True, "H100")], 4: [(four_rank_sweep(), "tp=4 by hand", True, "H200")]}
     for exclude in (None, lambda size, device: size == "medium"):
