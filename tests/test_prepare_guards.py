@@ -159,8 +159,9 @@ def alive(pid):
 # SIGTERM, SIGHUP and Ctrl-C once hung about one stop in ten: tqdm's `except Exception` swallowed the stop
 # (training.cli.Stopped is a BaseException now) and the pool's shutdown or exit join waited on a pool the
 # signal had interrupted (prepare_utils ends the process past it); 40 SIGTERM, 25 SIGHUP and 15 Ctrl-C stops
-# of this harness in a row ended in time after the fix. One stop in a few hundred still hung: the kernel had
-# handed the signal to tqdm's monitor thread (the next test; prepare_utils runs tqdm without it)
+# of this harness in a row ended in time after the fix. A signal the kernel hands to tqdm's monitor thread hung
+# too (the next test; prepare_utils runs tqdm without it); the Ctrl-C case's later failures in the slow tier were
+# the inherited SIG_IGN that preexec_fn now resets
 @pytest.mark.parametrize("sig, code, line", [
     (signal.SIGTERM, 143, "stopped (SIGTERM)"),
     (signal.SIGHUP, 129, "stopped (SIGHUP)"),
@@ -170,11 +171,13 @@ def alive(pid):
 def test_stop_while_tokenizing_leaves_no_worker(tmp_path, sig, code, line):
     harness = tmp_path / "harness.py"
     harness.write_text(HARNESS.format(repo=REPO))
-    # SIGHUP at its default, whatever this test inherited (under nohup, or a CI shell that ignores it, the
-    # harness would inherit SIG_IGN, and run() rightly leaves an ignored SIGHUP ignored)
+    # SIGHUP and SIGINT at their defaults, whatever this test inherited: under nohup, or a CI shell that ignores
+    # SIGHUP, and in any job a shell without job control starts with `&` (which ignores SIGINT), the harness would
+    # inherit SIG_IGN; run() rightly leaves an ignored SIGHUP ignored, and Python an ignored SIGINT, so that stop
+    # never came (the Ctrl-C case failed whenever the slow tier ran in the background)
     proc = subprocess.Popen([sys.executable, str(harness)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+                            text=True, start_new_session=True, preexec_fn=lambda: [
+                                signal.signal(s, signal.SIG_DFL) for s in (signal.SIGHUP, signal.SIGINT)])
     try:
         workers = [int(proc.stdout.readline()) for _ in range(2)]
         assert len(set(workers)) == 2 and all(alive(pid) for pid in workers)
