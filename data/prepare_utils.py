@@ -18,10 +18,11 @@ from tqdm import tqdm
 
 # No tqdm monitor thread. A stop (SIGTERM, SIGHUP, Ctrl-C) is process-directed: the kernel hands it to any thread
 # that does not block it, and a signal taken on another thread does not wake a main thread blocked on a pool's
-# result, so the stop waited for the work in flight (a minute in tests/test_prepare_guards.py's harness; about one
-# stop in a few hundred). worker_pool starts the pool's threads with the stop signals blocked, so with no monitor
-# the main thread is the only one that takes them.
+# result, so the stop waited for the work in flight (a minute in tests/test_prepare_guards.py's harness, whenever
+# the kernel picked that thread). worker_pool starts the pool's threads with the stop signals blocked, so with no
+# monitor the main thread is the only one that takes them.
 tqdm.monitor_interval = 0
+
 # run as files (python data/<name>/prepare.py), the scripts have their own folder and data/ on sys.path; the
 # shared guard is in training/, one folder further up
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root

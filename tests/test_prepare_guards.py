@@ -205,7 +205,7 @@ def test_stop_while_tokenizing_leaves_no_worker(tmp_path, sig, code, line):
 def test_only_the_main_thread_takes_a_stop_while_tokenizing(tmp_path):
     """A stop is process-directed: the kernel hands it to any thread that does not block it, and one taken on
     another thread does not wake a main thread blocked on the pool's result (the stop then waited for the work in
-    flight: the rare hang of the test above, made certain by sending the signal to tqdm's monitor thread). While the
+    flight: a hang the test above could meet, certain when the signal is sent to tqdm's monitor thread). While the
     pool works, every thread of the parent but the main one blocks SIGTERM, SIGHUP and SIGINT."""
     harness = tmp_path / "harness.py"
     harness.write_text(HARNESS.format(repo=REPO))
