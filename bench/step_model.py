@@ -371,12 +371,16 @@ def comm_by_tp(a2, bw2, how2, on2, tp4=None):
     the ring law alpha(2) * 3 and bw(2); tp=8 extrapolated: alpha linear in tp - 1 through tp 2 and 4 (a ring's
     2(tp-1) dependent steps; slope >= 0), bw held at tp=4's (NVSwitch: bus bandwidth per GPU does not depend on tp)."""
     a4, bw4, how4, on4 = tp4 or (a2 * 3, bw2, "ring law from tp=2 (no tp=4 rows allowed): alpha(2) * 3, bw(2)", [])
-    slope = max(0.0, (a4 - a2) / 2)
     return {"2": dict(alpha_us=a2, bw_GBps=bw2, how=how2, fitted_on=on2),
             "4": dict(alpha_us=a4, bw_GBps=bw4, how=how4, fitted_on=on4),
-            "8": dict(alpha_us=a4 + 4 * slope, bw_GBps=bw4, fitted_on=[],
+            "8": dict(alpha_us=alpha_at_8(a2, a4), bw_GBps=bw4, fitted_on=[],
                       how="extrapolated: alpha(8) = alpha(4) + 4 * (alpha(4) - alpha(2)) / 2 (linear in tp - 1), "
                           "bw(8) = bw(4)")}
+
+
+def alpha_at_8(a2, a4):
+    """alpha(8) linear in tp - 1 through alpha(2) and alpha(4) (slope >= 0)."""
+    return a4 + 4 * max(0.0, (a4 - a2) / 2)
 
 
 def extrapolate_regimes(at2, at4):
@@ -384,8 +388,7 @@ def extrapolate_regimes(at2, at4):
     line: alpha linear in tp - 1 (slope >= 0), bw and the change point held at tp=4's. The change point grew from
     1.5 MiB at tp=2 to 3.25 MiB at tp=4 (bench/results/allreduce/); holding it prices 3.25-6.5 MiB messages at tp=8
     in the high regime, which the ratio of the two would not."""
-    return [dict(max_bytes=r4["max_bytes"], bw_GBps=r4["bw_GBps"],
-                 alpha_us=r4["alpha_us"] + 4 * max(0.0, (r4["alpha_us"] - r2["alpha_us"]) / 2))
+    return [dict(max_bytes=r4["max_bytes"], bw_GBps=r4["bw_GBps"], alpha_us=alpha_at_8(r2["alpha_us"], r4["alpha_us"]))
             for r2, r4 in zip(at2, at4)]
 
 
@@ -2050,7 +2053,8 @@ def width_law_lines(q):
             for k in sorted({p["k"] for p in pairs if (p["device"], p["tp"], p["workload"]) == (dev, tp, w)}):
                 ps = [p for p in pairs if (p["device"], p["tp"], p["workload"], p["k"]) == (dev, tp, w, k)]
                 lines.append(f"| {dev} | {tp} | {w} | {k} | {len(ps)} | {rng([p['e_tp'] / (p['e1_n'] / tp) for p in ps])} | "
-                             f"{rng([p['e1_k'] and p['e_tp'] / p['e1_k'] for p in ps])} | {rng([p['model'] for p in ps])} |")
+                             f"{rng([p['e_tp'] / p['e1_k'] if p['e1_k'] else None for p in ps])} | "
+                             f"{rng([p['model'] for p in ps])} |")
     return lines
 
 
@@ -2250,12 +2254,10 @@ def measured_saving_line(rows, size, workload, tp, n_tracks, policy, device):
     mode = answer_mode(workload)
     same = [r for r in rows if r["impl"] == "post-49" and r["mode"] == mode and (r["size"], r["workload"], r["tp"],
             r["n_tracks"], r["device"]) == (size, workload, tp, n_tracks, device) and r["policy"] in ("baseline", policy)]
-    base = {saving_config(r): r["ms"] for r in same if r["policy"] == "baseline"}
-    pairs = [(1 - r["ms"] / base[saving_config(r)], r["source"]) for r in same
-             if r["policy"] == policy != "baseline" and saving_config(r) in base]
+    pairs = [p for p in savings(same, key="ms") if p["row"]["policy"] == policy]  # "ms": every row has it
     if not pairs:
         return None
-    runs = "; ".join(f"{100 * m:+.1f}% in {source}" for m, source in pairs)
+    runs = "; ".join(f"{100 * p['measured']:+.1f}% in {p['row']['source']}" for p in pairs)
     return f"    measured (a stored run of this configuration, not the model): saves {runs}"
 
 
