@@ -620,7 +620,12 @@ PROSPECTIVE = (("issue50/prospective_d257300/*.json", "d257300",
                 "4x H200 (the call asked for H100s) after 567dd68: the trainer's own step (train_b12, compiled with "
                 "CUDA graphs, AdamW) at tp=4, one track per GPU, which no row of that step had: baseline, spd and "
                 "grouped:4 at 124m, baseline and spd at medium, baseline at large (the call's budget ran out before "
-                "the rest; the rows record 2b98aa0, the device copy's lagging git metadata)"))
+                "the rest; the rows record 2b98aa0, the device copy's lagging git metadata)"),
+               ("issue50/prospective_1d4e68c/*.json", "1d4e68c",
+                "4x H200 (two calls asked for H100s) after 1d4e68c: the trainer's own step at tp=4 that "
+                "prospective_567dd68 ran out of budget for, baseline, spd and grouped:4 at medium, and at large "
+                "baseline with spd (the first call's grouped:4 timed out compiling) and baseline with grouped:4 (a "
+                "second call), each against its own run's baseline (the rows record 1d4e68c)"))
 # tp=1 rows at n_tracks = tp * k (bench/results/h100_tp1_width/, h200_tp1_width/) were measured to test the width law
 # (width_law_lines) before any term used it; the test is in bench/results/h100_tp1_width/README.md. Since the session
 # of 968d560 they feed the fits, and tracks_ms prices a rank's stream bytes by the law from k = WIDTH_LAW_MIN_K on: on
