@@ -551,7 +551,15 @@ PROSPECTIVE_REVISIONS = (
                 "size: worst 24.0 -> 19.8. The 124m rows at k = 3 moved the other way (their prefill_b8 floors ran "
                 "0.89-1.00 of the law's): full-fit worst 5.7 -> 13.6 in this batch, 6.9 -> 12.0 in the first tp=4 "
                 "batch. Large train_b8 at n_tracks 20 ran out of the H200's 140 GiB at tp=1, so that family still "
-                "carries k = 4's fit"),)
+                "carries k = 4's fit"),
+    ("1d4e68c", "(data, planned before the call: bench/results/h200_tp1_k3_k5/) H200's tp=1 rows at k = 3 (124m) and 5 "
+                "(large), the k of the tp=4 rows whose H200 families had carried another k's fit, as H100's families "
+                "had their own k = 3-10. Before they fed the fits, the model gave their extras over baseline within "
+                "14% (large prefill_b8 grouped:4 at n_tracks 5: 27.71 ms modeled, 24.31 measured; 124m train_b8 spd "
+                "at 3: 10.42 against 11.53). The first tp=4 batch, full fit: saving worst 12.0 -> 10.3 points; the "
+                "second: 13.6 -> 11.5 (held out by size 19.8 -> 20.2); rows over 8 points in every current-code "
+                "full-fit saving 15 -> 12. What is left at k = 3 is 124m prefill_b8's streams at tp=4, modeled "
+                "1.11x the measured floor's extra (grouped:4: 3.04 ms against 2.75)"),)
 # Rows measured after the model that scores them was committed: out of sample by construction (issue 50). They
 # enter no fit (feeds_fits), their tp=1 rows included, so every split scores them as rows it never saw. Each
 # folder names the commit whose model was fixed when they ran; a later model revision is said in the validation.
