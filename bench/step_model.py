@@ -2274,6 +2274,24 @@ def measured_saving_line(rows, size, workload, tp, n_tracks, policy, device):
     return f"    measured (a stored run of this configuration, not the model): saves {runs}"
 
 
+def comm_law_line(fit, tp, device, sweeps):
+    """Which all-reduce law prices this tp and where it was measured; where that is not the asked device, whether
+    any sweep on the asked device is stored at this tp (sweeps: load_sweeps()). None at tp=1."""
+    if tp == 1:
+        return None
+    e = fit["by_tp"][str(tp)]
+    line = f"  all-reduce at tp={tp}: {law_text(e)}; {e['how']}"
+    if tp == 8:  # extrapolated from the two measured laws: say where each was measured
+        ons = {t: next((d for d in DEVICES if d in fit["by_tp"][t]["how"]), "?") for t in ("2", "4")}
+        return line + f", from tp=2's law (measured on {ons['2']}) and tp=4's (measured on {ons['4']})"
+    on = next((d for d in DEVICES if d in e["how"]), None)
+    if on and on != device:
+        own = [source for _, source, _, on_device in sweeps.get(tp, []) if on_device == device]
+        line += (f". Measured on {on}, not {device}: " + (f"{device}'s own sweep is stored beside it ({own[0]})"
+                 if own else f"no {device} all-reduce at {tp} ranks is stored"))
+    return line
+
+
 def answer(size, tp, policy, device, n_tracks, tables, fit, err, rows, held):
     """The question's lines: per workload the modeled times and the saving with an interval: the range of the
     saving over the alpha/bw fits (comm_variants), widened by the held-out saving error (held_out_saving_error);
@@ -2281,6 +2299,8 @@ def answer(size, tp, policy, device, n_tracks, tables, fit, err, rows, held):
     lines = [f"{size} at tp={tp} on {device}, n_tracks {n_tracks} (modeled; times: stated error +-{100 * err:.0f}%, "
              f"the 90th percentile of |error| over the stored graph rows; savings: interval = their range over "
              f"the alpha/bw fits at tp={tp}, widened by the 90th-percentile held-out saving error):"]
+    law = comm_law_line(fit, tp, device, load_sweeps())
+    lines += [law] if law else []
     for w, unit in (("train_b12", "ms per training iteration (12 x 1024, AdamW)"), ("decode_b1", "ms per token (batch 1)"),
                     ("decode_b8", "ms per token (batch 8)")):
         a = saving_with_interval(size, w, tp, policy, n_tracks, device, tables, fit, rows, held)

@@ -680,13 +680,14 @@ def test_rows_regimes_recover_a_known_law_from_rows_over_their_floor():
 
 
 def test_streams_term_fitted_at_the_rows_own_k_where_measured():
-    """A family measured at k = 2, 4 and 12 (H200, 124m train_b8, current code; 12 from h200_tp1_width/) prices k = 2
+    """A family measured at k = 2, 3, 4 and 12 (H200, 124m train_b8, current code; 3 from h200_tp1_k3_k5/, 12 from
+    h200_tp1_width/) prices k = 2
     from its k = 2 rows alone (their least squares, by hand from fit_streams on that subset), and a k it did not
     measure from every k."""
     rows = sm.stored_rows()
     tables = sm.fit_split(rows)["tables"]
     e = tables["H200"]["124m|train_b8|graph"]
-    assert sorted(e["streams_by_k"]) == [2, 4, 12]
+    assert sorted(e["streams_by_k"]) == [2, 3, 4, 12]
     rs = [r for r in rows if (r["size"], r["workload"], r["mode"], r["device"], r["tp"]) == ("124m", "train_b8", "graph", "H200", 1)
           and sm.feeds_fits(r) and r["n_tracks"] in (1, 2)]
     ratio = sm.fit_split(rows)["fit"]["mlp_ratios"].get("train_b8")
@@ -698,7 +699,7 @@ def test_streams_term_fitted_at_the_rows_own_k_where_measured():
                                     + sm.stream_pass("124m", "train_b8", k, "H200", e["q"]) * sum(
                                         ci * n for ci, n in zip(c, feats))) * 1e3
     assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 2, 1, "H200") == pytest.approx(at(2, c2))
-    assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 3, 1, "H200") == pytest.approx(at(3, e["c_streams"]))
+    assert sm.tracks_ms(e, "124m", "train_b8", "grouped:4", 5, 1, "H200") == pytest.approx(at(5, e["c_streams"]))
 
 
 def test_training_streams_are_fp32():
@@ -768,3 +769,21 @@ def test_an_answer_shows_what_stored_runs_measured_beside_the_model():
     assert line.endswith("saves +25.0% in a.json; +25.0% in c.json")
     assert sm.measured_saving_line(rows, "medium", "decode_b1", 4, 8, "grouped:4", "H200") is None
     assert sm.measured_saving_line(rows, "medium", "train_b12", 4, 4, "grouped:4", "H200") is None
+
+
+def test_an_answer_names_where_its_all_reduce_law_was_measured():
+    """comm_law_line: the law at the question's tp with its source; where that source ran on another device than the
+    question's, it says so and whether that device's own sweep is stored; tp=8 names the devices of the two laws it
+    is extrapolated from; tp=1 has no line."""
+    def law(how):
+        return dict(alpha_us=10.0, bw_GBps=200.0, how=how)
+    fit = {"by_tp": {"2": law("in-step law (n2.json (NVIDIA H100 80GB HBM3))"), "4": law("in-step law (n4.json (NVIDIA H200))"),
+                     "8": law("extrapolated")}}
+    sweeps = {2: [([], "n2.json (NVIDIA H100 80GB HBM3)", True, "H100"), ([], "h200/n2.json (NVIDIA H200)", True, "H200")],
+              4: [([], "n4.json (NVIDIA H200)", True, "H200")]}
+    assert sm.comm_law_line(fit, 1, "H100", sweeps) is None
+    assert sm.comm_law_line(fit, 4, "H200", sweeps) == "  all-reduce at tp=4: 10.0 us + bytes at 200 GB/s; in-step law (n4.json (NVIDIA H200))"
+    assert sm.comm_law_line(fit, 4, "H100", sweeps).endswith("Measured on H200, not H100: no H100 all-reduce at 4 ranks is stored")
+    assert sm.comm_law_line(fit, 2, "H200", sweeps).endswith(
+        "Measured on H100, not H200: H200's own sweep is stored beside it (h200/n2.json (NVIDIA H200))")
+    assert sm.comm_law_line(fit, 8, "H100", sweeps).endswith("from tp=2's law (measured on H100) and tp=4's (measured on H200)")
