@@ -787,3 +787,22 @@ def test_an_answer_names_where_its_all_reduce_law_was_measured():
     assert sm.comm_law_line(fit, 2, "H200", sweeps).endswith(
         "Measured on H100, not H200: H200's own sweep is stored beside it (h200/n2.json (NVIDIA H200))")
     assert sm.comm_law_line(fit, 8, "H100", sweeps).endswith("from tp=2's law (measured on H100) and tp=4's (measured on H200)")
+
+
+def test_an_answer_past_two_tracks_per_gpu_states_the_model_error_there():
+    """far_k_line: the full fit's time and saving error on the stored current-code graph rows at the question's k
+    tracks per GPU (else every k past 2), with the policies' measured time over their run's baseline, by hand."""
+    def row(policy, ms, pred, tp=2, n_tracks=6, **kw):
+        r = dict(impl="post-49", target=True, mode="graph", size="124m", workload="prefill_b8", tp=tp,
+                 n_tracks=n_tracks, device="H100", policy=policy, ms=ms, pred=pred, source="a.json")
+        r.update(kw)
+        return r
+    rows = [row("baseline", 2.0, 2.2), row("spd", 3.0, 2.7),  # k = 3: saving -50% measured, -22.7% modeled
+            row("baseline", 2.0, 2.0, n_tracks=10, source="b.json"), row("spd", 4.0, 4.0, n_tracks=10, source="b.json"),
+            row("baseline", 1.0, 1.0, n_tracks=2, source="c.json"), row("spd", 0.5, 0.9, n_tracks=2, source="c.json")]
+    line = sm.far_k_line(rows, 3)
+    assert "at k = 3 (2 rows, full fit)" in line and "times are within 10%" in line
+    assert "savings within 27 points" in line and "ran 1.50-1.50x" in line
+    far = sm.far_k_line(rows, 4)  # no row at k = 4: every row past k = 2 (k = 3 and 5), not the k = 1 one
+    assert "past k = 2 (none at this k) (4 rows" in far and "ran 1.50-2.00x" in far
+    assert "no stored current-code row" in sm.far_k_line(rows[4:], 3)
