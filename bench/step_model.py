@@ -2286,8 +2286,8 @@ def measured_saving_line(rows, size, workload, tp, n_tracks, policy, device):
 
 def comm_law_line(fit, tp, device, sweeps):
     """Which all-reduce law prices this tp and where it was measured; where that is not the asked device, whether
-    any sweep on the asked device is stored at this tp (sweeps: load_sweeps()). None at tp=1."""
-    if tp == 1:
+    any sweep on the asked device is stored at this tp (sweeps: load_sweeps()). None at tp=1 or a tp not modeled."""
+    if str(tp) not in fit["by_tp"]:  # tp=1 has no all-reduce; another tp is refused by predict
         return None
     e = fit["by_tp"][str(tp)]
     line = f"  all-reduce at tp={tp}: {law_text(e)}; {e['how']}"
@@ -2544,6 +2544,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.device not in DEVICES:
         ap.error(f"unknown --device {a.device!r}; allowed: {', '.join(DEVICES)}")
+    if a.tp not in (1, 2, 4, 8):  # before the fits, which take seconds
+        ap.error(f"--tp {a.tp}: tp={a.tp} is not modeled; allowed: 1, 2, 4, 8")
     fit, tables, rows, held = validate()
     err = time_error(rows)
     if a.validate:  # the fit and calibration files are written here only: a question reads, never writes

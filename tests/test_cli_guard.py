@@ -37,6 +37,9 @@ BAD_VALUES = [  # (module, argv, the value the error line must name)
     ("bench.allreduce_sweep", ["--sizes", "3k,7"], "'7'"),
     ("bench.allreduce_sweep", ["--between", "-1"], "'-1'"),
     ("bench.allreduce_sweep", ["--producer", "conv"], "'conv'"),
+    ("bench.step_model", ["--tp", "3"], "tp=3"),
+    ("bench.step_model", ["--tp", "0"], "'0'"),
+    ("bench.step_model", ["--device", "A100"], "'A100'"),
 ]
 
 

@@ -781,7 +781,7 @@ def test_an_answer_names_where_its_all_reduce_law_was_measured():
                      "8": law("extrapolated")}}
     sweeps = {2: [([], "n2.json (NVIDIA H100 80GB HBM3)", True, "H100"), ([], "h200/n2.json (NVIDIA H200)", True, "H200")],
               4: [([], "n4.json (NVIDIA H200)", True, "H200")]}
-    assert sm.comm_law_line(fit, 1, "H100", sweeps) is None
+    assert sm.comm_law_line(fit, 1, "H100", sweeps) is None and sm.comm_law_line(fit, 3, "H100", sweeps) is None
     assert sm.comm_law_line(fit, 4, "H200", sweeps) == "  all-reduce at tp=4: 10.0 us + bytes at 200 GB/s; in-step law (n4.json (NVIDIA H200))"
     assert sm.comm_law_line(fit, 4, "H100", sweeps).endswith("Measured on H200, not H100: no H100 all-reduce at 4 ranks is stored")
     assert sm.comm_law_line(fit, 2, "H200", sweeps).endswith(
