@@ -681,9 +681,8 @@ def test_rows_regimes_recover_a_known_law_from_rows_over_their_floor():
 
 def test_streams_term_fitted_at_the_rows_own_k_where_measured():
     """A family measured at k = 2, 3, 4 and 12 (H200, 124m train_b8, current code; 3 from h200_tp1_k3_k5/, 12 from
-    h200_tp1_width/) prices k = 2
-    from its k = 2 rows alone (their least squares, by hand from fit_streams on that subset), and a k it did not
-    measure from every k."""
+    h200_tp1_width/) prices k = 2 from its k = 2 rows alone (their least squares, by hand from fit_streams on that
+    subset), and a k it did not measure (5) from every k."""
     rows = sm.stored_rows()
     tables = sm.fit_split(rows)["tables"]
     e = tables["H200"]["124m|train_b8|graph"]
