@@ -105,6 +105,7 @@ ALIASES = {"350m": "medium", "774m": "large", "1.5b": "xl"}
 # (EXPERIMENT_SUMMARY.md: 1.4-3.3 us per elementwise/LayerNorm kernel in the decode trace).
 DEVICES = {"H200": dict(flops=989e12, hbm=4.8e12), "H100": dict(flops=989e12, hbm=3.35e12)}
 LAT = 2.0e-6
+MODELED_TPS = (1, 2, 4, 8)  # the tp the all-reduce laws cover (measured at 2 and 4, extrapolated to 8)
 # workload: batch, tokens per sequence in this call, attention context, backward?, optimizer?
 WORKLOADS = {"prefill_b1": (1, 1024, 1024, False, False), "prefill_b8": (8, 1024, 1024, False, False),
              "decode_b1": (1, 1, 1024, False, False), "decode_b8": (8, 1, 1024, False, False),
@@ -1250,8 +1251,8 @@ def tracks_ms(e, size, workload, policy, k, tp, device):
 def predict(size, workload, tp, policy, n_tracks, device, tables, fit, mode="graph", measured=None):
     """Modeled ms of one step: dict with compute, tracks, comm (no overlap), hidden (full overlap)."""
     size, (L, H, C, V) = shape_of(size)
-    if tp not in (1, 2, 4, 8):
-        raise ValueError(f"tp={tp} is not modeled; allowed: 1, 2, 4, 8")
+    if tp not in MODELED_TPS:
+        raise ValueError(f"tp={tp} is not modeled; allowed: {', '.join(map(str, MODELED_TPS))}")
     if n_tracks < 1 or n_tracks % tp:
         raise ValueError(f"n_tracks={n_tracks} must be a positive multiple of tp={tp}")
     # heads need not divide by n_tracks here (1.5B has 25): the model times 1/tp of the width
@@ -2291,10 +2292,11 @@ def comm_law_line(fit, tp, device, sweeps):
         return None
     e = fit["by_tp"][str(tp)]
     line = f"  all-reduce at tp={tp}: {law_text(e)}; {e['how']}"
+    measured_on = lambda how: next((d for d in DEVICES if d in how), None)  # the sweep's GPU, named in its source
     if tp == 8:  # extrapolated from the two measured laws: say where each was measured
-        ons = {t: next((d for d in DEVICES if d in fit["by_tp"][t]["how"]), "?") for t in ("2", "4")}
+        ons = {t: measured_on(fit["by_tp"][t]["how"]) or "?" for t in ("2", "4")}
         return line + f", from tp=2's law (measured on {ons['2']}) and tp=4's (measured on {ons['4']})"
-    on = next((d for d in DEVICES if d in e["how"]), None)
+    on = measured_on(e["how"])
     if on and on != device:
         own = [source for _, source, _, on_device in sweeps.get(tp, []) if on_device == device]
         line += (f". Measured on {on}, not {device}: " + (f"{device}'s own sweep is stored beside it ({own[0]})"
@@ -2544,8 +2546,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.device not in DEVICES:
         ap.error(f"unknown --device {a.device!r}; allowed: {', '.join(DEVICES)}")
-    if a.tp not in (1, 2, 4, 8):  # before the fits, which take seconds
-        ap.error(f"--tp {a.tp}: tp={a.tp} is not modeled; allowed: 1, 2, 4, 8")
+    if a.tp not in MODELED_TPS:  # before the fits, which take seconds
+        ap.error(f"--tp {a.tp}: tp={a.tp} is not modeled; allowed: {', '.join(map(str, MODELED_TPS))}")
     fit, tables, rows, held = validate()
     err = time_error(rows)
     if a.validate:  # the fit and calibration files are written here only: a question reads, never writes
