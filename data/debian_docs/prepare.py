@@ -36,14 +36,11 @@ and val.bin present and matching corpus.json it does nothing; every file is writ
 and os.replace, so an interrupted run leaves no half-written file.
 """
 import argparse
-import gzip
 import hashlib
-import html.parser
 import io
 import json
 import lzma
 import os
-import re
 import subprocess
 import sys
 import tarfile
@@ -60,6 +57,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # data/
 from gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
 from prepare_utils import OneLineArgumentParser, PrepareError, run, worker_pool, write_atomic  # noqa: E402
+from text_clean import (CLEANERS, GCIDE_FILES, PackageError, decode, deb_members, gcide_documents,  # noqa: E402
+                        normalise, sha256_file)
 
 DEB_DIR = os.path.join(HERE, "debs")
 MANIFEST = os.path.join(HERE, "corpus.json")
@@ -97,14 +96,6 @@ def deb_filename(package, version):
     return f"{package}_{version.replace(':', '%3a')}_all.deb"
 
 
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 # ----------------------------------------------------------------------------- package files
 def fetch_debs():
     """data/debian_docs/debs/<package>.deb for every package, downloaded with apt-get when absent and
@@ -130,37 +121,15 @@ def fetch_debs():
                                f"delete it and rerun")
 
 
-def deb_members(path, pattern):
-    """(name, bytes) of the members of a .deb's data.tar.* whose path matches pattern, in path order.
-    A .deb is an ar archive; reading it here needs neither dpkg nor root."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    if not blob.startswith(b"!<arch>\n"):
-        raise PrepareError(f"{path} is not a .deb (no ar header)")
-    pos, data_tar = 8, None
-    while pos + 60 <= len(blob):
-        name = blob[pos:pos + 16].decode().strip().rstrip("/")
-        size = int(blob[pos + 48:pos + 58].decode().strip())
-        if name.startswith("data.tar"):
-            data_tar = blob[pos + 60:pos + 60 + size]
-        pos += 60 + size + (size % 2)
-    if data_tar is None:
-        raise PrepareError(f"{path} has no data.tar member")
-    regex = re.compile(pattern)
-    out = []
-    with tarfile.open(fileobj=io.BytesIO(data_tar)) as tar:
-        for member in tar:
-            if member.isfile() and regex.match(member.name):
-                out.append((member.name, tar.extractfile(member).read()))
-    return sorted(out)
-
-
 def read_members_from_debs():
     """{package: [(member name, raw bytes)]} from the pinned .debs."""
     fetch_debs()
     members = {}
     for _, package, version, _, pattern, _ in tqdm(PACKAGES, desc="read .debs", unit="pkg"):
-        members[package] = deb_members(os.path.join(DEB_DIR, deb_filename(package, version)), pattern)
+        try:
+            members[package] = deb_members(os.path.join(DEB_DIR, deb_filename(package, version)), pattern)
+        except PackageError as e:
+            raise PrepareError(str(e)) from None
         if not members[package]:
             raise PrepareError(f"{package}={version}: no file matches {pattern}")
     return members
@@ -234,165 +203,6 @@ def read_members_from_pack(path, pins_only=False):
             raise PrepareError(f"--from-pack {path}: {package} lacks {', '.join(lacking)} (a pack missing members); "
                                f"{remedy}")
     return {} if pins_only else members
-
-
-# ----------------------------------------------------------------------------- markup -> text
-def decode(name, data):
-    if name.endswith((".gz", ".dz")):
-        data = gzip.decompress(data)
-    return data.decode("utf-8", errors="replace")
-
-
-RST_ADORNMENT = re.compile(r"^\s*([=\-~^\"'`#*+.:_<>])\1{2,}\s*$")
-RST_DIRECTIVE = re.compile(r"^\s*\.\.(\s|$)")
-RST_FIELD = re.compile(r"^\s*:[\w -]+:(\s.*)?$")
-RST_TABLE_BORDER = re.compile(r"^\s*[+|]?[-=+| ]*[-=]{3,}[-=+| ]*$")
-RST_INLINE = [
-    (re.compile(r":[\w:.+-]+:`([^`<]*?)\s*<[^`>]*>`"), r"\1"),  # :ref:`text <target>`
-    (re.compile(r":[\w:.+-]+:`~?!?([^`]*)`"), r"\1"),            # :func:`name`
-    (re.compile(r"`([^`<]+?)\s*<[^`>]*>`__?"), r"\1"),            # `text <url>`_
-    (re.compile(r"``([^`]+)``"), r"\1"),
-    (re.compile(r"`([^`]+)`_{0,2}"), r"\1"),
-    (re.compile(r"\*\*([^*\n]+)\*\*"), r"\1"),
-    (re.compile(r"(?<![\w*])\*([^*\s][^*\n]*?)\*(?![\w*])"), r"\1"),
-]
-
-
-def clean_rst(text):
-    lines = []
-    for line in text.splitlines():
-        if RST_ADORNMENT.match(line) or RST_DIRECTIVE.match(line) or RST_FIELD.match(line) \
-                or RST_TABLE_BORDER.match(line):
-            continue
-        if line.strip() == "::":
-            continue
-        for regex, repl in RST_INLINE:
-            line = regex.sub(repl, line)
-        lines.append(line[:-1] if line.endswith("::") else line)
-    return "\n".join(lines)
-
-
-POD_COMMAND = re.compile(r"^=(\w+)\s*(.*)$")
-POD_CODE = re.compile(r"[A-Z]<([^<>]*)>")
-POD_DOUBLE_CODE = re.compile(r"[A-Z]<<+\s+(.*?)\s+>>+")
-POD_ENTITIES = {"lt": "<", "gt": ">", "verbar": "|", "sol": "/"}
-
-
-def clean_pod(text):
-    lines = []
-    for line in text.splitlines():
-        command = POD_COMMAND.match(line)
-        if command:
-            if command.group(1).startswith(("head", "item")) and command.group(2):
-                lines.append(command.group(2).lstrip("* "))
-            continue  # =pod =cut =over =back =begin =end =for =encoding
-        lines.append(line)
-    text = "\n".join(lines)
-    text = re.sub(r"E<(\w+)>", lambda m: POD_ENTITIES.get(m.group(1), ""), text)
-    text = POD_DOUBLE_CODE.sub(r"\1", text)
-    text = re.sub(r"L<([^<>|]*)\|[^<>]*>", r"\1", text)
-    while True:
-        stripped = POD_CODE.sub(r"\1", text)
-        if stripped == text:
-            return text
-        text = stripped
-
-
-ASCIIDOC_DROP = re.compile(r"^(\s*[-=~^+.*_/]{4,}\s*|\[[^\]]*\]|:\w[\w-]*:.*|\+|ifdef::.*|endif::.*|include::.*)$")
-
-
-def clean_asciidoc(text):
-    lines = [line for line in text.splitlines() if not ASCIIDOC_DROP.match(line)]
-    text = "\n".join(lines)
-    text = re.sub(r"linkgit:([\w.-]+)\[(\d)\]", r"\1(\2)", text)
-    text = re.sub(r"(?:https?|link):(\S+?)\[([^\]]*)\]", lambda m: m.group(2) or m.group(1), text)
-    return re.sub(r"(?<![\w`])[`'*_]{1,2}([^`'*_\n]+)[`'*_]{1,2}(?![\w`])", r"\1", text)
-
-
-class _HTMLText(html.parser.HTMLParser):
-    """Visible text of an HTML page, one block element per line; DocBook's navigation bars, the
-    <head>, scripts and styles left out."""
-    BLOCKS = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "dt", "dd", "table",
-              "title", "blockquote"}
-    SKIP_CLASSES = ("navheader", "navfooter", "toc")
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.parts, self.skip = [], []
-
-    def handle_starttag(self, tag, attrs):
-        classes = dict(attrs).get("class") or ""
-        if self.skip or tag in ("head", "script", "style") or any(c in classes.split() for c in self.SKIP_CLASSES):
-            if tag not in ("br", "img", "meta", "link", "hr", "input"):
-                self.skip.append(tag)
-            return
-        if tag in self.BLOCKS:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag):
-        if self.skip:
-            if self.skip[-1] == tag:
-                self.skip.pop()
-            return
-        if tag in self.BLOCKS:
-            self.parts.append("\n")
-
-    def handle_data(self, data):
-        if not self.skip:
-            self.parts.append(data)
-
-
-def clean_html(text):
-    parser = _HTMLText()
-    parser.feed(text)
-    parser.close()
-    return "".join(parser.parts)
-
-
-GCIDE_PRONUNCIATION = re.compile(r"\\[^\\\n]*\\,?")
-GCIDE_SOURCE = re.compile(r"\[(1913 Webster|WordNet 1\.5|PJC|Century Dict\.|Webster 1913 Suppl\.|RHD|Chambers 1728|"
-                          r"Obs\.|R\.|Colloq\.)[^\]]*\]")
-
-
-GCIDE_FILES = ("./usr/share/dictd/gcide.dict.dz", "./usr/share/dictd/gcide.index")
-
-
-def gcide_documents(members):
-    """GCIDE entries (found through the dictd index), grouped by the first two letters of the headword."""
-    files = dict(members)
-    raw = gzip.decompress(files[GCIDE_FILES[0]])
-    digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-    def b64(s):
-        n = 0
-        for c in s:
-            n = n * 64 + digits.index(c)
-        return n
-    seen, groups = set(), {}
-    index = files[GCIDE_FILES[1]].decode("utf-8", errors="replace")
-    for line in index.splitlines():
-        word, offset, length = line.split("\t")
-        if word.startswith("00-database") or (offset, length) in seen:
-            continue
-        seen.add((offset, length))
-        start = b64(offset)
-        entry = raw[start:start + b64(length)].decode("utf-8", errors="replace")
-        entry = GCIDE_SOURCE.sub("", GCIDE_PRONUNCIATION.sub("", entry))
-        entry = re.sub(r"\{([^{}]*)\}", r"\1", entry)
-        # entries are hard-wrapped and indented: join each paragraph into one line
-        paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", entry)]
-        key = re.sub(r"[^a-z]", "", word.lower())[:2] or "_"
-        groups.setdefault(key, []).append("\n".join(p for p in paragraphs if p))
-    return [(f"gcide:{key}", "\n\n".join(entries)) for key, entries in sorted(groups.items())]
-
-
-CLEANERS = {"rst": clean_rst, "pod": clean_pod, "asciidoc": clean_asciidoc, "html": clean_html}
-
-
-def normalise(text):
-    """Trailing spaces off, tabs to spaces, at most one blank line in a row."""
-    text = "\n".join(line.rstrip().replace("\t", "    ") for line in text.splitlines())
-    return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
 def documents(members, pack=None):
