@@ -24,6 +24,8 @@ import functools
 import glob
 import os
 import pickle
+import re
+import zlib
 
 import numpy as np
 import torch
@@ -91,7 +93,7 @@ def check_data(dataset, block_size, root=""):
         vocab_size = meta.get("vocab_size") if isinstance(meta, dict) else None
         if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 1:
             raise DataError(f"{meta_path} has no valid 'vocab_size' (got {vocab_size!r}); rerun {prepare}")
-    for split in ("train", "val"):
+    for split in eval_splits(data_dir):
         path = os.path.join(data_dir, f"{split}.bin")
         if not os.path.exists(path):
             raise DataError(f"{path} not found: prepare the dataset first with {prepare}")
@@ -196,9 +198,21 @@ def check_one_pass(cfg, data_dir):
                        f"use data_order='random'")
 
 
+def eval_splits(data_dir):
+    """The splits each eval measures: train, val, and every val_<part>.bin of the dataset (a corpus of several
+    domains has one per domain: data/debian_large's val_prose and val_code), sorted by name."""
+    extra = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(data_dir, "val_*.bin")))
+    return ("train", "val", *(name for name in extra if re.fullmatch(r"val_\w+", name)))
+
+
+def eval_split_id(split):
+    """The seed-stream tag of a split's eval batches: fixed per name, whatever else the dataset holds."""
+    return EVAL_SPLIT_IDS.get(split, 2 + zlib.crc32(split.encode()) % (1 << 16))
+
+
 def eval_offsets(split, k, n_tokens, block_size, batch_size):
     """Offsets of eval batch k of a split: the same for every run, seed and eval."""
-    return seeded_rng(EVAL_DATA, EVAL_SPLIT_IDS[split], k).integers(0, n_tokens - block_size, size=batch_size)
+    return seeded_rng(EVAL_DATA, eval_split_id(split), k).integers(0, n_tokens - block_size, size=batch_size)
 
 
 def load_tokens(data, offsets, block_size, device):

@@ -208,7 +208,7 @@ def sweep(runs, args):
         raise SweepError("no CUDA device: these runs are sized for a GPU (use --smoke for a CPU check, "
                          "or --allow-cpu to train on CPU anyway)")
     threads = max(1, (os.cpu_count() or 1) // max(1, min(args.jobs, len(pending))))
-    running, results, launched = {}, {}, 0
+    running, results, launched, gpu_of = {}, {}, 0, {}
     # runs take minutes each: a bar of finished runs (stderr, on a terminal only: a log keeps the event
     # lines, which print above the bar)
     bar = tqdm(total=len(pending), desc="runs finished", unit="run", disable=None)
@@ -232,8 +232,10 @@ def sweep(runs, args):
                     shutil.rmtree(tmp, ignore_errors=True)
                 it0 = progress(r, scratch)[0] or 0
                 env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
-                if n_gpus > 1:
-                    env["CUDA_VISIBLE_DEVICES"] = str(launched % n_gpus)
+                if n_gpus > 1:  # the GPU with the fewest runs now (runs end out of order: not launched % n_gpus)
+                    load = [sum(1 for g in gpu_of.values() if g == gpu) for gpu in range(n_gpus)]
+                    gpu_of[r.name] = load.index(min(load))
+                    env["CUDA_VISIBLE_DEVICES"] = str(gpu_of[r.name])
                 log = open(tmp + ".out", "a")
                 proc = subprocess.Popen([sys.executable, TRAIN_SCRIPT, *r.argv(scratch, extra)],
                                         env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -252,6 +254,7 @@ def sweep(runs, args):
                     continue
                 log.close()
                 del running[name]
+                gpu_of.pop(name, None)
                 max_iters = planned_config(r, scratch)["max_iters"]
                 state = finished(r.scratch_dir(scratch), max_iters)
                 if state:

@@ -98,3 +98,15 @@ def test_shakespeare_prepare_help_says_what_it_does(name):
     assert proc.returncode == 0 and proc.stderr == "", proc
     assert f"python data/{name}/prepare.py" in proc.stdout and "train.bin" in proc.stdout
     assert "wrote" not in proc.stdout
+
+
+def test_eval_splits_add_each_val_part_with_its_own_batches(tmp_path):
+    """A dataset of several domains (data/debian_large) has val_<domain>.bin beside val.bin: every eval measures
+    each of them too, on batches fixed by the split's name alone."""
+    from data.loader import eval_offsets, eval_splits
+    for name in ("train", "val", "val_code", "val_prose", "val-bad name"):
+        np.zeros(4096, dtype=np.uint16).tofile(tmp_path / f"{name}.bin")
+    assert eval_splits(str(tmp_path)) == ("train", "val", "val_code", "val_prose")
+    a, b = (eval_offsets(s, 0, 4096, 64, 8) for s in ("val_code", "val_prose"))
+    assert not np.array_equal(a, b) and np.array_equal(a, eval_offsets("val_code", 0, 4096, 64, 8))
+    assert np.array_equal(eval_offsets("val", 3, 4096, 64, 8), eval_offsets("val", 3, 4096, 64, 8))

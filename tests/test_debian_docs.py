@@ -14,12 +14,13 @@ import tarfile
 import numpy as np
 import pytest
 
+from data import text_clean
 from data.debian_docs import prepare
 from tests.conftest import REPO
 
 
 def test_rst_markup_is_stripped():
-    text = prepare.clean_rst(
+    text = text_clean.clean_rst(
         ".. _label:\n\nTitle here\n==========\n\n:Author: someone\n\nSee :ref:`the guide <guide>` and "
         ":c:func:`kref_get`, ``literal``, **bold**, *emph* and `a link <http://x>`_ like this::\n\n"
         "    code stays\n\n+-----+-----+\n| a   | b   |\n+=====+=====+\n")
@@ -30,7 +31,7 @@ def test_rst_markup_is_stripped():
 
 
 def test_pod_markup_is_stripped():
-    text = prepare.clean_pod("=head1 NAME\n\nperlintro - intro\n\n=over 4\n\n=item * one\n\n"
+    text = text_clean.clean_pod("=head1 NAME\n\nperlintro - intro\n\n=over 4\n\n=item * one\n\n"
                              "Use C<print>, I<really> B<C<nested>>, L<perlfunc|perlfunc/print>, "
                              "C<< $a <=> $b >> and E<lt>E<gt>.\n\n=back\n\n=cut\n")
     assert text.split("\n")[0] == "NAME"
@@ -39,7 +40,7 @@ def test_pod_markup_is_stripped():
 
 
 def test_html_keeps_visible_text_only():
-    text = prepare.clean_html(
+    text = text_clean.clean_html(
         "<html><head><title>T</title><style>p{}</style></head><body>"
         "<div class='navheader'>Prev Next</div><h1>Chapter&nbsp;1</h1><p>Plain &amp; simple "
         "<b>text</b>.</p><script>var x;</script><div class='navfooter'>Home</div></body></html>")
@@ -47,7 +48,7 @@ def test_html_keeps_visible_text_only():
 
 
 def test_asciidoc_markup_is_stripped():
-    text = prepare.clean_asciidoc("git-add(1)\n==========\n\nNAME\n----\nSee linkgit:git-commit[1] and "
+    text = text_clean.clean_asciidoc("git-add(1)\n==========\n\nNAME\n----\nSee linkgit:git-commit[1] and "
                                   "`--patch` and link:howto.html[the howto].\n\n[verse]\n--------\n")
     assert "See git-commit(1) and --patch and the howto." in text
     assert "====" not in text and "[verse]" not in text and "linkgit" not in text

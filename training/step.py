@@ -27,7 +27,7 @@ import torch
 
 from training.checkpoint import rng_states, write_checkpoint
 from training.config import wsd_decay_start
-from data.loader import DATA_SCHEME, eval_offsets, load_tokens, open_split
+from data.loader import DATA_SCHEME, eval_offsets, eval_splits, load_tokens, open_split
 from parallel import comm
 from parallel.grad import clip_grad_norm_
 
@@ -139,10 +139,11 @@ def measure_syncs_per_forward(raw_model, x):
 @torch.no_grad()
 def estimate_loss(model, raw_model, data_dir, cfg, mesh, autocast_ctx):
     """Mean loss over the fixed eval batches of each split; replicas share the batches out.
-    Returns ({'train': float, 'val': float}, measured syncs per forward)."""
+    Returns ({'train': float, 'val': float, and 'val_<part>' for each of the dataset's val_<part>.bin},
+    measured syncs per forward)."""
     model.eval()
     losses, syncs = {}, None
-    for split in ("train", "val"):
+    for split in eval_splits(data_dir):
         data = open_split(data_dir, split)
         total = torch.zeros((), device=mesh.device)
         for k in range(mesh.dp_rank, cfg.eval_iters, mesh.dp):

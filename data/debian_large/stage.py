@@ -1,0 +1,168 @@
+"""
+Carry data/debian_large to a GPU machine in xz chunks, each checked against corpus.json's sha256.
+
+A device call carries at most 64 MiB, and a machine keeps its files between calls while it is held. So the
+corpus travels as chunks: train.bin in corpus.json's chunks of chunk_tokens (2^24) tokens, each compressed
+with xz (about 12 MB for 32 MiB of tokens), and the val files in one more. Here:
+
+    python data/debian_large/stage.py pack --chunks 15 --out .stage      # write .stage/train-000.xz ... and val.xz
+
+There, one call per group of chunks that fits in a call (carry=[".stage"] or a folder of its own):
+
+    python data/debian_large/stage.py unpack --from .stage --chunks 15   # verify, keep, and once all 15 are
+                                                                         # there, write data/debian_large/train.bin
+
+unpack keeps each verified chunk in data/debian_large/chunks/ (so a later call only brings the ones still
+missing), and writes train.bin as the concatenation of chunks 0 .. N-1, the first N * 2^24 tokens of the
+full train.bin, once all of them are there. Because documents are in sha256(id) order, that prefix is a
+uniform sample of the documents (prepare.py). staged.json records the prefix's tokens and chunks, and the
+training runs read it from there. Every write goes through a temp file and os.replace; a chunk whose sha256
+differs from corpus.json's is refused, not kept.
+"""
+import argparse
+import hashlib
+import json
+import lzma
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # data/, as in prepare.py
+from prepare_utils import OneLineArgumentParser, PrepareError, run, write_atomic  # noqa: E402
+
+MANIFEST = os.path.join(HERE, "corpus.json")
+CHUNK_DIR = os.path.join(HERE, "chunks")
+VAL_SPLITS = ("val", "val_prose", "val_code")
+
+
+def load_manifest():
+    try:
+        with open(MANIFEST) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise PrepareError(f"{MANIFEST} cannot be read ({e}); restore it with git checkout") from None
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def chunk_name(k):
+    return f"train-{k:03d}.xz"
+
+
+def pack(args, manifest):
+    """Write the xz chunks of the first --chunks chunks of train.bin (checked) and of the val files."""
+    train = np.memmap(os.path.join(HERE, "train.bin"), dtype=np.uint16, mode="r")
+    size = manifest["chunk_tokens"]
+    os.makedirs(args.out, exist_ok=True)
+    for k in range(args.first, args.chunks):
+        path = os.path.join(args.out, chunk_name(k))
+        if os.path.exists(path):
+            continue
+        data = train[k * size:(k + 1) * size].tobytes()
+        if sha256(data) != manifest["train_chunk_sha256"][k]:
+            raise PrepareError(f"train.bin's chunk {k} differs from corpus.json: rebuild it with "
+                               f"python data/debian_large/prepare.py")
+        t0 = time.time()
+        write_atomic(path, lzma.compress(data, preset=9))
+        print(f"{path}: {os.path.getsize(path) / 1e6:.1f} MB ({time.time() - t0:.0f} s)", flush=True)
+    path = os.path.join(args.out, "val.xz")
+    if not os.path.exists(path):
+        blobs = []
+        for split in VAL_SPLITS:
+            with open(os.path.join(HERE, f"{split}.bin"), "rb") as f:
+                data = f.read()
+            if sha256(data) != manifest["sha256"][f"{split}.bin"]:
+                raise PrepareError(f"{split}.bin differs from corpus.json: rebuild it with prepare.py")
+            blobs.append(data)
+        header = json.dumps([len(b) for b in blobs]).encode() + b"\n"
+        write_atomic(path, lzma.compress(header + b"".join(blobs), preset=9))
+        print(f"{path}: {os.path.getsize(path) / 1e6:.1f} MB", flush=True)
+    return 0
+
+
+def unpack(args, manifest):
+    """Verify the carried chunks into chunks/, then write train.bin (the prefix) and the val files."""
+    t0 = time.time()
+    os.makedirs(CHUNK_DIR, exist_ok=True)
+    for k in range(args.chunks):
+        kept = os.path.join(CHUNK_DIR, f"{k:03d}.bin")
+        carried = os.path.join(args.source, chunk_name(k))
+        if os.path.exists(kept) or not os.path.exists(carried):
+            continue
+        try:
+            with open(carried, "rb") as f:
+                data = lzma.decompress(f.read())
+        except (OSError, lzma.LZMAError) as e:
+            raise PrepareError(f"{carried}: not a readable xz chunk ({e}); pack it again") from None
+        if sha256(data) != manifest["train_chunk_sha256"][k]:
+            raise PrepareError(f"{carried}: its tokens differ from corpus.json's chunk {k}: pack it again")
+        write_atomic(kept, data)
+    val = os.path.join(args.source, "val.xz")
+    if os.path.exists(val) and not os.path.exists(os.path.join(HERE, "val.bin")):
+        with open(val, "rb") as f:
+            raw = lzma.decompress(f.read())
+        header, body = raw.split(b"\n", 1)
+        offset = 0
+        for split, n in zip(VAL_SPLITS, json.loads(header)):
+            data = body[offset:offset + n]
+            offset += n
+            if sha256(data) != manifest["sha256"][f"{split}.bin"]:
+                raise PrepareError(f"{val}: its {split} differs from corpus.json: pack it again")
+            write_atomic(os.path.join(HERE, f"{split}.bin"), data)
+    missing = [k for k in range(args.chunks) if not os.path.exists(os.path.join(CHUNK_DIR, f"{k:03d}.bin"))]
+    if missing:
+        print(f"staged {args.chunks - len(missing)} of {args.chunks} chunks ({time.time() - t0:.0f} s); still "
+              f"missing: {missing}", flush=True)
+        return 0
+    staged = os.path.join(HERE, "staged.json")
+    if os.path.exists(staged):
+        with open(staged) as f:
+            if json.load(f).get("chunks") == args.chunks:
+                print(f"train.bin holds chunks 0-{args.chunks - 1} already", flush=True)
+                return 0
+    parts = []
+    for k in range(args.chunks):
+        with open(os.path.join(CHUNK_DIR, f"{k:03d}.bin"), "rb") as f:
+            parts.append(f.read())
+    write_atomic(os.path.join(HERE, "train.bin"), b"".join(parts))
+    tokens = args.chunks * manifest["chunk_tokens"]
+    write_atomic(staged, (json.dumps({"chunks": args.chunks, "train_tokens": tokens,
+                                      "chunk_sha256": manifest["train_chunk_sha256"][:args.chunks]}) + "\n").encode())
+    print(f"train.bin: the first {tokens:,} tokens of the corpus ({args.chunks} chunks), staged in "
+          f"{time.time() - t0:.0f} s", flush=True)
+    return 0
+
+
+def main(argv=None):
+    parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0].strip(),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="verb", required=True)
+    p = sub.add_parser("pack", help="write xz chunks here")
+    p.add_argument("--chunks", type=int, required=True, help="how many chunks of train.bin, from the start")
+    p.add_argument("--first", type=int, default=0, help="skip the chunks before this one (already carried)")
+    p.add_argument("--out", required=True, help="the folder to write them to")
+    u = sub.add_parser("unpack", help="verify carried chunks there and write train.bin once all are in")
+    u.add_argument("--from", dest="source", required=True, help="the folder of carried chunks")
+    u.add_argument("--chunks", type=int, required=True, help="how many chunks train.bin should hold")
+    args = parser.parse_args(argv)
+    manifest = load_manifest()
+    total = len(manifest["train_chunk_sha256"])
+    if not 1 <= args.chunks <= total:
+        raise PrepareError(f"--chunks {args.chunks}: give 1 to {total} (the corpus has {total} chunks of "
+                           f"{manifest['chunk_tokens']:,} tokens)")
+    if args.verb == "pack":
+        if not 0 <= args.first < args.chunks:
+            raise PrepareError(f"--first {args.first}: give 0 to {args.chunks - 1}")
+        return pack(args, manifest)
+    if not os.path.isdir(args.source):
+        raise PrepareError(f"--from {args.source}: no such folder")
+    return unpack(args, manifest)
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))
