@@ -1,0 +1,153 @@
+"""The budget study on data/debian_large (issue 68): per width, budget and schedule, each policy's paired gap to
+the baseline's final val loss, overall and per domain (prose, code), with its verdict.
+
+    python -m experiments.large_budgets.report          # writes answer.md and stats.json beside this file
+    python -m experiments.large_budgets.report --check  # regenerates them in memory; exit 1 if a stored byte differs
+
+The runs: experiments/large_budgets/w<width>/{cosine,runs}/<run>/ (config.json, log.txt, metrics.jsonl), trained by
+`python -m experiments.docs_study.run run --config config/large_w<width>.py ...` (README.md beside this file).
+
+Statistics (analysis/compare.py's seed_statistics, the same as the earlier studies): in one cell (width, schedule,
+budget) the gap of a policy on seed s is g_s = 100 (L_policy,s / L_baseline,s - 1), in % of the baseline's final
+val loss, paired by seed. Over the n seeds: the mean with its 95% t-interval (n - 1 degrees of freedom), the
+two-sided t-test of "mean gap = 0" and TOST of "the mean gap is outside (-1%, +1%)" (the margin stated before the
+first study, issue 26), Holm-adjusted over the policies of the cell. Verdict: "keeps the loss" when TOST rejects
+at 5% after Holm, else "worse" / "better" when the difference test does, else "inconclusive". The per-domain
+rows (val_prose, val_code) run the same tests on those losses, as a second family per domain.
+"""
+import argparse
+import json
+import os
+import sys
+
+if __name__ == "__main__" and not __package__:
+    sys.exit("run it from the repository root as: python -m experiments.large_budgets.report " + " ".join(sys.argv[1:]))
+
+from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
+from experiments.runner import read_records  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCHEDULES = ("cosine", "runs")  # runs/: the WSD trunks' cooldown branches
+METRICS = {"val": "val_loss", "val_prose": "val_prose_loss", "val_code": "val_code_loss"}
+POLICY_ORDER = ("ladder", "spd", "parallel", "grouped:4", "grouped:12")
+
+
+def load(root=None):
+    """{(width, schedule): [run dicts]} of the finished runs under root (load_run's dicts, with the last eval's
+    per-domain losses under 'final_<metric>')."""
+    groups, root = {}, root or HERE
+    for width_dir in sorted(os.listdir(root)):
+        if not width_dir.startswith("w"):
+            continue
+        for schedule in SCHEDULES:
+            folder = os.path.join(root, width_dir, schedule)
+            if not os.path.isdir(folder):
+                continue
+            for name in sorted(os.listdir(folder)):
+                try:
+                    run = load_run(os.path.join(folder, name))
+                except RunError:
+                    continue
+                if not run["complete"] or run["diverged"] or "-trunk" in name:
+                    continue
+                evals = [r for r in read_records(os.path.join(folder, name, "metrics.jsonl")) if r.get("type") == "eval"]
+                last = max(evals, key=lambda r: r["iter"])
+                for metric, key in METRICS.items():
+                    run[f"final_{metric}"] = last.get(key)
+                with open(os.path.join(folder, name, "config.json")) as f:
+                    derived = json.load(f)["derived"]
+                run["n_params"], run["device"] = derived["n_params"], derived.get("device_name")
+                groups.setdefault((int(width_dir[1:]), schedule), []).append(run)
+    return groups
+
+
+def cell_stats(runs, metric):
+    """seed_statistics of runs on one metric (its final value in the role of final_val)."""
+    use = [dict(r, final_val=r[f"final_{metric}"], best_val=r[f"final_{metric}"]) for r in runs
+           if r.get(f"final_{metric}") is not None]
+    return seed_statistics(use)["cells"]
+
+
+def analyse(groups):
+    rows = []
+    for (width, schedule), runs in sorted(groups.items()):
+        for metric in METRICS:
+            for cell in cell_stats(runs, metric):
+                if cell["policy"] == "baseline":
+                    continue
+                m = cell["final_val"]
+                if "gap" not in m:
+                    continue
+                params = next(r["n_params"] for r in runs)
+                rows.append({"width": width, "schedule": schedule, "metric": metric, "policy": cell["policy"],
+                             "syncs": cell["syncs"], "tokens": cell["tokens"], "n_params": params,
+                             "tokens_per_param": round(cell["tokens"] / params, 2), "seeds": m["paired_seeds"],
+                             "gaps": [round(g, 4) for g in m["gaps"]], "gap": round(m["gap"], 3),
+                             "gap_ci95": None if m["gap_ci"] is None else round(m["gap_ci"], 3),
+                             "p_diff_holm": None if m.get("p_diff_holm") is None else round(m["p_diff_holm"], 4),
+                             "p_tost_holm": None if m.get("p_tost_holm") is None else round(m["p_tost_holm"], 4),
+                             "verdict": m.get("verdict"), "devices": sorted({r["device"] for r in runs
+                                                                             if r["name"] in cell["runs"]})})
+    order = {p: i for i, p in enumerate(POLICY_ORDER)}
+    rows.sort(key=lambda r: (r["width"], r["schedule"], r["tokens"], list(METRICS).index(r["metric"]),
+                             order.get(r["policy"], 99), r["policy"]))
+    return rows
+
+
+def render(rows):
+    lines = ["# The budget study on data/debian_large: gap to baseline per policy", "",
+             "Generated by `python -m experiments.large_budgets.report` from the runs under "
+             "experiments/large_budgets/w*/; the statistics are in its docstring. Gap: the policy's final val "
+             "loss over the baseline's, paired by seed, in %; negative is better. 95% t-interval over seeds; "
+             "Holm over the policies of a cell; verdicts against a ±1% margin.", ""]
+    lines += ["| width | schedule | tokens (per param) | loss | policy | syncs | seeds | gap % (95% CI) | Holm p | "
+              "TOST p | verdict |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+
+    def p(value):
+        return "" if value is None else f"{value:.3f}"
+    for r in rows:
+        ci = "" if r["gap_ci95"] is None else f" ± {r['gap_ci95']:.2f}"
+        lines.append(f"| {r['width']} | {'cosine' if r['schedule'] == 'cosine' else 'WSD'} | "
+                     f"{r['tokens'] / 1e6:.1f}M ({r['tokens_per_param']:.2f}) | {r['metric']} | {r['policy']} | "
+                     f"{r['syncs']} | {len(r['seeds'])} | {r['gap']:+.2f}{ci} | {p(r['p_diff_holm'])} | "
+                     f"{p(r['p_tost_holm'])} | {r['verdict'] or ''} |")
+    devices = sorted({d for r in rows for d in r["devices"]})
+    lines += ["", f"Devices: {', '.join(devices) if devices else 'none yet'}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare with the stored files instead of writing")
+    parser.add_argument("--force", action="store_true", help="write even when stored rows would be lost")
+    args = parser.parse_args(argv)
+    rows = analyse(load())
+    outputs = {"answer.md": render(rows), "stats.json": json.dumps(rows, indent=1) + "\n"}
+    if args.check:
+        stale = []
+        for name, text in outputs.items():
+            path = os.path.join(HERE, name)
+            if not os.path.exists(path) or open(path).read() != text:
+                stale.append(name)
+        if stale:
+            print(f"stale: {', '.join(stale)}; regenerate with python -m experiments.large_budgets.report")
+            return 1
+        print("answer.md and stats.json match the stored runs")
+        return 0
+    stored = os.path.join(HERE, "stats.json")
+    if os.path.exists(stored) and not args.force:
+        key = lambda r: (r["width"], r["schedule"], r["tokens"], r["metric"], r["policy"])  # noqa: E731
+        lost = {key(r) for r in json.load(open(stored))} - {key(r) for r in rows}
+        if lost:
+            print(f"error: the runs here give no row for {len(lost)} stored row(s), e.g. {sorted(lost)[0]}: are runs "
+                  f"missing? (--force writes the tables anyway)", file=sys.stderr)
+            return 1
+    from training.config import write_text
+    for name, text in outputs.items():
+        write_text(os.path.join(HERE, name), text)
+        print(f"wrote {os.path.relpath(os.path.join(HERE, name))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""experiments/large_budgets/report.py on small synthetic runs: paired gaps per seed, overall and per domain, the
+verdicts, --check against the stored files, and the refusal to rewrite the stored tables from fewer runs. When
+the study's runs are stored, its committed tables must regenerate byte for byte."""
+import json
+import os
+
+import pytest
+
+from experiments.large_budgets import report
+
+
+def fake_run(folder, policy, seed, val, prose, code, width=256, max_iters=224):
+    run = folder / f"d{width}-b{max_iters}-{policy.replace(':', '')}-s{seed}"
+    run.mkdir(parents=True)
+    config = {"sync_policy": policy, "seed": seed, "dataset": "debian_large", "n_layer": 12, "n_embd": width,
+              "n_tracks": 4, "max_iters": max_iters, "batch_size": 32, "block_size": 1024,
+              "gradient_accumulation_steps": 1, "derived": {"n_params": 22_321_408, "device_name": "NVIDIA H100"}}
+    (run / "config.json").write_text(json.dumps(config))
+    evals = [{"type": "eval", "iter": it, "train_loss": v, "val_loss": v, "val_prose_loss": p, "val_code_loss": c,
+              "syncs_per_fwd": 24 if policy == "baseline" else 3}
+             for it, v, p, c in ((112, val + 1, prose + 1, code + 1), (max_iters, val, prose, code))]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(e) for e in evals) + "\n")
+
+
+@pytest.fixture
+def study(tmp_path, monkeypatch):
+    cosine = tmp_path / "w256" / "cosine"
+    for seed, base in ((1, 4.00), (2, 4.10), (3, 3.90)):
+        fake_run(cosine, "baseline", seed, base, base - 0.5, base + 0.5)
+        fake_run(cosine, "grouped:4", seed, base * 1.05 + 0.001 * seed, base - 0.5, (base + 0.5) * 1.10)
+    monkeypatch.setattr(report, "HERE", str(tmp_path))
+    return tmp_path
+
+
+def test_gaps_verdicts_and_domains(study):
+    rows = report.analyse(report.load(str(study)))
+    by_metric = {r["metric"]: r for r in rows}
+    assert set(by_metric) == {"val", "val_prose", "val_code"}
+    val = by_metric["val"]
+    assert val["policy"] == "grouped:4" and val["seeds"] == [1, 2, 3] and val["tokens"] == 224 * 32 * 1024
+    assert val["gaps"] == pytest.approx([100 * ((b * 1.05 + 0.001 * s) / b - 1) for s, b in ((1, 4.0), (2, 4.1), (3, 3.9))],
+                                        abs=1e-4)
+    assert val["verdict"] == "worse" and by_metric["val_code"]["verdict"] == "worse"
+    assert by_metric["val_prose"]["gap"] == 0 and by_metric["val_prose"]["verdict"] != "worse"
+    assert "| 256 | cosine | 7.3M (0.33) | val | grouped:4 | 3 | 3 | +5" in report.render(rows)
+
+
+def test_check_and_no_rewrite_from_fewer_runs(study, capsys):
+    assert report.main(["--check"]) == 1  # nothing stored yet
+    assert report.main([]) == 0 and report.main(["--check"]) == 0
+    for run in (study / "w256" / "cosine").glob("*grouped4*"):
+        (run / "metrics.jsonl").unlink()
+    assert report.main([]) == 1 and "are runs missing?" in capsys.readouterr().err
+    assert report.main(["--force"]) == 0
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(report.HERE, "stats.json")), reason="no stored study tables yet")
+def test_stored_tables_regenerate_byte_for_byte():
+    assert report.main(["--check"]) == 0
