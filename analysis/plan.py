@@ -9,7 +9,7 @@ One row per policy:
   train_b12), modeled by bench/step_model.py with its interval (the range over its all-reduce fits, widened by its
   held-out saving error; the same numbers as `python -m bench.step_model --size S --tp P --policy X`). At a depth
   other than 12 layers a grouped:G policy is timed as the spec with the nearest syncs per forward
-  (bench.step_model.nearest_sync_spec, as its --pareto does): the loss was measured with the 12-layer spec.
+  (bench/steptime/pareto.py's nearest_sync_spec, as its --pareto does): the loss was measured with the 12-layer spec.
 - loss gap to baseline at N parameters and T tokens, % of the baseline's final val loss, with the 95% prediction
   interval for one run: the surface of experiments/docs_study/sizes/size_fit.json (analysis/size_trend.py, 2: each
   seed's gap line in log2 tokens, regressed on log2 N across widths). "extrapolation" wherever N lies outside the
@@ -46,7 +46,7 @@ COUNT = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)([kmb]?)$", re.IGNORECASE
 def parse_size(text):
     """(label, N, shape name) from a step-model size name or a parameter count ('3e9', '3b', '770m'); a count is
     timed at the shape whose N is nearest in log. ValueError naming what is allowed."""
-    from bench.step_model import ALIASES, SHAPES
+    from bench.steptime import ALIASES, SHAPES
     shapes = {s: v for s, v in SHAPES.items() if s != "tiny"}
     count = lambda s: gpt_params(shapes[s][0], shapes[s][2], shapes[s][3])
     name = ALIASES.get(text.lower(), text.lower())
@@ -62,9 +62,9 @@ def parse_size(text):
 
 def step_savings(shape, tp, policies, device, n_tracks):
     """{policy: the step model's training answer as numbers}: the spec timed, its syncs, baseline and policy ms, the
-    saving % with its interval (lo, hi) and the stated time error %: bench/step_model.py's saving_with_interval,
+    saving % with its interval (lo, hi) and the stated time error %: bench/steptime/answers.py's saving_with_interval,
     which its answer() prints as the train_b12 line."""
-    from bench import step_model as sm
+    from bench import steptime as sm
     fit, tables, rows, held = sm.validate()
     out = {}
     for policy in policies:

@@ -38,7 +38,7 @@ import statistics
 
 from analysis.compare import _fmt_ci, _tokens, fieller, fmean, format_table, t_quantile
 
-EXTRAPOLATE = {"1.5b": "xl", "70b": "70b"}  # labelled extrapolations: bench/step_model.py's SHAPES
+EXTRAPOLATE = {"1.5b": "xl", "70b": "70b"}  # labelled extrapolations: bench/steptime/shapes.py's SHAPES
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,7 +55,7 @@ def gpt_params(n_layer, n_embd, vocab):
 
 def target_sizes():
     """{label: N} of the extrapolation targets, counted as the trainer counts."""
-    from bench.step_model import SHAPES
+    from bench.steptime import SHAPES
     return {label: gpt_params(SHAPES[s][0], SHAPES[s][2], SHAPES[s][3]) for label, s in EXTRAPOLATE.items()}
 
 
