@@ -77,7 +77,11 @@ Commands (repository root):
     python -m bench.step_model --validate        # every stored tp>=2 row: predicted / measured
     python -m bench.step_model --pareto          # loss gap against modeled time, and the 70B table
     python -m bench.step_model calibrate --device cuda   # per-sublayer times on this GPU
-The model's parts live in bench/steptime/ (its __init__ says which module holds what); this file is its command line.
+This file is the model's command line; the model lives in bench/steptime/, one module per part (its __init__
+lists them). The names the validation and the docs cite: ROW_FILES, PROSPECTIVE, PROSPECTIVE_REVISIONS in
+bench/steptime/rows.py; sweep_regimes, rows_regimes and PUBLIC_BUSBW in comm.py; collectives and tracks_features in
+policy.py; step_roofline in compute.py; fit_split in fitting.py; predict, tracks_ms and WIDTH_LAW_MIN_K in predict.py;
+TRAINER_MODE in shapes.py.
 """
 import json
 import os
