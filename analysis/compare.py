@@ -63,12 +63,14 @@ import os
 import sys
 import tempfile
 
+# what main uses, and the names its callers import from here (experiments/docs_study/run.py, the tests): the code
+# lives in analysis/runs.py (reading runs), stats.py (statistics), tables.py (printed text) and plots.py (figures)
 from analysis.plots import plot, plot_budget_headline, plot_budgets, plot_trend
 from analysis.runs import RunError, expand, load_run, num, records_from_log, skipped_note
 from analysis.stats import (MARGIN, bend_fit, budget_analysis, decide, fieller, fmean, holm, line_fit, mean_ci, natural,
                             paired_tests, seed_statistics, t_cdf, t_quantile, trend_analysis, versus, welch_ci)
-from analysis.tables import (_fmt_ci, _tokens, baseline_references, budget_table, crossover_text, format_table,
-                             stats_report, stats_table, table_rows, timing_lines, verdict_sentence, versus_table)
+from analysis.tables import (baseline_references, budget_table, crossover_text, format_table, stats_report, stats_table,
+                             table_rows, timing_lines, verdict_sentence, versus_table)
 from training.config import HelpFormatter, OneLineArgumentParser, ascii_float, write_text
 
 PLOT_FORMATS = ("png", "pdf", "svg")

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 from analysis.runs import SETTING_KEYS
 from analysis.stats import MARGIN, fmean, mean_ci, natural, setting_labels, sorted_settings, sync_interval
-from analysis.tables import _tokens
+from analysis.tables import fmt_tokens
 from training.config import save_figure
 
 
@@ -299,7 +299,7 @@ def plot_budgets(analysis, path, margin, trunk_curves=None, other_schedule=()):
         ax.set_xscale("log", base=2)
         ticks = sorted({b["tokens"] for e in analysis for b in e["budgets"]})
         ax.set_xticks(ticks)
-        ax.set_xticklabels([_tokens(t) for t in ticks])
+        ax.set_xticklabels([fmt_tokens(t) for t in ticks])
         ax.minorticks_off()
         ax.set_xlabel("training budget, tokens (log scale)")
         ax.set_ylabel("final val loss: gap to baseline, % (paired over seeds)")
@@ -339,7 +339,7 @@ def plot_budget_headline(analysis, path, n_params=None, title=None, baseline_syn
     ticks = sorted({b["tokens"] for e in analysis for b in e["budgets"]})
     ax.axhline(0.0, color="black", lw=1.2, zorder=1)
     lines = []
-    short = lambda t: f"{t / 1e6:.1f}M" if t < 2e7 else _tokens(t) if t >= 1e9 else f"{t / 1e6:.0f}M"
+    short = lambda t: f"{t / 1e6:.1f}M" if t < 2e7 else fmt_tokens(t) if t >= 1e9 else f"{t / 1e6:.0f}M"
     for e in analysis:
         color = colors[policies.index(e["policy"]) % len(colors)]
         tok = [b["tokens"] for b in e["budgets"]]

@@ -49,7 +49,7 @@ def skipped_note(skipped):
     if not skipped:
         return ""
     return (f"note: skipped {len(skipped)} plain file{'s' if len(skipped) > 1 else ''}, not run director"
-            f"{'ies' if len(skipped) > 1 else 'y'}: {_names(skipped)}")
+            f"{'ies' if len(skipped) > 1 else 'y'}: {name_list(skipped)}")
 
 
 def num(x, spec=".4f", big=1e6):
@@ -207,5 +207,5 @@ def run_conditions(records, end):
             "load": max(loads) if loads else None}
 
 
-def _names(names, most=4):
+def name_list(names, most=4):
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")

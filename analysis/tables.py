@@ -3,7 +3,7 @@ the budget table and the versus table."""
 import math
 import statistics
 
-from analysis.runs import _names, num
+from analysis.runs import name_list, num
 from analysis.stats import (ALPHA, MARGIN, SEED_GAP, SEED_TOKENS, fmean, seed_statistics, setting_labels,
                             sorted_settings, trend_analysis)
 
@@ -21,20 +21,20 @@ def timing_lines(runs):
     unknown = [r["name"] for r in timed if r["device"] is None or r["layout"] is None]
     if unknown:
         lines.append(f"timing: conditions unknown (no device or layout logged: older runs, or "
-                     f"log.txt only) for {_names(unknown)}: no speed ratio involving them")
+                     f"log.txt only) for {name_list(unknown)}: no speed ratio involving them")
     known = [r for r in timed if r["device"] is not None and r["layout"] is not None]
     on_cpu = [r["name"] for r in known if r["device_type"] == "cpu"]
     loaded = [f"{r['name']} ({r['load']:g} > {r['cores']})" for r in known
               if r["load"] is not None and r["cores"] is not None and r["load"] > r["cores"]]
     if on_cpu or loaded:
-        why = "; ".join(x for x in (f"on CPU: {_names(on_cpu)}" if on_cpu else "",
-                                    f"load average above the CPU cores: {_names(loaded)}" if loaded else "") if x)
+        why = "; ".join(x for x in (f"on CPU: {name_list(on_cpu)}" if on_cpu else "",
+                                    f"load average above the CPU cores: {name_list(loaded)}" if loaded else "") if x)
         lines.append(f"timing: the timing measures the machine, not the policy ({why})")
     groups = {}
     for r in known:
         groups.setdefault((r["device"], r["layout"]), []).append(r)
     if len(groups) > 1:
-        parts = [f"{device}, world {w} = dp {dp} x tp {tp}: {_names([r['name'] for r in own])}"
+        parts = [f"{device}, world {w} = dp {dp} x tp {tp}: {name_list([r['name'] for r in own])}"
                  for (device, (w, dp, tp)), own in groups.items()]
         lines.append(f"timing: the runs differ in device or layout, so no speed ratio between them ({'; '.join(parts)})")
     for (device, (w, dp, tp)), own in groups.items():
@@ -166,7 +166,7 @@ def verdict_sentence(analysis, n_seeds_text):
     return text + "."
 
 
-def _fmt_ci(mean, half, unit=""):
+def fmt_ci(mean, half, unit=""):
     return f"{num(mean, '+.2f')}{unit}" + ("" if half is None else f" ± {num(half, '.2f')}")
 
 
@@ -195,7 +195,7 @@ def stats_table(stats):
                 row += ["no paired baseline", "", "", "", "", ""] if tests else ["no paired baseline", ""]
                 continue
             n = len(m["paired_seeds"])
-            row.append(_fmt_ci(m["gap"], m["gap_ci"]) + ("" if n == len(c["seeds"]) else f" ({n} paired)"))
+            row.append(fmt_ci(m["gap"], m["gap_ci"]) + ("" if n == len(c["seeds"]) else f" ({n} paired)"))
             if tests:
                 ci90 = "" if m["ci90"] is None else f"[{num(m['ci90'][0], '+.2f')}, {num(m['ci90'][1], '+.2f')}]"
                 row += [ci90, _fmt_p(m.get("p_diff_holm")), _fmt_p(m.get("p_tost_holm"))]
@@ -207,7 +207,7 @@ def stats_table(stats):
     return header, rows
 
 
-def _tokens(t):
+def fmt_tokens(t):
     if t >= 1e15:
         return f"10^{math.log10(t):.0f}"
     return f"{t / 1e9:.2f}B" if t >= 1e9 else f"{t / 1e6:.1f}M"
@@ -223,9 +223,9 @@ def crossover_text(e):
         return "flat line: no crossover"
     if e.get("trend") == "flat":  # a line whose slope's interval holds 0 places its zero anywhere
         return "none located: the slope is not told from 0"
-    where = _tokens(e["crossover_tokens"])
+    where = fmt_tokens(e["crossover_tokens"])
     interval = e["crossover_interval"]
-    span = f" [{_tokens(interval[0])}, {_tokens(interval[1])}]" if interval else " (interval unbounded: slope not told from 0)"
+    span = f" [{fmt_tokens(interval[0])}, {fmt_tokens(interval[1])}]" if interval else " (interval unbounded: slope not told from 0)"
     if e["crossover_in_range"]:
         return f"crosses 0 at {where}{span}, within the range"
     return f"not crossed within the range (the line reaches 0 at {where}{span}, an extrapolation)"
@@ -234,11 +234,11 @@ def crossover_text(e):
 def budget_table(analysis, margin):
     """Markdown: policy x budget (gap, interval, verdict), then slope, crossover and the extrapolation."""
     budgets = sorted({(b["iters"], b["tokens"]) for e in analysis for b in e["budgets"]})
-    header = ["width", "policy", "syncs/fwd"] + [f"{it} it ({_tokens(t)})" for it, t in budgets] + [
-        "slope, points per doubling (95% CI)", "bend, points per doubling² (95% CI)", "crossover (gap = 0)", f"at {_tokens(SEED_TOKENS)} (extrapolated, 95% PI)"]
+    header = ["width", "policy", "syncs/fwd"] + [f"{it} it ({fmt_tokens(t)})" for it, t in budgets] + [
+        "slope, points per doubling (95% CI)", "bend, points per doubling² (95% CI)", "crossover (gap = 0)", f"at {fmt_tokens(SEED_TOKENS)} (extrapolated, 95% PI)"]
     spans = {tuple(e["common_tokens"]) for e in analysis if "common_tokens" in e}
     if spans:  # policies measured to different budgets: their slopes over the budgets all of them have
-        header.insert(len(header) - 3, "slope over " + "; ".join(f"{_tokens(a)}-{_tokens(b)}" for a, b in sorted(spans))
+        header.insert(len(header) - 3, "slope over " + "; ".join(f"{fmt_tokens(a)}-{fmt_tokens(b)}" for a, b in sorted(spans))
                       + " (the budgets every policy has)")
     rows = []
     for e in analysis:
@@ -246,12 +246,12 @@ def budget_table(analysis, margin):
         cells = []
         for key in budgets:
             b = by.get(key)
-            cells.append("—" if b is None else f"{_fmt_ci(b['gap'], b['gap_ci'], '%')} ({b['n']}) "
+            cells.append("—" if b is None else f"{fmt_ci(b['gap'], b['gap_ci'], '%')} ({b['n']}) "
                          + (b["verdict"] or "1 seed"))
-        slope = "—" if "slope" not in e else _fmt_ci(e["slope"], e["slope_ci"]) + f" ({e['seeds_fitted']} seeds)"
-        bend = "—" if "bend" not in e else _fmt_ci(e["bend"], e["bend_ci"]) + f" ({e['bend_seeds']} seeds)"
-        target = "—" if "target_gap" not in e else _fmt_ci(e["target_gap"], e["target_pi"], "%")
-        common_slope = ([_fmt_ci(e["common_slope"], e["common_slope_ci"]) + f" ({e['common_seeds']} seeds)"
+        slope = "—" if "slope" not in e else fmt_ci(e["slope"], e["slope_ci"]) + f" ({e['seeds_fitted']} seeds)"
+        bend = "—" if "bend" not in e else fmt_ci(e["bend"], e["bend_ci"]) + f" ({e['bend_seeds']} seeds)"
+        target = "—" if "target_gap" not in e else fmt_ci(e["target_gap"], e["target_pi"], "%")
+        common_slope = ([fmt_ci(e["common_slope"], e["common_slope_ci"]) + f" ({e['common_seeds']} seeds)"
                          if "common_slope" in e else "—"] if spans else [])
         rows.append([e["label"], e["policy"], str(e["syncs"]), *cells, slope, *common_slope, bend, crossover_text(e),
                      target])
@@ -261,7 +261,7 @@ def budget_table(analysis, margin):
             f"a_s + b_s·x + c_s·x² (x = log2 tokens) per seed with 3 budgets or more, averaged likewise; an interval "
             f"that holds 0 means the budgets do not show the line bending. Crossover: "
             f"Fieller's 95% interval for the budget where the mean line is 0. The last column extrapolates the line to "
-            f"the seed's {_tokens(SEED_TOKENS)} tokens (its expectation on record: {SEED_GAP:+.1f}%), with a 95% "
+            f"the seed's {fmt_tokens(SEED_TOKENS)} tokens (its expectation on record: {SEED_GAP:+.1f}%), with a 95% "
             f"prediction interval for one seed: an extrapolation, not a measurement.")
     return format_table(header, rows, True) + "\n\n" + note
 
@@ -270,7 +270,7 @@ def versus_table(rows, other):
     header = ["width", "budget (iters)", "policy", "seeds", "gap here", f"gap in {other}", "here minus there (95% CI)",
               "differ?"]
     body = [[str(r["n_embd"]), str(r["iters"]), r["policy"], ",".join(map(str, r["seeds"])), f"{r['gap']:+.2f}%",
-             f"{r['other_gap']:+.2f}%", _fmt_ci(r["diff"], r["diff_ci"], " points"),
+             f"{r['other_gap']:+.2f}%", fmt_ci(r["diff"], r["diff_ci"], " points"),
              "n/a (1 seed)" if r["diff_ci"] is None else "yes" if r["differ"] else "no: within the seeds' noise"]
             for r in rows]
     return (format_table(header, body, True) + "\n\nEach seed's paired gap (policy vs the baseline of the same seed and "
