@@ -126,6 +126,16 @@ def test_bench_scripts_stop_before_a_failing_import():
     assert packages >= {"bench", "model", "training"} and not bad, bad
 
 
+def test_bench_packages_are_libraries():
+    """A package under bench/ (bench/steptime/) is imported by a script there, never run: no module of it has a
+    __main__ block, so the script guard above need not cover it."""
+    package_files = [(rel, source) for rel, source in python_files()
+                     if rel.startswith("bench" + os.sep) and os.path.dirname(rel) != "bench"]
+    mains = [rel for rel, source in package_files for node in ast.parse(source).body
+             if isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"]
+    assert package_files and not mains, f"run these as bench/ scripts instead: {mains}"
+
+
 def long_functions(rel, source):
     """Functions of more than MAX_FUNCTION_LINES lines (def to last line) without a reason above them."""
     lines = source.splitlines()
