@@ -9,7 +9,7 @@ One row per policy:
   train_b12), modeled by bench/step_model.py with its interval (the range over its all-reduce fits, widened by its
   held-out saving error; the same numbers as `python -m bench.step_model --size S --tp P --policy X`). At a depth
   other than 12 layers a grouped:G policy is timed as the spec with the nearest syncs per forward
-  (bench.step_model.nearest_sync_spec, as its --pareto does): the loss was measured with the 12-layer spec.
+  (bench/steptime/pareto.py's nearest_sync_spec, as its --pareto does): the loss was measured with the 12-layer spec.
 - loss gap to baseline at N parameters and T tokens, % of the baseline's final val loss, with the 95% prediction
   interval for one run: the surface of experiments/docs_study/sizes/size_fit.json (analysis/size_trend.py, 2: each
   seed's gap line in log2 tokens, regressed on log2 N across widths). "extrapolation" wherever N lies outside the
@@ -22,7 +22,12 @@ One row per policy:
   arXiv 2203.15556: L = E + A / N^a + B / T^b), an assumption, not this study's measurement; only the ratio
   L_b(T') / L_b(T) is used. T' is searched in [T / 1024, 1024 T]; none there: "does not reach it". Its interval:
   T' from the gap's lower and upper prediction bounds, times the policy's step-time interval.
-Everything printed is modeled or extrapolated; the last lines say what was measured.
+Printed as three tables of at most 100 columns, one per question (what a step saves, what the loss costs, how
+long to reach the baseline's loss); --wide prints them as one table, one row per policy. At a point the study
+measured (N within 1% of a measured width's and T of one of its budgets: --size 124m --tokens 8.4e7), the loss table
+shows the measured gap beside the fit's (mean and 95% t half-width over the seeds, as the width's budget_table.md)
+and whether it lies inside the fit's prediction interval.
+Everything printed is modeled or extrapolated unless a column says measured; the last lines say what was measured.
 """
 import argparse
 import json
@@ -30,8 +35,9 @@ import math
 import os
 import re
 import sys
+import textwrap
 
-from analysis.compare import format_table
+from analysis.tables import format_table
 from analysis.size_trend import gap_at, gpt_params
 from training.cli import guarded, positive_int
 from training.config import REPO, HelpFormatter, OneLineArgumentParser
@@ -41,12 +47,14 @@ TOKENS_PER_STEP = 12 * 1024  # bench/step_model.py's train_b12: 12 sequences of 
 CHINCHILLA = dict(E=1.69, A=406.4, B=410.7, a=0.34, b=0.28)  # arXiv 2203.15556, its fitted parametric loss
 SEARCH = 10  # doublings either side of T searched for T'
 COUNT = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)([kmb]?)$", re.IGNORECASE)
+COLUMNS = 100  # the widest line the default layout prints
+MEASURED_TOL = 0.01  # N and T within 1% of a measured width's and budget's: the point the study measured
 
 
 def parse_size(text):
     """(label, N, shape name) from a step-model size name or a parameter count ('3e9', '3b', '770m'); a count is
     timed at the shape whose N is nearest in log. ValueError naming what is allowed."""
-    from bench.step_model import ALIASES, SHAPES
+    from bench.steptime import ALIASES, SHAPES
     shapes = {s: v for s, v in SHAPES.items() if s != "tiny"}
     count = lambda s: gpt_params(shapes[s][0], shapes[s][2], shapes[s][3])
     name = ALIASES.get(text.lower(), text.lower())
@@ -62,9 +70,9 @@ def parse_size(text):
 
 def step_savings(shape, tp, policies, device, n_tracks):
     """{policy: the step model's training answer as numbers}: the spec timed, its syncs, baseline and policy ms, the
-    saving % with its interval (lo, hi) and the stated time error %: bench/step_model.py's saving_with_interval,
+    saving % with its interval (lo, hi) and the stated time error %: bench/steptime/answers.py's saving_with_interval,
     which its answer() prints as the train_b12 line."""
-    from bench import step_model as sm
+    from bench import steptime as sm
     fit, tables, rows, held = sm.validate()
     out = {}
     for policy in policies:
@@ -116,34 +124,76 @@ def _duration(ms):
         f"{ms / 1e3:.1f} s"
 
 
-def plan_rows(fit, n_params, tokens, steps):
-    """[(policy, cells)], one per policy of the fit and the baseline first; steps: {policy: step_saving(...)}."""
+def measured_at(fit, n_params, tokens):
+    """(the width's entry, {policy: its budget cell}) where the study measured N and T (within MEASURED_TOL): each
+    cell's gap is the seeds' mean paired gap, gap_ci its 95% t half-width, n the seeds. (None, {}) elsewhere."""
+    near = lambda a, b: abs(a / b - 1) <= MEASURED_TOL
+    width = next((w for w in fit["widths"] if near(n_params, w["n_params"])), None)
+    if width is None:
+        return None, {}
+    cells = {policy: b for policy, e in fit["policies"].items() for w in e.get("widths", [])
+             if w["width"] == width["width"] for b in w["budgets"] if near(tokens, b["tokens"])}
+    return (width, cells) if cells else (None, {})
+
+
+def policy_cells(fit, n_params, tokens, steps):
+    """{policy: named cells}, the baseline first, for the tables; steps: {policy: step_savings' entry}."""
     base = steps["baseline"]
-    t_base = tokens / TOKENS_PER_STEP * base["base_ms"]
-    rows = [["baseline", f"baseline ({base['syncs']})", "0", "0 (reference)", "", f"{tokens:.3g}",
-             f"{_duration(t_base)} ±{base['time_error']:.0f}%"]]
-    extrapolated = extrapolation_label(fit, n_params, tokens).startswith("extrapolation")
+    _, measured = measured_at(fit, n_params, tokens)
+    out = {"baseline": dict(timed=base["spec"], syncs=str(base["syncs"]), saving="0", saving_interval="",
+                            gap="0", gap_interval="(reference)", measured="", inside="", tokens=f"{tokens:.3g}",
+                            time=_duration(tokens / TOKENS_PER_STEP * base["base_ms"]),
+                            time_interval=f"±{base['time_error']:.0f}%", size_measured=True)}
     for policy, e in fit["policies"].items():
-        s = steps[policy]
-        chains = e["chains"]
+        s, chains = steps[policy], e["chains"]
         g = gap_at(chains, n_params, tokens, fit["level"])
         pi = g["pi"] or 0.0
         reach = [tokens_to_reach(lambda t, d=d: gap_at(chains, n_params, t, fit["level"])["gap"]
                                  + d * (gap_at(chains, n_params, t, fit["level"])["pi"] or 0.0), n_params, tokens)
                  for d in (0, -1, 1)]
         ms_lo, ms_hi = s["base_ms"] * (1 - s["hi"] / 100), s["base_ms"] * (1 - s["lo"] / 100)
-        if reach[0] is None:
-            t_text = "does not reach it"
-        else:
+        time, interval = "does not reach it", ""
+        if reach[0] is not None:
             hi = "does not reach it" if reach[2] is None else _duration(reach[2] / TOKENS_PER_STEP * ms_hi)
-            t_text = (f"{_duration(reach[0] / TOKENS_PER_STEP * s['ms'])} "
-                      f"[{_duration(reach[1] / TOKENS_PER_STEP * ms_lo)}, {hi}]")
-        rows.append([policy, f"{s['spec']} ({s['syncs']})", f"{s['saving']:+.0f}% [{s['lo']:+.0f}, {s['hi']:+.0f}]",
-                     f"{g['gap']:+.2f}%" + (f" [{g['gap'] - pi:+.2f}, {g['gap'] + pi:+.2f}]" if g["pi"] else ""),
-                     ("extrapolation" if extrapolated else "measured range")
-                     + ("" if g["size_measured"] else "; size trend not measured, c = 0 assumed"),
-                     "—" if reach[0] is None else f"{reach[0]:.3g}", t_text])
-    return rows
+            time = _duration(reach[0] / TOKENS_PER_STEP * s["ms"])
+            interval = f"[{_duration(reach[1] / TOKENS_PER_STEP * ms_lo)}, {hi}]"
+        m = measured.get(policy)
+        out[policy] = dict(
+            timed=s["spec"], syncs=str(s["syncs"]), saving=f"{s['saving']:+.0f}%",
+            saving_interval=f"[{s['lo']:+.0f}, {s['hi']:+.0f}]", gap=f"{g['gap']:+.2f}%",
+            gap_interval=f"[{g['gap'] - pi:+.2f}, {g['gap'] + pi:+.2f}]" if g["pi"] else "",
+            measured=f"{m['gap']:+.2f}% ± {m['gap_ci']:.2f} ({m['n']})" if m else "",
+            inside=("yes" if g["gap"] - pi <= m["gap"] <= g["gap"] + pi else "no") if m and g["pi"] else "",
+            tokens="—" if reach[0] is None else f"{reach[0]:.3g}", time=time, time_interval=interval,
+            size_measured=g["size_measured"])
+    return out
+
+
+# (title, [(column header, cell key)]): one table per question; --wide puts every column in one table
+QUESTIONS = (
+    ("What a training step saves (modeled)", [("timed as", "timed"), ("syncs/fwd", "syncs"), ("saving", "saving"),
+                                              ("interval", "saving_interval")]),
+    ("What the loss costs: gap to baseline, % of its final val loss", [
+        ("gap (fit)", "gap"), ("95% prediction interval", "gap_interval"),
+        ("measured ± 95% CI (seeds)", "measured"), ("inside?", "inside")]),
+    ("How long to reach the baseline's final loss", [("tokens", "tokens"), ("wall-clock", "time"),
+                                                     ("interval", "time_interval")]),
+)
+
+
+def tables(cells, tokens, measured, wide=False):
+    """The tables' lines: per question (QUESTIONS) a title and a table, or with wide one table of every column. The
+    measured columns appear only where the study measured this point."""
+    questions = [(title.replace("gap to baseline", f"gap to baseline at {tokens:.3g} tokens"),
+                  [(h, k) for h, k in cols if measured or k not in ("measured", "inside")]) for title, cols in QUESTIONS]
+    if wide:
+        questions = [("", [c for _, cols in questions for c in cols])]
+    lines = []
+    for title, cols in questions:
+        rows = [[policy] + [c[k] for _, k in cols] for policy, c in cells.items()]
+        lines += ([""] if lines else []) + ([f"{title}:"] if title else [])
+        lines.append(format_table(["policy"] + [h for h, _ in cols], rows, False))
+    return lines
 
 
 def extrapolation_label(fit, n_params, tokens):
@@ -159,18 +209,28 @@ def extrapolation_label(fit, n_params, tokens):
     return f"extrapolation ({'; '.join(why)})" if why else "within the measured range"
 
 
-def summary(fit, args, shape, n_params):
+def summary(fit, args, shape, n_params, cells):
     widths = ", ".join(f"{w['width']} ({w['n_params'] / 1e6:.1f}M)" for w in fit["widths"])
     r_lo, r_hi = fit["measured"]["tokens_per_param"]
     trend = ("across widths" if fit["size_measured"] else
              "at one width: the size trend is NOT measured; c = 0 assumed (the gap follows tokens, not N)")
-    return [f"Measured: loss gaps of 12-layer GPTs at widths {widths}, {r_lo:.2g}-{r_hi:.2g} tokens per parameter, "
-            f"n_tracks 4, WSD schedule, paired seeds per cell as each width's budget_table.md says ({trend}). Extrapolated: the gap to N = {n_params / 1e9:.3g}B and "
-            f"{args.tokens / n_params:.3g} tokens per parameter. Modeled: every step time (bench/step_model.py, "
-            f"{shape} at tp={args.tp}, n_tracks {args.n_tracks}, {args.device}); the baseline's loss against tokens "
-            f"(Chinchilla's law, assumed).",
-            "Gap: % of the baseline's final val loss, [95% prediction interval for one run]. Wall-clock: one tp "
-            f"group at {TOKENS_PER_STEP:,} tokens per step, [interval: the gap's bounds x the step-time interval]."]
+    lines = [f"Measured: loss gaps of 12-layer GPTs at widths {widths}, {r_lo:.2g}-{r_hi:.2g} tokens per parameter, "
+             f"n_tracks 4, WSD schedule, paired seeds per cell as each width's budget_table.md says ({trend}). Extrapolated: the gap to N = {n_params / 1e9:.3g}B and "
+             f"{args.tokens / n_params:.3g} tokens per parameter. Modeled: every step time (bench/step_model.py, "
+             f"{shape} at tp={args.tp}, n_tracks {args.n_tracks}, {args.device}); the baseline's loss against tokens "
+             f"(Chinchilla's law, assumed).",
+             "Gap: % of the baseline's final val loss, [95% prediction interval for one run]. Wall-clock: one tp "
+             f"group at {TOKENS_PER_STEP:,} tokens per step, [interval: the gap's bounds x the step-time interval]."]
+    unmeasured = [p for p, c in cells.items() if not c["size_measured"]]
+    if unmeasured:
+        lines.append(f"The size trend of {', '.join(unmeasured)} is not measured: c = 0 assumed (its gap follows "
+                     f"tokens, not N).")
+    width, measured = measured_at(fit, n_params, args.tokens)
+    if measured:
+        lines.append(f"Measured at this point: width {width['width']} ({width['n_params'] / 1e6:.1f}M), the seeds' "
+                     f"mean paired gap ± its 95% t half-width (seeds), as {width['sweep']}/budget_table.md; inside? "
+                     "says whether it lies in the fit's 95% prediction interval.")
+    return lines
 
 
 def main(argv=None):
@@ -184,6 +244,7 @@ def main(argv=None):
     ap.add_argument("--device", choices=("H100", "H200"), default="H100", help="the step model's datasheet")
     ap.add_argument("--n_tracks", type=positive_int, default=None, help="default: max(tp, 4), a multiple of tp")
     ap.add_argument("--fit", default=SIZE_FIT, help="the study's committed fit, relative to the repository root")
+    ap.add_argument("--wide", action="store_true", help=f"one table, one row per policy (wider than {COLUMNS} columns)")
     args = ap.parse_args(argv)
     try:
         label, n_params, shape = parse_size(args.size)
@@ -199,13 +260,13 @@ def main(argv=None):
         ap.error(f"--fit {args.fit}: not a readable size_fit.json ({e}); make it with "
                  f"python -m experiments.docs_study.run sizes")
     steps = step_savings(shape, args.tp, ["baseline", *fit["policies"]], args.device, args.n_tracks)
-    head = ["policy", "timed as (syncs/fwd)", "step-time saving [interval]", f"loss gap at {args.tokens:.3g} tokens",
-            "label", "tokens to reach baseline's final loss", "wall-clock to reach it"]
+    cells = policy_cells(fit, n_params, args.tokens, steps)
     timed = "" if label.lower() in (shape, "1.5b", "350m", "774m") else f"; timed at the {shape} shape"
-    print(f"{label} ({n_params / 1e9:.3g}B parameters{timed}), tp={args.tp}, {args.device}, {args.tokens:.3g} tokens: "
-          f"the loss gaps are {extrapolation_label(fit, n_params, args.tokens)}")
-    print(format_table(head, plan_rows(fit, n_params, args.tokens, steps), False))
-    print("\n".join(summary(fit, args, shape, n_params)))
+    wrap = lambda text: textwrap.fill(text, COLUMNS, break_on_hyphens=False)
+    print(wrap(f"{label} ({n_params / 1e9:.3g}B parameters{timed}), tp={args.tp}, {args.device}, {args.tokens:.3g} "
+               f"tokens: the loss gaps are {extrapolation_label(fit, n_params, args.tokens)}") + "\n")
+    print("\n".join(tables(cells, args.tokens, bool(measured_at(fit, n_params, args.tokens)[1]), args.wide)) + "\n")
+    print("\n".join(wrap(line) for line in summary(fit, args, shape, n_params, cells)))
     return 0
 
 

@@ -36,9 +36,10 @@ import functools
 import math
 import statistics
 
-from analysis.compare import _fmt_ci, _tokens, fieller, fmean, format_table, t_quantile
+from analysis.stats import fieller, fmean, t_quantile
+from analysis.tables import fmt_ci, fmt_tokens, format_table
 
-EXTRAPOLATE = {"1.5b": "xl", "70b": "70b"}  # labelled extrapolations: bench/step_model.py's SHAPES
+EXTRAPOLATE = {"1.5b": "xl", "70b": "70b"}  # labelled extrapolations: bench/steptime/shapes.py's SHAPES
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,7 +56,7 @@ def gpt_params(n_layer, n_embd, vocab):
 
 def target_sizes():
     """{label: N} of the extrapolation targets, counted as the trainer counts."""
-    from bench.step_model import SHAPES
+    from bench.steptime import SHAPES
     return {label: gpt_params(SHAPES[s][0], SHAPES[s][2], SHAPES[s][3]) for label, s in EXTRAPOLATE.items()}
 
 
@@ -239,7 +240,7 @@ def _cross_cell(r):
         return "none located (slope not told from 0)"
     lo, hi = r["crossover_interval"]
     where = "within the range" if r["in_range"] else "extrapolated"
-    return (f"{_tokens(r['crossover_tokens'])} [{_tokens(lo)}, {_tokens(hi)}] = {r['crossover_tokens'] / r['n_params']:.2g} "
+    return (f"{fmt_tokens(r['crossover_tokens'])} [{fmt_tokens(lo)}, {fmt_tokens(hi)}] = {r['crossover_tokens'] / r['n_params']:.2g} "
             f"[{lo / r['n_params']:.2g}, {hi / r['n_params']:.2g}] per param, {where}")
 
 
@@ -251,7 +252,7 @@ def _fit_text(fit, policy):
                 + ("; c assumed 0" if located else ""))
     told = "told from 0" if f["c_told_from_0"] else "not told from 0"
     per_param = "told from 1" if f["c_told_from_1"] else "not told from 1 (constant tokens per parameter)"
-    return (f"c = {_fmt_ci(f['c'], f['c_ci'])} ({f['widths']} widths, {f['df']:.1f} df, Birge R {f['birge']:.2f}): "
+    return (f"c = {fmt_ci(f['c'], f['c_ci'])} ({f['widths']} widths, {f['df']:.1f} df, Birge R {f['birge']:.2f}): "
             f"{told}; {per_param}")
 
 
@@ -264,7 +265,7 @@ def size_table(fit):
              "non-embedding: N minus vocab x width.", ""]
     lines += [format_table(["width", "N", "non-embedding", "runs", "budgets: tokens (tokens per parameter)", "sweep"],
                            [[str(w["width"]), _m(w["n_params"]), _m(w["non_embedding"]), str(w["runs"]),
-                             ", ".join(f"{_tokens(t)} ({t / w['n_params']:.3g})" for _, t in w["budgets"]), w["sweep"]]
+                             ", ".join(f"{fmt_tokens(t)} ({t / w['n_params']:.3g})" for _, t in w["budgets"]), w["sweep"]]
                             for w in fit["widths"]], True), ""]
     if not fit["size_measured"]:
         lines += ["**One width measured: the size trend is not measured.** Every fit across sizes below assumes "
@@ -273,19 +274,19 @@ def size_table(fit):
     rows = []
     for p, e in fit["policies"].items():
         for r in e["widths"]:
-            rows.append([p, str(e["syncs"]), str(r["width"]), _fmt_ci(r["slope"], r["slope_ci"]) if r["slope"] is not None
+            rows.append([p, str(e["syncs"]), str(r["width"]), fmt_ci(r["slope"], r["slope_ci"]) if r["slope"] is not None
                          else "—", _cross_cell(r)])
     lines += ["## Per width", "", format_table(["policy", "syncs/fwd", "width", "slope, points per doubling of tokens",
                                                   "crossover: tokens [Fieller 95%] = tokens per parameter"], rows, True), ""]
     rows = []
     for p, e in fit["policies"].items():
-        ext = [f"{_tokens(x['tokens'])} [{_tokens(x['pi'][0])}, {_tokens(x['pi'][1])}] = "
+        ext = [f"{fmt_tokens(x['tokens'])} [{fmt_tokens(x['pi'][0])}, {fmt_tokens(x['pi'][1])}] = "
                f"{x['tokens'] / x['n_params']:.2g} per param" + (" (c = 0 assumed)" if x["how"].startswith("c assumed")
                                                                   else "") for x in e["extrapolation"].values()]
         sv = e["slope_vs_size"]
-        gaps = "; ".join(f"{g['iters']} it {_fmt_ci(g['points_per_doubling'], g['ci'])}" for g in e["gap_vs_size"])
+        gaps = "; ".join(f"{g['iters']} it {fmt_ci(g['points_per_doubling'], g['ci'])}" for g in e["gap_vs_size"])
         rows.append([p, _fit_text(fit, p), *(ext or ["—"] * len(fit["targets"])),
-                     "—" if sv is None else _fmt_ci(sv["per_doubling"], sv["ci"]), gaps or "—"])
+                     "—" if sv is None else fmt_ci(sv["per_doubling"], sv["ci"]), gaps or "—"])
     head = ["policy", "log2 crossover = alpha + c log2 N"] + [
         f"crossover at {k} ({_m(n)}), extrapolated [95% PI]" for k, n in fit["targets"].items()] + [
         "slope's change per doubling of N", "gap per doubling of N at matched tokens per parameter (points)"]
@@ -324,7 +325,7 @@ def plot_crossovers(fit, path):
             ax.errorbar([n], [t], yerr=[[t - 2 ** p["lo"]], [2 ** p["hi"] - t]], fmt="o", color=color, capsize=3,
                         mfc=color if p["in_range"] else "white", ms=7)
         label = f"{policy} ({e['syncs']} syncs/fwd): " + (
-            f"c = {_fmt_ci(e['crossover_fit']['c'], e['crossover_fit']['c_ci'])}" if e["crossover_fit"]
+            f"c = {fmt_ci(e['crossover_fit']['c'], e['crossover_fit']['c_ci'])}" if e["crossover_fit"]
             else "one width, c assumed 0")
         bands = [crossover_at(e["located"], n, fit["level"]) for n in grid]
         ax.plot(grid, [2 ** b[0] for b in bands], "-" if e["crossover_fit"] else "--", color=color, lw=1.5,

@@ -5,6 +5,7 @@ import os
 import pytest
 
 import analysis.compare as compare_runs
+import analysis.plots
 def write_run(root, name, policy, val_losses, syncs, seed=1337, tok_per_s=(1000.0, 3000.0, 2000.0),
               as_log=False):
     run = os.path.join(root, name)
@@ -113,7 +114,7 @@ def test_single_seed_plots_show_no_spread_or_trend(tmp_path, monkeypatch):
     points 0.5% apart do not fill it), a wall-clock panel exists, iteration 0 is left out of the curves, and
     the trend plot joins no single seeds and claims no error bars."""
     figures = []
-    monkeypatch.setattr(compare_runs, "save_figure", lambda fig, path: figures.append(fig))
+    monkeypatch.setattr(analysis.plots, "save_figure", lambda fig, path: figures.append(fig))
     runs = []
     for name, policy, final, syncs in (("base", "baseline", 2.0, 24), ("g4", "grouped:4", 2.01, 3),
                                        ("spd", "spd", 1.995, 12)):

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import analysis.compare as compare
+import analysis.plots
 from experiments.docs_study.run import model_params
 
 SWEEP = os.path.join("experiments", "docs_study", "budgets")
@@ -20,8 +21,8 @@ def build(tmp_path, monkeypatch):
     with open(os.path.join(SWEEP, "stats.json")) as f:
         budgets = json.load(f)["budgets"]
     figures = []
-    save = compare.save_figure
-    monkeypatch.setattr(compare, "save_figure", lambda fig, path: (figures.append(fig), save(fig, path)))
+    save = analysis.plots.save_figure
+    monkeypatch.setattr(analysis.plots, "save_figure", lambda fig, path: (figures.append(fig), save(fig, path)))
     path = tmp_path / "budget.png"
     params = model_params(sorted(os.path.join(SWEEP, "runs", d) for d in os.listdir(os.path.join(SWEEP, "runs"))))
     compare.plot_budget_headline(budgets, str(path), params, "GPT-2 124M: loss cost of fewer syncs")

@@ -4,7 +4,8 @@ repository root, and library functions stay short.
 - at most 3 `sys.path.insert` calls outside tests/ (the data/<name>/prepare.py scripts that nanoGPT runs as
   files; everything else runs from the repository root, scripts in folders as modules: python -m bench.x);
 - one repository-root constant outside tests/ (training/config.py's REPO) and one in tests/ (conftest's);
-- every bench script run as a file stops in one line before an import that would fail;
+- every bench script (a file directly in bench/; its packages are library code) run as a file stops in one line
+  before an import that would fail;
 - no function of more than 80 lines in library code, unless the line above its def says why
   (a comment starting with `# longer than 80 lines:`).
 """
@@ -17,7 +18,7 @@ from tests.conftest import REPO
 MAX_PATH_INSERTS = 4  # the data prepare scripts (shakespeare, shakespeare_char, debian_docs, openwebtext), run as files
 MAX_FUNCTION_LINES = 80
 LIBRARY = ("model", "parallel", "training", "analysis", os.path.join("data", "loader.py"),
-           os.path.join("bench", "common.py"))
+           os.path.join("bench", "common.py"), os.path.join("bench", "steptime"))
 LONG_REASON = "# longer than 80 lines:"
 
 
@@ -110,7 +111,9 @@ def test_bench_scripts_stop_before_a_failing_import():
     packages = {name for name in os.listdir(REPO) if os.path.isfile(os.path.join(REPO, name, "__init__.py"))}
     bad = []
     for rel, source in python_files():
-        if not rel.startswith("bench" + os.sep) or os.path.basename(rel) in ("__init__.py", "common.py"):
+        # bench's scripts are its top-level files; a package under bench/ (bench/steptime/) is library code that a
+        # script imports, not a command line
+        if os.path.dirname(rel) != "bench" or os.path.basename(rel) in ("__init__.py", "common.py"):
             continue
         guard, first_import = None, None
         for node in ast.parse(source).body:
@@ -121,6 +124,16 @@ def test_bench_scripts_stop_before_a_failing_import():
         if guard is None or (first_import is not None and guard > first_import):
             bad.append(f"{rel} (guard at {guard}, first project import at {first_import})")
     assert packages >= {"bench", "model", "training"} and not bad, bad
+
+
+def test_bench_packages_are_libraries():
+    """A package under bench/ (bench/steptime/) is imported by a script there, never run: no module of it has a
+    __main__ block, so the script guard above need not cover it."""
+    package_files = [(rel, source) for rel, source in python_files()
+                     if rel.startswith("bench" + os.sep) and os.path.dirname(rel) != "bench"]
+    mains = [rel for rel, source in package_files for node in ast.parse(source).body
+             if isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"]
+    assert package_files and not mains, f"run these as bench/ scripts instead: {mains}"
 
 
 def long_functions(rel, source):

@@ -9,6 +9,7 @@ import signal
 import pytest
 
 import analysis.compare as compare_runs
+import analysis.plots
 from tests.conftest import TINY, read_metrics, run_trains, start_train
 
 from experiments import runner
@@ -95,7 +96,7 @@ def test_stopped_run_ends_with_the_summary_block_and_record(workdir):
 
 def test_two_cpu_runs_print_the_timing_caveat(two_runs, tmp_path, capsys, monkeypatch):
     figures = []
-    monkeypatch.setattr(compare_runs, "save_figure", lambda fig, path: figures.append(fig))
+    monkeypatch.setattr(analysis.plots, "save_figure", lambda fig, path: figures.append(fig))
     dirs = [two_runs["baseline"][0], two_runs["spd"][0]]
     assert compare_runs.main([*dirs, "--out", str(tmp_path / "x.png")]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -135,15 +135,18 @@ def test_sizes_refuses_a_width_without_runs_and_less_data(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["size_fit.json"]  # nothing written
 
 
-def fake_fit(tmp_path):
+def fake_fit(tmp_path, measured_gap=None):
     """A policy measured at N = 2^20 and 2^22 (tokens per parameter 1 to 8), two seeds each with flat lines at 1% and
     3%: at N = 2^21 (u = 21, the chains' mean u, so (u - u_mean)^2 / S_uu = 0) the gap is 2%, s^2 = 4 / 2 = 2, with
-    half-width t(2) sqrt(2 (1 + 1/4)) = t(2) sqrt(2.5) = 4.3027 * 1.5811 = 6.8030."""
+    half-width t(2) sqrt(2 (1 + 1/4)) = t(2) sqrt(2.5) = 4.3027 * 1.5811 = 6.8030. measured_gap: the study's cell at
+    width 64 (N = 2^20) and 2^21 tokens, where the fit gives 2% with half-width t(2) sqrt(2 (1 + 1/4 + 1/4)) = 7.4525."""
     chains = [dict(width=w, n_params=n, seed=s, a=a, b=0.0) for w, n in ((64, 2 ** 20), (128, 2 ** 22))
               for s, a in ((1, 1.0), (2, 3.0))]
+    cell = dict(iters=100, tokens=2 ** 21, gap=measured_gap, gap_ci=0.5, n=2)
     fit = dict(level=0.95, size_measured=True, measured=dict(n_params=[2 ** 20, 2 ** 22], tokens_per_param=[1, 8]),
-               widths=[dict(width=64, n_params=2 ** 20), dict(width=128, n_params=2 ** 22)],
-               policies={"grouped:12": dict(chains=chains)})
+               widths=[dict(width=64, n_params=2 ** 20, sweep="w64"), dict(width=128, n_params=2 ** 22, sweep="w128")],
+               policies={"grouped:12": dict(chains=chains, widths=[dict(width=64, budgets=[cell])]
+                                            if measured_gap is not None else [])})
     path = tmp_path / "size_fit.json"
     path.write_text(json.dumps(fit))
     return str(path)
@@ -156,6 +159,14 @@ STEPS = {"baseline": dict(spec="baseline", syncs=24, base_ms=144_000.0, ms=144_0
                             time_error=20.0)}
 
 
+def table(out, title):
+    """{policy: its row} of the planner's table whose title starts with `title` (rows up to the next blank line)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title)) + 3  # title, header, rule
+    rows = lines[start:lines.index("", start)]
+    return {row.split()[0]: row for row in rows}
+
+
 def test_planner_hand_case(tmp_path, monkeypatch, capsys):
     # baseline loss L = B / T (E = A = 0, B = 1, b = 1): the policy reaches L(T) at T' = T (1 + gap / 100).
     # T = 12,288,000 = 1,000 steps of 12,288 tokens at N = 2^21 (5.86 tokens per parameter: measured range).
@@ -165,14 +176,15 @@ def test_planner_hand_case(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(plan, "step_savings", lambda shape, tp, policies, device, n_tracks: STEPS)
     assert plan.main(["--fit", fake_fit(tmp_path), "--size", "2097152", "--tokens", "12288000", "--tp", "2"]) == 0
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("baseline ", "grouped:12 "))}
-    assert "40.0 h ±20%" in rows["baseline"]
+    step, loss, time = table(out, "What a training step"), table(out, "What the loss costs"), table(out, "How long")
+    assert "40.0 h" in time["baseline"] and time["baseline"].endswith("±20%")
     half = T95(2) * math.sqrt(2.5)
-    assert f"+2.00% [{2 - half:+.2f}, {2 + half:+.2f}]" in rows["grouped:12"] and half == pytest.approx(6.8030, abs=1e-4)
-    assert "+20% [+10, +30]" in rows["grouped:12"] and "1.25e+07" in rows["grouped:12"]
-    assert f"32.6 h [{(1 - (half - 2) / 100) * 28:.1f} h, {(1 + (2 + half) / 100) * 36:.1f} h]" in rows["grouped:12"]
-    assert "32.6 h [26.7 h, 39.2 h]" in rows["grouped:12"]
-    assert "measured range" in rows["grouped:12"] and "within the measured range" in out
+    assert f"+2.00%     [{2 - half:+.2f}, {2 + half:+.2f}]" in loss["grouped:12"] and half == pytest.approx(6.8030, abs=1e-4)
+    assert "+20%    [+10, +30]" in step["grouped:12"] and "1.25e+07" in time["grouped:12"]
+    assert f"32.6 h      [{(1 - (half - 2) / 100) * 28:.1f} h, {(1 + (2 + half) / 100) * 36:.1f} h]" in time["grouped:12"]
+    assert "32.6 h      [26.7 h, 39.2 h]" in time["grouped:12"]
+    assert "within the measured range" in out and "measured ±" not in out  # N = 2^21: no width measured it
+    assert max(len(line) for line in out.splitlines()) <= plan.COLUMNS
 
 
 def test_planner_does_not_reach_when_the_baseline_loss_stops_falling(tmp_path, monkeypatch, capsys):
@@ -180,8 +192,48 @@ def test_planner_does_not_reach_when_the_baseline_loss_stops_falling(tmp_path, m
     monkeypatch.setattr(plan, "CHINCHILLA", dict(E=0.0, A=0.0, B=1.0, a=1.0, b=0.0))
     monkeypatch.setattr(plan, "step_savings", lambda shape, tp, policies, device, n_tracks: STEPS)
     plan.main(["--fit", fake_fit(tmp_path), "--size", "2e6", "--tokens", "1.2e7"])
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("grouped:12 "))
+    row = table(capsys.readouterr().out, "How long")["grouped:12"]
     assert row.rstrip().endswith("does not reach it")
+
+
+@pytest.mark.parametrize("measured_gap, inside", [(9.0, "yes"), (9.5, "no"), (-5.5, "no")])
+def test_planner_says_whether_the_measurement_is_inside_the_fit(tmp_path, monkeypatch, capsys, measured_gap, inside):
+    # at N = 2^20 (width 64) and T = 2^21 (its measured budget, given 0.5% off): fit 2% +- 7.4525 = [-5.45, +9.45]
+    monkeypatch.setattr(plan, "step_savings", lambda shape, tp, policies, device, n_tracks: STEPS)
+    plan.main(["--fit", fake_fit(tmp_path, measured_gap), "--size", str(2 ** 20), "--tokens", str(2 ** 21 * 1.005)])
+    out = capsys.readouterr().out
+    half = T95(2) * math.sqrt(3)
+    row = table(out, "What the loss costs")["grouped:12"]
+    assert row.split()[1:] == ["+2.00%", f"[{2 - half:+.2f},", f"{2 + half:+.2f}]", f"{measured_gap:+.2f}%", "±",
+                               "0.50", "(2)", inside] and half == pytest.approx(7.4525, abs=1e-4)
+    assert "Measured at this point: width 64" in out and "w64/budget_table.md" in out
+    plan.main(["--fit", fake_fit(tmp_path, measured_gap), "--size", str(2 ** 20), "--tokens", str(2 ** 21 * 1.02)])
+    assert "measured ±" not in capsys.readouterr().out  # 2% off the budget: not the point the study measured
+
+
+def test_planner_at_a_measured_point_of_the_study(monkeypatch, capsys):
+    """The committed size fit at 124M and 8.4e7 tokens (the 768-wide sweep's 2560-iteration budget): each policy's
+    measured cell of size_fit.json beside the fit, inside exactly where the fit's interval holds it; 100 columns."""
+    with open(os.path.join(REPO, plan.SIZE_FIT)) as f:
+        fit = json.load(f)
+    steps = {p: STEPS["grouped:12"] for p in fit["policies"]}
+    monkeypatch.setattr(plan, "step_savings", lambda shape, tp, policies, device, n_tracks: dict(steps, **STEPS))
+    assert plan.main(["--size", "124m", "--tokens", "8.4e7"]) == 0
+    out = capsys.readouterr().out
+    loss = table(out, "What the loss costs")
+    n_params = gpt_params(12, 768, 50304)
+    checked = 0
+    for policy, e in fit["policies"].items():
+        cell = next(b for w in e["widths"] if w["n_params"] == n_params for b in w["budgets"] if b["iters"] == 2560)
+        g = gap_at(e["chains"], n_params, 8.4e7, fit["level"])
+        inside = "yes" if abs(cell["gap"] - g["gap"]) <= g["pi"] else "no"
+        assert loss[policy].endswith(f"{cell['gap']:+.2f}% ± {cell['gap_ci']:.2f} ({cell['n']})          {inside}")
+        checked += 1
+    assert checked == 5 and "-0.81% ± 0.11 (3)" in loss["parallel"]  # experiments/docs_study/budgets/budget_table.md
+    assert max(len(line) for line in out.splitlines()) <= plan.COLUMNS
+    assert plan.main(["--size", "124m", "--tokens", "8.4e7", "--wide"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in wide) > plan.COLUMNS and any("-0.81% ± 0.11 (3)" in line for line in wide)
 
 
 @pytest.mark.parametrize("args, named", [(["--size", "2x"], "'2x'"), (["--tokens", "lots"], "'lots'"),

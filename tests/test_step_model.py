@@ -1,13 +1,16 @@
-"""bench/step_model.py: the all-reduce cost against hand-computed cases, each policy's collectives
-against the model's own counter (tp=1, and tp=2 on gloo), monotonicity, the fit's data, and the
+"""The step-time model (bench/step_model.py, bench/steptime/): the all-reduce cost against hand-computed cases, each
+policy's collectives against the model's own counter (tp=1, and tp=2 on gloo), monotonicity, the fit's data, and the
 per-sublayer calibration on CPU."""
 import json
 
 import pytest
 import torch
 
-from bench import step_model as sm
+from bench import steptime as sm
+from bench.steptime import compute, validation
+from bench.steptime import rows as rows_module
 from model.gpt import GPT, GPTConfig
+from model.sync_policy import parse_sync_policy
 from parallel import comm
 from parallel.launch import run_on_gloo
 
@@ -54,7 +57,7 @@ def test_collectives_match_the_counter_at_tp1(policy):
     model = GPT(GPTConfig(**TINY, sync_policy=policy))
     counts, nbytes = _counted(model, 2, 8)
     want_counts, want_bytes = _modeled(policy, 2, 8, 1)
-    assert want_counts["tp_fwd"] == model.syncs_per_forward == sm.parse_sync_policy(policy, 4).n_syncs
+    assert want_counts["tp_fwd"] == model.syncs_per_forward == parse_sync_policy(policy, 4).n_syncs
     assert counts == want_counts and nbytes == want_bytes
 
 
@@ -134,7 +137,7 @@ def test_decode_rows_of_an_untagged_calibration_are_not_used(tmp_path, monkeypat
     torch.cat of the whole cache: predictions take its training rows but not its decode rows."""
     rows = [{"size": "124m", "tp": 2, "workload": w, "sublayers_ms": {"mlp": ms}}
             for w, ms in (("decode_b8", 1.5), ("train_b8", 7.0))]
-    monkeypatch.setattr(sm, "RESULTS", str(tmp_path))
+    monkeypatch.setattr(compute, "RESULTS", str(tmp_path))
     cal = tmp_path / "step_model_calibration_h100.json"
     cal.write_text(json.dumps({"rows": rows}))
     assert sm.measured_sublayers("H100", "124m", "decode_b8", 2) == {}
@@ -410,8 +413,8 @@ def test_new_row_files_are_picked_up_and_fit_the_k1_passes(tmp_path, monkeypatch
     """A tp_latency file in any folder under bench/results joins the rows (ROW_FILES); the current code's tp=1 rows at
     k = 1 fit the coefficient of the counted passes: spd's 12 passes measured at 3 x their modeled time give c1 = 3.
     A file in a skipped folder is not read."""
-    monkeypatch.setattr(sm, "RESULTS", str(tmp_path))
-    monkeypatch.setattr(sm, "REPO", str(tmp_path))
+    monkeypatch.setattr(rows_module, "RESULTS", str(tmp_path))
+    monkeypatch.setattr(rows_module, "REPO", str(tmp_path))
     base_ms = 0.5
     s = base_ms / (sum(sm.roofline(sm.sublayers("124m", "decode_b1", 1), "H200").values()) * 1e3)
     spd_ms = base_ms + 3 * s * 12 * sm.op_pass("124m", "decode_b1", "H200") * 1e3
@@ -430,7 +433,7 @@ def test_gap_between_kernels_anchors_a_calibration(tmp_path, monkeypatch):
     """With a per-sublayer calibration and a tp=1 CUDA-graph baseline row on the same device, the gap per kernel is the
     row's time less the measured sublayers and the roofline of the rest, over the kernel count; predict() then gives
     the row's own time at tp=1, and without the gap uses the scaled split."""
-    monkeypatch.setattr(sm, "RESULTS", str(tmp_path))
+    monkeypatch.setattr(compute, "RESULTS", str(tmp_path))
     cal = {"mlp": 0.2, "attention": 0.1}
     (tmp_path / "step_model_calibration_h200.json").write_text(json.dumps({"decode_cache": sm.DECODE_CACHE, "rows": [
         dict(size="124m", workload="decode_b1", tp=1, sublayers_ms=cal)]}))
@@ -738,7 +741,7 @@ def test_width_law_pairs_by_hand(monkeypatch):
     rows += [row(1, 2, "baseline", 4.0, device="H200"), row(1, 2, "spd", 7.0, device="H200"),
              row(1, 8, "baseline", 4.2, device="H200"), row(1, 8, "spd", 10.2, device="H200"),
              row(4, 8, "baseline", 3.5, 3.0, "H200"), row(4, 8, "spd", 4.5, 4.2, "H200")]
-    monkeypatch.setattr(sm, "stored_rows", lambda: [dict(r) for r in rows])
+    monkeypatch.setattr(validation, "stored_rows", lambda: [dict(r) for r in rows])
     q = {"train": 0.3, "prefill": 0.25, "decode": 0.0}
     p, p4 = sm.width_law_pairs(q)  # parallel is left out: its tp=1 extra is no streams term
     assert (p4["device"], p4["tp"], p4["k"], p4["e_tp"], p4["e1_n"]) == ("H200", 4, 2, pytest.approx(1.2), pytest.approx(6.0))
