@@ -4,7 +4,7 @@
 #   bash experiments/large_budgets/gpu.sh probe WIDTH      # each policy for 96 iterations: tokens/s, and inductor's cache warm
 #   bash experiments/large_budgets/gpu.sh start WIDTH ARGS # the sweep in the background (setsid: it outlives the call)
 #   bash experiments/large_budgets/gpu.sh watch SECONDS    # its progress until it ends or SECONDS pass
-#   bash experiments/large_budgets/gpu.sh collect WIDTH ARGS  # wait for it, then pack the runs' logs into $OUT
+#   bash experiments/large_budgets/gpu.sh collect          # wait for it, then pack the runs' logs into $OUT
 # ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds). Everything the
 # machine keeps between calls is under /root/study (scratch, logs) and data/debian_large (the staged corpus).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -31,24 +31,24 @@ case $verb in
     done
     wait $P; log "probe done"
     for f in $S/probe-$width-*.log; do echo "-- $f (GPU $(( $(ls $S/probe-$width-*.log | grep -n "$f" | cut -d: -f1) - 1 )))"; grep -E "^iter (64|72|80|88|96)|error|Error" $f | tail -4; done
-    tar czf $OUT/probe-$width.tgz -C $S probe-$width-*.log ;;
+    (cd $S && tar czf $OUT/probe-$width.tgz probe-$width-*.log) ;;
   start)
     width=$1; shift
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -l 30 > $S/smi-$width.csv 2>&1 &
     setsid nohup python3 -m experiments.docs_study.run run --config config/large_w$width.py \
       --sweep experiments/large_budgets/w$width --jobs 4 --scratch $S/scratch --status-every 120 \
       --set data_order=one_pass "$@" > $S/sweep-$width.log 2>&1 < /dev/null &
-    echo $! > $S/sweep.pid; sleep 240; tail -n 30 $S/sweep-$width.log ;;
+    echo $! > $S/sweep.pid; sleep 180; tail -n 30 $S/sweep-$width.log ;;
   watch)
     end=$(( $(date +%s) + $1 ))
     while kill -0 "$(cat $S/sweep.pid)" 2>/dev/null && [ "$(date +%s)" -lt $end ]; do sleep 10; done
     tail -n 40 $S/sweep-*.log; cp $S/sweep-*.log $S/smi-*.csv $OUT/ 2>/dev/null ;;
   collect)
-    width=$1; shift
     while kill -0 "$(cat $S/sweep.pid)" 2>/dev/null; do sleep 5; done
     log "sweep ended"
-    python3 -m experiments.docs_study.run run --config config/large_w$width.py --sweep experiments/large_budgets/w$width \
-      --jobs 4 --scratch $S/scratch --set data_order=one_pass --deadline 1 --pack $OUT "$@" 2>&1 | tail -n 25
+    # each run's three logs (checkpoints stay behind), and the stdout of any run that did not finish
+    (cd $S/scratch && find . \( -name config.json -o -name log.txt -o -name metrics.jsonl -o -name "*.out" \) -print \
+      | tar czf $OUT/scratch-logs.tgz -T -)
     cp $S/sweep-*.log $S/smi-*.csv $S/stage.log $OUT/ 2>/dev/null; ls -la $OUT ;;
   *) echo "error: unknown verb '$verb'; allowed: stage, probe, start, watch, collect" >&2; exit 2 ;;
 esac
