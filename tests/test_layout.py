@@ -5,6 +5,7 @@ repository root, and library functions stay short.
   files; everything else runs from the repository root, scripts in folders as modules: python -m bench.x);
 - one repository-root constant outside tests/ (training/config.py's REPO) and one in tests/ (conftest's);
 - every bench script run as a file stops in one line before an import that would fail;
+- no module in data/ imports from training/ (data/ is below it: the guard its scripts share is cli_guard.py);
 - no function of more than 80 lines in library code, unless the line above its def says why
   (a comment starting with `# longer than 80 lines:`).
 """
@@ -121,6 +122,30 @@ def test_bench_scripts_stop_before_a_failing_import():
         if guard is None or (first_import is not None and guard > first_import):
             bad.append(f"{rel} (guard at {guard}, first project import at {first_import})")
     assert packages >= {"bench", "model", "training"} and not bad, bad
+
+
+def imported_modules(source):
+    """The modules a source imports (at any depth), as written: 'training.cli' for `from training.cli import x`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module)
+    return found
+
+
+def test_data_imports_nothing_from_training():
+    data = [(rel, source) for rel, source in python_files() if rel.startswith("data" + os.sep)]
+    assert len(data) >= 8  # the loader, the shared helpers and the prepare scripts
+    up = [f"{rel}: {module}" for rel, source in data for module in imported_modules(source)
+          if module.split(".")[0] == "training"]
+    assert not up, f"data/ is below training/: import the shared guard from cli_guard instead: {up}"
+
+
+def test_imports_are_found():
+    source = "import os, training.cli\nfrom training import cli\ndef f():\n    from data.x import y\nfrom . import z\n"
+    assert imported_modules(source) == ["os", "training.cli", "training", "data.x"]
 
 
 def long_functions(rel, source):
