@@ -20,6 +20,7 @@ import types
 from dataclasses import dataclass, fields
 
 from cli_guard import HelpFormatter, OneLineArgumentParser, ascii_float, ascii_int  # noqa: F401 -- re-exported: the scripts import them from here
+from model.gpt_config import GPTConfig
 
 
 class ConfigError(ValueError):
@@ -370,7 +371,6 @@ def merge(cfg, changes):
 def model_config(cfg, vocab_size=None):
     """The GPTConfig of the config's model keys (vocab_size from the dataset): GPTConfig itself checks
     them, so the model keys have one validator and the sync policy one parser. ConfigError in one line."""
-    from model.gpt import GPTConfig  # here: reading configs (compare_runs, --help) needs no torch
     args = {f.name: getattr(cfg, f.name) for f in fields(GPTConfig) if f.name != "vocab_size"}
     try:
         return GPTConfig(**args, vocab_size=GPTConfig.vocab_size if vocab_size is None else vocab_size)
