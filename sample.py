@@ -267,7 +267,7 @@ class Progress:
         now = time.perf_counter()
         if now < self.next_at:
             return
-        text = (f"{self.label}: {drawn}/{self.total} tokens in {now - self.start:.0f} s, "
+        text = (f"{self.label}: {drawn}/{self.total} tokens in {now - self.start:.1f} s, "
                 f"{drawn / (now - self.start):.1f} tokens/s so far")
         if self.tty:
             self.stream.write(f"\r{text}\033[K")

@@ -128,10 +128,10 @@ def test_progress_of_a_long_sample_in_a_log_is_a_few_lines(monkeypatch):
     stream = Stream(tty=False)
     draw(sample.Progress("sample 1/2", 500, stream), clock, 500, 2.0)
     lines = stream.getvalue().splitlines()
-    shown = [re.fullmatch(r"sample 1/2: (\d+)/500 tokens in (\d+) s, 2\.0 tokens/s so far", line) for line in lines]
+    shown = [re.fullmatch(r"sample 1/2: (\d+)/500 tokens in ([0-9.]+) s, 2\.0 tokens/s so far", line) for line in lines]
     assert all(shown), lines
-    assert [int(m[2]) for m in shown] == [10, 20, 40, 80, 160]
-    assert [int(m[1]) for m in shown] == [2 * int(m[2]) for m in shown]
+    assert [float(m[2]) for m in shown] == [10, 20, 40, 80, 160]
+    assert [int(m[1]) for m in shown] == [2 * float(m[2]) for m in shown]
 
 
 def test_progress_on_a_terminal_is_one_line_rewritten_then_erased(monkeypatch):
@@ -142,7 +142,7 @@ def test_progress_on_a_terminal_is_one_line_rewritten_then_erased(monkeypatch):
     text = stream.getvalue()
     assert "\n" not in text and text.endswith("\r\033[K")
     updates = text.split("\r")[1:-1]
-    assert len(updates) == 6 and updates[-1] == "sample 2/2: 30/30 tokens in 3 s, 10.0 tokens/s so far\033[K"
+    assert len(updates) == 6 and updates[-1] == "sample 2/2: 30/30 tokens in 3.0 s, 10.0 tokens/s so far\033[K"
 
 
 def test_a_short_sample_shows_no_progress(monkeypatch):
