@@ -9,7 +9,8 @@ world = dp * tp processes (tp='auto': the largest divisor of n_tracks that divid
 ranks of one data-parallel replica hold shards of one model and read the same batch; replicas average
 gradients with parallel/ddp.py's BucketedDDP. Progress goes to out_dir/log.txt (human) and
 out_dir/metrics.jsonl (compare_runs.py). Everything that can be wrong about a request is checked
-before out_dir is touched.
+before out_dir is touched, and what training/config.py can check (config files, keys, values, the layout)
+before torch is imported.
 
 Where things are: the data order (stateless, resumable, the same at every layout) in data/loader.py;
 the step, evaluation and the checkpoint's contents in training.py; the checkpoint format and its safe
