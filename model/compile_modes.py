@@ -20,8 +20,8 @@ The settings are inductor's: another backend (aot_eager, for the CPU tests) trac
 The modes that capture CUDA graphs of their own (reduce-overhead) are left out: decode="graph"
 captures the step itself, collectives included.
 
-torch is imported in the functions that use it: sample.py and the benchmarks check their --compile_mode against
-COMPILE_MODES before they import torch (seconds), so that a bad option is answered at once.
+torch is imported in the functions that use it: sample.py and bench/sample_decode.py check their --compile_mode
+against COMPILE_MODES before torch is imported (seconds), so that a bad option is answered at once.
 """
 
 
