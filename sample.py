@@ -10,7 +10,9 @@ over --tp ranks (default: all processes). Text is encoded with the dataset's met
 character-level datasets, else with the offline GPT-2 BPE (data/gpt2_tokenizer.py). Every TP
 rank draws the same tokens (same seed; logits are replicated); rank 0 prints the samples, and to
 stderr each sample's decode time and tokens/s, split into its setup (the prefill and the first decode step,
-which compiles and captures in sample 1) and the steady rate of the tokens after it.
+which compiles and captures in sample 1) and the steady rate of the tokens after it. A sample that takes long
+shows its tokens so far and tokens/s while it runs (Progress): one line rewritten on a terminal, in a log a
+line after 10 s and again each time the wait doubles.
 
 On a CPU without OMP_NUM_THREADS in the environment, sample.py picks the thread count itself: half the cores
 that the load average leaves free, at most 4, at least 1 (default_threads; on a busy 2-core machine one thread
@@ -20,25 +22,15 @@ decoded 7 to 64 times faster than two). Set OMP_NUM_THREADS to choose. The rate 
 cache, one torch.compile(fullgraph=True) decode step for every position, captured once as a CUDA
 graph and replayed per token; compiled = the same without the graph; eager = nanoGPT's loop.
 """
-import argparse
 import os
 import statistics
 import sys
 import time
 from contextlib import contextmanager
 
-import numpy as np
-import torch
-import torch.distributed as dist
-
-from data.loader import DATA_DIR, read_plain_pickle
-from training.checkpoint import MODEL_KEYS, load_weights, read_checkpoint
 from training.cli import guarded
 from training.config import HelpFormatter, OneLineArgumentParser, ascii_float, ascii_int
-from model.compile_modes import COMPILE_MODES
-import model.generate as generation
-from model.gpt import GPT, GPTConfig
-from parallel.mesh import init_mesh
+from model.compile_modes import COMPILE_MODES  # no torch: the options are checked before torch's import
 
 
 def parse_args(argv):
@@ -83,6 +75,32 @@ def parse_args(argv):
 
 GPT2_VOCAB = 50257  # the BPE's ids; a model's vocabulary may be padded above it (nanoGPT: 50304)
 GREEDY_BELOW = 1e-5  # a temperature below this means greedy: logits / T would overflow to inf, softmax to NaN
+
+
+def missing_checkpoint(args):
+    """The one line that says args' checkpoint is not there, or None."""
+    ckpt_path = os.path.join(args.out_dir, args.ckpt)
+    if os.path.exists(ckpt_path):
+        return None
+    return f"{ckpt_path} not found (train first: python train_reduced_sync.py ... --out_dir={args.out_dir})"
+
+
+if __name__ == "__main__":  # a bad option or a missing checkpoint is answered before torch's import (seconds)
+    _missing = missing_checkpoint(parse_args(sys.argv[1:]))
+    if _missing:
+        if os.environ.get("RANK", "0") in ("0", ""):
+            print(f"error: {_missing}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from data.loader import DATA_DIR, read_plain_pickle  # noqa: E402
+from training.checkpoint import MODEL_KEYS, load_weights, read_checkpoint  # noqa: E402
+import model.generate as generation  # noqa: E402
+from model.gpt import GPT, GPTConfig  # noqa: E402
+from parallel.mesh import init_mesh  # noqa: E402
 
 
 def load_codec(checkpoint, ckpt_path):
@@ -208,7 +226,8 @@ class TokenClock:
         self.setup_done = None  # perf_counter() once the first decode step is done
 
     @contextmanager
-    def timing(self):
+    def timing(self, on_token=None):
+        """on_token(tokens drawn so far), if given, after each token (Progress.token)."""
         original = getattr(generation, "sample_one", None)
         self.setup_done, drawn = None, 0
         if original is None:
@@ -221,13 +240,48 @@ class TokenClock:
             if drawn == 2:  # probs come from the first decode step: wait for it
                 self.sync()
                 self.setup_done = time.perf_counter()
-            return original(probs)
+            token = original(probs)
+            if on_token is not None:
+                on_token(drawn)
+            return token
 
         generation.sample_one = timed
         try:
             yield self
         finally:
             generation.sample_one = original
+
+
+class Progress:
+    """Tokens so far and tokens/s of a sample that takes long, on stderr: on a terminal one line rewritten in
+    place twice a second (erased when the sample ends); in a log, a line after 10 s and again each time the
+    wait doubles, so that a sample of minutes says how far it is in a few lines. On CUDA the count is of the
+    tokens queued, a little ahead of the device."""
+
+    def __init__(self, label, total, stream):
+        self.label, self.total, self.stream, self.tty = label, total, stream, stream.isatty()
+        self.start = time.perf_counter()
+        self.next_at, self.shown = self.start + (0.5 if self.tty else 10.0), False
+
+    def token(self, drawn):
+        now = time.perf_counter()
+        if now < self.next_at:
+            return
+        text = (f"{self.label}: {drawn}/{self.total} tokens in {now - self.start:.1f} s, "
+                f"{drawn / (now - self.start):.1f} tokens/s so far")
+        if self.tty:
+            self.stream.write(f"\r{text}\033[K")
+            self.next_at = now + 0.5
+        else:
+            self.stream.write(text + "\n")
+            self.next_at = self.start + 2 * (now - self.start)
+        self.stream.flush()
+        self.shown = True
+
+    def end(self):
+        if self.tty and self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
 
 
 def rate_parts(start, end, setup_done, tokens):
@@ -262,9 +316,9 @@ def main(argv):
         mesh = init_mesh(tp, device_type)
     except ValueError as e:
         fail(str(e))
+    if missing_checkpoint(args):  # checked before the import too; a rank can still find it gone
+        fail(missing_checkpoint(args), mesh.rank)
     ckpt_path = os.path.join(args.out_dir, args.ckpt)
-    if not os.path.exists(ckpt_path):
-        fail(f"{ckpt_path} not found (train first: python train_reduced_sync.py ... --out_dir={args.out_dir})", mesh.rank)
     try:
         checkpoint = read_checkpoint(ckpt_path, MODEL_KEYS)  # weights_only=True: runs no code
         torch.manual_seed(args.seed)
@@ -311,17 +365,22 @@ def main(argv):
     if temperature < GREEDY_BELOW:  # greedy: only the most likely token is left to draw
         temperature, top_k = 1.0, 1
     torch.manual_seed(args.seed)  # the same stream on every rank: TP ranks must draw the same tokens
-    rates, parts, clock = [], [], TokenClock(device_type)
+    times, rates, parts, clock = [], [], [], TokenClock(device_type)
     on = (f"; {threads} CPU thread{'s' if threads > 1 else ''} ({threads_why})" if threads_why else "")
     with torch.no_grad():
         for i in range(args.num_samples):
+            progress = Progress(f"sample {i + 1}/{args.num_samples}", args.max_new_tokens, sys.stderr) \
+                if mesh.is_master else None
             t0 = time.perf_counter()
-            with clock.timing():
+            with clock.timing(on_token=progress and progress.token):
                 y = model.generate(x, args.max_new_tokens, temperature=temperature, top_k=top_k,
                                    decode=args.decode, compile_mode=args.compile_mode)
                 tokens = y[0].tolist()  # waits for the device: the time below is the whole sample's
             end = time.perf_counter()
+            if progress:
+                progress.end()
             seconds = end - t0
+            times.append(seconds)
             rates.append(args.max_new_tokens / seconds)
             parts.append(rate_parts(t0, end, clock.setup_done, args.max_new_tokens))
             if mesh.is_master:
@@ -341,8 +400,9 @@ def main(argv):
         after = (f"; steady after each sample's setup: median {statistics.median(p[2] for p in steady):.1f} "
                  f"tokens/s over samples 1-{len(rates)} (setup: median {statistics.median(p[0] for p in steady):.3f} s)"
                  if len(steady) == len(parts) else "")
-        print(f"decode: median {statistics.median(rates[1:]):.1f} tokens/s over samples 2-{len(rates)} "
-              f"({first}: {rates[0]:.1f}){after}", file=sys.stderr, flush=True)
+        print(f"decode: median {statistics.median(rates[1:]):.1f} tokens/s over samples 2-{len(rates)}, "
+              f"{statistics.median(times[1:]):.3f} s per sample of {args.max_new_tokens} tokens "
+              f"({first}: {rates[0]:.1f} tokens/s, {times[0]:.3f} s){after}", file=sys.stderr, flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0

@@ -9,7 +9,8 @@ world = dp * tp processes (tp='auto': the largest divisor of n_tracks that divid
 ranks of one data-parallel replica hold shards of one model and read the same batch; replicas average
 gradients with parallel/ddp.py's BucketedDDP. Progress goes to out_dir/log.txt (human) and
 out_dir/metrics.jsonl (compare_runs.py). Everything that can be wrong about a request is checked
-before out_dir is touched.
+before out_dir is touched, and what training/config.py can check (config files, keys, values, the layout)
+before torch is imported.
 
 Where things are: the data order (stateless, resumable, the same at every layout) in data/loader.py;
 the step, evaluation and the checkpoint's contents in training.py; the checkpoint format and its safe
@@ -43,11 +44,35 @@ def _stop_while_importing(signum, frame):
     os._exit(128 + signum)
 
 
+def _answer_before_torch(argv):
+    """--help, and a request that training/config.py refuses (a config file not found, an unknown key, a bad
+    value or layout), answered before torch's import, which takes seconds (tens on a loaded machine). Under
+    torchrun a refusal is left to read_request after the import: it also writes torchrun's error file."""
+    from training.config import ConfigError, help_text, parse, resolve_layout  # no torch
+    first_rank = os.environ.get("RANK", "0") in ("0", "")
+    try:
+        if "-h" in argv or "--help" in argv:
+            text = help_text(argv)
+            if first_rank:
+                print(text)
+            sys.exit(0)
+        cfg = parse(argv)
+        world = os.environ.get("WORLD_SIZE", "1")
+        if world.isdigit() and int(world) > 0:  # a bad WORLD_SIZE: read_request says so
+            resolve_layout(cfg, int(world))
+    except ConfigError as e:
+        if os.environ.get("TORCHELASTIC_ERROR_FILE"):
+            return
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     for _s in (signal.SIGINT, signal.SIGTERM):
         # an inherited SIG_IGN too (a shell's background job ignores SIGINT): stop.py's handlers replace it after
         # the imports, so a signal sent on purpose stops the run in every phase, these seconds included
         signal.signal(_s, _stop_while_importing)
+    _answer_before_torch(sys.argv[1:])
 
 import torch
 
@@ -403,6 +428,11 @@ def best_eval_iter(metrics_path, best_val, up_to):
     return min((i for i, v in evals.items() if v == best_val and i <= up_to), default=None)
 
 
+# the summary's suggested sample.py options: a look at the model in well under a minute on a CPU (sample.py's
+# default, 10 samples of 500 tokens, ran over 6 minutes on a loaded 2-core machine)
+QUICK_SAMPLE = "--num_samples=2 --max_new_tokens=200"
+
+
 def say_summary(log, cfg, mesh, *, trained, iter_num, tokens_per_iter, passes, seconds, final, best_val, best_iter,
                 syncs, ckpt_path, stopped):
     """The run's last block (at most 4 lines, rank 0) and metrics.jsonl's last record (type 'summary'): what
@@ -421,7 +451,7 @@ def say_summary(log, cfg, mesh, *, trained, iter_num, tokens_per_iter, passes, s
         "val loss: " + ("no eval in this process" if final_val is None else f"final {final_val:.4f} (iter {final_iter})")
         + ("" if best_val is None else f", best {best_val:.4f} (iter {'?' if best_iter is None else best_iter})"),
         f"syncs per forward (measured): {'?' if syncs is None else syncs}",
-        (f"checkpoint {ckpt_path}; next: python sample.py --out_dir={cfg.out_dir}; " if saved else
+        (f"checkpoint {ckpt_path}; next: python sample.py --out_dir={cfg.out_dir} {QUICK_SAMPLE}; " if saved else
          "no checkpoint written; next: ") + f"python compare_runs.py {cfg.out_dir} <other out_dirs>",
     ]
     for line in lines[:-1]:

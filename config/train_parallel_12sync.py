@@ -47,5 +47,5 @@ min_lr = 6e-5
 # system
 device = 'auto'
 dtype = 'auto'
-compile = 'auto'  # compiled + CUDA graphs on one GPU per replica (tp=1), else eager; the log's 'compile:' line says which
+compile = 'auto'  # on CUDA compiled + CUDA graphs at every tp, on CPU eager; the log's 'compile:' line says which
 seed = 1337

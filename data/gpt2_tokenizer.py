@@ -84,8 +84,8 @@ def get_gpt2_encoding():
 
 
 def main():
-    """python data/gpt2_tokenizer.py: encode and decode one line, a self-check; --help prints this module's docstring."""
-    check_no_arguments(sys.argv[1:], __doc__, "data/gpt2_tokenizer.py")
+    """python -m data.gpt2_tokenizer: encode and decode one line, a self-check; --help prints this module's docstring."""
+    check_no_arguments(sys.argv[1:], __doc__, "-m data.gpt2_tokenizer")
     enc = get_gpt2_encoding()
     ids = enc.encode_ordinary("Hello world")
     print(ids, "->", repr(enc.decode(ids)))
@@ -93,6 +93,8 @@ def main():
     return 0
 
 
-if __name__ == "__main__":  # data/ is on sys.path (this file's folder): the prepare scripts' guard and check
-    from prepare_utils import check_no_arguments, run
+if __name__ == "__main__":
+    if not __package__:  # python data/gpt2_tokenizer.py: the repository root, where the guard is, is not on sys.path
+        sys.exit("error: run it from the repository root as python -m data.gpt2_tokenizer")
+    from data.prepare_utils import check_no_arguments, run
     sys.exit(run(main))

@@ -1,10 +1,10 @@
 """Small helpers shared by the data/<name>/prepare.py scripts.
 
-    sys.exit(run(main))        main under training.cli's guard (issue 53): Ctrl-C, SIGTERM or SIGHUP ends in one
+    sys.exit(run(main))        main under cli_guard's guard (issue 53): Ctrl-C, SIGTERM or SIGHUP ends in one
                                "stopped (...)" line, a PrepareError in one "error: ..." line (exit 1), never a traceback
     write_atomic(path, data)   a temp file in the same folder + os.replace: never half-written
     worker_pool(n)             a process pool whose workers never outlive this process
-    OneLineArgumentParser      argparse whose errors are one line (training/config.py)
+    OneLineArgumentParser      argparse whose errors are one line (cli_guard.py)
 """
 import contextlib
 import ctypes
@@ -16,18 +16,14 @@ from concurrent.futures import ProcessPoolExecutor
 
 from tqdm import tqdm
 
+from cli_guard import OneLineArgumentParser, Stopped, guarded  # noqa: F401 -- OneLineArgumentParser: the scripts' parser
+
 # No tqdm monitor thread. A stop (SIGTERM, SIGHUP, Ctrl-C) is process-directed: the kernel hands it to any thread
 # that does not block it, and a signal taken on another thread does not wake a main thread blocked on a pool's
 # result, so the stop waited for the work in flight (a minute in tests/test_prepare_guards.py's harness, whenever
 # the kernel picked that thread). worker_pool starts the pool's threads with the stop signals blocked, so with no
 # monitor the main thread is the only one that takes them.
 tqdm.monitor_interval = 0
-
-# run as files (python data/<name>/prepare.py), the scripts have their own folder and data/ on sys.path; the
-# shared guard is in training/, one folder further up
-sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
-from training.cli import Stopped, guarded  # noqa: E402
-from training.config import OneLineArgumentParser  # noqa: E402,F401 -- the prepare scripts' parser: one-line errors
 
 
 class PrepareError(Exception):
@@ -42,7 +38,7 @@ _abandoned_pools = []  # pools left by an exception (a stop, an error): their ma
 
 
 def run(main, *args):
-    """Exit code of main(*args) under training.cli.guarded, SIGHUP (a closed terminal) handled as SIGTERM is,
+    """Exit code of main(*args) under cli_guard.guarded, SIGHUP (a closed terminal) handled as SIGTERM is,
     a PrepareError as one line; `finally` blocks run, so temp files are removed and pools ended."""
     def body():
         try:

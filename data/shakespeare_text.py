@@ -117,13 +117,15 @@ def load_play(path, val_fraction=VAL_FRACTION):
 
 
 def main():
-    """python data/shakespeare_text.py: print the start of one play, to eyeball the extraction; --help prints this module's docstring."""
-    check_no_arguments(sys.argv[1:], __doc__, "data/shakespeare_text.py")
+    """python -m data.shakespeare_text: print the start of one play, to eyeball the extraction; --help prints this module's docstring."""
+    check_no_arguments(sys.argv[1:], __doc__, "-m data.shakespeare_text")
     train, val = load_play(play_paths()[0])
     print(train[:1500])
     return 0
 
 
-if __name__ == "__main__":  # data/ is on sys.path (this file's folder): the prepare scripts' guard and check
-    from prepare_utils import check_no_arguments, run
+if __name__ == "__main__":
+    if not __package__:  # python data/shakespeare_text.py: the repository root, where the guard is, is not on sys.path
+        sys.exit("error: run it from the repository root as python -m data.shakespeare_text")
+    from data.prepare_utils import check_no_arguments, run
     sys.exit(run(main))

@@ -19,8 +19,10 @@ profile_124m_n2_decode_b1_graph_tp2.txt). The modes:
 The settings are inductor's: another backend (aot_eager, for the CPU tests) traces without them.
 The modes that capture CUDA graphs of their own (reduce-overhead) are left out: decode="graph"
 captures the step itself, collectives included.
+
+torch is imported in the functions that use it: sample.py and bench/sample_decode.py check their --compile_mode
+against COMPILE_MODES before torch is imported (seconds), so that a bad option is answered at once.
 """
-import torch
 
 
 def _one_row_gemm_split(product, row_dim, inductor_own):
@@ -41,6 +43,7 @@ def _one_row_gemm_split(product, row_dim, inductor_own):
 def inductor_coordinate_descent(graph_module, example_inputs):
     """A torch.compile backend: inductor under coordinate_descent_tuning, one-row addmm and baddbmm
     (column-parallel GEMMs of shared and of per-track inputs) split first."""
+    import torch
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.decomposition import select_decomp_table
 
@@ -63,6 +66,7 @@ def check_compile_mode(mode):
 
 def compile_step(fn, backend="inductor", mode="default", fullgraph=True):
     """torch.compile(fn) with the settings COMPILE_MODES[mode] names when backend is inductor."""
+    import torch
     check_compile_mode(mode)
     settings = {"backend": backend, **(COMPILE_MODES[mode] if backend == "inductor" else {})}
     return torch.compile(fn, fullgraph=fullgraph, **settings)

@@ -1,4 +1,4 @@
-"""training/cli.py: the guards the bench command lines share (issue 53).
+"""cli_guard.py (re-exported by training/cli.py): the guards the bench command lines share (issue 53).
 
 A bad value is one line naming it and what is allowed, before any work (argparse's exit 2); Ctrl-C,
 SIGTERM and a closed stdout end without a traceback, with 130, 143 and 0. The bench mains run in
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO, run_env
-from training.cli import guarded
+from cli_guard import guarded
 
 BAD_VALUES = [  # (module, argv, the value the error line must name)
     ("bench.tp_latency", ["--repeats", "0"], "'0'"),

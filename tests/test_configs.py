@@ -266,3 +266,30 @@ def test_each_sync_named_config_explains_its_name_in_its_header():
         policy = re.search(r"^sync_policy = '([^']+)'", text, re.M).group(1)
         header = text.split("\n\n", 1)[0]
         assert f"{n}sync = {n} all-reduces per forward pass, here sync_policy = '{policy}'" in header, path
+
+
+COMPILE_AUTO_LINE = re.compile(r"^compile = 'auto'\s*#\s*(?P<comment>.*)$", re.M)
+
+
+def compile_auto_sentence():
+    """What compile='auto' does, in the words of the configs' comments, read off training.config.resolve_compile
+    at every device and at tp 1, 2 and 4 (it must not depend on tp for this sentence to hold)."""
+    from training.config import TrainConfig, resolve_compile
+    names = {device: {resolve_compile(TrainConfig(compile="auto", tp=tp), device).name for tp in (1, 2, 4)}
+             for device in ("cuda", "cpu")}
+    assert all(len(n) == 1 for n in names.values()), \
+        f"compile='auto' now depends on tp ({names}): say how in the configs' compile comments and here"
+    return f"on CUDA {names['cuda'].pop()} at every tp, on CPU {names['cpu'].pop()}"
+
+
+def test_compile_comments_match_resolve_compile():
+    """A config's comment on compile='auto' says what training.config.resolve_compile does (it once said eager at
+    tp > 1, where the code compiles with CUDA graphs)."""
+    sentence = compile_auto_sentence()
+    comments = {}
+    for path in sorted(glob.glob(os.path.join(CONFIG_DIR, "*.py"))):
+        with open(path) as f:
+            comments.update((os.path.basename(path), m["comment"]) for m in COMPILE_AUTO_LINE.finditer(f.read()))
+    assert len(comments) >= 8, comments  # the train_* family
+    wrong = {name: comment for name, comment in comments.items() if not comment.startswith(sentence)}
+    assert not wrong, f"these configs' compile comments should start with {sentence!r}: {wrong}"

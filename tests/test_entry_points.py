@@ -1,5 +1,5 @@
 """Every command line of the repository (a file with a `__main__` block outside tests/) is guarded: its main
-runs under a shared wrapper (training.cli.guarded; the trainer's report_fatal, the prepare scripts'
+runs under a shared wrapper (cli_guard.guarded; the trainer's report_fatal, the prepare scripts'
 data.prepare_utils.run; training.launch ends torchrun's failures itself), and a bad option is refused in one
 line naming it, with exit code 2 (1 for the scripts that take no options), no traceback, and no file of the
 tree changed; --help prints and exits 0. The list is discovered, so an entry point added without a guard fails here.
@@ -38,12 +38,15 @@ def entry_points():
 
 
 def module_name(path):
-    """The module a package file runs as (python -m), or None for a top-level or data/ script run as a file."""
-    return path[:-3].replace("/", ".") if path.split("/")[0] in ("bench", "experiments", "training", "analysis") else None
+    """The module a package file runs as (python -m), or None for a top-level script or a data/<name>/prepare.py,
+    run as a file (nanoGPT's usage)."""
+    top = path.split("/")[0]
+    as_module = top in ("bench", "experiments", "training", "analysis") or (top == "data" and path.count("/") == 1)
+    return path[:-3].replace("/", ".") if as_module else None
 
 
 def command(path):
-    """How the docs run it: a package module with -m, a top-level or data/ script as a file."""
+    """How the docs run it: a package module with -m, a top-level script or a prepare script as a file."""
     module = module_name(path)
     return [sys.executable, "-m", module] if module else [sys.executable, path]
 
@@ -64,7 +67,7 @@ def test_the_list_is_every_command_line():
 @pytest.mark.parametrize("path, block", entry_points(), ids=lambda v: v if v.endswith(".py") else "")
 def test_every_main_runs_under_a_guard(path, block):
     assert path in OWN_GUARD or any(g in block for g in GUARDS), \
-        f"{path}: its __main__ block calls none of {GUARDS}: run its main through training.cli.guarded"
+        f"{path}: its __main__ block calls none of {GUARDS}: run its main through cli_guard.guarded"
 
 
 @pytest.mark.slow

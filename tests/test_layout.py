@@ -1,11 +1,12 @@
 """The layout stays readable: entry points find the packages without path hacks, one constant names the
 repository root, and library functions stay short.
 
-- at most 3 `sys.path.insert` calls outside tests/ (the data/<name>/prepare.py scripts that nanoGPT runs as
+- at most 5 `sys.path.insert` calls outside tests/ (the data/<name>/prepare.py scripts that nanoGPT runs as
   files; everything else runs from the repository root, scripts in folders as modules: python -m bench.x);
 - one repository-root constant outside tests/ (training/config.py's REPO) and one in tests/ (conftest's);
 - every bench script (a file directly in bench/; its packages are library code) run as a file stops in one line
   before an import that would fail;
+- no module in data/ imports from training/ (data/ is below it: the guard its scripts share is cli_guard.py);
 - no function of more than 80 lines in library code, unless the line above its def says why
   (a comment starting with `# longer than 80 lines:`).
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-MAX_PATH_INSERTS = 4  # the data prepare scripts (shakespeare, shakespeare_char, debian_docs, openwebtext), run as files
+MAX_PATH_INSERTS = 5  # the data prepare scripts (shakespeare, shakespeare_char, debian_docs, debian_large, openwebtext), run as files
 MAX_FUNCTION_LINES = 80
 LIBRARY = ("model", "parallel", "training", "analysis", os.path.join("data", "loader.py"),
            os.path.join("bench", "common.py"), os.path.join("bench", "steptime"))
@@ -134,6 +135,30 @@ def test_bench_packages_are_libraries():
     mains = [rel for rel, source in package_files for node in ast.parse(source).body
              if isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"]
     assert package_files and not mains, f"run these as bench/ scripts instead: {mains}"
+
+
+def imported_modules(source):
+    """The modules a source imports (at any depth), as written: 'training.cli' for `from training.cli import x`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module)
+    return found
+
+
+def test_data_imports_nothing_from_training():
+    data = [(rel, source) for rel, source in python_files() if rel.startswith("data" + os.sep)]
+    assert len(data) >= 8  # the loader, the shared helpers and the prepare scripts
+    up = [f"{rel}: {module}" for rel, source in data for module in imported_modules(source)
+          if module.split(".")[0] == "training"]
+    assert not up, f"data/ is below training/: import the shared guard from cli_guard instead: {up}"
+
+
+def test_imports_are_found():
+    source = "import os, training.cli\nfrom training import cli\ndef f():\n    from data.x import y\nfrom . import z\n"
+    assert imported_modules(source) == ["os", "training.cli", "training", "data.x"]
 
 
 def long_functions(rel, source):

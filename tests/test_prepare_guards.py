@@ -5,7 +5,7 @@
 - SIGTERM, SIGHUP, Ctrl-C (SIGINT to the process group) and SIGKILL while data/debian_docs/prepare.py's
   tokenize() runs its worker pool: one 'stopped (...)' line (none for SIGKILL), the parent ended within 5 s
   and no worker alive 5 s later;
-- every prepare script runs its main through prepare_utils.run (training.cli.guarded).
+- every prepare script runs its main through prepare_utils.run (cli_guard.guarded).
 """
 import glob
 import gzip
@@ -117,8 +117,7 @@ def test_file_size_limit_is_one_line_and_leaves_nothing(tmp_path):
 def test_shakespeare_char_under_a_file_size_limit(tmp_path):
     """The real script, run from a copy of the repository's layout made of symlinks (so its output folder is
     tmp_path's, never the repository's data/shakespeare_char/): its first write fails, nothing is left."""
-    for name in ("training", "model"):
-        os.symlink(os.path.join(REPO, name), tmp_path / name)
+    os.symlink(os.path.join(REPO, "cli_guard.py"), tmp_path / "cli_guard.py")
     (tmp_path / "data" / "shakespeare_char").mkdir(parents=True)
     for name in ("prepare_utils.py", "shakespeare_text.py", "shakespeare_char/prepare.py"):
         os.symlink(os.path.join(REPO, "data", name), tmp_path / "data" / name)
@@ -157,7 +156,7 @@ def alive(pid):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
 # SIGTERM, SIGHUP and Ctrl-C once hung about one stop in ten: tqdm's `except Exception` swallowed the stop
-# (training.cli.Stopped is a BaseException now) and the pool's shutdown or exit join waited on a pool the
+# (cli_guard.Stopped is a BaseException now) and the pool's shutdown or exit join waited on a pool the
 # signal had interrupted (prepare_utils ends the process past it); 40 SIGTERM, 25 SIGHUP and 15 Ctrl-C stops
 # of this harness in a row ended in time after the fix. A signal the kernel hands to tqdm's monitor thread hung
 # too (the next test; prepare_utils runs tqdm without it); the Ctrl-C case's later failures in the slow tier were

@@ -4,6 +4,7 @@ CPU cores, load average); compare_runs.py's timing caveat and its speed ratios o
 and layout, with old runs (no conditions, a 'done' record) still loading."""
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -56,8 +57,10 @@ def test_finished_run_ends_with_the_summary_block_and_record(two_runs):
     assert val == (f"val loss: final {last['final_val']:.4f} (iter {ITERS}), "
                    f"best {last['best_val']:.4f} (iter {best_iter})")
     assert syncs == f"syncs per forward (measured): {last['syncs_per_fwd']}"
-    assert nxt == (f"checkpoint {out}/ckpt.pt; next: python sample.py --out_dir={out}; "
-                   f"python compare_runs.py {out} <other out_dirs>")
+    # a sample.py command that ends in seconds (not sample.py's default 10 x 500 tokens)
+    assert re.fullmatch(rf"checkpoint {re.escape(out)}/ckpt\.pt; next: python sample\.py --out_dir={re.escape(out)} "
+                        rf"--num_samples=\d --max_new_tokens=\d{{1,3}}; python compare_runs\.py {re.escape(out)} "
+                        rf"<other out_dirs>", nxt), nxt
     assert "done:" not in stdout and not any(r["type"] == "done" for r in records)
     # the conditions of the timings, in the layout record and in config.json
     (layout,) = [r for r in records if r["type"] == "layout"]

@@ -1,6 +1,8 @@
 """sample.py's rate lines: each sample's time split into its setup (the prefill and the first decode step, which
 compiles and captures) and the steady tokens/s after it, the tokens unchanged by the timing; and on a CPU without
-OMP_NUM_THREADS, one decode thread, named in the line."""
+OMP_NUM_THREADS, one decode thread, named in the line; and the progress of a long sample (tokens so far, tokens/s),
+a few lines in a log, one line rewritten on a terminal."""
+import io
 import os
 import re
 import time
@@ -45,7 +47,8 @@ def test_rate_lines_split_setup_from_steady_tokens(workdir, tmp_path, capsys, mo
     for _, total, setup, rate in lines:  # the two parts add up to the sample's time (to the printed rounding)
         assert float(setup) < float(total)
         assert float(setup) + 18 / float(rate) == pytest.approx(float(total), abs=0.01, rel=0.01)
-    assert re.search(r"^decode: median [0-9.]+ tokens/s over samples 2-2 \(sample 1: [0-9.]+\); steady after each "
+    assert re.search(r"^decode: median [0-9.]+ tokens/s over samples 2-2, [0-9.]+ s per sample of 20 tokens "
+                     r"\(sample 1: [0-9.]+ tokens/s, [0-9.]+ s\); steady after each "
                      r"sample's setup: median [0-9.]+ tokens/s over samples 1-2 \(setup: median [0-9.]+ s\)$",
                      got.err, re.M), got.err
     # the timed run draws the tokens of an untimed generate() from the same seed
@@ -99,3 +102,53 @@ def test_omp_num_threads_is_kept(monkeypatch, threads_restored):
                                                   (32, 0.0, 4), (8, 6.0, 1), (16, 9.5, 3), (16, 40.0, 1)])
 def test_default_threads_leave_the_load_its_cores(cores, load, threads):
     assert sample.default_threads(cores, load) == threads
+
+
+class Stream(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def draw(progress, clock, tokens, per_second):
+    for drawn in range(1, tokens + 1):
+        clock[0] = drawn / per_second
+        progress.token(drawn)
+    progress.end()
+
+
+def test_progress_of_a_long_sample_in_a_log_is_a_few_lines(monkeypatch):
+    """500 tokens at 2 tokens/s (250 s, as the quickstart's default on a loaded CPU): a line after 10 s, then one
+    each time the wait doubles."""
+    clock = [0.0]
+    monkeypatch.setattr(sample.time, "perf_counter", lambda: clock[0])
+    stream = Stream(tty=False)
+    draw(sample.Progress("sample 1/2", 500, stream), clock, 500, 2.0)
+    lines = stream.getvalue().splitlines()
+    shown = [re.fullmatch(r"sample 1/2: (\d+)/500 tokens in ([0-9.]+) s, 2\.0 tokens/s so far", line) for line in lines]
+    assert all(shown), lines
+    assert [float(m[2]) for m in shown] == [10, 20, 40, 80, 160]
+    assert [int(m[1]) for m in shown] == [2 * float(m[2]) for m in shown]
+
+
+def test_progress_on_a_terminal_is_one_line_rewritten_then_erased(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(sample.time, "perf_counter", lambda: clock[0])
+    stream = Stream(tty=True)
+    draw(sample.Progress("sample 2/2", 30, stream), clock, 30, 10.0)  # 3 s
+    text = stream.getvalue()
+    assert "\n" not in text and text.endswith("\r\033[K")
+    updates = text.split("\r")[1:-1]
+    assert len(updates) == 6 and updates[-1] == "sample 2/2: 30/30 tokens in 3.0 s, 10.0 tokens/s so far\033[K"
+
+
+def test_a_short_sample_shows_no_progress(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(sample.time, "perf_counter", lambda: clock[0])
+    for tty in (False, True):
+        stream = Stream(tty)
+        draw(sample.Progress("sample 1/1", 40, stream), clock, 4, 10.0)  # 0.4 s
+        assert stream.getvalue() == ""

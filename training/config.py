@@ -9,17 +9,18 @@ the key's default and against the allowed values; any problem raises ConfigError
 that names the key, the value and what is allowed. Nothing here touches the filesystem except
 reading the config files.
 """
-import argparse
 import ast
 import dataclasses
 import difflib
 import json
 import math
 import os
-import re
 import tempfile
 import types
 from dataclasses import dataclass, fields
+
+from cli_guard import HelpFormatter, OneLineArgumentParser, ascii_float, ascii_int  # noqa: F401 -- re-exported: the scripts import them from here
+from model.gpt_config import GPTConfig
 
 
 class ConfigError(ValueError):
@@ -370,7 +371,6 @@ def merge(cfg, changes):
 def model_config(cfg, vocab_size=None):
     """The GPTConfig of the config's model keys (vocab_size from the dataset): GPTConfig itself checks
     them, so the model keys have one validator and the sync policy one parser. ConfigError in one line."""
-    from model.gpt import GPTConfig  # here: reading configs (compare_runs, --help) needs no torch
     args = {f.name: getattr(cfg, f.name) for f in fields(GPTConfig) if f.name != "vocab_size"}
     try:
         return GPTConfig(**args, vocab_size=GPTConfig.vocab_size if vocab_size is None else vocab_size)
@@ -559,44 +559,6 @@ def save_figure(fig, path, dpi=120):
     plt.close(fig)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     atomic_write(path, lambda f: f.write(buffer.getvalue()))
-
-
-# ----------------------------------------------------------------------------- command-line helpers
-# argparse's type=int and type=float accept any Unicode digit ('\u0663' is 3) and float also 'nan'
-# and 'inf'; the scripts use these instead, so numbers are ASCII digits and finite.
-_INT = re.compile(r"[+-]?[0-9]+")
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
-def ascii_int(text):
-    if not _INT.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer (ASCII digits 0-9)")
-    return int(text)
-
-
-def ascii_float(text):
-    if not _FLOAT.fullmatch(text) or not math.isfinite(float(text)):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number (ASCII digits 0-9)")
-    return float(text)
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """--help keeps the description's own line breaks and shows each option's default, unless its help
-    already states it or there is none to show (a flag, or None)."""
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        if "default" in text or action.default in (None, argparse.SUPPRESS) or action.nargs == 0:
-            return text
-        return super()._get_help_string(action)
-
-
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line, 'error: ...' (exit code 2), without the usage."""
-
-    def error(self, message):
-        self.exit(2, f"error: {message.splitlines()[0] if message else 'bad arguments'} "
-                     f"(see {self.prog} --help)\n")
 
 
 def save_config(cfg, path, extra=None):

@@ -24,6 +24,24 @@ import types
 from training.config import OneLineArgumentParser
 
 
+HELP = """usage: python -m training.launch [torchrun's options] SCRIPT [SCRIPT's arguments]
+  e.g. python -m training.launch --standalone --nproc_per_node=8 train_reduced_sync.py config/train_grouped_6sync.py
+
+torchrun (torch.distributed.run, run in this process: the same agent, rendezvous, workers and signal
+forwarding), changed only in how a launch ends. Where torchrun ends with a traceback of its own, this
+prints one line, last, below the workers' own lines:
+  launch failed: rank R exited with code C: <the first failed rank's error line>
+  launch stopped by SIGTERM: the workers were told to stop (their stop lines are above)
+  launch refused: a torchrun option is not valid: <torchrun's reason> (--nnodes=..., ...)
+Exit codes are torchrun's (1: a worker failed; 128 + the signal's number: stopped), 2 for a refused option.
+
+The options are torchrun's own, unchanged: torchrun --help (python -m torch.distributed.run --help) lists them."""
+
+
+def print_help(file=None):
+    print(HELP, file=file or sys.stdout)
+
+
 def first_failure_line(error):
     """The one line of a ChildFailedError: the first failed rank, its exit code or signal, its message."""
     rank, failure = error.get_first_failure()
@@ -35,6 +53,9 @@ def first_failure_line(error):
 
 
 def main(argv):
+    if argv[:1] in (["-h"], ["--help"]):  # at once: torchrun's parser imports torch, seconds on a loaded machine
+        print_help()
+        return 0
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
@@ -50,6 +71,7 @@ def main(argv):
     parser = get_args_parser()  # torchrun's own parser, under the name this launcher runs by
     parser.prog = "python -m training.launch"
     parser.error = types.MethodType(OneLineArgumentParser.error, parser)  # one line, not torchrun's 30-line usage
+    parser.print_help = print_help  # what this adds, then a pointer to torchrun's own 150 lines
     args = parser.parse_args(argv)
     try:  # torchrun's own checks of its options (run() makes the same call first), before any worker starts
         if str(args.nproc_per_node).lstrip("-").isdigit() and int(args.nproc_per_node) < 1:

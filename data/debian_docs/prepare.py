@@ -53,12 +53,12 @@ from tqdm import tqdm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # run as a file (python data/<name>/prepare.py, as in nanoGPT), this script has only its own folder on
-# sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
-sys.path.insert(0, os.path.dirname(HERE))  # data/
-from gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
-from prepare_utils import OneLineArgumentParser, PrepareError, run, worker_pool, write_atomic  # noqa: E402
-from text_clean import (CLEANERS, GCIDE_FILES, PackageError, decode, deb_members, gcide_documents,  # noqa: E402
-                        normalise, sha256_file)
+# sys.path: the repository root goes first, so that it imports as `python -m data.<name>.prepare` does
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from data.gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
+from data.prepare_utils import OneLineArgumentParser, PrepareError, run, worker_pool, write_atomic  # noqa: E402
+from data.text_clean import (CLEANERS, GCIDE_FILES, PackageError, decode, deb_members, gcide_documents,  # noqa: E402
+                             normalise, sha256_file)
 
 DEB_DIR = os.path.join(HERE, "debs")
 MANIFEST = os.path.join(HERE, "corpus.json")

@@ -29,7 +29,7 @@ VAL_PERMILLE/1000 of the range. Documents are written in the order of sha256(id)
 each, so the trainer reports the loss per domain). So every prefix of train.bin is a uniform sample of the
 documents: a run that reads the first N tokens sees the same mix of domains as one that reads them all.
 corpus.json (committed) records the pins, the counts per package, domain and split, the sha256 of every .bin
-and of every CHUNK_TOKENS-token chunk of train.bin (data/debian_large/stage.py carries chunks to a GPU machine
+and of every CHUNK_TOKENS-token chunk of train.bin (`python -m data.debian_large.stage` carries chunks to a GPU machine
 and checks them); a rebuild that gives other bytes is an error, not a silent new corpus.
 
     python data/debian_large/prepare.py             # apt-get download the 25 .debs (564 MB), then build
@@ -56,12 +56,12 @@ from tqdm import tqdm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # run as a file (python data/<name>/prepare.py, as in nanoGPT), this script has only its own folder on
-# sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
-sys.path.insert(0, os.path.dirname(HERE))  # data/
-from gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
-from prepare_utils import OneLineArgumentParser, PrepareError, run, worker_pool, write_atomic  # noqa: E402
-from text_clean import (CLEANERS, NearDuplicates, PackageError, clean_html, deb_members,  # noqa: E402
-                        decode, dictd_documents, minhash_signature, normalise, normalise_code, sha256_file)
+# sys.path: the repository root goes first, so that it imports as `python -m data.<name>.prepare` does
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from data.gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
+from data.prepare_utils import OneLineArgumentParser, PrepareError, run, worker_pool, write_atomic  # noqa: E402
+from data.text_clean import (CLEANERS, NearDuplicates, PackageError, clean_html, deb_members,  # noqa: E402
+                             decode, dictd_documents, minhash_signature, normalise, normalise_code, sha256_file)
 
 DEB_DIR = os.path.join(HERE, "debs")
 MANIFEST = os.path.join(HERE, "corpus.json")

@@ -5,11 +5,11 @@ A device call carries at most 64 MiB, and a machine keeps its files between call
 corpus travels as chunks: train.bin in corpus.json's chunks of chunk_tokens (2^24) tokens, each compressed
 with xz (about 8 MB for 32 MiB of tokens), and the val files in one more. Here:
 
-    python data/debian_large/stage.py pack --chunks 15 --out .stage      # write .stage/train-000.xz ... and val.xz
+    python -m data.debian_large.stage pack --chunks 15 --out .stage      # write .stage/train-000.xz ... and val.xz
 
 There, one call per group of chunks that fits in a call (carry=[".stage"] or a folder of its own):
 
-    python data/debian_large/stage.py unpack --from .stage --chunks 15   # verify, keep, and once all 15 are
+    python -m data.debian_large.stage unpack --from .stage --chunks 15   # verify, keep, and once all 15 are
                                                                          # there, write data/debian_large/train.bin
 
 unpack keeps each verified chunk in data/debian_large/chunks/ (so a later call only brings the ones still
@@ -30,8 +30,9 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # data/, as in prepare.py
-from prepare_utils import OneLineArgumentParser, PrepareError, run, write_atomic  # noqa: E402
+if __name__ == "__main__" and not __package__:  # run by its path: the imports below need the repository root
+    sys.exit("run it from the repository root as: python -m data.debian_large.stage " + " ".join(sys.argv[1:]))
+from data.prepare_utils import OneLineArgumentParser, PrepareError, run, write_atomic  # noqa: E402
 
 MANIFEST = os.path.join(HERE, "corpus.json")
 CHUNK_DIR = os.path.join(HERE, "chunks")

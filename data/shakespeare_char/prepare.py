@@ -21,10 +21,10 @@ import numpy as np
 from tqdm import tqdm
 
 # run as a file (python data/<name>/prepare.py, as in nanoGPT), this script has only its own folder on
-# sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/
-from prepare_utils import check_no_arguments, run, write_atomic
-from shakespeare_text import load_play, play_paths
+# sys.path: the repository root goes first, so that it imports as `python -m data.<name>.prepare` does
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from data.prepare_utils import check_no_arguments, run, write_atomic
+from data.shakespeare_text import load_play, play_paths
 
 
 def main():

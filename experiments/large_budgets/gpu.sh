@@ -16,7 +16,7 @@ verb=$1; shift
 log "$verb $*: $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | tr -s ' ' | tr '\n' ';') load $(cut -d' ' -f1-3 /proc/loadavg)"
 case $verb in
   stage)
-    python3 data/debian_large/stage.py unpack --from .stage --chunks "$1" 2>&1 | tee -a $S/stage.log
+    python3 -m data.debian_large.stage unpack --from .stage --chunks "$1" 2>&1 | tee -a $S/stage.log
     ls -la data/debian_large/ | tee -a $S/stage.log; cp $S/stage.log $OUT/ ;;
   probe)
     width=$1; P=""; i=0; D=$S/probe_data/debian_large; mkdir -p $D
