@@ -133,6 +133,44 @@ def md_row(cells):
     return "| " + " | ".join(cells) + " |"
 
 
+LOCAL_RESULTS = os.path.join(REPO, "bench", "results", "local")  # ignored by git (.gitignore)
+
+
+def results_dir(out_dir, name, device):
+    """Where a benchmark writes: --out_dir as given (so replacing a committed table under bench/results/ takes
+    naming it), else a fresh folder bench/results/local/<name>-<device>-<time>-<pid>/ that git ignores: a
+    default run never overwrites a stored result. A given --out_dir that cannot be a folder stops here,
+    before the work, in one line."""
+    if out_dir is None:
+        tag = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "device"
+        return os.path.join(LOCAL_RESULTS, f"{name}-{tag}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    problem = out_dir_problem(out_dir)
+    if problem:
+        raise SystemExit(f"error: {problem}")
+    return out_dir
+
+
+def out_dir_problem(path, flag="--out_dir"):
+    """Why path cannot take the results (one line), or None: it must be a writable folder or one that can be
+    made (its nearest existing parent a writable folder). Nothing is created."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        return f"{flag} {path}: exists and is not a folder; give a folder for the results"
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"{flag} {path}: {probe} is not a folder; give a folder for the results"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{flag} {path}: {probe} is not writable; give a folder you can write"
+    return None
+
+
+def device_tag(cuda):
+    """The device a result folder is named after: the GPU's name, or cpu."""
+    import torch
+    return torch.cuda.get_device_name() if cuda else "cpu"
+
+
 def save_results(out_dir, name, data, markdown, indent=1):
     """<out_dir>/<name>.json (data) and <name>.md (markdown), each replaced whole: a run that is cut
     short leaves the files of its last save."""
