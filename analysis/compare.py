@@ -69,6 +69,7 @@ import sys
 import tempfile
 from types import SimpleNamespace
 
+from training.atomic import replace_problem
 from training.config import (ConfigError, HelpFormatter, OneLineArgumentParser, ascii_float, coerce, save_figure,
                              write_text)
 
@@ -1383,6 +1384,8 @@ def check_out(path, flag="--out", formats=PLOT_FORMATS):
         raise RunError(f"{flag}={path!r}: the file name must end in {', '.join('.' + e for e in formats)}")
     if os.path.isdir(path):
         raise RunError(f"{flag}={path!r} is a directory; give a file name")
+    if replace_problem(path):  # a device (/dev/full), a FIFO, our own stdout: never replaced by a file
+        raise RunError(f"{flag}: {replace_problem(path)}; give a file name")
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)

@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import time
 
+from training.atomic import folder_problem
 from training.config import REPO, write_text
 
 GPT2_VOCAB = 50304  # GPT-2's 50257 tokens padded to a multiple of 64, as nanoGPT trains it
@@ -151,18 +152,8 @@ def results_dir(out_dir, name, device):
 
 
 def out_dir_problem(path, flag="--out_dir"):
-    """Why path cannot take the results (one line), or None: it must be a writable folder or one that can be
-    made (its nearest existing parent a writable folder). Nothing is created."""
-    if os.path.lexists(path) and not os.path.isdir(path):
-        return f"{flag} {path}: exists and is not a folder; give a folder for the results"
-    probe = os.path.abspath(path)
-    while not os.path.lexists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        return f"{flag} {path}: {probe} is not a folder; give a folder for the results"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{flag} {path}: {probe} is not writable; give a folder you can write"
-    return None
+    """Why path cannot take the results (one line naming flag and path), or None (training/atomic.py)."""
+    return folder_problem(path, flag)
 
 
 def device_tag(cuda):

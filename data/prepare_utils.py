@@ -2,7 +2,8 @@
 
     sys.exit(run(main))        main under training.cli's guard (issue 53): Ctrl-C, SIGTERM or SIGHUP ends in one
                                "stopped (...)" line, a PrepareError in one "error: ..." line (exit 1), never a traceback
-    write_atomic(path, data)   a temp file in the same folder + os.replace: never half-written
+    write_atomic(path, data)   a temp file in the same folder + os.replace: never half-written, and only over
+                               a regular file
     worker_pool(n)             a process pool whose workers never outlive this process
     OneLineArgumentParser      argparse whose errors are one line (training/config.py)
 """
@@ -27,6 +28,7 @@ tqdm.monitor_interval = 0
 # shared guard is in training/, one folder further up
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from training.cli import Stopped, guarded  # noqa: E402
+from training.atomic import NotReplaceable, replace_target  # noqa: E402
 from training.config import OneLineArgumentParser  # noqa: E402,F401 -- the prepare scripts' parser: one-line errors
 
 
@@ -79,14 +81,19 @@ def temp_path(path):
 
 def write_atomic(path, data):
     """Write bytes to path via a temp file in the same folder + os.replace: never half-written. A failed write
-    (a full disk, `ulimit -f`) is a PrepareError naming path, which is left as it was."""
-    tmp = temp_path(path)
+    (a full disk, `ulimit -f`) is a PrepareError naming path, which is left as it was; so is a path that is not
+    a regular file (a device, a FIFO, a directory: training/atomic.py), refused before anything is written."""
+    try:
+        target = replace_target(path)
+    except NotReplaceable as e:
+        raise PrepareError(str(e)) from None
+    tmp = temp_path(target)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except OSError as e:
         raise PrepareError(f"cannot write {path}: {e.strerror or e} ({len(data):,} bytes); "
                            f"it was left as it was") from None

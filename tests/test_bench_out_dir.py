@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from bench import common, compile_check, ddp_buckets, sync_frequency, train_throughput
+from tests.conftest import REPO
 from tests.test_sync_frequency_smoke import TINY
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IN_GIT = shutil.which("git") is not None and os.path.exists(os.path.join(REPO, ".git"))
 TT = ["--size", "tiny", "--device", "cpu", "--policies", "baseline"]  # train_throughput: tiny has 4 layers
 

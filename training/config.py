@@ -17,7 +17,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import types
 from dataclasses import dataclass, fields
 
@@ -516,49 +515,8 @@ def format_config(cfg):
     return "\n".join(f"  {k} = {v!r}" for k, v in cfg.to_dict().items())
 
 
-# The suffix of every temp file the trainer writes (atomic_write, training/checkpoint.py's links): the start of
-# a run removes the ones a killed run left (training/run_dir.remove_orphans), and only those: a user's own
-# '.tmp-notes' in the out_dir is never touched.
-TEMP_SUFFIX = ".partial-write"
-
-
-def atomic_write(path, write):
-    """Call write(f) on a binary temp file in path's directory, fsync, then os.replace it onto path:
-    a reader (or a run killed midway) sees the old file or the new one, never half of one."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=f"-{os.path.basename(path)}{TEMP_SUFFIX}")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(directory, os.O_RDONLY)  # make the rename itself durable
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def write_text(path, text):
-    """Write a result file (table, JSON) atomically, creating its folder."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
-
-def save_figure(fig, path, dpi=120):
-    """fig.savefig(path) atomically (the format from the suffix), creating its folder; closes fig."""
-    import io
-    import matplotlib.pyplot as plt
-    buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=dpi, format=os.path.splitext(path)[1][1:].lower())
-    plt.close(fig)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write(path, lambda f: f.write(buffer.getvalue()))
+# Atomic writes live in training/atomic.py; imported here too, where the scripts have always found them.
+from training.atomic import TEMP_SUFFIX, atomic_write, save_figure, write_text  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------- command-line helpers

@@ -60,6 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # data/
 from gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
 from prepare_utils import OneLineArgumentParser, PrepareError, run, worker_pool, write_atomic  # noqa: E402
+from training.atomic import kind, replace_problem  # noqa: E402
 
 DEB_DIR = os.path.join(HERE, "debs")
 MANIFEST = os.path.join(HERE, "corpus.json")
@@ -491,14 +492,18 @@ def check_arguments(args):
     --pack whose directory does not exist or cannot be written, fewer than one worker."""
     if args.workers is None or args.workers < 1:
         raise PrepareError(f"--workers {args.workers}: give 1 or more tokenizer processes")
-    if args.from_pack and not os.path.isfile(args.from_pack):
-        what = "is a directory" if os.path.isdir(args.from_pack) else "no such file"
-        raise PrepareError(f"--from-pack {args.from_pack}: {what}; build the pack on a machine with the .debs: "
+    if args.from_pack and not os.path.exists(args.from_pack):
+        raise PrepareError(f"--from-pack {args.from_pack}: no such file; build the pack on a machine with the .debs: "
                            f"python data/debian_docs/prepare.py --pack {args.from_pack}")
+    if args.from_pack and not os.path.isfile(args.from_pack):  # a directory, a device, a FIFO (whose read blocks)
+        raise PrepareError(f"--from-pack {args.from_pack} is {kind(os.stat(args.from_pack).st_mode)}, not a "
+                           f"regular file; give the pack file itself")
     if args.pack:
         parent = os.path.dirname(os.path.abspath(args.pack))
         if os.path.isdir(args.pack):
             raise PrepareError(f"--pack {args.pack} is a directory; give the file to write, e.g. {args.pack}/pack.tar.xz")
+        if replace_problem(args.pack):  # a device, a FIFO: refused before the packing, not after it
+            raise PrepareError(f"--pack {replace_problem(args.pack)}")
         if not os.path.isdir(parent):
             raise PrepareError(f"--pack {args.pack}: the directory {parent} does not exist; create it first "
                                f"(mkdir -p {parent})")

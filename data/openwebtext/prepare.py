@@ -27,6 +27,7 @@ from tqdm import tqdm
 # sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/
 from prepare_utils import OneLineArgumentParser, PrepareError, run  # noqa: E402
+from training.atomic import replace_problem  # noqa: E402
 
 
 def main():
@@ -72,6 +73,8 @@ def main():
     for split, dset in tokenized.items():
         arr_len = np.sum(dset["len"], dtype=np.uint64)
         filename = os.path.join(out_dir, f"{split}.bin")
+        if replace_problem(filename):  # a FIFO or a device there: refused, not replaced
+            raise PrepareError(replace_problem(filename))
         tmp = os.path.join(out_dir, f"{split}.tmp-{os.getpid()}.bin")  # same folder: os.replace is atomic
         try:
             arr = np.memmap(tmp, dtype=np.uint16, mode="w+", shape=(arr_len,))  # enc.max_token_value < 2**16
