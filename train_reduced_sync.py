@@ -539,7 +539,7 @@ def main(argv):
         return 0  # --help
     mesh = start_processes(cfg, layout)
     device, micro_steps = mesh.device, layout.micro_steps
-    control = Control(mesh)  # every rank, now: it creates a process group
+    control = Control(mesh, cfg.stall_timeout)  # every rank, now: it creates a process group
     data_dir, vocab_size, dtype = check_request(cfg, layout, mesh)
     cfg, init = read_init(cfg, vocab_size, data_dir, mesh)
     raw_model = build_model(cfg, vocab_size, init, mesh)

@@ -83,6 +83,8 @@ class TrainConfig:
                                          "the largest divisor of n_tracks that divides the world size")
     bucket_cap_mb: float = option(25.0, PARALLEL, "data-parallel gradient bucket size, MB")
     rendezvous_timeout: float = option(300.0, PARALLEL, "seconds to find the other ranks when launched without torchrun")
+    stall_timeout: float = option(300.0, PARALLEL, "seconds a rank waits for a peer that stopped running (SIGSTOP, "
+                                                   "frozen) before the run ends naming it (training/stall.py)")
     tp_async_grad: bool = option(False, PARALLEL, "tp >= 2: launch f's backward all-reduce before the column GEMM's "
                                               "weight gradient and wait after it (Megatron's async grad all-reduce)")
     learning_rate: float = option(6e-4, OPTIM, "peak learning rate")
@@ -197,8 +199,9 @@ def validate(cfg):
         raise ConfigError(f"invalid seed={cfg.seed!r}; must be in [0, 2**63)")
     if not cfg.dataset:
         raise ConfigError("dataset must not be empty (it names data/<dataset>/)")
-    if cfg.rendezvous_timeout <= 0:
-        raise ConfigError(f"invalid rendezvous_timeout={cfg.rendezvous_timeout!r}; must be > 0 (seconds)")
+    for key in ("rendezvous_timeout", "stall_timeout"):
+        if not 0 < getattr(cfg, key) < math.inf:  # also refuses nan
+            raise ConfigError(f"invalid {key}={getattr(cfg, key)!r}; must be > 0 (seconds)")
     if cfg.bucket_cap_mb <= 0:
         raise ConfigError(f"invalid bucket_cap_mb={cfg.bucket_cap_mb!r}; must be > 0")
     if not cfg.out_dir:
