@@ -67,6 +67,8 @@ def parse_args(argv):
     for name in ("num_samples", "max_new_tokens"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.max_new_tokens > MAX_NEW_TOKENS:  # a sample's tokens are all kept: 1e9 ran on for hours, silent
+        p.error(f"--max_new_tokens must be at most {MAX_NEW_TOKENS:,}, got {args.max_new_tokens:,}")
     if args.temperature <= 0:
         p.error(f"--temperature must be > 0, got {args.temperature}")
     if args.top_k < 0:
@@ -81,6 +83,8 @@ def parse_args(argv):
     return args
 
 
+MAX_NEW_TOKENS = 1_000_000
+MAX_PROMPT_CHARS = 1 << 20
 GPT2_VOCAB = 50257  # the BPE's ids; a model's vocabulary may be padded above it (nanoGPT: 50304)
 GREEDY_BELOW = 1e-5  # a temperature below this means greedy: logits / T would overflow to inf, softmax to NaN
 
@@ -290,7 +294,10 @@ def main(argv):
     if start.startswith("FILE:"):
         try:
             with open(start[5:], encoding="utf-8") as f:
-                start = f.read()
+                start = f.read(MAX_PROMPT_CHARS + 1)  # bounded: FILE:/dev/zero read for ever
+            if len(start) > MAX_PROMPT_CHARS:
+                fail(f"--start={args.start!r}: the prompt file holds more than {MAX_PROMPT_CHARS:,} characters; "
+                     f"the model sees only its last block_size tokens: give a shorter prompt", mesh.rank)
         except (OSError, ValueError) as e:  # ValueError: UnicodeDecodeError, or a NUL in the path
             fail(f"--start={args.start!r}: cannot read the prompt file: {getattr(e, 'strerror', None) or e}",
                  mesh.rank)

@@ -46,7 +46,7 @@ import zipfile
 import numpy as np
 import torch
 
-from training.atomic import TEMP_SUFFIX, NotReplaceable, atomic_write, replace_target
+from training.atomic import TEMP_SUFFIX, NotReplaceable, atomic_write, kind, replace_target
 from training.config import HelpFormatter, OneLineArgumentParser
 
 FORMAT_VERSION = 2
@@ -309,8 +309,8 @@ def read_checkpoint(path, need=MODEL_KEYS):
     old-format or incomplete file, and for one holding pickled objects (which are never run)."""
     if not os.path.exists(path):
         raise CheckpointError(path, "no such file", "missing")
-    if os.path.isdir(path):
-        raise CheckpointError(path, "is a directory, not a checkpoint file", "unreadable")
+    if not os.path.isfile(path):  # a directory; a FIFO, whose open would wait for a writer for ever; a device
+        raise CheckpointError(path, f"is {kind(os.stat(path).st_mode)}, not a checkpoint file", "unreadable")
     try:
         with open(path, "rb"):
             pass
