@@ -176,3 +176,35 @@ def test_a_prompt_file_is_read_bounded(tmp_path, monkeypatch, capsys):
     assert e.value.code == 1 and err[-1] == ("error: --start='FILE:/dev/zero': the prompt file holds more than "
                                              "1,048,576 characters; the model sees only its last block_size tokens: "
                                              "give a shorter prompt")
+
+
+# ----------------------------------------------------------------------------- analysis and the studies
+@pytest.mark.parametrize("text", ["{}", "[]", '{"policies": 1, "level": 1, "measured": 1, "widths": 1, '
+                                              '"size_measured": 1}'])
+def test_plan_refuses_a_fit_that_is_not_one(tmp_path, capsys, text):
+    """`analysis.plan --fit` of a JSON {} was a KeyError traceback."""
+    from analysis.plan import main
+    (tmp_path / "fit.json").write_text(text)
+    with pytest.raises(SystemExit) as e:
+        main(["--fit", str(tmp_path / "fit.json")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "not a size_fit.json (it lacks" in err, err
+
+
+def test_docs_study_budgets_versus_a_file_is_one_line(tmp_path):
+    from experiments.docs_study.run import main
+    a_file = tmp_path / "not_a_run"
+    a_file.write_text("x")
+    with pytest.raises(SystemExit, match=f"^error: {a_file}: not a directory$"):
+        main(["budgets", "--versus", str(a_file)])
+
+
+@pytest.mark.parametrize("value", ["2", "0", "-0.5", "nan"])
+def test_docs_study_cooldown_frac_is_named(monkeypatch, capsys, value):
+    """--cooldown-frac 2 was blamed on the warmup ('the branch point -320 ... is inside the warmup')."""
+    from experiments.docs_study.run import main
+    from tests.conftest import REPO
+    monkeypatch.chdir(REPO)  # run_main moves there; monkeypatch moves back
+    assert main(["run", "--cooldown-frac", value, "--dry-run"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --cooldown-frac={float(value):g}: must be in (0, 1]") and "warmup" not in err, err
