@@ -208,3 +208,20 @@ def test_docs_study_cooldown_frac_is_named(monkeypatch, capsys, value):
     assert main(["run", "--cooldown-frac", value, "--dry-run"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: --cooldown-frac={float(value):g}: must be in (0, 1]") and "warmup" not in err, err
+
+
+# ----------------------------------------------------------------------------- resuming logs
+@pytest.mark.parametrize("jsonl, kept", [
+    ('{"type": "eval", "iter": 0}\n{"type": "train", "it', '{"type": "eval", "iter": 0}\n'),
+    ('{"type": "tra', ''),  # nothing but a fragment
+    ('{"type": "eval", "iter": 0}\n', '{"type": "eval", "iter": 0}\n'),  # whole: untouched
+])
+def test_resume_cuts_a_half_written_record(tmp_path, jsonl, kept):
+    """A resume kept a killed run's half line in metrics.jsonl (ended by a newline); compare_runs then skipped it
+    without a word. log.txt, for people, keeps its half line, ended."""
+    from training.step import RunLog
+    (tmp_path / "metrics.jsonl").write_text(jsonl)
+    (tmp_path / "log.txt").write_text("iter 0: loss 3.1\niter 1: lo")
+    RunLog(str(tmp_path), enabled=True, fresh=False)
+    assert (tmp_path / "metrics.jsonl").read_text() == kept
+    assert (tmp_path / "log.txt").read_text() == "iter 0: loss 3.1\niter 1: lo\n"
