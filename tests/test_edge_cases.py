@@ -225,3 +225,27 @@ def test_resume_cuts_a_half_written_record(tmp_path, jsonl, kept):
     RunLog(str(tmp_path), enabled=True, fresh=False)
     assert (tmp_path / "metrics.jsonl").read_text() == kept
     assert (tmp_path / "log.txt").read_text() == "iter 0: loss 3.1\niter 1: lo\n"
+
+
+def test_a_full_stdout_is_named_as_stdout(monkeypatch, capsys):
+    """stdout to /dev/full said 'cannot write a file: No space left on device (74,974 MiB free)'."""
+    import errno
+    import sys
+    from training.stop import report_fatal
+    read, write = os.pipe()
+
+    class Stdout:  # what the trainer's print wrote to; report_fatal points its descriptor at /dev/null
+        def fileno(self):
+            return write
+
+    def main(argv):
+        raise OSError(errno.ENOSPC, "No space left on device")  # print's error names no file
+    monkeypatch.setattr(sys, "stdout", Stdout())
+    try:
+        assert report_fatal(main, []) == 1
+    finally:
+        os.close(read)
+        os.close(write)
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: rank 0: cannot write to stdout: No space left on device (is it redirected to a full disk "
+                   "or /dev/full?); checkpoints written before are intact")

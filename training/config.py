@@ -499,7 +499,7 @@ def help_text(argv=(), prog="train_reduced_sync.py"):
              "Stopping: SIGINT (Ctrl-C) or SIGTERM. In training every rank stops after the same step, writes",
              "ckpt.pt and exits 130/143 ('stopped by SIGTERM at iter N: saved ...'); until the first step is",
              "done (the rendezvous, the data checks, compiling) it stops at once. A second SIGINT stops at once,",
-             "without a checkpoint (the previous one is intact). Several processes: launch with",
+             "without a checkpoint (one written before, if any, is intact). Several processes: launch with",
              "python -m training.launch (torchrun's options) and send it SIGTERM: the workers stop as above and",
              "its last line says so. With torchrun itself, send SIGTERM to the workers (pkill -TERM -P <torchrun pid>):",
              "SIGTERM to torchrun stops them the same way, but torchrun ends with a traceback of its own",

@@ -116,7 +116,7 @@ def _handle(signum, frame):
         return
     forwarded = "TORCHELASTIC_RUN_ID" in os.environ and time.monotonic() - _signal["at"] < FORWARD_WINDOW
     if signum == signal.SIGINT and not forwarded:
-        _say("error: second SIGINT: stopped at once, without a checkpoint (the previous one is intact)")
+        _say("error: second SIGINT: stopped at once, without a checkpoint (one written before, if any, is intact)")
         os._exit(128 + signum)  # no cleanup: a checkpoint write in progress leaves only its temp file
 
 
@@ -229,6 +229,11 @@ def report_fatal(main, argv):
     except OSError as e:
         if e.errno not in DISK_FULL:
             raise
+        if e.filename is None:  # a print: the run's files name themselves (RunLog, checkpoints), stdout does not
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+            print(f"error: rank {_rank()}: cannot write to stdout: {e.strerror} (is it redirected to a full disk or "
+                  f"/dev/full?); checkpoints written before are intact", file=sys.stderr, flush=True)
+            return 1
         where = os.path.dirname(os.path.abspath(e.filename)) if e.filename else "."
         try:
             free = f"{shutil.disk_usage(where).free / 2**20:,.1f} MiB free there"
