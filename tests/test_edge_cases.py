@@ -249,3 +249,25 @@ def test_a_full_stdout_is_named_as_stdout(monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert err == ("error: rank 0: cannot write to stdout: No space left on device (is it redirected to a full disk "
                    "or /dev/full?); checkpoints written before are intact")
+
+
+# ----------------------------------------------------------------------------- debian_docs
+def test_debian_docs_too_small_for_a_split_is_one_line(monkeypatch):
+    """A pack of a few documents left val (or train) empty: np.concatenate's ValueError traceback."""
+    from data.debian_docs import prepare
+    from prepare_utils import PrepareError
+    ids = [f"doc{i}" for i in range(400)]
+    val = next(i for i in ids if prepare.in_val(i))
+    train = next(i for i in ids if not prepare.in_val(i))
+    monkeypatch.setattr(prepare, "tokenize", lambda texts, workers: [[1, 2, 3] for _ in texts])
+    for doc_ids, says in (([], "gave no document to train on"), ([train], "leave the val split empty"),
+                          ([val], "leave the train split empty")):
+        docs = [("domain", "package", doc_id, "text " * 20) for doc_id in doc_ids]
+        monkeypatch.setattr(prepare, "documents", lambda members, pack, docs=docs: (list(docs), {"duplicate": 0,
+                                                                                               "short": 0}))
+        with pytest.raises(PrepareError, match=says):
+            prepare.build({}, 1, pack="small.tar.xz")
+    docs = [("domain", "package", doc_id, "text " * 20) for doc_id in (train, val)]
+    monkeypatch.setattr(prepare, "documents", lambda members, pack: (docs, {"duplicate": 0, "short": 0}))
+    arrays, _, _ = prepare.build({}, 1)
+    assert [len(arrays[s]) for s in ("train", "val")] == [4, 4]  # 3 ids and <|endoftext|> each

@@ -455,6 +455,8 @@ def build(members, workers, pack=None):
     docs.sort(key=lambda d: doc_hash(d[2]))
     print(f"{len(docs):,} documents ({dropped['duplicate']:,} duplicates and {dropped['short']:,} under "
           f"{MIN_CHARS} characters dropped)", flush=True)
+    if not docs:
+        raise PrepareError(f"the {'pack ' + pack if pack else 'packages'} gave no document to train on")
     ids = tokenize([d[3] for d in docs], workers)
     splits = {"train": [], "val": []}
     counts = {}
@@ -465,6 +467,11 @@ def build(members, workers, pack=None):
                                                           "val_tokens": 0})
         row[f"{split}_docs"] += 1
         row[f"{split}_tokens"] += len(tokens) + 1
+    for split, arrays in splits.items():  # a split of no document was np.concatenate's traceback
+        if not arrays:
+            raise PrepareError(f"the {len(docs):,} documents of the {'pack ' + pack if pack else 'packages'} leave "
+                               f"the {split} split empty (a document goes to val with probability "
+                               f"{VAL_PERMILLE}/1000, by its id): too small a corpus; build from the full set")
     return {split: np.concatenate(arrays) for split, arrays in splits.items()}, counts, dropped
 
 
