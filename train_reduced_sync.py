@@ -100,8 +100,12 @@ def read_request(argv):
         if int(os.environ.get("RANK", "0")) == 0:  # once under torchrun
             print(text)
         return None, None
+    files = [a for a in argv if not a.startswith("--")]
+    if files:  # configs are Python: a stop while one loops or sleeps names it, not "before training began"
+        waiting(f"running the config file {', '.join(files)}")
     try:
         cfg = parse(argv)
+        waiting(None)
         layout = resolve_layout(cfg, env_int("WORLD_SIZE", 1))
         # --data_dir as typed, from the cwd, stored absolute so that sample.py finds meta.pkl from anywhere;
         # config.json and checkpoints record the tp that ran

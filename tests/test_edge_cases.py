@@ -271,3 +271,20 @@ def test_debian_docs_too_small_for_a_split_is_one_line(monkeypatch):
     monkeypatch.setattr(prepare, "documents", lambda members, pack: (docs, {"duplicate": 0, "short": 0}))
     arrays, _, _ = prepare.build({}, 1)
     assert [len(arrays[s]) for s in ("train", "val")] == [4, 4]  # 3 ids and <|endoftext|> each
+
+
+def test_a_config_that_raises_keyboardinterrupt_is_one_line(tmp_path, monkeypatch):
+    """`raise KeyboardInterrupt` in a config file was a traceback: the trainer takes SIGINT with its own handler,
+    so the exception is the config's own. Under Python's default handler it stays a Ctrl-C."""
+    import signal
+    from training.config import read_config_file
+    config = tmp_path / "kbi.py"
+    config.write_text("n_layer = 2\nraise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        read_config_file(str(config))  # pytest runs with Python's default SIGINT handler
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)  # as the trainer's stop.py does
+    try:
+        with pytest.raises(ConfigError, match=f"^error in config file {config}: it raised KeyboardInterrupt$"):
+            read_config_file(str(config))
+    finally:
+        signal.signal(signal.SIGINT, previous)

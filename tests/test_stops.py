@@ -250,3 +250,18 @@ def test_signal_while_importing_stops_at_once_in_one_line(workdir, tmp_path):
         assert last_line(err) == f"error: {sig.name} before training began: stopped, nothing to save"
         assert len(err.strip().splitlines()) == 1 and not os.path.exists(out)
     assert tree_digests(workdir) == before
+
+
+def test_signal_while_a_config_file_runs_names_it(workdir, tmp_path):
+    """Config files are Python: one that sleeps (or loops) was stopped as 'SIGTERM before training began', with
+    nothing about the config (issue 70)."""
+    marker = tmp_path / "running"
+    config = tmp_path / "slow_config.py"
+    config.write_text(f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(60)\n")
+    before = tree_digests(workdir)
+    proc = start_train([str(config), *ARGS, f"--out_dir={os.path.join(workdir, 'out-config-signal')}"], workdir)
+    assert wait_until(lambda: marker.exists(), proc), proc.communicate()[1][-3000:]
+    took, _, err = stop_time(proc, signal.SIGTERM)
+    assert proc.returncode == 143 and took <= STOP_S, (took, err)
+    assert last_line(err) == f"error: SIGTERM while running the config file {config}: stopped, nothing to save"
+    assert tree_digests(workdir) == before

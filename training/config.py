@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import signal
 import types
 from dataclasses import dataclass, fields
 
@@ -305,6 +306,11 @@ def read_config_file(path):
         exec(compile(source, path, "exec"), namespace)
     except SystemExit as e:  # exit(0) in a config would end the trainer with success, having trained nothing
         raise ConfigError(f"config file {path} calls sys.exit({e.code!r}): a config file only assigns keys") from None
+    except KeyboardInterrupt:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            raise  # Ctrl-C itself: the caller's stop
+        # the trainer takes SIGINT with its own handler, so this one is the config's own `raise KeyboardInterrupt`
+        raise ConfigError(f"error in config file {path}: it raised KeyboardInterrupt") from None
     except Exception as e:  # a config file is user code: report its error without our traceback
         where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
         first = str(e).splitlines()[0] if str(e) else ""
