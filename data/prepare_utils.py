@@ -5,6 +5,7 @@
     write_atomic(path, data)   a temp file in the same folder + os.replace: never half-written, and only over
                                a regular file
     worker_pool(n)             a process pool whose workers never outlive this process
+    interruptible(fn, *args)   a long C call (lzma) that a stop still ends at once
     OneLineArgumentParser      argparse whose errors are one line (training/config.py)
 """
 import contextlib
@@ -13,6 +14,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
 
 from tqdm import tqdm
@@ -114,6 +116,31 @@ def check_no_arguments(argv, doc, script):
 
 # ----------------------------------------------------------------------------- worker pool
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def interruptible(fn, *args):
+    """fn(*args), run in a daemon thread while the main thread waits, so that a stop (SIGTERM, SIGHUP, Ctrl-C) is
+    taken at once: one long C call in the main thread (lzma.compress of a pack, a minute) holds Python's
+    handlers off until it returns. The thread blocks the stop signals, so the kernel hands them to the main
+    thread; after a stop it ends with the process."""
+    box = {}
+
+    def call():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 -- raised in the main thread below
+            box["error"] = e
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # the thread inherits the mask
+    try:
+        thread = threading.Thread(target=call, name="interruptible", daemon=True)
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    while thread.is_alive():
+        thread.join(0.1)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _die_with_parent(parent):

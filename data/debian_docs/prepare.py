@@ -59,7 +59,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # sys.path; the helpers it shares with the other prepare scripts are one folder up, in data/
 sys.path.insert(0, os.path.dirname(HERE))  # data/
 from gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
-from prepare_utils import OneLineArgumentParser, PrepareError, run, worker_pool, write_atomic  # noqa: E402
+from prepare_utils import (OneLineArgumentParser, PrepareError, interruptible, run, worker_pool,  # noqa: E402
+                           write_atomic)
 from training.atomic import kind, replace_problem  # noqa: E402
 
 DEB_DIR = os.path.join(HERE, "debs")
@@ -182,7 +183,7 @@ def write_pack(members, path):
             for name, data in files:
                 add(f"{package}/{name.lstrip('./')}", data)
     print(f"compressing the pack ({buf.tell() / 1e6:.0f} MB of package files)", flush=True)
-    write_atomic(path, lzma.compress(buf.getvalue(), preset=6))
+    write_atomic(path, interruptible(lambda: lzma.compress(buf.getvalue(), preset=6)))  # a stop is taken meanwhile
     print(f"wrote {path} ({os.path.getsize(path) / 1e6:.1f} MB)")
 
 
