@@ -22,10 +22,23 @@ graph and replayed per token; compiled = the same without the graph; eager = nan
 """
 import argparse
 import os
+import signal
 import statistics
 import sys
 import time
 from contextlib import contextmanager
+
+
+def _stop_while_importing(signum, frame):
+    """Ctrl-C or SIGTERM while the imports below run (seconds): the guard's line, not a KeyboardInterrupt
+    traceback. The guard (training.cli.guarded) takes over once they are done."""
+    print(f"stopped ({'Ctrl-C' if signum == signal.SIGINT else signal.Signals(signum).name})", file=sys.stderr,
+          flush=True)
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":
+    _handlers = {s: signal.signal(s, _stop_while_importing) for s in (signal.SIGINT, signal.SIGTERM)}
 
 import numpy as np
 import torch
@@ -356,4 +369,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    for _s, _handler in _handlers.items():  # the imports are done: the handlers as they were (the guard's next)
+        signal.signal(_s, _handler)
     sys.exit(guarded(main, sys.argv[1:]))  # Ctrl-C, SIGTERM and a closed stdout end in one line (issue 53)
