@@ -4,7 +4,7 @@
 - a closed stdout (`sample.py | head -c 20`): quiet, exit 0;
 - a bad numeric value of sample.py: one line naming it and what is allowed, exit 2;
 - a character dataset without its meta.pkl: sample.py refuses in one line instead of decoding the ids as GPT-2 BPE;
-- compare_runs: a plain-file argument is named in one line, and a loss of 1e308 is printed in a few characters.
+- compare_runs: a plain-file argument is named in one line, and a loss of 1e308 (no cross-entropy) refused in one.
 
 Signals and the closed pipe run as real processes (the user's view); the rest runs in process. Each case asserts
 the exit code, one stderr line without a traceback, and that the runs and data it read are unchanged.
