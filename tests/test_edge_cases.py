@@ -288,3 +288,32 @@ def test_a_config_that_raises_keyboardinterrupt_is_one_line(tmp_path, monkeypatc
             read_config_file(str(config))
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# ----------------------------------------------------------------------------- other flags that took anything
+@pytest.mark.parametrize("argv, says", [
+    (["--gib", "nan"], "--gib=nan: must be a size in GiB in (0, 1024]"),
+    (["--gib", "-1"], "--gib=-1: must be a size in GiB in (0, 1024]"),
+    (["--out", os.devnull], f"--out: {os.devnull} is a character device, not a regular file"),
+])
+def test_hbm_bandwidth_checks_its_flags_before_the_device(monkeypatch, capsys, argv, says):
+    import sys
+    from bench import hbm_bandwidth
+    monkeypatch.setattr(sys, "argv", ["hbm_bandwidth", *argv])
+    with pytest.raises(SystemExit) as e:
+        hbm_bandwidth.main()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and says in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--tol", "nan"], "--tol=nan: must be a number > 0"), (["--tol", "-1"], "--tol=-1.0: must be a number > 0"),
+    (["--steps", "0"], "--steps=0: must be an integer >= 1"),
+    (["--batch_size", "-2"], "--batch_size=-2: must be an integer >= 1"),
+])
+def test_bisect_partial_grads_flags(capsys, argv, says):
+    from experiments.compiler_repros.partial_grads import bisect_partial_grads
+    with pytest.raises(SystemExit) as e:
+        bisect_partial_grads.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and says in err and len(err.splitlines()) == 1, err

@@ -48,6 +48,9 @@ def main():
     if all(os.path.exists(p) for p in outputs) and not args.force:
         print(f"{out_dir}/train.bin and val.bin exist; nothing to do (--force rebuilds them)")
         return
+    for path in outputs:  # a FIFO or a device there is refused before the download, never replaced
+        if replace_problem(path):
+            raise PrepareError(replace_problem(path))
 
     try:
         from datasets import load_dataset
@@ -73,8 +76,6 @@ def main():
     for split, dset in tokenized.items():
         arr_len = np.sum(dset["len"], dtype=np.uint64)
         filename = os.path.join(out_dir, f"{split}.bin")
-        if replace_problem(filename):  # a FIFO or a device there: refused, not replaced
-            raise PrepareError(replace_problem(filename))
         tmp = os.path.join(out_dir, f"{split}.tmp-{os.getpid()}.bin")  # same folder: os.replace is atomic
         try:
             arr = np.memmap(tmp, dtype=np.uint16, mode="w+", shape=(arr_len,))  # enc.max_token_value < 2**16
