@@ -35,7 +35,6 @@ class StallWatch:
         self.interval = interval_s or min(5.0, self.limit / 10)
         self.steps = 0  # the training loop's count: read here, written there (an int: no lock needed)
         self.prefix = f"reduced_sync/beat/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
-        self.store = None
         if self.world > 1:
             threading.Thread(target=self._watch, name="stall-watch", daemon=True).start()
 
@@ -71,10 +70,11 @@ class StallWatch:
             if self.steps != my_steps:
                 my_steps, my_since = self.steps, now
             if now - my_since >= self.limit:
-                stalled = [r for r in peers if now - moved[r] >= self.limit / 2]
-                if store_since is not None and now - store_since >= self.limit / 2 \
-                        and "TORCHELASTIC_RUN_ID" not in os.environ and self.rank != 0:
-                    stalled = [0]  # rank 0 serves the store: it answers nothing, so it is the one stopped
+                if store_since is None:
+                    stalled = [r for r in peers if now - moved[r] >= self.limit / 2]
+                else:  # no news of anyone: only where rank 0 serves the store (no torchrun) is that news of rank 0
+                    stalled = [0] if (now - store_since >= self.limit / 2 and self.rank != 0
+                                      and "TORCHELASTIC_RUN_ID" not in os.environ) else []
                 if stalled:
                     self._end(stalled, now - my_since, max(now - moved[r] for r in stalled))
             time.sleep(self.interval)
