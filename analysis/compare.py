@@ -1485,5 +1485,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from training.atomic import one_line_write_errors
     from training.cli import guarded
-    sys.exit(guarded(main))
+    sys.exit(guarded(one_line_write_errors(main)))

@@ -113,3 +113,27 @@ def test_debian_pack_targets_are_checked_before_the_work(fifo):
     args = SimpleNamespace(workers=1, from_pack=os.devnull, pack=None)
     with pytest.raises(PrepareError, match="is a character device"):
         prepare.check_arguments(args)
+
+
+def test_a_failed_write_names_its_file_and_ends_in_one_line(tmp_path, capsys):
+    """`ulimit -f` under compare_runs was a traceback: write() errors name no file (issue 70)."""
+    import errno
+    from training.atomic import WriteError, one_line_write_errors
+    (tmp_path / "c.png").write_bytes(b"old")
+
+    def too_large(f):
+        raise OSError(errno.EFBIG, "File too large")
+    with pytest.raises(WriteError) as e:
+        atomic_write(str(tmp_path / "c.png"), too_large)
+    assert (e.value.errno, e.value.filename) == (errno.EFBIG, str(tmp_path / "c.png"))
+    assert (tmp_path / "c.png").read_bytes() == b"old"
+    only(tmp_path, "c.png")
+
+    def main(path):
+        atomic_write(path, too_large)
+    assert one_line_write_errors(main)(str(tmp_path / "c.png")) == 1
+    assert one_line_write_errors(main)(os.devnull) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: cannot write {tmp_path / 'c.png'}: File too large; the file there before, if any, is intact",
+        f"error: {os.devnull} is a character device, not a regular file: refusing to replace it"]
+    assert one_line_write_errors(lambda: 0)() == 0

@@ -9,6 +9,7 @@ replaced. A symlink is followed: the file it points to is replaced and the link 
 """
 import os
 import stat
+import sys
 import tempfile
 
 # The suffix of every temp file the trainer writes (atomic_write, training/checkpoint.py's links): the start of
@@ -33,6 +34,10 @@ class NotReplaceable(OSError):
 
     def __str__(self):
         return self.strerror
+
+
+class WriteError(OSError):
+    """atomic_write failed midway (a full disk, a file size limit): the OSError, naming the target."""
 
 
 def replaceable(path):
@@ -98,7 +103,10 @@ def atomic_write(path, write):
     (module docstring): NotReplaceable, before anything is written, where that is not a regular file."""
     path = replace_target(path)
     directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=f"-{os.path.basename(path)}{TEMP_SUFFIX}")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=f"-{os.path.basename(path)}{TEMP_SUFFIX}")
+    except OSError as e:  # a folder we may not write in
+        raise WriteError(e.errno, e.strerror or str(e), path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -110,10 +118,27 @@ def atomic_write(path, write):
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(e, OSError):  # a full disk, `ulimit -f`: named by the target (write() errors name no file)
+            raise WriteError(e.errno, e.strerror or str(e), path) from None
         raise
+
+
+def one_line_write_errors(main):
+    """main, where a result file it cannot write (a full disk, `ulimit -f`, a device there) ends in one line
+    naming it (exit 1), not a traceback; the file that was there is left as it was."""
+    def wrapped(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except NotReplaceable as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+        except WriteError as e:
+            print(f"error: cannot write {e.filename}: {e.strerror}; the file there before, if any, is intact",
+                  file=sys.stderr, flush=True)
+        return 1
+    return wrapped
 
 
 def write_text(path, text):
