@@ -317,3 +317,14 @@ def test_bisect_partial_grads_flags(capsys, argv, says):
         bisect_partial_grads.main(argv)
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and says in err and len(err.splitlines()) == 1, err
+
+
+def test_spd_sensitivity_out_is_checked_before_the_measurement(tmp_path, capsys):
+    import spd_sensitivity
+    fifo = tmp_path / "table.json"
+    os.mkfifo(fifo)
+    for out, what in ((os.devnull, "a character device"), (str(fifo), "a FIFO (named pipe)")):
+        with pytest.raises(SystemExit) as e:
+            spd_sensitivity.main(["never-read.pt", "--device", "cpu", "--out", out])
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 1 and err == f"error: --out: {out} is {what}, not a regular file: refusing to replace it"
