@@ -10,7 +10,9 @@ describes every column, test and panel):
 import sys
 
 from analysis.compare import main
+from atomic_files import one_line_write_errors
 from training.cli import guarded
 
 if __name__ == "__main__":
-    sys.exit(guarded(main))  # Ctrl-C, SIGTERM and a closed stdout end in one line (issue 53)
+    # Ctrl-C, SIGTERM and a closed stdout end in one line (issue 53), a plot or table it cannot write too (issue 70)
+    sys.exit(guarded(one_line_write_errors(main)))

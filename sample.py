@@ -23,6 +23,7 @@ cache, one torch.compile(fullgraph=True) decode step for every position, capture
 graph and replayed per token; compiled = the same without the graph; eager = nanoGPT's loop.
 """
 import os
+import signal
 import statistics
 import sys
 import time
@@ -59,6 +60,8 @@ def parse_args(argv):
     for name in ("num_samples", "max_new_tokens"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.max_new_tokens > MAX_NEW_TOKENS:  # a sample's tokens are all kept: 1e9 ran on for hours, silent
+        p.error(f"--max_new_tokens must be at most {MAX_NEW_TOKENS:,}, got {args.max_new_tokens:,}")
     if args.temperature <= 0:
         p.error(f"--temperature must be > 0, got {args.temperature}")
     if args.top_k < 0:
@@ -73,6 +76,8 @@ def parse_args(argv):
     return args
 
 
+MAX_NEW_TOKENS = 1_000_000
+MAX_PROMPT_CHARS = 1 << 20
 GPT2_VOCAB = 50257  # the BPE's ids; a model's vocabulary may be padded above it (nanoGPT: 50304)
 GREEDY_BELOW = 1e-5  # a temperature below this means greedy: logits / T would overflow to inf, softmax to NaN
 
@@ -85,12 +90,21 @@ def missing_checkpoint(args):
     return f"{ckpt_path} not found (train first: python train_reduced_sync.py ... --out_dir={args.out_dir})"
 
 
+def _stop_while_importing(signum, frame):
+    """Ctrl-C or SIGTERM while the imports below run (seconds): the guard's line, not a KeyboardInterrupt
+    traceback. The guard (cli_guard.guarded) takes over once they are done."""
+    print(f"stopped ({'Ctrl-C' if signum == signal.SIGINT else signal.Signals(signum).name})", file=sys.stderr,
+          flush=True)
+    os._exit(128 + signum)
+
+
 if __name__ == "__main__":  # a bad option or a missing checkpoint is answered before torch's import (seconds)
     _missing = missing_checkpoint(parse_args(sys.argv[1:]))
     if _missing:
         if os.environ.get("RANK", "0") in ("0", ""):
             print(f"error: {_missing}", file=sys.stderr, flush=True)
         sys.exit(1)
+    _handlers = {s: signal.signal(s, _stop_while_importing) for s in (signal.SIGINT, signal.SIGTERM)}
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -344,7 +358,10 @@ def main(argv):
     if start.startswith("FILE:"):
         try:
             with open(start[5:], encoding="utf-8") as f:
-                start = f.read()
+                start = f.read(MAX_PROMPT_CHARS + 1)  # bounded: FILE:/dev/zero read for ever
+            if len(start) > MAX_PROMPT_CHARS:
+                fail(f"--start={args.start!r}: the prompt file holds more than {MAX_PROMPT_CHARS:,} characters; "
+                     f"the model sees only its last block_size tokens: give a shorter prompt", mesh.rank)
         except (OSError, ValueError) as e:  # ValueError: UnicodeDecodeError, or a NUL in the path
             fail(f"--start={args.start!r}: cannot read the prompt file: {getattr(e, 'strerror', None) or e}",
                  mesh.rank)
@@ -409,4 +426,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    for _s, _handler in _handlers.items():  # the imports are done: the handlers as they were (the guard's next)
+        signal.signal(_s, _handler)
     sys.exit(guarded(main, sys.argv[1:]))  # Ctrl-C, SIGTERM and a closed stdout end in one line (issue 53)

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from training.checkpoint import CheckpointError, load_weights, read_checkpoint
 from training.cli import guarded
+from atomic_files import replace_problem
 from training.config import HelpFormatter, OneLineArgumentParser, ascii_int, atomic_write
 from model.gpt import GPT, GPTConfig
 from data.loader import DataError, check_data, eval_offsets, load_tokens, open_split
@@ -77,6 +78,8 @@ def check_request(args):
         parent = os.path.dirname(os.path.abspath(args.out))
         if not args.out or os.path.isdir(args.out) or not os.path.isdir(parent):
             fail(f"--out={args.out!r}: must be a file path in an existing directory")
+        if replace_problem(args.out):  # a device or a FIFO: refused now, not after the measurement
+            fail(f"--out: {replace_problem(args.out)}")
     try:
         ckpt = read_checkpoint(args.ckpt, ("model", "model_args", "config", "iter_num"))  # weights_only=True
     except CheckpointError as e:

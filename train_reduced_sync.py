@@ -125,8 +125,12 @@ def read_request(argv):
         if int(os.environ.get("RANK", "0")) == 0:  # once under torchrun
             print(text)
         return None, None
+    files = [a for a in argv if not a.startswith("--")]
+    if files:  # configs are Python: a stop while one loops or sleeps names it, not "before training began"
+        waiting(f"running the config file {', '.join(files)}")
     try:
         cfg = parse(argv)
+        waiting(None)
         layout = resolve_layout(cfg, env_int("WORLD_SIZE", 1))
         # --data_dir as typed, from the cwd, stored absolute so that sample.py finds meta.pkl from anywhere;
         # config.json and checkpoints record the tp that ran
@@ -572,7 +576,7 @@ def main(argv):
         return 0  # --help
     mesh = start_processes(cfg, layout)
     device, micro_steps = mesh.device, layout.micro_steps
-    control = Control(mesh)  # every rank, now: it creates a process group
+    control = Control(mesh, cfg.stall_timeout)  # every rank, now: it creates a process group
     data_dir, vocab_size, dtype = check_request(cfg, layout, mesh)
     cfg, init = read_init(cfg, vocab_size, data_dir, mesh)
     raw_model = build_model(cfg, vocab_size, init, mesh)

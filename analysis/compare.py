@@ -71,6 +71,7 @@ from analysis.stats import (MARGIN, bend_fit, budget_analysis, decide, fieller, 
                             paired_tests, seed_statistics, t_cdf, t_quantile, trend_analysis, versus, welch_ci)
 from analysis.tables import (baseline_references, budget_table, crossover_text, format_table, stats_report, stats_table,
                              table_rows, timing_lines, verdict_sentence, versus_table)
+from atomic_files import replace_problem
 from training.config import HelpFormatter, OneLineArgumentParser, ascii_float, write_text
 
 PLOT_FORMATS = ("png", "pdf", "svg")
@@ -84,6 +85,8 @@ def check_out(path, flag="--out", formats=PLOT_FORMATS):
         raise RunError(f"{flag}={path!r}: the file name must end in {', '.join('.' + e for e in formats)}")
     if os.path.isdir(path):
         raise RunError(f"{flag}={path!r} is a directory; give a file name")
+    if replace_problem(path):  # a device (/dev/full), a FIFO, our own stdout: never replaced by a file
+        raise RunError(f"{flag}: {replace_problem(path)}; give a file name")
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
@@ -174,5 +177,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from atomic_files import one_line_write_errors
     from training.cli import guarded
-    sys.exit(guarded(main))
+    sys.exit(guarded(one_line_write_errors(main)))

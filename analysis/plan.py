@@ -43,6 +43,7 @@ from training.cli import guarded, positive_int
 from training.config import REPO, HelpFormatter, OneLineArgumentParser
 
 SIZE_FIT = os.path.join("experiments", "docs_study", "sizes", "size_fit.json")  # under the repository root
+FIT_KEYS = ("policies", "level", "measured", "widths", "size_measured")  # what the table and summary read
 TOKENS_PER_STEP = 12 * 1024  # bench/step_model.py's train_b12: 12 sequences of 1024 per iteration
 CHINCHILLA = dict(E=1.69, A=406.4, B=410.7, a=0.34, b=0.28)  # arXiv 2203.15556, its fitted parametric loss
 SEARCH = 10  # doublings either side of T searched for T'
@@ -259,6 +260,10 @@ def main(argv=None):
     except (OSError, ValueError) as e:
         ap.error(f"--fit {args.fit}: not a readable size_fit.json ({e}); make it with "
                  f"python -m experiments.docs_study.run sizes")
+    lacks = [k for k in FIT_KEYS if not isinstance(fit, dict) or k not in fit]
+    if lacks or not isinstance(fit["policies"], dict):  # `--fit` of a JSON {} was a KeyError traceback
+        ap.error(f"--fit {args.fit}: not a size_fit.json (it lacks {', '.join(lacks) or 'a policies object'}); "
+                 f"make it with python -m experiments.docs_study.run sizes")
     steps = step_savings(shape, args.tp, ["baseline", *fit["policies"]], args.device, args.n_tracks)
     cells = policy_cells(fit, n_params, args.tokens, steps)
     timed = "" if label.lower() in (shape, "1.5b", "350m", "774m") else f"; timed at the {shape} shape"

@@ -7,6 +7,7 @@ import os
 import re
 import statistics
 
+from model.sync_policy import parse_sync_policy
 from training.config import ConfigError, coerce
 
 
@@ -93,6 +94,9 @@ def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+MAX_LOSS = 1e3  # nats: ln of any vocabulary is below 25, and a diverged run logs no eval (it stops)
+
+
 def check_record(record, path, lineno):
     """RunError unless a metrics.jsonl record has what load_run reads from it."""
     def bad(why):
@@ -105,8 +109,8 @@ def check_record(record, path, lineno):
     if not isinstance(it, int) or isinstance(it, bool) or it < 0:
         raise bad(f"'iter' is {it!r}, not an int >= 0")
     if record["type"] == "eval":
-        if not _number(record.get("val_loss")) or not math.isfinite(record["val_loss"]):
-            raise bad(f"'val_loss' is {record.get('val_loss')!r}, not a finite number")
+        if not _number(record.get("val_loss")) or not 0 <= record["val_loss"] < MAX_LOSS:  # also nan and inf
+            raise bad(f"'val_loss' is {record.get('val_loss')!r}, not a cross-entropy in [0, {MAX_LOSS:g})")
         syncs = record.get("syncs_per_fwd")
         if syncs is not None and (not isinstance(syncs, int) or isinstance(syncs, bool)):
             raise bad(f"'syncs_per_fwd' is {syncs!r}, not an int")
@@ -134,6 +138,11 @@ def load_run(run_dir):
                 coerce(key, config[key])
             except ConfigError as e:
                 raise RunError(f"{config_path}: {e}") from None
+    if isinstance(config.get("sync_policy"), str) and isinstance(config.get("n_layer"), int):
+        try:  # a policy this depth cannot have (grouped:7 at n_layer 2) is not a run of the trainer
+            parse_sync_policy(config["sync_policy"], config["n_layer"])
+        except ValueError as e:
+            raise RunError(f"{config_path}: {e} (at its n_layer={config['n_layer']})") from None
     unreadable = 0
     if os.path.exists(metrics_path):
         records = []

@@ -39,7 +39,8 @@ import torch.distributed as dist
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: torchrun ... -m bench.allreduce_sweep ...")
 from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
-from bench.common import as_graph, call_times, command_line, md_row, multicast_off, save_results, source_commit  # noqa: E402
+from bench.common import (as_graph, call_times, command_line, md_row, multicast_off, out_dir_problem,  # noqa: E402
+                          save_results, source_commit)
 from training.config import HelpFormatter, OneLineArgumentParser  # noqa: E402
 from parallel import comm  # noqa: E402
 from parallel.mesh import close_process_groups, end_process, init_mesh  # noqa: E402
@@ -192,6 +193,8 @@ def main(argv=None):
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out_dir", default=None)
     args = p.parse_args(argv)
+    if args.out_dir and out_dir_problem(args.out_dir):
+        p.error(out_dir_problem(args.out_dir))
     try:
         sizes = parse_sizes(args.sizes) if args.sizes else default_sizes()
     except ValueError as e:

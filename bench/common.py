@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import time
 
+from atomic_files import folder_problem
 from training.config import REPO, write_text
 
 GPT2_VOCAB = 50304  # GPT-2's 50257 tokens padded to a multiple of 64, as nanoGPT trains it
@@ -131,6 +132,34 @@ def split_policies(text):
 def md_row(cells):
     """One row of a markdown table."""
     return "| " + " | ".join(cells) + " |"
+
+
+LOCAL_RESULTS = os.path.join(REPO, "bench", "results", "local")  # ignored by git (.gitignore)
+
+
+def results_dir(out_dir, name, device):
+    """Where a benchmark writes: --out_dir as given (so replacing a committed table under bench/results/ takes
+    naming it), else a fresh folder bench/results/local/<name>-<device>-<time>-<pid>/ that git ignores: a
+    default run never overwrites a stored result. A given --out_dir that cannot be a folder stops here,
+    before the work, in one line."""
+    if out_dir is None:
+        tag = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "device"
+        return os.path.join(LOCAL_RESULTS, f"{name}-{tag}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    problem = out_dir_problem(out_dir)
+    if problem:
+        raise SystemExit(f"error: {problem}")
+    return out_dir
+
+
+def out_dir_problem(path, flag="--out_dir"):
+    """Why path cannot take the results (one line naming flag and path), or None (atomic_files.py)."""
+    return folder_problem(path, flag)
+
+
+def device_tag(cuda):
+    """The device a result folder is named after: the GPU's name, or cpu."""
+    import torch
+    return torch.cuda.get_device_name() if cuda else "cpu"
 
 
 def save_results(out_dir, name, data, markdown, indent=1):

@@ -31,7 +31,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.compile_check ... "
              "(or torchrun ... -m bench.compile_check ...)")
 from training.cli import check_policies, guarded, positive_int  # noqa: E402
-from bench.common import split_policies  # noqa: E402
+from bench.common import out_dir_problem, split_policies  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 from model.compile_modes import apply_exact_training_settings  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
@@ -127,6 +127,12 @@ def main(argv=None):
     args = p.parse_args(argv)
     dims = SHAPES[args.shape]
     check_policies(p, split_policies(args.policies), [dims["n_layer"]])
+    if not 0 < args.tol < float("inf"):  # also refuses nan, under which every check would pass
+        p.error(f"--tol={args.tol}: must be a number > 0 (a relative gradient difference)")
+    if not 0 < args.lr < float("inf"):
+        p.error(f"--lr={args.lr}: must be a number > 0")
+    if args.out_dir and out_dir_problem(args.out_dir):
+        p.error(out_dir_problem(args.out_dir))
     if dims["n_head"] % args.n_tracks:
         p.error(f"--n_tracks={args.n_tracks} must divide the model's n_head={dims['n_head']}: one of "
                 f"{[d for d in range(1, dims['n_head'] + 1) if dims['n_head'] % d == 0]}")

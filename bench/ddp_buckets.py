@@ -45,7 +45,8 @@ if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.ddp_buckets ... "
              "(or torchrun ... -m bench.ddp_buckets ...)")
 from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
-from bench.common import GPT2_VOCAB, REPO, command_line, multicast_off, pyplot, save_results  # noqa: E402
+from bench.common import (GPT2_VOCAB, REPO, command_line, device_tag, multicast_off, pyplot, results_dir,
+                          save_results)  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser, save_figure  # noqa: E402
 from parallel.ddp import BucketedDDP  # noqa: E402
 from parallel.mesh import init_mesh  # noqa: E402
@@ -217,7 +218,7 @@ def parse_args(argv=None):
     p.add_argument("--seq_len", type=positive_int, default=None, help="default 1024 (64 for tiny)")
     p.add_argument("--model", default="auto", choices=["auto", "gpt", "toy"])
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
-    p.add_argument("--out_dir", default=None, help="default bench/results (GPU only)")
+    p.add_argument("--out_dir", default=None, help="default: a fresh folder under bench/results/local/")
     p.add_argument("--profile", default=None, metavar="DIR", help="write chrome traces here")
     p.add_argument("--profile_variant", default="bucketed_25")
     args = p.parse_args(argv)
@@ -226,25 +227,17 @@ def parse_args(argv=None):
     for name, got, allowed in (("--sizes", args.sizes, SIZES), ("--variants", args.variants, VARIANTS)):
         bad = [v for v in got if v not in allowed]
         if bad or not got:
-            raise ValueError(f"{name} {bad or got} not allowed; use a comma list of {list(allowed)}")
-    for name in ("steps", "warmup", "batch_size", "seq_len"):
-        v = getattr(args, name)
-        if v is not None and (v < 1 if name != "warmup" else v < 0):
-            raise ValueError(f"--{name}={v} not allowed; use a positive integer"
-                             + (" or 0" if name == "warmup" else ""))
+            p.error(f"{name} {bad or got} not allowed; use a comma list of {list(allowed)}")
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device not in ("cuda", "cpu"):
-        raise ValueError(f"--device={args.device!r} not allowed; use cuda or cpu")
+        p.error(f"--device={args.device!r} not allowed; use cuda or cpu")
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device=cuda but no CUDA device is visible; use --device cpu for a smoke run")
-    results_dir = Path(REPO) / "bench" / "results"
-    if args.out_dir is None:
-        if args.device == "cpu":
-            raise ValueError("--out_dir is required on CPU (CPU smoke results must not go to bench/results)")
-        args.out_dir = str(results_dir)
-    if args.device == "cpu" and Path(args.out_dir).resolve() == results_dir.resolve():
-        raise ValueError(f"--out_dir={args.out_dir} not allowed on CPU: bench/results is for GPU results")
+        p.error("--device=cuda but no CUDA device is visible; use --device cpu for a smoke run")
+    if args.out_dir is not None and args.device == "cpu" and \
+            Path(args.out_dir).resolve() == (Path(REPO) / "bench" / "results").resolve():
+        p.error(f"--out_dir={args.out_dir} not allowed on CPU: bench/results is for GPU results")
+    args.out_dir = results_dir(args.out_dir, "ddp_buckets", device_tag(args.device == "cuda"))
     return args
 
 

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.decode_gemm ...")
 from training.cli import guarded, positive_int  # noqa: E402
-from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, save_results,  # noqa: E402
+from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, out_dir_problem, save_results,  # noqa: E402
                           source_commit, use_cuda)
 from model.compile_modes import compile_step  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser  # noqa: E402
@@ -110,6 +110,8 @@ def main(argv=None):
     p.add_argument("--compile_backend", default="inductor", help="aot_eager: CPU smoke only")
     p.add_argument("--out_dir", default=None)
     args = p.parse_args(argv)
+    if args.out_dir and out_dir_problem(args.out_dir):
+        p.error(out_dir_problem(args.out_dir))
     variants = args.variants.split(",")
     bad = [v for v in variants if v not in VARIANTS]
     if bad:

@@ -15,6 +15,7 @@ import torch
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.hbm_bandwidth ...")
 from training.cli import guarded, positive_int  # noqa: E402
+from atomic_files import replace_problem  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 
 
@@ -24,6 +25,10 @@ def main():
     p.add_argument("--iters", type=positive_int, default=20)
     p.add_argument("--out", default=None, help="also write the line to this file")
     args = p.parse_args()
+    if not 0 < args.gib <= 1024:  # also nan and inf
+        p.error(f"--gib={args.gib:g}: must be a size in GiB in (0, 1024]")
+    if args.out and replace_problem(args.out):
+        p.error(f"--out: {replace_problem(args.out)}")
     if not torch.cuda.is_available():
         raise SystemExit("hbm_bandwidth.py measures a CUDA device; none is available")
     x = torch.empty(int(args.gib * 2**30) // 4, dtype=torch.float32, device="cuda")

@@ -32,7 +32,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.profile_policy ... "
              "(or torchrun ... -m bench.profile_policy ...)")
 from training.cli import check_policies, guarded, positive_int  # noqa: E402
-from bench.common import GPT2_VOCAB, as_graph, command_line, split_policies  # noqa: E402
+from bench.common import GPT2_VOCAB, as_graph, command_line, device_tag, results_dir, split_policies  # noqa: E402
 from bench.tp_latency import SIZES, ctx_call, make_workload, torch_tp_model  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
@@ -148,11 +148,12 @@ def main():
     p.add_argument("--calls", type=positive_int, default=10)
     p.add_argument("--top", type=positive_int, default=12)
     p.add_argument("--seq_len", type=positive_int, default=1024)
-    p.add_argument("--out_dir", default="bench/results")
+    p.add_argument("--out_dir", default=None, help="default: a fresh folder under bench/results/local/")
     args = p.parse_args()
     check_policies(p, split_policies(args.policies), [SIZES[args.size]["n_layer"]])
 
     cuda = torch.cuda.is_available()
+    args.out_dir = results_dir(args.out_dir, "profile_policy", device_tag(cuda))
     mesh = init_mesh(int(os.environ.get("WORLD_SIZE", "1")), "cuda" if cuda else "cpu")  # tp = world size
     world, group, rank, device = mesh.world_size, mesh.tp_group, mesh.rank, mesh.device
     graph = cuda and args.mode.endswith("graph") and not args.workload.startswith("train")

@@ -26,7 +26,7 @@ import tempfile
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.sample_decode ...")
 from training.cli import check_policies, guarded, non_negative_int, positive_int  # noqa: E402
-from bench.common import REPO, source_commit, split_policies, use_cuda  # noqa: E402
+from bench.common import REPO, out_dir_problem, source_commit, split_policies, use_cuda  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES  # noqa: E402
 
@@ -82,6 +82,8 @@ def main(argv=None):
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out_dir", default=None, help="write sample_decode.md there")
     args = p.parse_args(argv)
+    if args.out_dir and out_dir_problem(args.out_dir):
+        p.error(out_dir_problem(args.out_dir))
     if not all(n.isdigit() and int(n) >= 1 for n in args.nprocs.split(",")):
         p.error(f"--nprocs {args.nprocs!r}: comma-separated integers >= 1 (TP degrees)")
     nprocs = [int(n) for n in args.nprocs.split(",")]

@@ -62,7 +62,7 @@ import torch.nn as nn
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.sync_frequency ...")
 from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
-from bench.common import REPO, command_line, save_results  # noqa: E402
+from bench.common import command_line, results_dir, save_results  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser  # noqa: E402
 
@@ -300,7 +300,7 @@ def parse_args(argv):
     p.add_argument("--item_trials", type=positive_int, default=20)
     p.add_argument("--seconds_per_timing", type=float, default=0.5,
                    help="target length of one small/big matmul timing (sets its op count)")
-    p.add_argument("--out_dir", default=os.path.join(REPO, "bench", "results"))
+    p.add_argument("--out_dir", default=None, help="default: a fresh folder under bench/results/local/")
     args = p.parse_args(argv)
     args.device = pick_device(args.device)
     cpu_quick = args.quick and args.device == "cpu"
@@ -321,6 +321,10 @@ def parse_args(argv):
         p.error(f"--warmup must be >= 0, got {args.warmup}")
     if args.width % 8 != 0:
         p.error(f"--width must be a multiple of 8 (GPT n_head=8), got {args.width}")
+    if not 0 < args.seconds_per_timing < 3600:  # also refuses nan and inf
+        p.error(f"--seconds_per_timing must be a number of seconds in (0, 3600), got {args.seconds_per_timing}")
+    args.out_dir = results_dir(args.out_dir, "sync_frequency",
+                               torch.cuda.get_device_name() if args.device == "cuda" else args.device)
     return args
 
 

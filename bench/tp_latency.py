@@ -51,8 +51,8 @@ if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.tp_latency ... "
              "(or torchrun ... -m bench.tp_latency ...)")
 from training.cli import check_policies, guarded, non_negative_int, positive_int  # noqa: E402
-from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, md_row, pyplot, save_results,  # noqa: E402
-                          source_commit, split_policies, use_cuda)
+from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, device_tag, md_row, pyplot,  # noqa: E402
+                          results_dir, save_results, source_commit, split_policies, use_cuda)
 from training.config import HelpFormatter, OneLineArgumentParser, save_figure, write_text  # noqa: E402
 from model.compile_modes import COMPILE_MODES, apply_exact_training_settings, compile_step  # noqa: E402
 from model.generate import KVCache, StaticKVCache  # noqa: E402
@@ -570,7 +570,8 @@ def main():
                         "for the GEMMs without their bias epilogue")
     parser.add_argument("--no_cudnn_sdpa", action="store_true",
                         help="keep SDPA off cuDNN's attention kernels (which the graph profiles show it picks on H200)")
-    parser.add_argument("--out_dir", default="bench/results")
+    parser.add_argument("--out_dir", default=None, help="default: a fresh folder under bench/results/local/ "
+                        "(with --merge: bench/results)")
     parser.add_argument("--merge", action="store_true", help="merge tp_latency_tp*.json in out_dir")
     parser.add_argument("--before", nargs="+", metavar="JSON", help="with --after: print each policy's floor "
                         "and saving against baseline, before and after (tp_latency_tp*.json files of two versions)")
@@ -601,8 +602,9 @@ def main():
         if bad:
             parser.error(f"unknown {name}(s) {bad}; allowed: {allowed}")
     if args.merge:
-        merge(args.out_dir)
+        merge(args.out_dir or "bench/results")
     else:
+        args.out_dir = results_dir(args.out_dir, "tp_latency", device_tag(use_cuda(args.device)))
         run(args)
 
 

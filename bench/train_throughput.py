@@ -94,8 +94,8 @@ if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.train_throughput ... "
              "(or torchrun ... -m bench.train_throughput ...)")
 from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
-from bench.common import (GPT2_VOCAB, call_times, command_line, md_row, multicast_off, save_results,  # noqa: E402
-                          source_commit, split_policies)
+from bench.common import (GPT2_VOCAB, call_times, command_line, device_tag, md_row, multicast_off,  # noqa: E402
+                          out_dir_problem, results_dir, save_results, source_commit, split_policies)
 from training.config import HelpFormatter, write_text  # noqa: E402
 from model.compile_modes import apply_exact_training_settings  # noqa: E402
 from model.sync_policy import parse_sync_policy  # noqa: E402
@@ -270,7 +270,7 @@ def build_parser():
     p.add_argument("--device", default="auto", help="auto, cuda or cpu")
     p.add_argument("--profile", default=None, metavar="VARIANT_SUBSTRING",
                    help="profile 3 iterations of every variant whose name holds this")
-    p.add_argument("--out_dir", default="bench/results")
+    p.add_argument("--out_dir", default=None, help="default: a fresh folder under bench/results/local/")
     return p
 
 
@@ -317,6 +317,12 @@ def parse_args(argv):
                                + (f" and be divisible by tp={tp}" if tp > 1 else ""))
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ArgError("--device=cuda but CUDA is not available; use --device=cpu or auto")
+    if not 0 < args.bucket_cap_mb < float("inf"):  # also refuses nan
+        raise ArgError(f"--bucket_cap_mb={args.bucket_cap_mb}: must be a number of MB > 0")
+    if not 0 <= args.grad_clip < float("inf"):
+        raise ArgError(f"--grad_clip={args.grad_clip}: must be a number >= 0 (0: no clipping)")
+    if args.out_dir is not None and out_dir_problem(args.out_dir):
+        raise ArgError(out_dir_problem(args.out_dir))
     return args
 
 
@@ -634,6 +640,7 @@ def exchange(env, ms, failed):
 def run(args, argv):
     import training.step as trs
     env = setup(args)
+    args.out_dir = results_dir(args.out_dir, "train_throughput", device_tag(env.cuda))
     n_layer, n_head, n_embd, vocab, _ = SIZES[args.size]
     plan = variant_plan(args, env.world)
     command = command_line(__file__, argv)

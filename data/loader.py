@@ -79,12 +79,25 @@ def prepare_command(dataset):
     return f"`python {rel if not rel.startswith('..') else script}`"
 
 
+def writes_meta(dataset):
+    """Whether the repository's prepare script of dataset writes a meta.pkl (a character-level dataset; so does
+    a name ending in _char, nanoGPT's convention)."""
+    try:
+        with open(os.path.join(DATA_DIR, dataset, "prepare.py"), encoding="utf-8") as f:
+            return "meta.pkl" in f.read()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def check_data(dataset, block_size, root=""):
     """Return (data_dir, vocab_size) or raise DataError naming the prepare script."""
     data_dir = data_dir_for(dataset, root)
     prepare = prepare_command(dataset)
     vocab_size = 50304  # GPT-2 BPE's 50257 padded up to a multiple of 64 (nanoGPT)
     meta_path = os.path.join(data_dir, "meta.pkl")
+    if not os.path.exists(meta_path) and (dataset.endswith("_char") or writes_meta(dataset)):  # else: GPT-2's vocabulary
+        raise DataError(f"{meta_path} not found: dataset {dataset!r} is character-level and its vocabulary is "
+                        f"there; rerun {prepare}")
     if os.path.exists(meta_path):  # char-level datasets store their vocabulary size
         try:
             meta = read_plain_pickle(meta_path)  # plain data only: unpickling it runs no code

@@ -2,8 +2,10 @@
 
     sys.exit(run(main))        main under cli_guard's guard (issue 53): Ctrl-C, SIGTERM or SIGHUP ends in one
                                "stopped (...)" line, a PrepareError in one "error: ..." line (exit 1), never a traceback
-    write_atomic(path, data)   a temp file in the same folder + os.replace: never half-written
+    write_atomic(path, data)   a temp file in the same folder + os.replace: never half-written, and only over
+                               a regular file
     worker_pool(n)             a process pool whose workers never outlive this process
+    interruptible(fn, *args)   a long C call (lzma) that a stop still ends at once
     OneLineArgumentParser      argparse whose errors are one line (cli_guard.py)
 """
 import contextlib
@@ -12,6 +14,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
 
 from tqdm import tqdm
@@ -24,6 +27,8 @@ from cli_guard import OneLineArgumentParser, Stopped, guarded  # noqa: F401 -- O
 # the kernel picked that thread). worker_pool starts the pool's threads with the stop signals blocked, so with no
 # monitor the main thread is the only one that takes them.
 tqdm.monitor_interval = 0
+
+from atomic_files import NotReplaceable, replace_target  # noqa: E402
 
 
 class PrepareError(Exception):
@@ -75,14 +80,19 @@ def temp_path(path):
 
 def write_atomic(path, data):
     """Write bytes to path via a temp file in the same folder + os.replace: never half-written. A failed write
-    (a full disk, `ulimit -f`) is a PrepareError naming path, which is left as it was."""
-    tmp = temp_path(path)
+    (a full disk, `ulimit -f`) is a PrepareError naming path, which is left as it was; so is a path that is not
+    a regular file (a device, a FIFO, a directory: atomic_files.py), refused before anything is written."""
+    try:
+        target = replace_target(path)
+    except NotReplaceable as e:
+        raise PrepareError(str(e)) from None
+    tmp = temp_path(target)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except OSError as e:
         raise PrepareError(f"cannot write {path}: {e.strerror or e} ({len(data):,} bytes); "
                            f"it was left as it was") from None
@@ -103,6 +113,31 @@ def check_no_arguments(argv, doc, script):
 
 # ----------------------------------------------------------------------------- worker pool
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def interruptible(fn, *args):
+    """fn(*args), run in a daemon thread while the main thread waits, so that a stop (SIGTERM, SIGHUP, Ctrl-C) is
+    taken at once: one long C call in the main thread (lzma.compress of a pack, a minute) holds Python's
+    handlers off until it returns. The thread blocks the stop signals, so the kernel hands them to the main
+    thread; after a stop it ends with the process."""
+    box = {}
+
+    def call():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 -- raised in the main thread below
+            box["error"] = e
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # the thread inherits the mask
+    try:
+        thread = threading.Thread(target=call, name="interruptible", daemon=True)
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    while thread.is_alive():
+        thread.join(0.1)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _die_with_parent(parent):

@@ -24,11 +24,13 @@ import time
 
 from tqdm import tqdm
 
+from atomic_files import folder_problem, replace_problem, replace_target
 from training.config import REPO, ConfigError, TrainConfig, parse  # (no torch import)
 
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
 # config.json keys that may differ between a done run and the plan (they do not change what is computed)
-IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "branch_from", "overwrite", "always_save_checkpoint", "keep_best", "save_iters", "wandb_log", "wandb_project", "wandb_run_name"}
+IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "branch_from", "overwrite", "always_save_checkpoint", "keep_best", "save_iters", "wandb_log", "wandb_project", "wandb_run_name",
+                "stall_timeout"}  # how a run is kept, not what it computes
 PACK_NAME = "sweep-logs.tgz"
 
 
@@ -144,8 +146,9 @@ def collect(run, root, scratch):
     for name in RUN_LOGS:
         src = os.path.join(tmp, name)
         if os.path.exists(src):
-            shutil.copyfile(src, os.path.join(final, name) + ".tmp")
-            os.replace(os.path.join(final, name) + ".tmp", os.path.join(final, name))
+            target = replace_target(os.path.join(final, name))  # a regular file or nothing: never a FIFO or device
+            shutil.copyfile(src, target + ".tmp")
+            os.replace(target + ".tmp", target)
     for name in os.listdir(tmp):
         if name not in RUN_LOGS and name not in run.keep:
             path = os.path.join(tmp, name)
@@ -325,7 +328,7 @@ def pack(runs, args):
     tar xzf .../sweep-logs.tgz. A run finished in scratch whose logs are gone from the sweep dir (a lent machine
     that copies a fresh working tree with each command removes them while the sweep runs) is collected again."""
     os.makedirs(args.pack, exist_ok=True)
-    path = os.path.join(args.pack, PACK_NAME)
+    path = replace_target(os.path.join(args.pack, PACK_NAME))
     n = 0
     with tarfile.open(path + ".tmp", "w:gz") as tar:
         for r in runs:
@@ -347,11 +350,20 @@ def pack(runs, args):
 
 
 def check_args(args):
-    """SweepError for a --jobs or --deadline that no sweep can use, before any run is planned."""
+    """SweepError for a --jobs, --deadline or --status-every that no sweep can use, or a --root, --scratch or
+    --pack that cannot be a folder, before any run is planned."""
     if args.jobs < 1:
         raise SweepError(f"--jobs={args.jobs}: must be >= 1")
     if args.deadline is not None and not args.deadline > 0:
         raise SweepError(f"--deadline={args.deadline:g}: must be > 0 seconds")
+    if not 0 < args.status_every < float("inf"):  # 0 or nan: a status line at every poll, or never
+        raise SweepError(f"--status-every={args.status_every:g}: must be a number of seconds > 0")
+    for flag, folder in (("--root", args.root), ("--scratch", args.scratch), ("--pack", args.pack)):
+        problem = folder and folder_problem(folder, flag)
+        if problem:
+            raise SweepError(problem)
+    if args.pack and replace_problem(os.path.join(args.pack, PACK_NAME)):
+        raise SweepError(f"--pack {args.pack}: {replace_problem(os.path.join(args.pack, PACK_NAME))}")
 
 
 def run_and_pack(runs, args):

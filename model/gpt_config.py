@@ -26,8 +26,11 @@ class GPTConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):  # bool is an int: True is not 1 here
                 raise ValueError(f"invalid {name}={value!r} ({type(value).__name__}); must be an int >= 1")
-            if value < 1:
-                raise ValueError(f"invalid {name}={value!r}; must be >= 1")
+            # counts (layers, heads, tracks) size Python tuples per layer: 2**16 is far above any model; sizes
+            # index tensors
+            top = 2 ** 16 if name in ("n_layer", "n_head", "n_tracks") else 2 ** 31 - 1
+            if not 1 <= value <= top:
+                raise ValueError(f"invalid {name}={value!r}; must be in [1, {top}]")
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
         if self.n_head % self.n_tracks != 0:

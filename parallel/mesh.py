@@ -73,10 +73,15 @@ class RendezvousError(ValueError):
 def env_int(name, default):
     """An integer environment variable (torchrun's RANK, WORLD_SIZE, ...), RendezvousError in one line if not."""
     text = os.environ.get(name, str(default))
+    low, high = (1 if name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE") else 0), (65535 if name == "MASTER_PORT" else None)
     try:
-        return int(text)
+        value = int(text)
     except ValueError:  # this rank's own environment (outside torchrun, set by hand): it alone may know
         raise RendezvousError(f"environment variable {name}={text!r} is not an integer") from None
+    if value < low or (high is not None and value > high):
+        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+        raise RendezvousError(f"environment variable {name}={text!r}: must be {allowed}")
+    return value
 
 
 JOINED_KEY = "reduced_sync/joined"  # every rank adds 1 once it reached the store

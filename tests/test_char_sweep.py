@@ -82,9 +82,11 @@ def test_bpe_extra_seeds_repeat_the_stored_runs(part):
         # data_order, whose default is the only order there was, issue 28's out_dir/launch settings (where
         # the data and the run live, not what is computed), tp_async_grad (off: how tp>1 communicates), and
         # issue 37's WSD and branch keys (off by default: cosine, no branch, no kept checkpoints), and
-        # eval_batch_size (0: batch_size, the only eval batch there was)
+        # eval_batch_size (0: batch_size, the only eval batch there was), issue 70's stall_timeout (when a stopped
+        # peer ends the run: nothing computed)
         assert set(planned) - set(stored) <= {"compile_backend", "compile_mode", "data_order", "overwrite",
-                                              "data_dir", "rendezvous_timeout", "tp_async_grad", "lr_schedule",
+                                              "data_dir", "rendezvous_timeout", "stall_timeout", "tp_async_grad",
+                                              "lr_schedule",
                                               "cooldown_frac", "branch_from", "save_iters", "keep_best",
                                               "eval_batch_size"}
         assert planned["eval_batch_size"] == 0

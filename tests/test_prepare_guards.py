@@ -5,6 +5,7 @@
 - SIGTERM, SIGHUP, Ctrl-C (SIGINT to the process group) and SIGKILL while data/debian_docs/prepare.py's
   tokenize() runs its worker pool: one 'stopped (...)' line (none for SIGKILL), the parent ended within 5 s
   and no worker alive 5 s later;
+- SIGTERM while --pack compresses (one long lzma call): stopped within 5 s, no pack or temp file left;
 - every prepare script runs its main through prepare_utils.run (cli_guard.guarded).
 """
 import glob
@@ -235,3 +236,36 @@ def test_every_prepare_script_runs_under_the_guard():
         assert "sys.exit(run(main))" in main_block, script
         proc = run_script([script, "--help"])
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, (script, proc.stderr)
+
+
+PACK_HARNESS = textwrap.dedent("""
+    # data/debian_docs/prepare.py's write_pack under prepare_utils.run, of 64 MB that do not compress: lzma takes
+    # a minute, in one C call
+    import os, sys
+    sys.path.insert(0, {repo!r})
+    from data.debian_docs import prepare
+    members = {{"big": [(f"f{{i}}", os.urandom(1 << 20)) for i in range(64)]}}
+    sys.exit(prepare.run(prepare.write_pack, members, {out!r}))
+""")
+
+
+def test_sigterm_while_compressing_a_pack_stops_at_once(tmp_path):
+    """SIGTERM during --pack's compression waited for lzma (issue 70): the compression runs in a thread now."""
+    out = tmp_path / "pack.tar.xz"
+    harness = tmp_path / "harness.py"
+    harness.write_text(PACK_HARNESS.format(repo=REPO, out=str(out)))
+    proc = subprocess.Popen([sys.executable, str(harness)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("compressing the pack")
+        time.sleep(0.5)  # inside lzma.compress
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        took = time.time() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143 and took < 5, (proc.returncode, took, err)
+    assert err.strip() == "stopped (SIGTERM)"
+    assert os.listdir(tmp_path) == ["harness.py"]  # no pack, no temp file

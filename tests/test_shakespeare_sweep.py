@@ -35,3 +35,21 @@ def test_help_prints_the_header():
     assert proc.returncode == 0 and proc.stderr == "", proc
     assert "bash experiments/shakespeare_sweep/run.sh [SWEEP_DIR]" in proc.stdout and "Phase 2" in proc.stdout
     assert not os.path.exists(os.path.join(REPO, "--help"))
+
+
+def test_bad_arguments_are_one_line_and_make_nothing(tmp_path):
+    """`run.sh --bad` became a folder name and then mkdir's error (issue 70)."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("kept")
+    for argv, env, says in (
+            (["--bad"], {}, "error: unknown argument(s) --bad; usage: bash experiments/shakespeare_sweep/run.sh"),
+            (["a", "b"], {}, "error: unknown argument(s) a b;"),
+            ([str(a_file)], {}, f"error: SWEEP_DIR {a_file} exists and is not a folder;"),
+            ([str(tmp_path / "new")], {"ITERS": "0"}, "error: ITERS=0: must be an integer >= 1"),
+            ([str(tmp_path / "new")], {"PROGRESS_EVERY": "x"}, "error: PROGRESS_EVERY=x: must be an integer >= 1")):
+        proc = subprocess.run(["bash", "experiments/shakespeare_sweep/run.sh", *argv], cwd=REPO, capture_output=True,
+                              text=True, timeout=60, env={**os.environ, **env})
+        assert proc.returncode == 2 and proc.stdout == "", proc
+        assert proc.stderr.startswith(says) and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert not os.path.exists(os.path.join(REPO, "--bad")) and not os.path.exists(tmp_path / "new")
+    assert a_file.read_text() == "kept"

@@ -250,3 +250,34 @@ def test_signal_while_importing_stops_at_once_in_one_line(workdir, tmp_path):
         assert last_line(err) == f"error: {sig.name} before training began: stopped, nothing to save"
         assert len(err.strip().splitlines()) == 1 and not os.path.exists(out)
     assert tree_digests(workdir) == before
+
+
+def test_signal_while_a_config_file_runs_names_it(workdir, tmp_path):
+    """Config files are Python: one that sleeps (or loops) was stopped as 'SIGTERM before training began', with
+    nothing about the config (issue 70)."""
+    marker = tmp_path / "running"
+    config = tmp_path / "slow_config.py"
+    config.write_text(f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(60)\n")
+    before = tree_digests(workdir)
+    proc = start_train([str(config), *ARGS, f"--out_dir={os.path.join(workdir, 'out-config-signal')}"], workdir)
+    assert wait_until(lambda: marker.exists(), proc), proc.communicate()[1][-3000:]
+    took, _, err = stop_time(proc, signal.SIGTERM)
+    assert proc.returncode == 143 and took <= STOP_S, (took, err)
+    assert last_line(err) == f"error: SIGTERM while running the config file {config}: stopped, nothing to save"
+    assert tree_digests(workdir) == before
+
+
+def test_signal_while_sample_imports_is_one_line(tmp_path):
+    """Ctrl-C during sample.py's imports was a KeyboardInterrupt traceback (issue 70)."""
+    for sig, code, line in ((signal.SIGINT, 130, "stopped (Ctrl-C)"), (signal.SIGTERM, 143, "stopped (SIGTERM)")):
+        marker = str(tmp_path / f"importing-{code}")
+        launcher = tmp_path / f"slow_import_{code}.py"
+        launcher.write_text(SLOW_IMPORT_LAUNCHER.format(repo=REPO, script=os.path.join(REPO, "sample.py"),
+                                                        marker=marker))
+        proc = subprocess.Popen([sys.executable, str(launcher), "--out_dir=nowhere"], cwd=tmp_path, env=run_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        assert wait_until(lambda: os.path.exists(marker), proc), proc.communicate()[1][-3000:]
+        took, out, err = stop_time(proc, sig)
+        assert proc.returncode == code and took <= STOP_S, (took, err)
+        assert err.strip() == line and out == "", err

@@ -46,7 +46,8 @@ import zipfile
 import numpy as np
 import torch
 
-from training.config import TEMP_SUFFIX, HelpFormatter, OneLineArgumentParser, atomic_write
+from atomic_files import TEMP_SUFFIX, NotReplaceable, atomic_write, kind, replace_target
+from training.config import HelpFormatter, OneLineArgumentParser
 
 FORMAT_VERSION = 2
 # What each reader needs. RESUME_KEYS is everything save_checkpoint writes.
@@ -148,6 +149,9 @@ def write_checkpoint(paths, checkpoint, links=()):
         try:
             if path not in links or not _link_atomically(paths[0], path):
                 atomic_write(path, lambda f: torch.save(checkpoint, f))
+        except NotReplaceable as e:  # a FIFO, a device, a directory where the checkpoint goes
+            raise CheckpointError(path, f"cannot be written: it is {e.what}, not a regular file, and is left as it "
+                                  f"was", "unwritable") from None
         except (OSError, RuntimeError) as e:  # RuntimeError: torch.save's writer on a full disk ("unexpected pos")
             raise CheckpointError(path, _write_problem(path, e), "unwritable") from None
 
@@ -158,6 +162,7 @@ def _link_atomically(source, path):
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
                        f".tmp-link-{os.getpid()}-{os.path.basename(path)}{TEMP_SUFFIX}")
     try:
+        replace_target(path)  # NotReplaceable (an OSError) for a FIFO or a device there: atomic_write says so
         os.link(source, tmp)
         os.replace(tmp, path)
         return True
@@ -304,8 +309,8 @@ def read_checkpoint(path, need=MODEL_KEYS):
     old-format or incomplete file, and for one holding pickled objects (which are never run)."""
     if not os.path.exists(path):
         raise CheckpointError(path, "no such file", "missing")
-    if os.path.isdir(path):
-        raise CheckpointError(path, "is a directory, not a checkpoint file", "unreadable")
+    if not os.path.isfile(path):  # a directory; a FIFO, whose open would wait for a writer for ever; a device
+        raise CheckpointError(path, f"is {kind(os.stat(path).st_mode)}, not a checkpoint file", "unreadable")
     try:
         with open(path, "rb"):
             pass

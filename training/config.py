@@ -15,7 +15,7 @@ import difflib
 import json
 import math
 import os
-import tempfile
+import signal
 import types
 from dataclasses import dataclass, fields
 
@@ -85,6 +85,8 @@ class TrainConfig:
                                          "the largest divisor of n_tracks that divides the world size")
     bucket_cap_mb: float = option(25.0, PARALLEL, "data-parallel gradient bucket size, MB")
     rendezvous_timeout: float = option(300.0, PARALLEL, "seconds to find the other ranks when launched without torchrun")
+    stall_timeout: float = option(300.0, PARALLEL, "seconds a rank waits for a peer that stopped running (SIGSTOP, "
+                                                   "frozen) before the run ends naming it (training/stall.py)")
     tp_async_grad: bool = option(False, PARALLEL, "tp >= 2: launch f's backward all-reduce before the column GEMM's "
                                               "weight gradient and wait after it (Megatron's async grad all-reduce)")
     learning_rate: float = option(6e-4, OPTIM, "peak learning rate")
@@ -199,8 +201,9 @@ def validate(cfg):
         raise ConfigError(f"invalid seed={cfg.seed!r}; must be in [0, 2**63)")
     if not cfg.dataset:
         raise ConfigError("dataset must not be empty (it names data/<dataset>/)")
-    if cfg.rendezvous_timeout <= 0:
-        raise ConfigError(f"invalid rendezvous_timeout={cfg.rendezvous_timeout!r}; must be > 0 (seconds)")
+    for key in ("rendezvous_timeout", "stall_timeout"):
+        if not 0 < getattr(cfg, key) < math.inf:  # also refuses nan
+            raise ConfigError(f"invalid {key}={getattr(cfg, key)!r}; must be > 0 (seconds)")
     if cfg.bucket_cap_mb <= 0:
         raise ConfigError(f"invalid bucket_cap_mb={cfg.bucket_cap_mb!r}; must be > 0")
     if not cfg.out_dir:
@@ -304,6 +307,11 @@ def read_config_file(path):
         exec(compile(source, path, "exec"), namespace)
     except SystemExit as e:  # exit(0) in a config would end the trainer with success, having trained nothing
         raise ConfigError(f"config file {path} calls sys.exit({e.code!r}): a config file only assigns keys") from None
+    except KeyboardInterrupt:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            raise  # Ctrl-C itself: the caller's stop
+        # the trainer takes SIGINT with its own handler, so this one is the config's own `raise KeyboardInterrupt`
+        raise ConfigError(f"error in config file {path}: it raised KeyboardInterrupt") from None
     except Exception as e:  # a config file is user code: report its error without our traceback
         where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
         first = str(e).splitlines()[0] if str(e) else ""
@@ -497,7 +505,7 @@ def help_text(argv=(), prog="train_reduced_sync.py"):
              "Stopping: SIGINT (Ctrl-C) or SIGTERM. In training every rank stops after the same step, writes",
              "ckpt.pt and exits 130/143 ('stopped by SIGTERM at iter N: saved ...'); until the first step is",
              "done (the rendezvous, the data checks, compiling) it stops at once. A second SIGINT stops at once,",
-             "without a checkpoint (the previous one is intact). Several processes: launch with",
+             "without a checkpoint (one written before, if any, is intact). Several processes: launch with",
              "python -m training.launch (torchrun's options) and send it SIGTERM: the workers stop as above and",
              "its last line says so. With torchrun itself, send SIGTERM to the workers (pkill -TERM -P <torchrun pid>):",
              "SIGTERM to torchrun stops them the same way, but torchrun ends with a traceback of its own",
@@ -516,49 +524,8 @@ def format_config(cfg):
     return "\n".join(f"  {k} = {v!r}" for k, v in cfg.to_dict().items())
 
 
-# The suffix of every temp file the trainer writes (atomic_write, training/checkpoint.py's links): the start of
-# a run removes the ones a killed run left (training/run_dir.remove_orphans), and only those: a user's own
-# '.tmp-notes' in the out_dir is never touched.
-TEMP_SUFFIX = ".partial-write"
-
-
-def atomic_write(path, write):
-    """Call write(f) on a binary temp file in path's directory, fsync, then os.replace it onto path:
-    a reader (or a run killed midway) sees the old file or the new one, never half of one."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=f"-{os.path.basename(path)}{TEMP_SUFFIX}")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(directory, os.O_RDONLY)  # make the rename itself durable
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def write_text(path, text):
-    """Write a result file (table, JSON) atomically, creating its folder."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
-
-def save_figure(fig, path, dpi=120):
-    """fig.savefig(path) atomically (the format from the suffix), creating its folder; closes fig."""
-    import io
-    import matplotlib.pyplot as plt
-    buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=dpi, format=os.path.splitext(path)[1][1:].lower())
-    plt.close(fig)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write(path, lambda f: f.write(buffer.getvalue()))
+# Atomic writes live in atomic_files.py; imported here too, where the scripts have always found them.
+from atomic_files import TEMP_SUFFIX, atomic_write, save_figure, write_text  # noqa: E402,F401
 
 
 def save_config(cfg, path, extra=None):

@@ -261,7 +261,11 @@ class RunLog:
                 if os.path.exists(path) and os.path.getsize(path) > 0:
                     with open(path, "rb+") as f:
                         f.seek(-1, os.SEEK_END)
-                        if f.read(1) != b"\n":
+                        if f.read(1) == b"\n":
+                            continue
+                        if path == self.jsonl:  # half a record is none: readers skipped it without a word
+                            f.truncate(_last_line_end(f))
+                        else:
                             f.write(b"\n")
 
     def write(self, text, record=None):
@@ -271,6 +275,19 @@ class RunLog:
         _append(self.txt, text + "\n")
         if record is not None:
             _append(self.jsonl, json.dumps(record) + "\n")
+
+
+def _last_line_end(f, block=1 << 16):
+    """The offset just past the last newline of the binary file f (0 where it has none)."""
+    end = f.seek(0, os.SEEK_END)
+    while end > 0:
+        start = max(0, end - block)
+        f.seek(start)
+        found = f.read(end - start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
 
 
 def _append(path, text):

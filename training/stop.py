@@ -3,7 +3,8 @@
     install_signal_handlers()          first: until training starts, SIGINT/SIGTERM exit at once (the
                                        rendezvous included: init_mesh(on_wait=waiting) waits in Python)
     watch_parent()                     under torchrun: a worker whose launcher died stops (SIGTERM to itself)
-    control = Control(mesh)            every rank, once (creates a gloo group over the world)
+    control = Control(mesh, limit)     every rank, once (creates a gloo group over the world; names a peer that
+                                       stops running for limit s: training/stall.py)
     control.start()                    the first step is done: a signal now sets a flag; a second SIGINT exits at once
     signum = control.agreed_stop()     once per training step, every rank: 0, or the signal all stop on
     control.any_error(bool)            every rank: whether some rank failed (e.g. rank 0's checkpoint write)
@@ -36,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from parallel import comm
+from training.stall import StallWatch
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 FORWARD_WINDOW = 2.0
@@ -114,14 +116,16 @@ def _handle(signum, frame):
         return
     forwarded = "TORCHELASTIC_RUN_ID" in os.environ and time.monotonic() - _signal["at"] < FORWARD_WINDOW
     if signum == signal.SIGINT and not forwarded:
-        _say("error: second SIGINT: stopped at once, without a checkpoint (the previous one is intact)")
+        _say("error: second SIGINT: stopped at once, without a checkpoint (one written before, if any, is intact)")
         os._exit(128 + signum)  # no cleanup: a checkpoint write in progress leaves only its temp file
 
 
 class Control:
-    def __init__(self, mesh):
+    def __init__(self, mesh, stall_timeout=None):
         self.mesh = mesh
         self.group = dist.new_group(backend="gloo") if mesh.world_size > 1 else None
+        # a peer that stops running (SIGSTOP) is named after stall_timeout s instead of a silent hang
+        self.watch = StallWatch(mesh, stall_timeout) if self.group is not None and stall_timeout else None
         self.pending = None  # (work, tensor) of the flag posted after the previous step
         if self.group is not None:  # every rank's host and pid, so that a survivor can name a rank that died
             me = torch.tensor([zlib.crc32(socket.gethostname().encode()), os.getpid()], dtype=torch.int64)
@@ -141,6 +145,8 @@ class Control:
         every rank after step i+1 (see the module's docstring); one process reads its own at once."""
         if self.group is None:
             return self.signum
+        if self.watch is not None:
+            self.watch.steps += 1  # a Python int: no sync
         posted = torch.tensor([self.signum == signal.SIGINT, self.signum == signal.SIGTERM], dtype=torch.int64)
         work = comm.all_reduce(posted, self.group, kind="control", async_op=True)
         previous, self.pending = self.pending, (work, posted)
@@ -223,6 +229,11 @@ def report_fatal(main, argv):
     except OSError as e:
         if e.errno not in DISK_FULL:
             raise
+        if e.filename is None:  # a print: the run's files name themselves (RunLog, checkpoints), stdout does not
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+            print(f"error: rank {_rank()}: cannot write to stdout: {e.strerror} (is it redirected to a full disk or "
+                  f"/dev/full?); checkpoints written before are intact", file=sys.stderr, flush=True)
+            return 1
         where = os.path.dirname(os.path.abspath(e.filename)) if e.filename else "."
         try:
             free = f"{shutil.disk_usage(where).free / 2**20:,.1f} MiB free there"

@@ -56,9 +56,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # sys.path: the repository root goes first, so that it imports as `python -m data.<name>.prepare` does
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 from data.gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
-from data.prepare_utils import OneLineArgumentParser, PrepareError, run, worker_pool, write_atomic  # noqa: E402
+from data.prepare_utils import (OneLineArgumentParser, PrepareError, interruptible, run, worker_pool,  # noqa: E402
+                                write_atomic)
 from data.text_clean import (CLEANERS, GCIDE_FILES, PackageError, decode, deb_members, gcide_documents,  # noqa: E402
                              normalise, sha256_file)
+from atomic_files import kind, replace_problem  # noqa: E402
 
 DEB_DIR = os.path.join(HERE, "debs")
 MANIFEST = os.path.join(HERE, "corpus.json")
@@ -150,7 +152,7 @@ def write_pack(members, path):
             for name, data in files:
                 add(f"{package}/{name.lstrip('./')}", data)
     print(f"compressing the pack ({buf.tell() / 1e6:.0f} MB of package files)", flush=True)
-    write_atomic(path, lzma.compress(buf.getvalue(), preset=6))
+    write_atomic(path, interruptible(lambda: lzma.compress(buf.getvalue(), preset=6)))  # a stop is taken meanwhile
     print(f"wrote {path} ({os.path.getsize(path) / 1e6:.1f} MB)")
 
 
@@ -264,6 +266,8 @@ def build(members, workers, pack=None):
     docs.sort(key=lambda d: doc_hash(d[2]))
     print(f"{len(docs):,} documents ({dropped['duplicate']:,} duplicates and {dropped['short']:,} under "
           f"{MIN_CHARS} characters dropped)", flush=True)
+    if not docs:
+        raise PrepareError(f"the {'pack ' + pack if pack else 'packages'} gave no document to train on")
     ids = tokenize([d[3] for d in docs], workers)
     splits = {"train": [], "val": []}
     counts = {}
@@ -274,6 +278,11 @@ def build(members, workers, pack=None):
                                                           "val_tokens": 0})
         row[f"{split}_docs"] += 1
         row[f"{split}_tokens"] += len(tokens) + 1
+    for split, arrays in splits.items():  # a split of no document was np.concatenate's traceback
+        if not arrays:
+            raise PrepareError(f"the {len(docs):,} documents of the {'pack ' + pack if pack else 'packages'} leave "
+                               f"the {split} split empty (a document goes to val with probability "
+                               f"{VAL_PERMILLE}/1000, by its id): too small a corpus; build from the full set")
     return {split: np.concatenate(arrays) for split, arrays in splits.items()}, counts, dropped
 
 
@@ -301,14 +310,18 @@ def check_arguments(args):
     --pack whose directory does not exist or cannot be written, fewer than one worker."""
     if args.workers is None or args.workers < 1:
         raise PrepareError(f"--workers {args.workers}: give 1 or more tokenizer processes")
-    if args.from_pack and not os.path.isfile(args.from_pack):
-        what = "is a directory" if os.path.isdir(args.from_pack) else "no such file"
-        raise PrepareError(f"--from-pack {args.from_pack}: {what}; build the pack on a machine with the .debs: "
+    if args.from_pack and not os.path.exists(args.from_pack):
+        raise PrepareError(f"--from-pack {args.from_pack}: no such file; build the pack on a machine with the .debs: "
                            f"python data/debian_docs/prepare.py --pack {args.from_pack}")
+    if args.from_pack and not os.path.isfile(args.from_pack):  # a directory, a device, a FIFO (whose read blocks)
+        raise PrepareError(f"--from-pack {args.from_pack} is {kind(os.stat(args.from_pack).st_mode)}, not a "
+                           f"regular file; give the pack file itself")
     if args.pack:
         parent = os.path.dirname(os.path.abspath(args.pack))
         if os.path.isdir(args.pack):
             raise PrepareError(f"--pack {args.pack} is a directory; give the file to write, e.g. {args.pack}/pack.tar.xz")
+        if replace_problem(args.pack):  # a device, a FIFO: refused before the packing, not after it
+            raise PrepareError(f"--pack {replace_problem(args.pack)}")
         if not os.path.isdir(parent):
             raise PrepareError(f"--pack {args.pack}: the directory {parent} does not exist; create it first "
                                f"(mkdir -p {parent})")

@@ -27,6 +27,7 @@ from tqdm import tqdm
 # sys.path: the repository root goes first, so that it imports as `python -m data.<name>.prepare` does
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from data.prepare_utils import OneLineArgumentParser, PrepareError, run  # noqa: E402
+from atomic_files import replace_problem  # noqa: E402
 
 
 def main():
@@ -47,6 +48,9 @@ def main():
     if all(os.path.exists(p) for p in outputs) and not args.force:
         print(f"{out_dir}/train.bin and val.bin exist; nothing to do (--force rebuilds them)")
         return
+    for path in outputs:  # a FIFO or a device there is refused before the download, never replaced
+        if replace_problem(path):
+            raise PrepareError(replace_problem(path))
 
     try:
         from datasets import load_dataset

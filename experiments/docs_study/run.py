@@ -259,6 +259,9 @@ def run_main(argv):
         args.pack = os.path.abspath(args.pack)
     try:
         check_args(args)
+        if not 0 < args.cooldown_frac <= 1:  # also nan; 2 was blamed on the warmup
+            raise SweepError(f"--cooldown-frac={args.cooldown_frac:g}: must be in (0, 1] (the share of each budget "
+                             f"spent decaying, e.g. 0.2)")
         budgets = [int(b) for b in args.budgets.split(",")]
         seeds = [int(s) for s in args.seeds.split(",")]
         policies = args.policies.split(",")
@@ -493,6 +496,16 @@ def size_report(sizes_dir, budget_sweep):
     return 0
 
 
+def report_or_error(report, *args):
+    """report(*args), or one line where a run it reads is not one (`budgets --versus <a file>` was a traceback).
+    Each file is written whole (atomically), and the runs are read before the tables are."""
+    from analysis.compare import RunError
+    try:
+        return report(*args)
+    except RunError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["run"]:
@@ -502,7 +515,7 @@ def main(argv=None):
         parser.add_argument("--sweep", default=BUDGET_SWEEP)
         parser.add_argument("--versus", default=os.path.join(SWEEP, "runs", "d768-*"), help="the cosine runs of one budget")
         args = parser.parse_args(argv[1:])
-        return budget_report(args.sweep, args.versus)
+        return report_or_error(budget_report, args.sweep, args.versus)
     if argv[:1] == ["sizes"]:
         parser = OneLineArgumentParser(formatter_class=HelpFormatter, prog="python -m experiments.docs_study.run sizes",
                                        description="part 5: the budget table of every width and the fits across sizes")
@@ -510,7 +523,7 @@ def main(argv=None):
                                                                  "cross-size outputs")
         parser.add_argument("--budget-sweep", default=BUDGET_SWEEP, help="the 768-wide sweep (written by `budgets`)")
         args = parser.parse_args(argv[1:])
-        return size_report(args.sizes, args.budget_sweep)
+        return report_or_error(size_report, args.sizes, args.budget_sweep)
     if argv[:1] == ["report"]:
         argv = argv[1:]
     # the usage names the other modes: an option of `run` (--budgets, --seeds, ...) given without it lands here

@@ -23,7 +23,22 @@ if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
     sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"  # the header above
     exit 0
 fi
+usage="usage: bash experiments/shakespeare_sweep/run.sh [SWEEP_DIR] (--help)"
+if [ $# -gt 1 ] || [[ "${1:-}" == -* ]]; then  # an option would become a folder name, then a mkdir error
+    echo "error: unknown argument(s) $*; $usage" >&2
+    exit 2
+fi
+for var in ITERS FT_ITERS PROGRESS_EVERY; do
+    if [ -n "${!var:-}" ] && ! [[ "${!var}" =~ ^[0-9]+$ && "${!var}" -ge 1 ]]; then
+        echo "error: $var=${!var}: must be an integer >= 1" >&2
+        exit 2
+    fi
+done
 sweep=${1:-experiments/shakespeare_sweep}
+if [ -e "$sweep" ] && [ ! -d "$sweep" ]; then
+    echo "error: SWEEP_DIR $sweep exists and is not a folder; $usage" >&2
+    exit 2
+fi
 runs_dir=$sweep/runs
 iters=${ITERS:-1500}
 ft_iters=${FT_ITERS:-300}

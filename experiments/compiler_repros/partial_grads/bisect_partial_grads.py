@@ -125,6 +125,11 @@ def main(argv=None):
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out_dir", default=None)
     args = p.parse_args(argv)
+    if not 0 < args.tol < float("inf"):  # also nan, under which every check would pass
+        p.error(f"--tol={args.tol}: must be a number > 0 (a relative gradient difference)")
+    for name in ("steps", "n_tracks", "batch_size", "block_size", "micro_steps"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name}={getattr(args, name)}: must be an integer >= 1")
     bad = [v for v in args.variants.split(",") if v not in VARIANTS]
     if bad:
         p.error(f"--variants {bad} not allowed; allowed: {list(VARIANTS)}")
