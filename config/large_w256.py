@@ -2,8 +2,9 @@
 # The budget study on data/debian_large (issue 68): GPT-2 124M's depth (12 layers) at width 256 (8 heads of 32),
 # 4 tracks, 22.3M parameters as the trainer counts them. Budgets double from 224 to 7,168 iterations of 32,768
 # tokens: 7.3M to 235M tokens, 0.33 to 10.5 tokens per parameter, every token read at most once (one_pass over
-# the first 15 chunks of the corpus, 252M tokens: data/debian_large/stage.py). Run by the budget sweep, e.g.:
+# the first 15 chunks of the corpus, 252M tokens: python -m data.debian_large.stage). Run by the budget sweep, e.g.:
 #   python -m experiments.docs_study.run run --config config/large_w256.py --sweep experiments/large_budgets/w256 \
+#       --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 \
 #       --schedule cosine --budgets 7168 --jobs 4 --scratch /tmp/scratch   # one GPU per run
 # or by hand: python train_reduced_sync.py config/large_w256.py --sync_policy=grouped:4 --max_iters=224 --lr_decay_iters=224
 
@@ -20,12 +21,14 @@ eval_only = False
 always_save_checkpoint = True
 init_from = 'scratch'
 
-# data: 32 x 1024 = 32,768 tokens per iteration in one micro-step (the earlier size sweep's 6,144 left the GPU
-# waiting on kernel launches); one_pass refuses a run that would read a window twice
+# data: 2 micro-steps x 16 x 1024 = 32,768 tokens per iteration (two, so that 8 processes, dp 2 x tp 4, can split
+# them; the study's runs take the 32 sequences as one micro-step, one GPU each: --set gradient_accumulation_steps=1
+# --set batch_size=32, which the data order depends on). The earlier size sweep's 6,144 tokens left the GPU waiting
+# on kernel launches. one_pass refuses a run that would read a window twice
 dataset = 'debian_large'
 data_order = 'one_pass'
-gradient_accumulation_steps = 1
-batch_size = 32
+gradient_accumulation_steps = 2
+batch_size = 16
 block_size = 1024
 
 # model

@@ -2,12 +2,13 @@
 # The budget study on data/debian_large (issue 68): GPT-2 124M's depth (12 layers) at width 384 (12 heads of 32),
 # 4 tracks, 40.6M parameters as the trainer counts them. Budgets double from 392 to 12,544 iterations of 32,768
 # tokens: 12.8M to 411M tokens, 0.32 to 10.1 tokens per parameter, every token read at most once (one_pass over
-# the first 25 chunks of the corpus, 419M tokens: data/debian_large/stage.py). Run by the budget sweep, e.g.:
+# the first 25 chunks of the corpus, 419M tokens: python -m data.debian_large.stage). Run by the budget sweep, e.g.:
 #   python -m experiments.docs_study.run run --config config/large_w384.py --sweep experiments/large_budgets/w256 \
+#       --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 \
 #       --schedule cosine --budgets 12544 --jobs 4 --scratch /tmp/scratch   # one GPU per run
 # or by hand: python train_reduced_sync.py config/large_w384.py --sync_policy=grouped:4 --max_iters=392 --lr_decay_iters=392
 
-out_dir = 'out-large-w256'
+out_dir = 'out-large-w384'
 sync_policy = 'baseline'
 
 # I/O, evaluation, logging: 32 evals of the largest budget, each of the same 20 x 16 x 1024 tokens of train, val,
@@ -20,12 +21,14 @@ eval_only = False
 always_save_checkpoint = True
 init_from = 'scratch'
 
-# data: 32 x 1024 = 32,768 tokens per iteration in one micro-step (the earlier size sweep's 6,144 left the GPU
-# waiting on kernel launches); one_pass refuses a run that would read a window twice
+# data: 2 micro-steps x 16 x 1024 = 32,768 tokens per iteration (two, so that 8 processes, dp 2 x tp 4, can split
+# them; the study's runs take the 32 sequences as one micro-step, one GPU each: --set gradient_accumulation_steps=1
+# --set batch_size=32, which the data order depends on). The earlier size sweep's 6,144 tokens left the GPU waiting
+# on kernel launches. one_pass refuses a run that would read a window twice
 dataset = 'debian_large'
 data_order = 'one_pass'
-gradient_accumulation_steps = 1
-batch_size = 32
+gradient_accumulation_steps = 2
+batch_size = 16
 block_size = 1024
 
 # model

@@ -11,8 +11,7 @@ from analysis.compare import RunError, check_out
 from atomic_files import NotReplaceable, atomic_write, replace_problem, write_text
 from training.checkpoint import CheckpointError, write_checkpoint
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data"))
-from prepare_utils import PrepareError, write_atomic  # noqa: E402
+from data.prepare_utils import PrepareError, write_atomic
 
 
 @pytest.fixture

@@ -157,7 +157,7 @@ def test_result_files_are_written_atomically():
     # The writers themselves (a temp file, then os.replace), logs appended line by line on purpose:
     # training/step.py's RunLog (a killed run's partial line is ended on resume, or cut from metrics.jsonl) and
     # experiments/runner.py's per-run stdout, and the error file torchrun reads once the process has exited (parallel/mesh.py).
-    allowed = {os.path.join("training", "atomic.py"): 1, os.path.join("data", "prepare_utils.py"): 1,
+    allowed = {"atomic_files.py": 1, os.path.join("data", "prepare_utils.py"): 1,
                os.path.join("training", "step.py"): 4,
                os.path.join("experiments", "runner.py"): 1, os.path.join("parallel", "mesh.py"): 1}
     assert non_atomic_writes("open(p, 'w')\nopen(p)\nopen(p, mode='ab')\nopen(p, 'rb')\nfig.savefig(p)\n"

@@ -147,6 +147,7 @@ def test_every_config_file_belongs_to_a_family():
     checked |= set(glob.glob(os.path.join(CONFIG_DIR, "shakespeare_char_*.py")))
     checked |= {os.path.join(CONFIG_DIR, name) for name in DOCS_CONFIGS}
     checked |= set(glob.glob(os.path.join(CONFIG_DIR, "size_w*.py")))
+    checked |= {os.path.join(CONFIG_DIR, name) for name in LARGE_CONFIGS}
     stray = sorted(os.path.basename(p) for p in set(glob.glob(os.path.join(CONFIG_DIR, "*.py"))) - checked)
     assert not stray, f"config files in no checked family: {stray}"
 
@@ -212,6 +213,32 @@ def test_size_family_scales_tokens_with_parameters():
         same = {k for k in base if k not in ("out_dir", "n_embd", "n_head", "batch_size", "gradient_accumulation_steps",
                                              "compile")}
         assert {k: cfg[k] for k in same} == {k: base[k] for k in same}, name
+
+
+# the budget study on data/debian_large (issue 68): width -> (budget in iterations, corpus chunks it reads)
+LARGE_CONFIGS = {"large_w256.py": (256, 7168, 15), "large_w384.py": (384, 12544, 25), "large_124m.py": (768, 9216, 19)}
+
+
+def test_large_family_reads_each_window_once():
+    """config/large_*.py: the same recipe at three widths, 32,768 tokens an iteration, compiled with CUDA graphs
+    ('auto'), one_pass over data/debian_large; each config's largest budget fits in the corpus prefix its header
+    names (chunks of 2^24 tokens, as data/debian_large/stage.py stages them), and 32 evals divide it."""
+    configs = {name: load_config(os.path.join(CONFIG_DIR, name)) for name in LARGE_CONFIGS}
+    for name, cfg in configs.items():
+        width, budget, chunks = LARGE_CONFIGS[name]
+        assert not set(cfg) - TRAIN_CONFIG_KEYS, name
+        assert (cfg["n_embd"], cfg["max_iters"], cfg["lr_decay_iters"]) == (width, budget, budget), name
+        assert cfg["dataset"] == "debian_large" and cfg["data_order"] == "one_pass" and cfg["compile"] == "auto"
+        assert cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"] == 32768, name
+        assert cfg["n_head"] % cfg["n_tracks"] == 0 and cfg["n_embd"] // cfg["n_head"] in (32, 64), name
+        windows = (chunks * (1 << 24) - 1) // cfg["block_size"]
+        assert budget * cfg["batch_size"] * cfg["gradient_accumulation_steps"] <= windows, name
+        assert budget == 32 * cfg["eval_interval"], name
+        with open(os.path.join(CONFIG_DIR, name)) as f:
+            assert f"first {chunks} chunks" in f.read(), name
+    a, b = configs["large_w256.py"], configs["large_124m.py"]
+    assert sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)) == \
+        ["eval_interval", "lr_decay_iters", "max_iters", "n_embd", "n_head", "out_dir"]
 
 
 def test_char_policies_match_model_parser():

@@ -255,7 +255,7 @@ def test_a_full_stdout_is_named_as_stdout(monkeypatch, capsys):
 def test_debian_docs_too_small_for_a_split_is_one_line(monkeypatch):
     """A pack of a few documents left val (or train) empty: np.concatenate's ValueError traceback."""
     from data.debian_docs import prepare
-    from prepare_utils import PrepareError
+    from data.prepare_utils import PrepareError
     ids = [f"doc{i}" for i in range(400)]
     val = next(i for i in ids if prepare.in_val(i))
     train = next(i for i in ids if not prepare.in_val(i))

@@ -39,9 +39,9 @@ def entry_points():
 
 def module_name(path):
     """The module a package file runs as (python -m), or None for a top-level script or a data/<name>/prepare.py,
-    run as a file (nanoGPT's usage)."""
+    run as a file (nanoGPT's usage; data/debian_large/stage.py, no prepare script, runs as a module)."""
     top = path.split("/")[0]
-    as_module = top in ("bench", "experiments", "training", "analysis") or (top == "data" and path.count("/") == 1)
+    as_module = top in ("bench", "experiments", "training", "analysis") or (top == "data" and not path.endswith("/prepare.py"))
     return path[:-3].replace("/", ".") if as_module else None
 
 

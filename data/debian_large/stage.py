@@ -19,7 +19,6 @@ uniform sample of the documents (prepare.py). staged.json records the prefix's t
 training runs read it from there. Every write goes through a temp file and os.replace; a chunk whose sha256
 differs from corpus.json's is refused, not kept.
 """
-import argparse
 import hashlib
 import json
 import lzma
@@ -32,6 +31,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 if __name__ == "__main__" and not __package__:  # run by its path: the imports below need the repository root
     sys.exit("run it from the repository root as: python -m data.debian_large.stage " + " ".join(sys.argv[1:]))
+from cli_guard import HelpFormatter  # noqa: E402
 from data.prepare_utils import OneLineArgumentParser, PrepareError, run, write_atomic  # noqa: E402
 
 MANIFEST = os.path.join(HERE, "corpus.json")
@@ -140,14 +140,15 @@ def unpack(args, manifest):
 
 
 def main(argv=None):
-    parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0].strip(),
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineArgumentParser(prog="python -m data.debian_large.stage", formatter_class=HelpFormatter,
+                                   description=__doc__.split("\n\n")[0].strip())
     sub = parser.add_subparsers(dest="verb", required=True)
-    p = sub.add_parser("pack", help="write xz chunks here")
+    p = sub.add_parser("pack", help="write xz chunks here", formatter_class=HelpFormatter)
     p.add_argument("--chunks", type=int, required=True, help="how many chunks of train.bin, from the start")
     p.add_argument("--first", type=int, default=0, help="skip the chunks before this one (already carried)")
     p.add_argument("--out", required=True, help="the folder to write them to")
-    u = sub.add_parser("unpack", help="verify carried chunks there and write train.bin once all are in")
+    u = sub.add_parser("unpack", help="verify carried chunks there and write train.bin once all are in",
+                       formatter_class=HelpFormatter)
     u.add_argument("--from", dest="source", required=True, help="the folder of carried chunks")
     u.add_argument("--chunks", type=int, required=True, help="how many chunks train.bin should hold")
     args = parser.parse_args(argv)

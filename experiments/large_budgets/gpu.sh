@@ -25,7 +25,7 @@ case $verb in
     for policy in baseline spd parallel ladder grouped:4 grouped:12; do
       tag=${policy/:/}
       CUDA_VISIBLE_DEVICES=$((i % 4)) timeout 500 python3 train_reduced_sync.py config/large_w$width.py --sync_policy=$policy \
-        --max_iters=96 --lr_decay_iters=96 --eval_interval=96 --log_interval=8 --tp=1 \
+        --max_iters=96 --lr_decay_iters=96 --eval_interval=96 --log_interval=8 --tp=1 --gradient_accumulation_steps=1 --batch_size=32 \
         --always_save_checkpoint=False --keep_best=False --data_dir=$S/probe_data --out_dir=$S/probe/$width-$tag > $S/probe-$width-$tag.log 2>&1 & P="$P $!"
       i=$((i + 1))
     done
@@ -37,7 +37,7 @@ case $verb in
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -l 30 > $S/smi-$width.csv 2>&1 &
     setsid nohup python3 -m experiments.docs_study.run run --config config/large_w$width.py \
       --sweep experiments/large_budgets/w$width --jobs 4 --scratch $S/scratch --status-every 120 \
-      --set data_order=one_pass "$@" > $S/sweep-$width.log 2>&1 < /dev/null &
+      --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 "$@" > $S/sweep-$width.log 2>&1 < /dev/null &
     echo $! > $S/sweep.pid; sleep 180; tail -n 30 $S/sweep-$width.log ;;
   watch)
     end=$(( $(date +%s) + $1 ))

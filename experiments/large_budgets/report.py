@@ -15,7 +15,6 @@ first study, issue 26), Holm-adjusted over the policies of the cell. Verdict: "k
 at 5% after Holm, else "worse" / "better" when the difference test does, else "inconclusive". The per-domain
 rows (val_prose, val_code) run the same tests on those losses, as a second family per domain.
 """
-import argparse
 import json
 import os
 import sys
@@ -25,6 +24,7 @@ if __name__ == "__main__" and not __package__:
 
 from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
 from experiments.runner import read_records  # noqa: E402
+from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEDULES = ("cosine", "runs")  # runs/: the WSD trunks' cooldown branches
@@ -117,7 +117,8 @@ def render(rows):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineArgumentParser(prog="python -m experiments.large_budgets.report", formatter_class=HelpFormatter,
+                                   description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="compare with the stored files instead of writing")
     parser.add_argument("--force", action="store_true", help="write even when stored rows would be lost")
     args = parser.parse_args(argv)
@@ -142,7 +143,6 @@ def main(argv=None):
             print(f"error: the runs here give no row for {len(lost)} stored row(s), e.g. {sorted(lost)[0]}: are runs "
                   f"missing? (--force writes the tables anyway)", file=sys.stderr)
             return 1
-    from training.config import write_text
     for name, text in outputs.items():
         write_text(os.path.join(HERE, name), text)
         print(f"wrote {os.path.relpath(os.path.join(HERE, name))}")
@@ -150,4 +150,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from cli_guard import guarded
+    sys.exit(guarded(main))
