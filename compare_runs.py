@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Compare training runs: a table of loss vs synchronization, and a trade-off plot.
 
-The command line of analysis/compare.py, where the tables, statistics and plots live (its docstring
-describes every column, test and panel):
+The command line of analysis/compare.py (its docstring describes every column, test and panel), which runs the
+code of analysis/runs.py, stats.py, tables.py and plots.py:
 
     python compare_runs.py out-shakespeare-*                  # dirs or quoted globs
     python compare_runs.py 'sweep/*' --stats --trend trend.png

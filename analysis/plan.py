@@ -44,7 +44,7 @@ from training.config import REPO, HelpFormatter, OneLineArgumentParser
 
 SIZE_FIT = os.path.join("experiments", "docs_study", "sizes", "size_fit.json")  # under the repository root
 FIT_KEYS = ("policies", "level", "measured", "widths", "size_measured")  # what the table and summary read
-TOKENS_PER_STEP = 12 * 1024  # bench/step_model.py's train_b12: 12 sequences of 1024 per iteration
+TOKENS_PER_STEP = 12 * 1024  # the step model's train_b12 (bench/steptime/shapes.py): 12 x 1024 tokens per iteration
 CHINCHILLA = dict(E=1.69, A=406.4, B=410.7, a=0.34, b=0.28)  # arXiv 2203.15556, its fitted parametric loss
 SEARCH = 10  # doublings either side of T searched for T'
 COUNT = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)([kmb]?)$", re.IGNORECASE)

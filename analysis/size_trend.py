@@ -1,4 +1,4 @@
-"""The loss cost of fewer syncs against model size: budget_analysis (analysis/compare.py) of each width's budget
+"""The loss cost of fewer syncs against model size: budget_analysis (analysis/stats.py) of each width's budget
 sweep, combined across widths. Written by `python -m experiments.docs_study.run sizes`; read by analysis/plan.py.
 
 Notation. N: parameters as the trainer counts them (model.gpt.GPT.get_num_params: every parameter but the position

@@ -9,8 +9,9 @@ training steps, at the TP degree of the launch.
 
 Why: the CPU tests compare compiled and eager with the aot_eager backend, and inductor on the CPU
 agrees too, yet inductor on CUDA (torch 2.11) once returned the gradients of a region's replicated
-parameters equal to the parameters themselves (EXPERIMENT_SUMMARY.md section 1c), and inductor on the
-CPU ran the ladder's residual add before its all-reduce at tp=2 (section 1d). This runs the
+parameters equal to the parameters themselves (experiments/char_sweep/README.md, "A miscompile, found by this
+sweep"), and inductor on the CPU ran the ladder's residual add before its all-reduce at tp=2
+(experiments/compiler_repros/README.md, "Compiled at tp=2, the ladder computed another function"). This runs the
 real backend on the real device. Two copies of one GPT (same init; dropout 0, since compiled
 dropout draws other masks; fp32 with TF32 off) take --steps plain SGD steps on the same random
 batches, the eager copy with its own gradients, the compiled copy with its own. At every step the

@@ -5,7 +5,7 @@
 
 A decode step multiplies each weight W [N, K] by a few rows x [M, K] (M = batch, one token each). The
 work is reading W once: N*K*2 bytes in bf16. The stored graph-mode trace of 124M decode at tp=2
-(EXPERIMENT_SUMMARY.md section 5b) has cuBLAS doing this at about 8% of HBM bandwidth, and the GEMMs
+(bench/results/decode/README.md) has cuBLAS doing this at about 8% of HBM bandwidth, and the GEMMs
 are half the step's kernel time. This benchmark times each GEMM shape of one layer and the head,
 as one rank holds them at each TP degree of --tps (default 2), for M in --rows (default 1 and 8):
 

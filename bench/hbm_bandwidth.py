@@ -1,5 +1,5 @@
 """Device memory bandwidth as a copy sees it: the bytes-per-second behind the floor of what k separate
-residual streams cost (EXPERIMENT_SUMMARY.md, "Tracks on one GPU: what k residual streams cost").
+residual streams cost (docs/gpu-results.md, "Tracks on one GPU: what k residual streams cost").
 
     python -m bench.hbm_bandwidth --out bench/results/hbm_bandwidth_h100.txt
 

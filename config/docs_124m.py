@@ -2,7 +2,7 @@
 # The study's 124M runs (issue 26): GPT-2 124M, 4 tracks, one pass over 21M tokens of data/debian_docs.
 # Each policy and seed is one run of python -m experiments.char_sweep.run (parts d768-s1337 ...), e.g. by hand:
 #   python train_reduced_sync.py config/docs_124m.py --sync_policy=grouped:3 --seed=1338 --out_dir=out-docs-g3-s1338
-# About 1-1.5 min of one H100 per run after compilation (EXPERIMENT_SUMMARY.md has the measured times).
+# About 1-1.5 min of one H100 per run after compilation (experiments/docs_study/one_budget/README.md, "GPU time").
 
 out_dir = 'out-docs-124m'
 sync_policy = 'baseline'

@@ -21,9 +21,9 @@ Python counter mutated there is a side effect that breaks the graph. Counts are 
 measurement of an uncompiled (eager) pass; the model declares its own counts from its plan.
 Not torch's functional collectives: inductor (torch 2.13, CPU) fuses a reader of their result
 with an earlier, independent kernel and runs it before the collective has finished, so it reads the
-unreduced partial sum (the ladder at tp=2 computed another loss, EXPERIMENT_SUMMARY.md section 1d;
-experiments/compiler_repros/collective_fusion/repro.py shows it in a few lines). The traced all-reduce
-therefore reduces a copy of its input and returns it.
+unreduced partial sum (the ladder at tp=2 computed another loss: experiments/compiler_repros/README.md,
+"Compiled at tp=2, the ladder computed another function"; experiments/compiler_repros/collective_fusion/repro.py
+shows it in a few lines). The traced all-reduce therefore reduces a copy of its input and returns it.
 
 Asynchronous input-gradient all-reduce (Megatron's async grad all-reduce, off by default; GPT's
 async_grad_allreduce option). Where f is directly followed by a column-parallel GEMM z = x W^T + b,

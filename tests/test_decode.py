@@ -217,7 +217,8 @@ def _inductor_decode_logits_gap(rank, world_size, policy):
 
 @pytest.mark.slow
 def test_inductor_compiled_ladder_decode_at_tp2_equals_eager():
-    """Regression for EXPERIMENT_SUMMARY section 1d in decode: with torch's functional collectives the
-    inductor-compiled ladder step at tp=2 (6 layers) gave logits 0.44 away from eager on the CPU."""
+    """Regression in decode for experiments/compiler_repros/README.md, "Compiled at tp=2, the ladder computed
+    another function": with torch's functional collectives the inductor-compiled ladder step at tp=2 (6 layers)
+    gave logits 0.44 away from eager on the CPU."""
     torch._dynamo.reset()
     assert max(run_on_gloo(_inductor_decode_logits_gap, 2, "ladder")) < 1e-5

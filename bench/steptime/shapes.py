@@ -14,7 +14,7 @@ SHAPES = {"124m": (12, 12, 768, 50304), "medium": (24, 16, 1024, 50304), "large"
           "tiny": (2, 4, 64, 256)}  # tiny: the CPU test of `calibrate`
 ALIASES = {"350m": "medium", "774m": "large", "1.5b": "xl"}
 # Datasheet dense bf16 peak and HBM bandwidth (SXM). lat: a small kernel's time in a CUDA graph
-# (EXPERIMENT_SUMMARY.md: 1.4-3.3 us per elementwise/LayerNorm kernel in the decode trace).
+# (bench/results/decode/README.md: 1.4-3.3 us per elementwise/LayerNorm kernel in the decode trace).
 DEVICES = {"H200": dict(flops=989e12, hbm=4.8e12), "H100": dict(flops=989e12, hbm=3.35e12)}
 LAT = 2.0e-6
 MODELED_TPS = (1, 2, 4, 8)  # the tp the all-reduce laws cover (measured at 2 and 4, extrapolated to 8)

@@ -20,7 +20,7 @@ Parts (PART argument; --list prints them):
     w384-n2-s1337 ... w768-n6-s1339       one seed of those: the 7 policies, 7 runs
     char                                  all 126, in the order w384, w192, w768 (n_tracks 2, then 6)
     bpe1, bpe2, bpe3                      seeds 1338 and 1339 for the BPE sweep's single-seed
-                                          policies (experiments/shakespeare_sweep, EXPERIMENT_SUMMARY.md section 1),
+                                          policies (experiments/shakespeare_sweep/README.md),
                                           6 runs each: bpe1 grouped_4sync, grouped_3sync, grouped_2sync;
                                           bpe2 grouped_6sync, spd_12sync, parallel_12sync; bpe3 selective_9sync,
                                           datadriven_9sync, datadriven_6sync (from scratch). Same schedule as
@@ -92,8 +92,9 @@ CHAR_COMMON = ("--always_save_checkpoint=True", "--tp=1")
 # ---------------------------------------------------------------- the BPE sweep's extra seeds (issue item 5)
 BPE_STUDY_DIR = "experiments/shakespeare_sweep"  # its sensitivity_<n>.json, beside the runs
 BPE_SWEEP_DIR = f"{BPE_STUDY_DIR}/runs"
-# experiments/shakespeare_sweep/run.sh's `common` with ITERS=3000, as EXPERIMENT_SUMMARY.md section 1 ran it (at tp=1, with
-# the configs' one micro-step per iteration of that time: they now accumulate 2 x 4 so that 8 processes can split it)
+# experiments/shakespeare_sweep/run.sh's `common` with ITERS=3000, as experiments/shakespeare_sweep/README.md
+# records it (at tp=1, with the configs' one micro-step per iteration of that time: they now accumulate 2 x 4 so
+# that 8 processes can split it)
 BPE_COMMON = ("--gradient_accumulation_steps=1", "--tp=1", "--batch_size=32", "--block_size=256", "--max_iters=3000", "--lr_decay_iters=3000", "--warmup_iters=100",
               "--eval_interval=100", "--eval_iters=20", "--log_interval=50", "--always_save_checkpoint=False")
 BPE_EXTRA_SEEDS = (1338, 1339)

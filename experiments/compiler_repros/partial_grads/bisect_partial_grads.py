@@ -6,8 +6,8 @@
     python -m experiments.compiler_repros.partial_grads.bisect_partial_grads --device cpu --backend aot_eager \\
         --steps 1 --policies grouped:2                                                     # CPU smoke
 
-Background (EXPERIMENT_SUMMARY.md section 1c): a region's replicated parameters (LayerNorm weights and
-biases, row-parallel biases) used to enter the graph as
+Background (experiments/char_sweep/README.md, "A miscompile, found by this sweep"): a region's replicated
+parameters (LayerNorm weights and biases, row-parallel biases) used to enter the graph as
 
     flat = f(cat(params));  views = [v.view_as(p) for v in flat.split(sizes)]
 
