@@ -4,7 +4,7 @@
 #   bash experiments/large_budgets/gpu.sh probe WIDTH      # each policy for 96 iterations: tokens/s, and inductor's cache warm
 #   bash experiments/large_budgets/gpu.sh start WIDTH ARGS # the sweep in the background (setsid: it outlives the call)
 #   bash experiments/large_budgets/gpu.sh watch SECONDS    # its progress until it ends or SECONDS pass
-#   bash experiments/large_budgets/gpu.sh collect          # wait for it, then pack the runs' logs into $OUT
+#   bash experiments/large_budgets/gpu.sh collect [SECONDS]  # wait for it (or stop it), then pack the runs' logs into $OUT
 # ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds). Everything the
 # machine keeps between calls is under /root/study (scratch, logs) and data/debian_large (the staged corpus).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -30,7 +30,7 @@ case $verb in
       i=$((i + 1))
     done
     wait $P; log "probe done"
-    for f in $S/probe-$width-*.log; do echo "-- $f (GPU $(( $(ls $S/probe-$width-*.log | grep -n "$f" | cut -d: -f1) - 1 )))"; grep -E "^iter (64|72|80|88|96)|error|Error" $f | tail -4; done
+    for f in $S/probe-$width-*.log; do echo "-- $f"; grep -E "^iter (64|72|80|88|96)|error|Error" $f | tail -4; done
     (cd $S && tar czf $OUT/probe-$width.tgz probe-$width-*.log) ;;
   start)
     width=$1; shift
@@ -44,8 +44,11 @@ case $verb in
     while kill -0 "$(cat $S/sweep.pid)" 2>/dev/null && [ "$(date +%s)" -lt $end ]; do sleep 10; done
     tail -n 40 $S/sweep-*.log; cp $S/sweep-*.log $S/smi-*.csv $OUT/ 2>/dev/null ;;
   collect)
-    while kill -0 "$(cat $S/sweep.pid)" 2>/dev/null; do sleep 5; done
-    log "sweep ended"
+    # wait for the sweep (at most $1 seconds when given), then stop what is left of it: its runs resume from their
+    # last eval's checkpoint only on this machine, so a later session trains them again
+    end=$(( $(date +%s) + ${1:-100000} ))
+    while kill -0 "$(cat $S/sweep.pid)" 2>/dev/null && [ "$(date +%s)" -lt $end ]; do sleep 5; done
+    kill -- -"$(cat $S/sweep.pid)" 2>/dev/null && log "sweep stopped" || log "sweep ended"
     # each run's three logs (checkpoints stay behind), and the stdout of any run that did not finish
     (cd $S/scratch && find . \( -name config.json -o -name log.txt -o -name metrics.jsonl -o -name "*.out" \) -print \
       | tar czf $OUT/scratch-logs.tgz -T -)
