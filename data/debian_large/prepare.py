@@ -192,7 +192,7 @@ def inner_members(package, blob):
     return sorted(out)
 
 
-def package_members(package, version, pattern, fmt):
+def package_members(package, version, pattern):
     try:
         members = deb_members(os.path.join(DEB_DIR, deb_filename(package, version)), pattern)
         if package in INNER:
@@ -216,8 +216,8 @@ def clean(fmt, name, data):
 
 
 def _clean_batch(batch):
-    """[(doc id, text, signature or None)] of a batch of (package, fmt, name, bytes); None for a document too
-    short or too long, which is dropped."""
+    """[(doc id, text, signature)] of a batch of (package, fmt, name, bytes); (doc id, None, 'short' or 'long')
+    for a document that is dropped for its length."""
     out = []
     for package, fmt, name, data in batch:
         text = clean(fmt, name, data)
@@ -232,7 +232,7 @@ def _clean_batch(batch):
 
 def package_documents(domain, package, version, pattern, fmt, pool, exact, near, dropped):
     """[(domain, package, doc id, text)] of one package, after cleaning and both kinds of dedup."""
-    members = package_members(package, version, pattern, fmt)
+    members = package_members(package, version, pattern)
     if fmt in ("gcide", "dictd"):
         files = tuple(sorted((n for n, _ in members), key=lambda n: not n.endswith(".dict.dz")))
         raw = dictd_documents(members, files, "gcide" if fmt == "gcide" else package)
