@@ -142,7 +142,8 @@ def test_smoke_runs_keep_logs_only(smoke):
     assert sorted(os.listdir(scratch)) == sorted([*SMOKE_RUNS, *(f"{n}.out" for n in SMOKE_RUNS)])
     for name in SMOKE_RUNS:  # the checkpoints are gone; the logs stay, for a command that gets a fresh tree
         assert sorted(os.listdir(os.path.join(scratch, name))) == ["config.json", "log.txt", "metrics.jsonl"]
-    assert not [f for _, _, files in os.walk(workdir) for f in files if f.endswith(".pt")]
+    # the sweep's own folders (the session's workdir also holds other tests' training runs)
+    assert not [f for top in (root, pack_dir) for _, _, files in os.walk(top) for f in files if f.endswith(".pt")]
     with tarfile.open(os.path.join(pack_dir, runner.PACK_NAME)) as tar:
         assert sorted(tar.getnames()) == sorted(f"experiments/char_sweep/runs/{n}/{f}" for n in SMOKE_RUNS
                                                 for f in ("config.json", "log.txt", "metrics.jsonl"))
