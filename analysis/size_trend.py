@@ -440,8 +440,9 @@ def plot_crossovers(fit, path):
             ax.errorbar([n], [t], yerr=[[t - 2 ** p["lo"]], [2 ** p["hi"] - t]], fmt="o", color=color, capsize=3,
                         mfc=color if p["in_range"] else "white", ms=7)
         label = f"{policy} ({e['syncs']} syncs/fwd): " + (
-            f"c = {fmt_ci(e['crossover_fit']['c'], e['crossover_fit']['c_ci'])}" if e["crossover_fit"]
-            else "one width, c assumed 0")
+            f"c = {fmt_ci(e['crossover_fit']['c'], e['crossover_fit']['c_ci'])}"
+            + (f" ({e['crossover_fit']['widths']} widths: no interval)" if e["crossover_fit"]["c_ci"] is None else "")
+            if e["crossover_fit"] else "one width, c assumed 0")
         bands = [crossover_at(e["located"], n, fit["level"]) for n in grid]
         ax.plot(grid, [2 ** b[0] for b in bands], "-" if e["crossover_fit"] else "--", color=color, lw=1.5,
                 label=label)
