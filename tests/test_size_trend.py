@@ -394,3 +394,16 @@ def test_size_fit_across_widths(tmp_path):
     from analysis.size_trend import plot_crossovers
     plot_crossovers(fit, str(tmp_path / "crossover.png"))
     assert (tmp_path / "crossover.png").stat().st_size > 10_000
+
+
+def test_a_bending_width_drops_its_extrapolated_crossover():
+    # fake_widths' crossovers are marked past their budgets (crossover_in_range False): with width 128's bend
+    # significant its crossover is not extrapolated, so two widths are fitted, with 0 df and no interval
+    from analysis.size_trend import policy_fit
+    items = [(w, w["analysis"][0]) for w in fake_widths()]
+    bend = dict(c=0.7, ci=0.1, seeds=3, p=0.001, p_holm=0.003, significant=True)
+    e = policy_fit(items, {}, {128: bend})
+    gated = [r for r in e["widths"] if r["not_extrapolated"]]
+    assert [r["width"] for r in gated] == [128] and not gated[0]["located"] and e["curved"] == [128]
+    assert len(e["located"]) == 2 and e["crossover_fit"]["c_ci"] is None
+    assert len(policy_fit(items, {}, {})["located"]) == 3
