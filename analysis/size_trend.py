@@ -384,7 +384,7 @@ def size_table(fit):
 
 def heldout_table(fit):
     """heldout.md: the planner's surface refitted without each width's largest budget, predicting it; coverage."""
-    rows, inside, counted = [], 0, 0
+    rows, inside, counted, straight = [], 0, 0, [0, 0]  # straight: [inside, counted] of the policies not bending
     for p, held in fit["heldout"].items():
         curved = fit["policies"][p]["curved"]
         for h in held:
@@ -397,7 +397,12 @@ def heldout_table(fit):
             if h["inside"] is not None:
                 counted += 1
                 inside += h["inside"]
-    coverage = f"{inside}/{counted}" if counted else "none (no interval)"
+                if not curved:
+                    straight = [straight[0] + h["inside"], straight[1] + 1]
+    coverage = f"{inside}/{counted} held-out truths" if counted else "none (no interval)"
+    if counted and straight[1] < counted:
+        coverage += (f" ({straight[0]}/{straight[1]} of the policies the planner extrapolates, those with no "
+                     f"significant bend)")
     lines = ["# The planner's intervals, checked on held-out budgets", "",
              "Made by `python -m experiments.docs_study.run sizes` (analysis/size_trend.py, heldout). The planner's "
              "surface (size_trend's docstring, 2: per width the line of its seed-mean gaps against log2 tokens, "
@@ -407,7 +412,7 @@ def heldout_table(fit):
              "to. Truth: the held-out cell's seed-mean gap (the width's budget_table.md).", "",
              format_table(["policy", "width", "held-out budget: tokens (per parameter)", "truth", "predicted",
                            "95% prediction interval", "inside?", "bend significant (full data)"], rows, True), "",
-             f"Coverage: {coverage} held-out truths inside their 95% prediction intervals."]
+             f"Coverage: {coverage} inside their 95% prediction intervals."]
     return "\n".join(lines) + "\n"
 
 

@@ -173,7 +173,7 @@ def test_heldout_coverage_hand_case():
     far = heldout(held_items(last_gap_at_22=100.0))
     assert [r["inside"] for r in far] == [True, True, False]
     fit = dict(heldout={"p": far}, policies={"p": dict(curved=[])})
-    assert "Coverage: 2/3 held-out truths" in heldout_table(fit)
+    assert "Coverage: 2/3 held-out truths inside" in heldout_table(fit)
     two = heldout(held_items()[:2])  # two widths: 0 df, no interval, nothing counted
     assert all(r["pi"] is None and r["inside"] is None for r in two)
     assert "Coverage: none (no interval)" in heldout_table(dict(heldout={"p": two}, policies={"p": dict(curved=[])}))
