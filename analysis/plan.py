@@ -11,10 +11,16 @@ One row per policy:
   other than 12 layers a grouped:G policy is timed as the spec with the nearest syncs per forward
   (bench/steptime/pareto.py's nearest_sync_spec, as its --pareto does): the loss was measured with the 12-layer spec.
 - loss gap to baseline at N parameters and T tokens, % of the baseline's final val loss, with the 95% prediction
-  interval for one run: the surface of experiments/docs_study/sizes/size_fit.json (analysis/size_trend.py, 2: each
-  seed's gap line in log2 tokens, regressed on log2 N across widths). "extrapolation" wherever N lies outside the
-  measured sizes or T / N outside the measured tokens per parameter. While size_fit.json holds one width, the size
-  term is not measured: c = 0 is assumed (the gap depends on tokens, not on N), and every row says so.
+  interval for a new width's seed-mean gap: the surface of experiments/docs_study/sizes/size_fit.json
+  (analysis/size_trend.py, 2): per measured width the line of its budget cells' seed-mean gaps in log2 tokens,
+  evaluated at T / N tokens per parameter and regressed on log2 N across the widths. The width is the unit of
+  replication: k widths give k - 2 degrees of freedom, and below 1 (one or two widths) no interval is printed and
+  the last lines say so. With one width the size term is not measured: it is assumed 0 (the gap follows tokens per
+  parameter), and every row says so. "extrapolation" wherever N lies outside the measured sizes or T / N outside
+  the measured tokens per parameter; the first line counts the doublings past the largest of each. A policy whose
+  gap bends in log2 tokens at some width (size_fit.json's curvature test: the t-test over seeds of the bend,
+  Holm across policies) is not extrapolated past the measured tokens per parameter: its row prints the measured
+  range and "not extrapolated: curvature" instead of a number.
 - wall-clock to reach baseline's final loss L_b(T): the policy needs the tokens T' at which its loss
   L_b(T') (1 + gap(T') / 100) first equals L_b(T) (T' < T where it is better, > T where worse); time =
   T' / 12,288 tokens per step x its step time, on one tp group (data parallelism divides it alike for every
@@ -49,6 +55,7 @@ CHINCHILLA = dict(E=1.69, A=406.4, B=410.7, a=0.34, b=0.28)  # arXiv 2203.15556,
 SEARCH = 10  # doublings either side of T searched for T'
 COUNT = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)([kmb]?)$", re.IGNORECASE)
 COLUMNS = 100  # the widest line the default layout prints
+CURVED = "not extrapolated: curvature"
 MEASURED_TOL = 0.01  # N and T within 1% of a measured width's and budget's: the point the study measured
 
 
@@ -145,29 +152,43 @@ def policy_cells(fit, n_params, tokens, steps):
                             gap="0", gap_interval="(reference)", measured="", inside="", tokens=f"{tokens:.3g}",
                             time=_duration(tokens / TOKENS_PER_STEP * base["base_ms"]),
                             time_interval=f"±{base['time_error']:.0f}%", size_measured=True)}
+    r_lo, r_hi = fit["measured"]["tokens_per_param"]
     for policy, e in fit["policies"].items():
-        s, chains = steps[policy], e["chains"]
-        g = gap_at(chains, n_params, tokens, fit["level"])
+        s, lines = steps[policy], e["lines"]
+        step = dict(timed=s["spec"], syncs=str(s["syncs"]), saving=f"{s['saving']:+.0f}%",
+                    saving_interval=f"[{s['lo']:+.0f}, {s['hi']:+.0f}]")
+        if not_extrapolated(fit, policy, n_params, tokens):
+            out[policy] = dict(step, gap=CURVED, gap_interval=f"measured {r_lo:.2g}-{r_hi:.2g} tokens/param",
+                               measured="", inside="", tokens="—", time=CURVED, time_interval="",
+                               size_measured=len(lines) > 1)
+            continue
+        g = gap_at(lines, n_params, tokens, fit["level"])
         pi = g["pi"] or 0.0
-        reach = [tokens_to_reach(lambda t, d=d: gap_at(chains, n_params, t, fit["level"])["gap"]
-                                 + d * (gap_at(chains, n_params, t, fit["level"])["pi"] or 0.0), n_params, tokens)
+        gap_of = lambda t, d: (lambda f: f["gap"] + d * (f["pi"] or 0.0))(gap_at(lines, n_params, t, fit["level"]))
+        reach = [tokens_to_reach(lambda t, d=d: gap_of(t, d), n_params, tokens) if d == 0 or g["pi"] else None
                  for d in (0, -1, 1)]
         ms_lo, ms_hi = s["base_ms"] * (1 - s["hi"] / 100), s["base_ms"] * (1 - s["lo"] / 100)
         time, interval = "does not reach it", ""
         if reach[0] is not None:
             hi = "does not reach it" if reach[2] is None else _duration(reach[2] / TOKENS_PER_STEP * ms_hi)
             time = _duration(reach[0] / TOKENS_PER_STEP * s["ms"])
-            interval = f"[{_duration(reach[1] / TOKENS_PER_STEP * ms_lo)}, {hi}]"
+            interval = f"[{_duration(reach[1] / TOKENS_PER_STEP * ms_lo)}, {hi}]" if g["pi"] else "no interval"
         m = measured.get(policy)
         out[policy] = dict(
-            timed=s["spec"], syncs=str(s["syncs"]), saving=f"{s['saving']:+.0f}%",
-            saving_interval=f"[{s['lo']:+.0f}, {s['hi']:+.0f}]", gap=f"{g['gap']:+.2f}%",
-            gap_interval=f"[{g['gap'] - pi:+.2f}, {g['gap'] + pi:+.2f}]" if g["pi"] else "",
+            step, gap=f"{g['gap']:+.2f}%",
+            gap_interval=f"[{g['gap'] - pi:+.2f}, {g['gap'] + pi:+.2f}]" if g["pi"] else f"no interval ({g['df']} df)",
             measured=f"{m['gap']:+.2f}% ± {m['gap_ci']:.2f} ({m['n']})" if m else "",
             inside=("yes" if g["gap"] - pi <= m["gap"] <= g["gap"] + pi else "no") if m and g["pi"] else "",
             tokens="—" if reach[0] is None else f"{reach[0]:.3g}", time=time, time_interval=interval,
             size_measured=g["size_measured"])
     return out
+
+
+def not_extrapolated(fit, policy, n_params, tokens):
+    """True where the policy's gap bends at some width (size_fit.json's curvature test) and T / N lies outside the
+    measured tokens per parameter: its straight line is not extrapolated there."""
+    r_lo, r_hi = fit["measured"]["tokens_per_param"]
+    return bool(fit["policies"][policy].get("curved")) and not r_lo * 0.99 <= tokens / n_params <= r_hi * 1.01
 
 
 # (title, [(column header, cell key)]): one table per question; --wide puts every column in one table
@@ -202,30 +223,45 @@ def extrapolation_label(fit, n_params, tokens):
     (n_lo, n_hi), (r_lo, r_hi) = fit["measured"]["n_params"], fit["measured"]["tokens_per_param"]
     why = []
     if not n_lo * 0.99 <= n_params <= n_hi * 1.01:
-        why.append(f"N {n_params / n_hi:.3g}x the largest measured" if n_params > n_hi else
-                   f"N {n_params / n_lo:.3g}x the smallest measured")
+        why.append(f"N {n_params / n_hi:.3g}x the largest measured width, {math.log2(n_params / n_hi):.2f} doublings "
+                   f"past it" if n_params > n_hi else f"N {n_params / n_lo:.3g}x the smallest measured")
     r = tokens / n_params
     if not r_lo * 0.99 <= r <= r_hi * 1.01:
-        why.append(f"{r:.3g} tokens/param, measured {r_lo:.2g}-{r_hi:.2g}")
+        why.append(f"{r:.3g} tokens/param, {math.log2(r / r_hi):.2f} doublings past the largest measured ({r_hi:.3g})"
+                   if r > r_hi else f"{r:.3g} tokens/param, below the measured {r_lo:.2g}-{r_hi:.2g}")
     return f"extrapolation ({'; '.join(why)})" if why else "within the measured range"
 
 
 def summary(fit, args, shape, n_params, cells):
     widths = ", ".join(f"{w['width']} ({w['n_params'] / 1e6:.1f}M)" for w in fit["widths"])
     r_lo, r_hi = fit["measured"]["tokens_per_param"]
+    k = len(fit["widths"])
     trend = ("across widths" if fit["size_measured"] else
-             "at one width: the size trend is NOT measured; c = 0 assumed (the gap follows tokens, not N)")
+             "at one width: the size trend is NOT measured; assumed 0 (the gap follows tokens per parameter)")
     lines = [f"Measured: loss gaps of 12-layer GPTs at widths {widths}, {r_lo:.2g}-{r_hi:.2g} tokens per parameter, "
-             f"n_tracks 4, WSD schedule, paired seeds per cell as each width's budget_table.md says ({trend}). Extrapolated: the gap to N = {n_params / 1e9:.3g}B and "
-             f"{args.tokens / n_params:.3g} tokens per parameter. Modeled: every step time (bench/step_model.py, "
-             f"{shape} at tp={args.tp}, n_tracks {args.n_tracks}, {args.device}); the baseline's loss against tokens "
-             f"(Chinchilla's law, assumed).",
-             "Gap: % of the baseline's final val loss, [95% prediction interval for one run]. Wall-clock: one tp "
-             f"group at {TOKENS_PER_STEP:,} tokens per step, [interval: the gap's bounds x the step-time interval]."]
-    unmeasured = [p for p, c in cells.items() if not c["size_measured"]]
+             f"n_tracks 4, WSD schedule, paired seeds per cell as each width's budget_table.md says ({trend}). "
+             f"Extrapolated: the gap to N = {n_params / 1e9:.3g}B and {args.tokens / n_params:.3g} tokens per "
+             f"parameter. Modeled: every step time (bench/step_model.py, {shape} at tp={args.tp}, n_tracks "
+             f"{args.n_tracks}, {args.device}); the baseline's loss against tokens (Chinchilla's law, assumed).",
+             "Gap: % of the baseline's final val loss, [95% prediction interval for a new width's seed-mean gap: the "
+             f"width is the unit, one seed-mean line per width, {k} widths - 2 parameters = {k - 2} df]. Wall-clock: "
+             f"one tp group at {TOKENS_PER_STEP:,} tokens per step, [interval: the gap's bounds x the step-time "
+             "interval]."]
+    unmeasured = [p for p, c in cells.items() if p != "baseline" and not c["size_measured"]]
     if unmeasured:
-        lines.append(f"The size trend of {', '.join(unmeasured)} is not measured: c = 0 assumed (its gap follows "
-                     f"tokens, not N).")
+        lines.append(f"The size trend of {', '.join(unmeasured)} is not measured (one width): assumed 0 (its gap "
+                     f"follows tokens per parameter).")
+    bare = [p for p, c in cells.items() if c["gap_interval"].startswith("no interval")]
+    if bare:
+        lines.append(f"No interval for {', '.join(bare)}: fewer than 3 widths leave fewer than 1 degree of freedom "
+                     f"with the width as the unit.")
+    for policy, c in cells.items():
+        if c["gap"] == CURVED:
+            bends = "; ".join(f"width {r['width']}: c = {r['curvature']['c']:+.2f} per doubling², p Holm "
+                              f"{r['curvature']['p_holm']:.3f}" for r in fit["policies"][policy]["widths"]
+                              if r["curvature"] and r["curvature"]["significant"])
+            lines.append(f"{policy}: not extrapolated: its gap bends in log2 tokens ({bends}), so its straight line "
+                         f"is not carried past the measured {r_lo:.2g}-{r_hi:.2g} tokens per parameter.")
     width, measured = measured_at(fit, n_params, args.tokens)
     if measured:
         lines.append(f"Measured at this point: width {width['width']} ({width['n_params'] / 1e6:.1f}M), the seeds' "

@@ -447,3 +447,27 @@ def versus(runs, other_runs, metric="final_val", level=0.95, margin=MARGIN):
                      "diff": mean, "diff_ci": half, "diffs": diffs,
                      "differ": half is not None and abs(mean) > half})
     return rows
+
+
+def curvature_tests(entries, level=0.95):
+    """The curvature test of one width, before any extrapolation of its lines: per budget_analysis entry (one per
+    policy), the bend c_s of gap_s = a_s + b_s x + c_s x^2 (x = log2 tokens) of each seed with 3 budgets or more,
+    their mean and t-interval, and the two-sided t-test of 'mean c = 0' over the seeds (n - 1 df), Holm-adjusted
+    across the policies of the width. {policy: dict(c, ci, seeds, p, p_holm, significant)}; a policy with fewer
+    than two such seeds has no entry (not tested)."""
+    out = {}
+    for e in entries:
+        per_seed = {}
+        for bud in e["budgets"]:
+            for seed, gap in bud["gaps"].items():
+                per_seed.setdefault(seed, []).append((math.log2(bud["tokens"]), gap))
+        bends = [bend_fit(*zip(*pts)) for pts in per_seed.values() if len({x for x, _ in pts}) >= 3]
+        if len(bends) < 2:
+            continue
+        mean, half, sd = mean_ci(bends, level)
+        n = len(bends)
+        p = float(mean == 0) if sd == 0 else 2.0 * (1.0 - t_cdf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+        out[e["policy"]] = dict(c=mean, ci=half, seeds=n, p=p)
+    for test, adjusted in zip(out.values(), holm([t["p"] for t in out.values()])):
+        test.update(p_holm=adjusted, significant=adjusted < ALPHA)
+    return out

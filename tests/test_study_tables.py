@@ -14,6 +14,8 @@ from tests.test_docs import code_blocks, command_lines, read
 
 ONE = "experiments/docs_study/one_budget"
 BUDGETS = "experiments/docs_study/budgets"
+SIZES = "experiments/docs_study/sizes"
+WIDTHS = [f"{SIZES}/w{w}" for w in (256, 384, 512)]
 CHAR = "experiments/char_sweep"
 BPE = "experiments/shakespeare_sweep"
 # (command as EXPERIMENT_SUMMARY.md gives it, the stored file its stdout is, stored files it writes)
@@ -28,10 +30,15 @@ COMMANDS = [
     ("python -m experiments.docs_study.run budgets", None,
      [f"{BUDGETS}/budget_table.md", f"{BUDGETS}/stats.json", f"{BUDGETS}/wsd_check.md",
       f"{BUDGETS}/rerun_check.md"]),
+    # the fits across widths and the planner's held-out check, and each width's tables, from every width's runs
+    ("python -m experiments.docs_study.run sizes", None,
+     [f"{SIZES}/size_table.md", f"{SIZES}/heldout.md", f"{SIZES}/size_fit.json"]
+     + [f"{w}/{name}" for w in WIDTHS for name in ("budget_table.md", "stats.json")]
+     + [f"{w}/rerun_check.md" for w in WIDTHS[:2]]),  # the widths with trunks trained twice (earlier/)
     # the same budget and WSD tables from compare_runs.py itself: checked below as parts of its stdout
     (f"python compare_runs.py {BUDGETS}/runs/d768-b* --budgets budget.png --versus '{ONE}/runs/d768-*'", None, []),
 ]
-STUDIES = (ONE, BUDGETS, CHAR, BPE)
+STUDIES = (ONE, BUDGETS, CHAR, BPE, *WIDTHS)
 READ_ONLY = ("runs", "earlier", "stopped", "gpu-call-*.log")  # the inputs: linked, never written
 
 

@@ -9,7 +9,7 @@ curves and GPU time of the one-budget sweep (part 3).
     python -m experiments.docs_study.run run --schedule cosine --budgets 320,1280,2560 --policies baseline,ladder \
         --seeds 1337,1338,1339 --jobs 5 --scratch /tmp/scratch --pack "$OUT"   # a cosine run per budget (cosine/)
     python -m experiments.docs_study.run budgets     # part 4's budget_table.md, budget.png, budget_full.png, stats.json, wsd_check.md
-    python -m experiments.docs_study.run sizes       # part 5: each width's budget table, and size_table.md, size_fit.json
+    python -m experiments.docs_study.run sizes       # part 5: each width's budget table, and size_table.md, heldout.md, size_fit.json
     python -m experiments.docs_study.run report      # part 3's val_curves.png and gpu_seconds.md (experiments/docs_study/one_budget)
 
 The two parts' records: part 4 (`run`, `budgets`) in experiments/docs_study/budgets/, part 3 (its runs trained by
@@ -462,11 +462,11 @@ def load_widths(sizes_dir, budget_sweep):
 
 def size_report(sizes_dir, budget_sweep):
     """Part 5: per width under sizes_dir its budget_table.md, budget_full.png and stats.json, and rerun_check.md where
-    a trunk was trained twice (earlier/; the 768 sweep's are `budgets`' own, not rewritten here), then size_table.md, size_fit.json and crossover_vs_params.png across the
+    a trunk was trained twice (earlier/; the 768 sweep's are `budgets`' own, not rewritten here), then size_table.md, heldout.md, size_fit.json and crossover_vs_params.png across the
     widths (analysis/size_trend.py). Refuses, writing nothing, where a width has no runs or the stored
     size_fit.json was made from a width or runs no longer found."""
     from analysis.compare import budget_table, plot_budgets
-    from analysis.size_trend import plot_crossovers, size_fit, size_table
+    from analysis.size_trend import heldout_table, plot_crossovers, size_fit, size_table
     widths = load_widths(sizes_dir, budget_sweep)
     out = os.path.join(sizes_dir, "size_fit.json")
     if os.path.exists(out):  # never replaced from less data
@@ -488,9 +488,10 @@ def size_report(sizes_dir, budget_sweep):
     fit = size_fit(widths)
     os.makedirs(sizes_dir, exist_ok=True)
     write_text(os.path.join(sizes_dir, "size_table.md"), size_table(fit))
+    write_text(os.path.join(sizes_dir, "heldout.md"), heldout_table(fit))
     write_text(out, json.dumps(fit, indent=1) + "\n")
     plot_crossovers(fit, os.path.join(sizes_dir, "crossover_vs_params.png"))
-    print(f"wrote {sizes_dir}/size_table.md, size_fit.json, crossover_vs_params.png from widths "
+    print(f"wrote {sizes_dir}/size_table.md, heldout.md, size_fit.json, crossover_vs_params.png from widths "
           f"{', '.join(str(w['width']) for w in widths)}" + (" (one width: the size trend is not measured)"
                                                              if len(widths) == 1 else ""))
     return 0
