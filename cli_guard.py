@@ -6,7 +6,9 @@ before importing torch).
     sys.exit(guarded(main))    main() under the guard:
                                  Ctrl-C (SIGINT)  -> "stopped (Ctrl-C)" on stderr, exit 130
                                  SIGTERM          -> "stopped (SIGTERM)", exit 143
-                                 stdout closed (`... | head`) -> quiet, exit 0
+                                 stdout's reader gone (`... | head`) -> quiet, exit 0
+                                 stdout closed (`>&-`) -> its output discarded, quietly
+                                 stdout full (/dev/full), or not writable -> one line on stderr, exit 1
                                  SystemExit from argparse or a check -> as raised (one line, exit 2 or 1)
     OneLineArgumentParser      argparse whose errors are one line naming the problem and pointing to --help
     HelpFormatter              --help with the description's line breaks and each option's default
@@ -18,6 +20,7 @@ The trainer has its own signal handling (training/stop.py: every rank stops afte
 a checkpoint); this is for the tools around it, whose work is lost on a stop anyway.
 """
 import argparse
+import errno
 import math
 import os
 import re
@@ -47,9 +50,45 @@ def _quiet_finalizers():
     sys.unraisablehook = lambda unraisable: None
 
 
+class StdoutError(OSError):
+    """A write or flush of stdout failed (a print's OSError does not say which file it was)."""
+
+
+class _Stdout:
+    """sys.stdout under the guard: the stream itself, except that its write errors are StdoutErrors."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        try:
+            return self.stream.write(text)
+        except OSError as e:
+            raise StdoutError(e.errno, e.strerror) from None
+
+    def flush(self):
+        try:
+            self.stream.flush()
+        except OSError as e:
+            raise StdoutError(e.errno, e.strerror) from None
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def _discard_stdout():
+    """fd 1 on /dev/null: the rest of stdout's output, and the flush at exit, go nowhere without a second error;
+    and when fd 1 was closed, no file the tool opens later becomes fd 1 (a child process's stdout)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+
+
 def guarded(main, *args, **kwargs):
     """main(*args, **kwargs) under the guard (module docstring); returns the exit code."""
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    if sys.stdout is None:  # fd 1 was closed (`>&-`): Python leaves sys.stdout None
+        _discard_stdout()
+        sys.stdout = open(1, "w", closefd=False)
+    stdout = sys.stdout = _Stdout(sys.stdout)
     try:
         code = main(*args, **kwargs)
         sys.stdout.flush()
@@ -62,11 +101,17 @@ def guarded(main, *args, **kwargs):
         _quiet_finalizers()
         print(f"stopped ({stop.name})", file=sys.stderr)
         return stop.code
-    except BrokenPipeError:  # the reader took what it wanted; stdout's flush at exit must not fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except StdoutError as e:
+        _discard_stdout()
+        if e.errno == errno.EPIPE:  # the reader took what it wanted
+            return 0
+        print(f"error: cannot write to stdout: {e.strerror} (is it redirected to a full disk, /dev/full, or a file "
+              f"opened read-only?); the output is incomplete", file=sys.stderr)
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if sys.stdout is stdout:
+            sys.stdout = stdout.stream
 
 
 def positive_int(text):
