@@ -6,6 +6,8 @@ before importing torch).
     sys.exit(guarded(main))    main() under the guard:
                                  Ctrl-C (SIGINT)  -> "stopped (Ctrl-C)" on stderr, exit 130
                                  SIGTERM          -> "stopped (SIGTERM)", exit 143
+                                   (also when it lands in a __del__ or a C library's callback, where Python
+                                   would print "Exception ignored" and go on: the process exits there)
                                  stdout's reader gone (`... | head`) -> quiet, exit 0
                                  stdout closed (`>&-`) -> its output discarded, quietly
                                  stdout full (/dev/full), or not writable -> one line on stderr, exit 1
@@ -82,9 +84,24 @@ def _discard_stdout():
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
 
 
+def _stop_where_swallowed(unraisable):
+    """sys.unraisablehook under the guard. A stop raised in a finalizer (__del__, a weakref callback) or a
+    callback that C code calls (torch.compile's) cannot unwind the main thread: Python would print
+    "Exception ignored ... Stopped" and go on (bench.compile_check ran on after a SIGTERM). So the process ends
+    here, at once; a tool under the guard loses its work on a stop anyway, and atomic writes leave at most a
+    temp file, never a half-written target."""
+    stop = unraisable.exc_value
+    if not isinstance(stop, (Stopped, KeyboardInterrupt)):
+        return sys.__unraisablehook__(unraisable)
+    name, code = (stop.name, stop.code) if isinstance(stop, Stopped) else ("Ctrl-C", EXIT_SIGINT)
+    print(f"stopped ({name})", file=sys.stderr, flush=True)
+    os._exit(code)
+
+
 def guarded(main, *args, **kwargs):
     """main(*args, **kwargs) under the guard (module docstring); returns the exit code."""
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    sys.unraisablehook = _stop_where_swallowed
     if sys.stdout is None:  # fd 1 was closed (`>&-`): Python leaves sys.stdout None
         _discard_stdout()
         sys.stdout = open(1, "w", closefd=False)
@@ -110,6 +127,8 @@ def guarded(main, *args, **kwargs):
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if sys.unraisablehook is _stop_where_swallowed:
+            sys.unraisablehook = sys.__unraisablehook__
         if sys.stdout is stdout:
             sys.stdout = stdout.stream
 

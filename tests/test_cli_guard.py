@@ -9,10 +9,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import REPO, run_env
+import cli_guard
 from cli_guard import guarded
 
 BAD_VALUES = [  # (module, argv, the value the error line must name)
@@ -129,3 +132,41 @@ def test_guard_process_with_a_closed_or_full_stdout(redirect, code, line):
         assert proc.stderr == ""
     else:
         assert proc.stderr.splitlines()[0].startswith(line) and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+SLOW_FINALIZER = """import sys, time
+import cli_guard
+from cli_guard import guarded
+class Slow:
+    def __del__(self):
+        time.sleep(30)  # a finalizer (or a C library's callback) the signal lands in
+def main():
+    print("ready", flush=True)
+    Slow()
+    print("went on", flush=True)
+    return 0
+sys.exit(guarded(main))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
+def test_a_stop_inside_a_finalizer_ends_the_process(sig, code, name):
+    """A SIGTERM that landed in a callback Python cannot raise out of (bench.compile_check, inside torch.compile)
+    printed "Exception ignored ... Stopped" and the process went on; the same happens in a __del__."""
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_FINALIZER], cwd=REPO, env=run_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == "ready\n"
+    time.sleep(0.5)  # inside the finalizer's sleep
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=20)
+    assert (proc.returncode, out, err) == (code, "", f"stopped ({name})\n")
+
+
+def test_stop_where_swallowed_exits_with_the_stop_code(monkeypatch, capsys):
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    for stop in (cli_guard.Stopped("SIGTERM", 143), KeyboardInterrupt()):
+        cli_guard._stop_where_swallowed(SimpleNamespace(exc_value=stop))
+    assert exits == [143, 130]
+    assert capsys.readouterr().err.splitlines() == ["stopped (SIGTERM)", "stopped (Ctrl-C)"]
