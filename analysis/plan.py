@@ -254,6 +254,10 @@ def main(argv=None):
     args.n_tracks = args.n_tracks or max(args.tp, 4)
     if args.n_tracks % args.tp:
         ap.error(f"--n_tracks {args.n_tracks}: allowed: a multiple of --tp {args.tp}")
+    from bench.steptime import tracks_problem  # as step_savings, here: the planner's --help needs no step model
+    problem = tracks_problem(shape, args.tp, args.n_tracks)
+    if problem:
+        ap.error(problem)
     try:
         with open(os.path.join(REPO, args.fit)) as f:
             fit = json.load(f)

@@ -287,3 +287,13 @@ def test_size_fit_across_widths(tmp_path):
     from analysis.size_trend import plot_crossovers
     plot_crossovers(fit, str(tmp_path / "crossover.png"))
     assert (tmp_path / "crossover.png").stat().st_size > 10_000
+
+
+def test_planner_refuses_n_tracks_out_of_range(monkeypatch, capsys):
+    """`analysis.plan --tp 8 --n_tracks 8192` printed savings of -7379% and more without a word on the range."""
+    monkeypatch.setattr(plan, "step_savings", lambda *a: pytest.fail("the step model ran"))
+    with pytest.raises(SystemExit) as stop:
+        plan.main(["--tp", "8", "--n_tracks", "8192"])
+    err = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: --n_tracks 8192: allowed: a multiple of --tp 8 up to 25, the n_head of xl"), err
