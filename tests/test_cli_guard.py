@@ -1,8 +1,10 @@
 """cli_guard.py (re-exported by training/cli.py): the guards the bench command lines share (issue 53).
 
 A bad value is one line naming it and what is allowed, before any work (argparse's exit 2); Ctrl-C,
-SIGTERM and a closed stdout end without a traceback, with 130, 143 and 0. The bench mains run in
-process (fast); one case runs as a real process, to see what a user sees."""
+SIGTERM and a stdout whose reader left or that was closed end without a traceback, with 130, 143 and 0; a full or
+unwritable stdout is one line, exit 1; a stop raised inside a finalizer or a C library's callback still ends the
+process. The bench mains run in process (fast); one case runs as a real process in the default tier, the stdout and
+finalizer cases in the slow tier, to see what a user sees."""
 import errno
 import importlib
 import os
