@@ -118,7 +118,8 @@ def test_file_size_limit_is_one_line_and_leaves_nothing(tmp_path):
 def test_shakespeare_char_under_a_file_size_limit(tmp_path):
     """The real script, run from a copy of the repository's layout made of symlinks (so its output folder is
     tmp_path's, never the repository's data/shakespeare_char/): its first write fails, nothing is left."""
-    os.symlink(os.path.join(REPO, "cli_guard.py"), tmp_path / "cli_guard.py")
+    for name in ("cli_guard.py", "atomic_files.py"):
+        os.symlink(os.path.join(REPO, name), tmp_path / name)
     (tmp_path / "data" / "shakespeare_char").mkdir(parents=True)
     for name in ("prepare_utils.py", "shakespeare_text.py", "shakespeare_char/prepare.py"):
         os.symlink(os.path.join(REPO, "data", name), tmp_path / "data" / name)
