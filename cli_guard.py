@@ -23,6 +23,7 @@ a checkpoint); this is for the tools around it, whose work is lost on a stop any
 """
 import argparse
 import errno
+import functools
 import math
 import os
 import re
@@ -81,10 +82,13 @@ class _Stdout:
 def _discard_stdout():
     """fd 1 on /dev/null: the rest of stdout's output, and the flush at exit, go nowhere without a second error;
     and when fd 1 was closed, no file the tool opens later becomes fd 1 (a child process's stdout)."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    if null != 1:  # fd 1 closed: os.open took it
+        os.dup2(null, 1)
+        os.close(null)
 
 
-def _stop_where_swallowed(unraisable):
+def _stop_where_swallowed(unraisable, otherwise=sys.__unraisablehook__):
     """sys.unraisablehook under the guard. A stop raised in a finalizer (__del__, a weakref callback) or a
     callback that C code calls (torch.compile's) cannot unwind the main thread: Python would print
     "Exception ignored ... Stopped" and go on (bench.compile_check ran on after a SIGTERM). So the process ends
@@ -92,7 +96,7 @@ def _stop_where_swallowed(unraisable):
     temp file, never a half-written target."""
     stop = unraisable.exc_value
     if not isinstance(stop, (Stopped, KeyboardInterrupt)):
-        return sys.__unraisablehook__(unraisable)
+        return otherwise(unraisable)
     name, code = (stop.name, stop.code) if isinstance(stop, Stopped) else ("Ctrl-C", EXIT_SIGINT)
     print(f"stopped ({name})", file=sys.stderr, flush=True)
     os._exit(code)
@@ -101,7 +105,7 @@ def _stop_where_swallowed(unraisable):
 def guarded(main, *args, **kwargs):
     """main(*args, **kwargs) under the guard (module docstring); returns the exit code."""
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    sys.unraisablehook = _stop_where_swallowed
+    hook = sys.unraisablehook = functools.partial(_stop_where_swallowed, otherwise=sys.unraisablehook)
     if sys.stdout is None:  # fd 1 was closed (`>&-`): Python leaves sys.stdout None
         _discard_stdout()
         sys.stdout = open(1, "w", closefd=False)
@@ -127,8 +131,8 @@ def guarded(main, *args, **kwargs):
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if sys.unraisablehook is _stop_where_swallowed:
-            sys.unraisablehook = sys.__unraisablehook__
+        if sys.unraisablehook is hook:
+            sys.unraisablehook = hook.keywords["otherwise"]
         if sys.stdout is stdout:
             sys.stdout = stdout.stream
 
