@@ -1,9 +1,10 @@
 """Fuzz, part 2: issue 70's cases, each as the real process a user starts (tests/test_fuzz.py holds the generated
 inputs at every entry point, mostly in process).
 
-Each case is a bash command line ({py} the interpreter, REPO/ the repository, {home} the folder) run from a user's folder (data/syn, run folders, a FIFO, a JSON {}, config files,
-a checkpoint), the repository on PYTHONPATH. It must end as the issue asks: one stderr line holding the words given
-(or none, where the right answer is silence), the exit code given, no traceback. And it must change nothing: the
+Each case is a bash command line ({py} the interpreter, REPO/ the repository, {home} the folder) run from a
+user's folder (data/syn, run folders, a FIFO, a JSON {}, config files, a checkpoint), the repository on PYTHONPATH.
+It must end as the issue asks: one stderr line holding the words given (or none, where the right answer is silence),
+the exit code given, no traceback. And it must change nothing: the
 sha256 of the repository's tree (every file git lists, tracked or new and not ignored) and of every planted file
 are taken before and after each case. The slow tier (pytest.ini), one gate case.
 """
@@ -142,7 +143,8 @@ def start(command, home):
     # SIGINT and SIGHUP at their defaults whatever this test inherited (a shell's `&` ignores SIGINT)
     return subprocess.Popen(["bash", "-c", command], cwd=home, env=dict(run_env(), PYTHONPATH=REPO), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGHUP)])
+                            preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT,
+                                                                                            signal.SIGHUP)])
 
 
 def check(proc, home, before, code, words, timeout=120):
