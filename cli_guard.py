@@ -108,7 +108,7 @@ def guarded(main, *args, **kwargs):
     hook = sys.unraisablehook = functools.partial(_stop_where_swallowed, otherwise=sys.unraisablehook)
     if sys.stdout is None:  # fd 1 was closed (`>&-`): Python leaves sys.stdout None
         _discard_stdout()
-        sys.stdout = open(1, "w", closefd=False)
+        sys.stdout = os.fdopen(1, "w", closefd=False)  # /dev/null now
     stdout = sys.stdout = _Stdout(sys.stdout)
     try:
         code = main(*args, **kwargs)

@@ -95,7 +95,7 @@ def test_guard_names_a_stdout_it_cannot_write_in_one_line(monkeypatch, capsys):
     for errno_, code in [(errno.ENOSPC, 1), (errno.EBADF, 1), (errno.EPIPE, 0)]:
         stream = sys.stdout
         monkeypatch.setattr(sys, "stdout", None)  # fd 1 closed: the guard puts /dev/null's file there
-        monkeypatch.setattr("builtins.open", lambda *a, **k: _FailingStream(errno_))
+        monkeypatch.setattr("os.fdopen", lambda *a, **k: _FailingStream(errno_))
         assert guarded(lambda: print("x" * 100) or 0) == code
         sys.stdout = stream
     err = capsys.readouterr().err.splitlines()
