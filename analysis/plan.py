@@ -243,7 +243,8 @@ def main(argv=None):
     ap.add_argument("--tp", type=int, choices=(1, 2, 4, 8), default=8, help="tensor-parallel degree")
     ap.add_argument("--tokens", type=token_count, default="3e10", help="the training budget in tokens")
     ap.add_argument("--device", choices=("H100", "H200"), default="H100", help="the step model's datasheet")
-    ap.add_argument("--n_tracks", type=positive_int, default=None, help="default: max(tp, 4), a multiple of tp")
+    ap.add_argument("--n_tracks", type=positive_int, default=None,
+                    help="default: max(tp, 4); a multiple of tp, at most the n_head of the size timed")
     ap.add_argument("--fit", default=SIZE_FIT, help="the study's committed fit, relative to the repository root")
     ap.add_argument("--wide", action="store_true", help=f"one table, one row per policy (wider than {COLUMNS} columns)")
     args = ap.parse_args(argv)

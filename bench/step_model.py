@@ -137,7 +137,8 @@ def main(argv=None):
     ap.add_argument("--size", default="xl", help=f"one of {', '.join(list(SHAPES) + list(ALIASES))}")
     ap.add_argument("--tp", type=positive_int, default=8, help="tensor-parallel degree: 1, 2, 4 or 8")
     ap.add_argument("--policy", default="grouped:4", help="a sync_policy spec, as train_reduced_sync.py takes it")
-    ap.add_argument("--n_tracks", type=positive_int, default=None, help="default: tp (one track per GPU)")
+    ap.add_argument("--n_tracks", type=positive_int, default=None,
+                    help="default: tp (one track per GPU); a multiple of tp, at most the n_head of --size")
     ap.add_argument("--device", default="H100", help=f"one of {', '.join(DEVICES)}")
     a = ap.parse_args(argv)
     if a.device not in DEVICES:
