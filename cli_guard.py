@@ -6,7 +6,11 @@ before importing torch).
     sys.exit(guarded(main))    main() under the guard:
                                  Ctrl-C (SIGINT)  -> "stopped (Ctrl-C)" on stderr, exit 130
                                  SIGTERM          -> "stopped (SIGTERM)", exit 143
-                                 stdout closed (`... | head`) -> quiet, exit 0
+                                   (also when it lands in a __del__ or a C library's callback, where Python
+                                   would print "Exception ignored" and go on: the process exits there)
+                                 stdout's reader gone (`... | head`) -> quiet, exit 0
+                                 stdout closed (`>&-`) -> its output discarded, quietly
+                                 stdout full (/dev/full), or not writable -> one line on stderr, exit 1
                                  SystemExit from argparse or a check -> as raised (one line, exit 2 or 1)
     OneLineArgumentParser      argparse whose errors are one line naming the problem and pointing to --help
     HelpFormatter              --help with the description's line breaks and each option's default
@@ -18,6 +22,8 @@ The trainer has its own signal handling (training/stop.py: every rank stops afte
 a checkpoint); this is for the tools around it, whose work is lost on a stop anyway.
 """
 import argparse
+import errno
+import functools
 import math
 import os
 import re
@@ -47,9 +53,63 @@ def _quiet_finalizers():
     sys.unraisablehook = lambda unraisable: None
 
 
+class StdoutError(OSError):
+    """A write or flush of stdout failed (a print's OSError does not say which file it was)."""
+
+
+class _Stdout:
+    """sys.stdout under the guard: the stream itself, except that its write errors are StdoutErrors."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        try:
+            return self.stream.write(text)
+        except OSError as e:
+            raise StdoutError(e.errno, e.strerror) from None
+
+    def flush(self):
+        try:
+            self.stream.flush()
+        except OSError as e:
+            raise StdoutError(e.errno, e.strerror) from None
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def _discard_stdout():
+    """fd 1 on /dev/null: the rest of stdout's output, and the flush at exit, go nowhere without a second error;
+    and when fd 1 was closed, no file the tool opens later becomes fd 1 (a child process's stdout)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    if null != 1:  # fd 1 closed: os.open took it
+        os.dup2(null, 1)
+        os.close(null)
+
+
+def _stop_where_swallowed(unraisable, otherwise=sys.__unraisablehook__):
+    """sys.unraisablehook under the guard. A stop raised in a finalizer (__del__, a weakref callback) or a
+    callback that C code calls (torch.compile's) cannot unwind the main thread: Python would print
+    "Exception ignored ... Stopped" and go on (bench.compile_check ran on after a SIGTERM). So the process ends
+    here, at once; a tool under the guard loses its work on a stop anyway, and atomic writes leave at most a
+    temp file, never a half-written target."""
+    stop = unraisable.exc_value
+    if not isinstance(stop, (Stopped, KeyboardInterrupt)):
+        return otherwise(unraisable)
+    name, code = (stop.name, stop.code) if isinstance(stop, Stopped) else ("Ctrl-C", EXIT_SIGINT)
+    print(f"stopped ({name})", file=sys.stderr, flush=True)
+    os._exit(code)
+
+
 def guarded(main, *args, **kwargs):
     """main(*args, **kwargs) under the guard (module docstring); returns the exit code."""
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    hook = sys.unraisablehook = functools.partial(_stop_where_swallowed, otherwise=sys.unraisablehook)
+    if sys.stdout is None:  # fd 1 was closed (`>&-`): Python leaves sys.stdout None
+        _discard_stdout()
+        sys.stdout = os.fdopen(1, "w", closefd=False)  # /dev/null now
+    stdout = sys.stdout = _Stdout(sys.stdout)
     try:
         code = main(*args, **kwargs)
         sys.stdout.flush()
@@ -62,11 +122,19 @@ def guarded(main, *args, **kwargs):
         _quiet_finalizers()
         print(f"stopped ({stop.name})", file=sys.stderr)
         return stop.code
-    except BrokenPipeError:  # the reader took what it wanted; stdout's flush at exit must not fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except StdoutError as e:
+        _discard_stdout()
+        if e.errno == errno.EPIPE:  # the reader took what it wanted
+            return 0
+        print(f"error: cannot write to stdout: {e.strerror} (is it redirected to a full disk, /dev/full, or a file "
+              f"opened read-only?); the output is incomplete", file=sys.stderr)
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if sys.unraisablehook is hook:
+            sys.unraisablehook = hook.keywords["otherwise"]
+        if sys.stdout is stdout:
+            sys.stdout = stdout.stream
 
 
 def positive_int(text):

@@ -35,12 +35,15 @@ from contextlib import nullcontext
 from types import SimpleNamespace
 
 
+_config_running = None  # the config files while _answer_before_torch runs them (Python: one may loop or sleep)
+
+
 def _stop_while_importing(signum, frame):
     """SIGINT/SIGTERM while the imports below run (seconds): stop at once with stop.py's line, not a
     KeyboardInterrupt traceback. main() installs stop.py's handlers first thing."""
     if os.environ.get("RANK", "0") in ("0", ""):
-        print(f"error: {signal.Signals(signum).name} before training began: stopped, nothing to save",
-              file=sys.stderr, flush=True)
+        when = f"while running the config file {_config_running}" if _config_running else "before training began"
+        print(f"error: {signal.Signals(signum).name} {when}: stopped, nothing to save", file=sys.stderr, flush=True)
     os._exit(128 + signum)
 
 
@@ -48,6 +51,7 @@ def _answer_before_torch(argv):
     """--help, and a request that training/config.py refuses (a config file not found, an unknown key, a bad
     value or layout), answered before torch's import, which takes seconds (tens on a loaded machine). Under
     torchrun a refusal is left to read_request after the import: it also writes torchrun's error file."""
+    global _config_running
     from training.config import ConfigError, help_text, parse, resolve_layout  # no torch
     first_rank = os.environ.get("RANK", "0") in ("0", "")
     try:
@@ -56,7 +60,9 @@ def _answer_before_torch(argv):
             if first_rank:
                 print(text)
             sys.exit(0)
+        _config_running = ", ".join(a for a in argv if not a.startswith("--")) or None  # as read_request says
         cfg = parse(argv)
+        _config_running = None
         world = os.environ.get("WORLD_SIZE", "1")
         if world.isdigit() and int(world) > 0:  # a bad WORLD_SIZE: read_request says so
             resolve_layout(cfg, int(world))

@@ -279,7 +279,8 @@ def main(argv=None):
     ap.add_argument("--tp", type=int, choices=(1, 2, 4, 8), default=8, help="tensor-parallel degree")
     ap.add_argument("--tokens", type=token_count, default="3e10", help="the training budget in tokens")
     ap.add_argument("--device", choices=("H100", "H200"), default="H100", help="the step model's datasheet")
-    ap.add_argument("--n_tracks", type=positive_int, default=None, help="default: max(tp, 4), a multiple of tp")
+    ap.add_argument("--n_tracks", type=positive_int, default=None,
+                    help="default: max(tp, 4); a multiple of tp, at most the n_head of the size timed")
     ap.add_argument("--fit", default=SIZE_FIT, help="the study's committed fit, relative to the repository root")
     ap.add_argument("--wide", action="store_true", help=f"one table, one row per policy (wider than {COLUMNS} columns)")
     args = ap.parse_args(argv)
@@ -290,6 +291,10 @@ def main(argv=None):
     args.n_tracks = args.n_tracks or max(args.tp, 4)
     if args.n_tracks % args.tp:
         ap.error(f"--n_tracks {args.n_tracks}: allowed: a multiple of --tp {args.tp}")
+    from bench.steptime import tracks_problem  # as step_savings, here: the planner's --help needs no step model
+    problem = tracks_problem(shape, args.tp, args.n_tracks)
+    if problem:
+        ap.error(problem)
     try:
         with open(os.path.join(REPO, args.fit)) as f:
             fit = json.load(f)

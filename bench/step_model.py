@@ -91,7 +91,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.step_model ...")
 from bench.steptime import (ALIASES, DEVICES, MODELED_TPS, RESULTS, SHAPES, WORKLOADS, answer,  # noqa: E402
                             calibrate, calibration_repeatability, paper_table, pareto, score_table, time_error,
-                            validate, write_validation)
+                            tracks_problem, validate, write_validation)
 from training.cli import guarded, positive_int  # noqa: E402
 from training.config import REPO, HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 
@@ -137,13 +137,21 @@ def main(argv=None):
     ap.add_argument("--size", default="xl", help=f"one of {', '.join(list(SHAPES) + list(ALIASES))}")
     ap.add_argument("--tp", type=positive_int, default=8, help="tensor-parallel degree: 1, 2, 4 or 8")
     ap.add_argument("--policy", default="grouped:4", help="a sync_policy spec, as train_reduced_sync.py takes it")
-    ap.add_argument("--n_tracks", type=positive_int, default=None, help="default: tp (one track per GPU)")
+    ap.add_argument("--n_tracks", type=positive_int, default=None,
+                    help="default: tp (one track per GPU); a multiple of tp, at most the n_head of --size")
     ap.add_argument("--device", default="H100", help=f"one of {', '.join(DEVICES)}")
     a = ap.parse_args(argv)
     if a.device not in DEVICES:
         ap.error(f"unknown --device {a.device!r}; allowed: {', '.join(DEVICES)}")
     if a.tp not in MODELED_TPS:  # before the fits, which take seconds
         ap.error(f"--tp {a.tp}: tp={a.tp} is not modeled; allowed: {', '.join(map(str, MODELED_TPS))}")
+    if not (a.validate or a.pareto):
+        try:
+            problem = tracks_problem(a.size, a.tp, a.n_tracks or a.tp)
+        except ValueError as e:
+            ap.error(str(e))
+        if problem:
+            ap.error(problem)
     fit, tables, rows, held = validate()
     err = time_error(rows)
     if a.validate:  # the fit and calibration files are written here only: a question reads, never writes

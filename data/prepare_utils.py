@@ -153,6 +153,18 @@ def _die_with_parent(parent):
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
+_quiet_threads = set()  # the manager threads of pools left by an exception: their errors are not news
+_thread_excepthook = threading.excepthook
+
+
+def _excepthook(args):
+    if args.thread not in _quiet_threads:
+        _thread_excepthook(args)
+
+
+threading.excepthook = _excepthook
+
+
 @contextlib.contextmanager
 def worker_pool(workers):
     """A ProcessPoolExecutor of `workers` forked processes that never outlive this one: leaving the with block by
@@ -169,6 +181,10 @@ def worker_pool(workers):
     try:
         yield pool
     except BaseException:
+        # the pool's manager thread finds its workers gone and may fail as it marks their work broken (Python
+        # 3.11's terminate_broken sets an exception on a future the map already cancelled: InvalidStateError);
+        # its traceback followed the stop's line (issue 70). The process ends past it (run()): quiet it first
+        _quiet_threads.add(getattr(pool, "_executor_manager_thread", None))
         for process in set(multiprocessing.active_children()) - before:
             process.terminate()
         # no pool.shutdown(): the exception (a signal's) may have left the pool's locks and queues mid-call,

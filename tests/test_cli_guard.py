@@ -1,17 +1,23 @@
 """cli_guard.py (re-exported by training/cli.py): the guards the bench command lines share (issue 53).
 
 A bad value is one line naming it and what is allowed, before any work (argparse's exit 2); Ctrl-C,
-SIGTERM and a closed stdout end without a traceback, with 130, 143 and 0. The bench mains run in
-process (fast); one case runs as a real process, to see what a user sees."""
+SIGTERM and a stdout whose reader left or that was closed end without a traceback, with 130, 143 and 0; a full or
+unwritable stdout is one line, exit 1; a stop raised inside a finalizer or a C library's callback still ends the
+process. The bench mains run in process (fast); one case runs as a real process in the default tier, the stdout and
+finalizer cases in the slow tier, to see what a user sees."""
+import errno
 import importlib
 import os
 import signal
 import subprocess
 import sys
+import time
+from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import REPO, run_env
+import cli_guard
 from cli_guard import guarded
 
 BAD_VALUES = [  # (module, argv, the value the error line must name)
@@ -79,3 +85,90 @@ def test_bench_process_bad_value_exit_code_and_one_line():
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert "Traceback" not in proc.stderr and "grouped:0" in lines[-1]
+
+
+def test_guard_names_a_stdout_it_cannot_write_in_one_line(monkeypatch, capsys):
+    """stdout on /dev/full (ENOSPC) or opened read-only (EBADF): one line on stderr, exit 1; its reader gone
+    (EPIPE): quiet, exit 0. The guard's own fd juggling is stubbed: pytest's capture owns fd 1 here."""
+    monkeypatch.setattr("cli_guard._discard_stdout", lambda: None)
+
+    for errno_, code in [(errno.ENOSPC, 1), (errno.EBADF, 1), (errno.EPIPE, 0)]:
+        stream = sys.stdout
+        monkeypatch.setattr(sys, "stdout", None)  # fd 1 closed: the guard puts /dev/null's file there
+        monkeypatch.setattr("os.fdopen", lambda *a, **k: _FailingStream(errno_))
+        assert guarded(lambda: print("x" * 100) or 0) == code
+        sys.stdout = stream
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("error: cannot write to stdout: ") for line in err), err
+    assert "No space left" in err[0] and "Bad file descriptor" in err[1]
+
+
+class _FailingStream:
+    def __init__(self, errno_):
+        self.errno = errno_
+
+    def write(self, text):
+        raise OSError(self.errno, os.strerror(self.errno))
+
+    def flush(self):
+        pass
+
+
+PRINTS_A_LOT = "import sys; from cli_guard import guarded; sys.exit(guarded(lambda: print('x' * 100_000) or 0))"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("redirect, code, line", [
+    (">&-", 0, None),  # closed: the output discarded, as the user asked
+    (">/dev/full", 1, "error: cannot write to stdout: No space left on device"),
+    ("1</dev/null", 1, "error: cannot write to stdout: Bad file descriptor"),
+    ("| head -c 10 >/dev/null", 0, None),  # the reader took what it wanted
+])
+def test_guard_process_with_a_closed_or_full_stdout(redirect, code, line):
+    """A closed stdout (`>&-`) crashed every tool under the guard (AttributeError: sys.stdout is None)."""
+    proc = subprocess.run(["bash", "-c", f'"$0" -c "$1" {redirect}; exit ${{PIPESTATUS[0]}}', sys.executable,
+                           PRINTS_A_LOT], cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    if line is None:
+        assert proc.stderr == ""
+    else:
+        assert proc.stderr.splitlines()[0].startswith(line) and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+SLOW_FINALIZER = """import sys, time
+import cli_guard
+from cli_guard import guarded
+class Slow:
+    def __del__(self):
+        time.sleep(30)  # a finalizer (or a C library's callback) the signal lands in
+def main():
+    print("ready", flush=True)
+    Slow()
+    print("went on", flush=True)
+    return 0
+sys.exit(guarded(main))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
+def test_a_stop_inside_a_finalizer_ends_the_process(sig, code, name):
+    """A SIGTERM that landed in a callback Python cannot raise out of (bench.compile_check, inside torch.compile)
+    printed "Exception ignored ... Stopped" and the process went on; the same happens in a __del__."""
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_FINALIZER], cwd=REPO, env=run_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == "ready\n"
+    time.sleep(0.5)  # inside the finalizer's sleep
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=20)
+    assert (proc.returncode, out, err) == (code, "", f"stopped ({name})\n")
+
+
+def test_stop_where_swallowed_exits_with_the_stop_code(monkeypatch, capsys):
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    for stop in (cli_guard.Stopped("SIGTERM", 143), KeyboardInterrupt()):
+        cli_guard._stop_where_swallowed(SimpleNamespace(exc_value=stop))
+    assert exits == [143, 130]
+    assert capsys.readouterr().err.splitlines() == ["stopped (SIGTERM)", "stopped (Ctrl-C)"]

@@ -403,8 +403,8 @@ def test_run_from_another_directory(fuzz_root, tmp_path):
     (_, train_err), (_, spd_err), (text, sample_err) = [p.communicate(timeout=120) for p in procs]
     for proc, err in zip(procs[:2], (train_err, spd_err)):
         assert_clean_error(proc.returncode, err)
-        assert "the repository does not have for dataset='missing_ds' (datasets with one: debian_docs, openwebtext, " \
-               "shakespeare, shakespeare_char;" in err, err
+        assert "the repository does not have for dataset='missing_ds' (datasets with one: debian_docs, " \
+               "debian_large, openwebtext, shakespeare, shakespeare_char;" in err, err
     assert procs[2].returncode == 0, sample_err
     text = text.split("---------------")[0]
     from tests.conftest import SYN_CHARS

@@ -407,3 +407,13 @@ def test_a_bending_width_drops_its_extrapolated_crossover():
     assert [r["width"] for r in gated] == [128] and not gated[0]["located"] and e["curved"] == [128]
     assert len(e["located"]) == 2 and e["crossover_fit"]["c_ci"] is None
     assert len(policy_fit(items, {}, {})["located"]) == 3
+
+
+def test_planner_refuses_n_tracks_out_of_range(monkeypatch, capsys):
+    """`analysis.plan --tp 8 --n_tracks 8192` printed savings of -7379% and more without a word on the range."""
+    monkeypatch.setattr(plan, "step_savings", lambda *a: pytest.fail("the step model ran"))
+    with pytest.raises(SystemExit) as stop:
+        plan.main(["--tp", "8", "--n_tracks", "8192"])
+    err = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: --n_tracks 8192: allowed: a multiple of --tp 8 up to 25, the n_head of xl"), err

@@ -808,3 +808,24 @@ def test_an_answer_past_two_tracks_per_gpu_states_the_model_error_there():
     far = sm.far_k_line(rows, 4)  # no row at k = 4: every row past k = 2 (k = 3 and 5), not the k = 1 one
     assert "past k = 2 (none at this k) (4 rows" in far and "ran 1.50-2.00x" in far
     assert "no stored current-code row" in sm.far_k_line(rows[4:], 3)
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--n_tracks", "100000000"], "--n_tracks 100000000: allowed: a multiple of --tp 8 up to 25, the n_head of xl"),
+    (["--size", "124m", "--n_tracks", "16"], "--n_tracks 16: allowed: a multiple of --tp 8 up to 12, the n_head of 124m"),
+    (["--size", "huge"], "unknown size 'huge'"),
+])
+def test_n_tracks_out_of_range_is_one_line_before_the_fits(argv, named, monkeypatch, capsys):
+    """`bench.step_model --n_tracks 100000000` printed savings of -7379% and more, past any model the size has
+    (a track holds at least one head): refused now, before the fits load."""
+    from bench import step_model
+    monkeypatch.setattr(step_model, "validate", lambda: pytest.fail("the fits loaded"))
+    with pytest.raises(SystemExit) as stop:
+        step_model.main(argv)
+    err = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {named}"), err
+
+
+def test_n_tracks_range_reaches_the_model_s_limit():
+    assert sm.tracks_problem("xl", 8, 24) is None and sm.tracks_problem("1.5b", 1, 25) is None
+    assert "up to 25" in sm.tracks_problem("1.5b", 1, 26)

@@ -268,13 +268,16 @@ def test_signal_while_a_config_file_runs_names_it(workdir, tmp_path):
 
 
 def test_signal_while_sample_imports_is_one_line(tmp_path):
-    """Ctrl-C during sample.py's imports was a KeyboardInterrupt traceback (issue 70)."""
+    """Ctrl-C during sample.py's imports was a KeyboardInterrupt traceback (issue 70). The checkpoint exists (its
+    bytes are never read): sample.py answers a missing one before the imports."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ckpt.pt").write_bytes(b"never read")
     for sig, code, line in ((signal.SIGINT, 130, "stopped (Ctrl-C)"), (signal.SIGTERM, 143, "stopped (SIGTERM)")):
         marker = str(tmp_path / f"importing-{code}")
         launcher = tmp_path / f"slow_import_{code}.py"
         launcher.write_text(SLOW_IMPORT_LAUNCHER.format(repo=REPO, script=os.path.join(REPO, "sample.py"),
                                                         marker=marker))
-        proc = subprocess.Popen([sys.executable, str(launcher), "--out_dir=nowhere"], cwd=tmp_path, env=run_env(),
+        proc = subprocess.Popen([sys.executable, str(launcher), "--out_dir=run"], cwd=tmp_path, env=run_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         assert wait_until(lambda: os.path.exists(marker), proc), proc.communicate()[1][-3000:]

@@ -17,7 +17,7 @@
 The names below are the model's API, imported by bench/step_model.py (the command line), analysis/plan.py and the
 tests."""
 from bench.steptime.shapes import (ALIASES, DEVICES, LAT, MODELED_TPS, RESULTS, SHAPES, TRAINER_MODE, WORKLOADS,
-                                   answer_mode, shape_of)
+                                   answer_mode, shape_of, tracks_problem)
 from bench.steptime.policy import collectives, policy_ops, tracks_features
 from bench.steptime.compute import (DECODE_CACHE, kernel_count, latency_fraction, measured_sublayers, op_pass, roofline,
                                     step_roofline, stream_pass, sublayers)
