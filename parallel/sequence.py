@@ -1,0 +1,126 @@
+"""Sequence parallelism's collectives (Megatron-LM's mappings.py, its sequence-parallel half), counted in comm.stats.
+
+With sequence parallelism the replicated activations outside the tensor-parallel regions (the shared residual
+stream, the LayerNorm that reads it, residual dropout) are split over the TP group by tokens: rank r holds the r-th
+of tp contiguous chunks of the flattened [B*T, C] tokens, [B*T/tp, C]. Megatron's activations are [T, B, C], so its
+chunks are sequence chunks; ours are [B, T, C], and chunking the flattened tokens keeps every chunk contiguous (no
+transpose before a collective). Every op on the shard acts token by token, so which tokens a rank holds does not
+change what it computes. The model asks T % tp == 0, as Megatron does.
+
+    gather_tokens   forward: all-gather of the chunks -> [B,T,C]   backward: reduce-scatter of the gradient
+    scatter_tokens  forward: reduce-scatter (the sum, this rank's chunk)   backward: all-gather of the gradient
+
+gather_tokens is f's place (entering a region: each rank needs every token) and scatter_tokens is g's (leaving it:
+the partial sums are summed and each rank keeps its chunk). Counting: scatter_tokens' forward is the sync point's
+collective and is counted as g's (`tp_fwd`), so a forward's `tp_fwd` count is still its sync points; its backward
+all-gather is `tp_bwd_ag`. gather_tokens' backward reduce-scatter replaces f's all-reduce and is counted as f's
+(`tp_bwd`); its forward all-gather is `tp_fwd_ag`. One reduce-scatter + all-gather pair per sync point, each way.
+The vocabulary-parallel embedding and head pass their own kinds (`vocab`).
+
+token_dropout: dropout on a token shard with the mask of the whole [B,T,C] tensor (drawn from the RNG every TP rank
+shares, as the unsharded model draws it), of which the rank keeps its chunk: the same masks as without sequence
+parallelism. Megatron instead forks the RNG per rank, which changes the function.
+
+torch.compile: traced, the collectives are custom ops (reduced_sync::reduce_scatter here, comm's all_gather) that
+return new tensors, as comm.py's all-reduce does (comm.py's docstring: why not torch's functional collectives).
+"""
+import torch
+import torch.distributed as dist
+from torch.nn import functional as F
+from torch.distributed.distributed_c10d import _resolve_process_group
+
+from parallel import comm
+
+
+@torch.library.custom_op("reduced_sync::reduce_scatter", mutates_args=())
+def _traced_reduce_scatter(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
+    out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
+    dist.reduce_scatter_tensor(out, x.contiguous(), group=_resolve_process_group(group_name))
+    return out
+
+
+@_traced_reduce_scatter.register_fake
+def _(x, n, group_name):
+    return x.new_empty((x.shape[0] // n, *x.shape[1:]))
+
+
+def _all_gather(x, group):
+    """[N, C] chunks -> [tp*N, C] in rank order (skipped: tp copies of this rank's chunk)."""
+    n = comm.group_size(group)
+    if n == 1:
+        return x
+    if not comm._runs(group):
+        return x.repeat(n, 1)
+    if torch.compiler.is_compiling():
+        return torch.ops.reduced_sync.all_gather(x.contiguous(), n, group.group_name)
+    out = x.new_empty((n * x.shape[0], x.shape[1]))
+    dist.all_gather_into_tensor(out, x.contiguous(), group=group)
+    return out
+
+
+def _reduce_scatter(x, group):
+    """[tp*N, C] -> this rank's chunk [N, C] of the sum over the group (skipped: the chunk of this rank's x)."""
+    n = comm.group_size(group)
+    if n == 1:
+        return x
+    if not comm._runs(group):
+        return x.chunk(n)[comm.group_rank(group)].clone()
+    if torch.compiler.is_compiling():
+        return torch.ops.reduced_sync.reduce_scatter(x.contiguous(), n, group.group_name)
+    out = x.new_empty((x.shape[0] // n, x.shape[1]))
+    dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
+    return out
+
+
+class _GatherTokens(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group, fwd_kind, bwd_kind, reduce_dtype):
+        ctx.group, ctx.bwd_kind, ctx.reduce_dtype = group, bwd_kind, reduce_dtype
+        comm.stats.add(fwd_kind, x)
+        return _all_gather(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        sent = comm._to_reduce_dtype(grad, ctx.reduce_dtype, ctx.group)
+        comm.stats.add(ctx.bwd_kind, sent)
+        return _reduce_scatter(sent, ctx.group).to(grad.dtype), None, None, None, None
+
+
+class _ScatterTokens(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group, fwd_kind, bwd_kind):
+        ctx.group, ctx.bwd_kind = group, bwd_kind
+        comm.stats.add(fwd_kind, x)
+        return _reduce_scatter(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        comm.stats.add(ctx.bwd_kind, grad)
+        return _all_gather(grad, ctx.group), None, None, None
+
+
+def gather_tokens(x, group, shape, fwd_kind="tp_fwd_ag", bwd_kind="tp_bwd", reduce_dtype=None):
+    """This rank's token chunk [B*T/tp, C] -> every token, viewed as `shape` [B,T,C]. Backward: the reduce-scatter
+    of the gradient, sent in reduce_dtype if given (then cast back), as f's all-reduce (comm.copy_to_tp_region)."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _GatherTokens.apply(x, group, fwd_kind, bwd_kind, reduce_dtype).view(shape)
+    comm.stats.add(fwd_kind, x)
+    return _all_gather(x, group).view(shape)
+
+
+def scatter_tokens(x, group, fwd_kind="tp_fwd", bwd_kind="tp_bwd_ag"):
+    """Partial sums [B,T,C] (or [B*T, C]) -> this rank's chunk [B*T/tp, C] of their sum over the group."""
+    x = x.reshape(-1, x.shape[-1])
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _ScatterTokens.apply(x, group, fwd_kind, bwd_kind)
+    comm.stats.add(fwd_kind, x)
+    return _reduce_scatter(x, group)
+
+
+def token_dropout(y, p, training, shape, group):
+    """Dropout of this rank's chunk y [B*T/tp, C] of a [B,T,C] tensor, with that tensor's mask (module docstring):
+    the unsharded F.dropout(x) is x * F.dropout(ones), bit for bit."""
+    if not training or p == 0.0:
+        return y
+    mask = F.dropout(y.new_ones(shape), p, True).view(-1, y.shape[-1])
+    return y * mask.chunk(comm.group_size(group))[comm.group_rank(group)]
