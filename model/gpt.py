@@ -220,10 +220,11 @@ class Block(nn.Module):
         if step.megatron and sp is not None:  # Megatron's sequence-parallel sublayer: AG(LN x) ... RS(partial sum)
             ln_bias = None if step.ln_bias is None else partial[step.ln_bias]
             h = seq.gather_tokens(autocast_input(ln(st.x, partial[step.ln_weight], ln_bias)), group, sp)
-            out = seq.scatter_tokens(run(h, False, self.rank0_bias(proj_bias)), group)
-            if step.ladder:  # exact, but the reduce-scatter blocks: no async reduce-scatter yet
-                return Streams(self.add_pending(st, sp=sp), pending=(out, None, None))
-            return Streams(self.residual(st.x, out, None, sp))
+            out = run(h, False, self.rank0_bias(proj_bias))
+            if step.ladder:  # the reduce-scatter travels while the next sublayer computes from st.x
+                chunk, handle = seq.scatter_tokens_async(out, group)
+                return Streams(self.add_pending(st, after=handle, sp=sp), pending=(chunk, handle, None))
+            return Streams(self.residual(st.x, seq.scatter_tokens(out, group), None, sp))
         if step.megatron:  # shared input: h = f(LN x) ... g(partial sum), Megatron's sublayer
             gemm_bias, bias = self.bias_into_partial(proj_bias)
             if fuse:
@@ -296,7 +297,8 @@ class Block(nn.Module):
         if st.pending is None:
             return st.x
         partial_sum, handle, bias = st.pending
-        return self.residual(st.x, comm.wait_reduce(partial_sum, handle, after=after), bias, sp)
+        wait = comm.wait_reduce if sp is None else seq.wait_scatter
+        return self.residual(st.x, wait(partial_sum, handle, after=after), bias, sp)
 
     def bias_into_partial(self, bias):
         """(bias for this rank's GEMM, bias to add after the all-reduce) of a Megatron sync point.

@@ -117,6 +117,123 @@ def scatter_tokens(x, group, fwd_kind="tp_fwd", bwd_kind="tp_bwd_ag"):
     return _reduce_scatter(x, group)
 
 
+# The ladder's reduce-scatter, launched without waiting (comm.reduce_from_tp_region_async's, for a reduce-scatter):
+# traced, reduce_scatter_start(x) launches it and returns a ticket, reduce_scatter_wait(ticket, x, after) waits and
+# returns the chunk, a tensor no input aliases. Keyed by x's address: x is alive until the wait, which takes it.
+_in_flight = {}
+
+
+@torch.library.custom_op("reduced_sync::reduce_scatter_start", mutates_args=())
+def _traced_reduce_scatter_start(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
+    if x.data_ptr() in _in_flight:
+        raise RuntimeError("reduced_sync::reduce_scatter_start: a reduce-scatter of this tensor is already in flight")
+    out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
+    work = dist.reduce_scatter_tensor(out, x, group=_resolve_process_group(group_name), async_op=True)
+    _in_flight[x.data_ptr()] = (work, out)
+    return x.new_empty(0)
+
+
+@_traced_reduce_scatter_start.register_fake
+def _(x, n, group_name):
+    return x.new_empty(0)
+
+
+@torch.library.custom_op("reduced_sync::reduce_scatter_wait", mutates_args=())
+def _traced_reduce_scatter_wait(ticket: torch.Tensor, x: torch.Tensor, n: int,
+                                after: list[torch.Tensor]) -> torch.Tensor:
+    try:
+        work, out = _in_flight.pop(x.data_ptr())
+    except KeyError:
+        raise RuntimeError("reduced_sync::reduce_scatter_wait: no reduce-scatter in flight for this tensor") from None
+    work.wait()
+    return out
+
+
+@_traced_reduce_scatter_wait.register_fake
+def _(ticket, x, n, after):
+    return x.new_empty((x.shape[0] // n, *x.shape[1:]))
+
+
+class _ScatterStartTraced(torch.autograd.Function):
+    """Traced launch: the ticket of reduce_scatter_start. x's gradient flows through the wait."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        return torch.ops.reduced_sync.reduce_scatter_start(x, comm.group_size(group), group.group_name)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, None
+
+
+class _ScatterStart(torch.autograd.Function):
+    """Eager launch: the chunk's buffer, filled once handle["work"] is waited for."""
+
+    @staticmethod
+    def forward(ctx, x, group, bwd_kind, handle):
+        ctx.group, ctx.bwd_kind = group, bwd_kind
+        n = comm.group_size(group)
+        out = x.new_empty((x.shape[0] // n, x.shape[1]))
+        handle["work"] = dist.reduce_scatter_tensor(out, x, group=group, async_op=True)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        comm.stats.add(ctx.bwd_kind, grad)
+        return _all_gather(grad, ctx.group), None, None, None
+
+
+class _ScatterWait(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, out, handle):
+        handle["work"].wait()
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _ScatterWaitTraced(torch.autograd.Function):
+    """Traced wait: the chunk, scheduled after the tensor `after` (None: anywhere after the start)."""
+
+    @staticmethod
+    def forward(ctx, x, ticket, group, bwd_kind, after):
+        ctx.group, ctx.bwd_kind = group, bwd_kind
+        n = comm.group_size(group)
+        return torch.ops.reduced_sync.reduce_scatter_wait(ticket, x, n, [] if after is None else [after])
+
+    @staticmethod
+    def backward(ctx, grad):
+        comm.stats.add(ctx.bwd_kind, grad)
+        return _all_gather(grad, ctx.group), None, None, None, None
+
+
+def scatter_tokens_async(x, group, fwd_kind="tp_fwd", bwd_kind="tp_bwd_ag"):
+    """scatter_tokens launched without waiting: (value, handle); read the chunk only through wait_scatter(value,
+    handle). The ladder's reduce-scatter travels while the next sublayer computes (comm.reduce_from_tp_region_async:
+    the same ordering by `after`)."""
+    x = x.reshape(-1, x.shape[-1]).contiguous()
+    if not comm._runs(group):
+        return scatter_tokens(x, group, fwd_kind, bwd_kind), None
+    comm.stats.add(fwd_kind, x)
+    if torch.compiler.is_compiling():
+        return x, {"ticket": _ScatterStartTraced.apply(x, group), "bwd_kind": bwd_kind, "group": group}
+    handle = {}
+    return _ScatterStart.apply(x, group, bwd_kind, handle), handle
+
+
+def wait_scatter(value, handle, after=None):
+    """The chunk that scatter_tokens_async launched. after: the handle of one launched since; traced, the wait
+    takes its ticket, so that one is launched first (comm.wait_reduce)."""
+    if handle is None:
+        return value
+    if "ticket" in handle:
+        later = None if after is None else after["ticket"]
+        return _ScatterWaitTraced.apply(value, handle["ticket"], handle["group"], handle["bwd_kind"], later)
+    return _ScatterWait.apply(value, handle)
+
+
 def token_dropout(y, p, training, shape, group):
     """Dropout of this rank's chunk y [B*T/tp, C] of a [B,T,C] tensor, with that tensor's mask (module docstring):
     the unsharded F.dropout(x) is x * F.dropout(ones), bit for bit."""

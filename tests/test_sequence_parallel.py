@@ -7,6 +7,7 @@ import torch
 import torch._dynamo
 
 from parallel import comm
+from parallel.launch import run_on_gloo
 from tests.conftest import run_gloo_scenarios, scenario_outcome
 from tests.test_compile import steps_diff
 from tests.test_model import batch, full_grads, make
@@ -193,3 +194,37 @@ def test_sequence_parallel_compiles_fullgraph_at_tp2():
     for rank_out in scenario_outcome(run_gloo_scenarios({"compile": _compile_worker}), "compile"):
         for policy, diff in rank_out.items():
             assert diff < 1e-12, (policy, diff)
+
+
+def _ladder_code_worker(rank, world_size):
+    import re
+
+    import torch.distributed as dist
+    from torch._inductor.utils import run_and_get_code
+    from parallel import sequence
+    group = dist.new_group([0, 1])
+    torch._dynamo.reset()
+    model = make("ladder", n_tracks=2, tp_group=group, n_layer=3).eval()
+    model.set_sequence_parallel(True)
+    idx, _ = batch()
+    compiled = torch.compile(model, fullgraph=True, backend="inductor")
+    with torch.no_grad():
+        eager_logits, _ = model(idx)
+        (logits, _), codes = run_and_get_code(compiled, idx)
+    assert not sequence._in_flight
+    pattern = r"\s*(buf\d+ = torch\.ops\.reduced_sync\.reduce_scatter_(start|wait)|extern_kernels\.(add)?mm\()"
+    calls = [line.strip() for code in codes for line in code.splitlines() if re.match(pattern, line)]
+    return (logits - eager_logits).abs().max().item(), calls, model.syncs_per_forward
+
+
+@pytest.mark.slow
+def test_compiled_sequence_parallel_ladder_waits_after_the_next_sublayers_gemms():
+    """tests/test_ladder_compiled_overlap.py's check with sequence parallelism: each sublayer's reduce-scatter is
+    started before, and waited for after, the next sublayer's GEMMs (inductor, 2 ranks); logits equal eager's."""
+    for diff, calls, syncs in run_on_gloo(_ladder_code_worker, 2):
+        assert diff < 1e-10, diff
+        starts = [i for i, c in enumerate(calls) if "reduce_scatter_start" in c]
+        waits = [i for i, c in enumerate(calls) if "reduce_scatter_wait" in c]
+        assert len(starts) == len(waits) == syncs == 6, calls
+        for s, w in zip(starts[:-1], waits[:-1]):
+            assert s < w and sum("extern_kernels" in c for c in calls[s:w]) >= 2, (s, w, calls)
