@@ -63,6 +63,18 @@ GEMMs (batched) run over all k tracks at once (model/tp_layers.py). While all tr
 read the same input (right after a sync) each projection is one matmul over the rank's
 concatenated shards (plain Megatron TP).
 
+Sequence parallelism (GPT.set_sequence_parallel, off by default; parallel/sequence.py). Between a sync point and
+the next region's entry the shared stream is split by tokens over the TP group: rank r keeps its chunk of x, and the
+LayerNorm of a Megatron sublayer, the residual add and residual dropout act on it. A sync's g becomes a
+reduce-scatter of the partial sum (the ladder's is launched without waiting, as its all-reduce is), and an entry's f
+an all-gather: of LN(x) in the compute dtype for a Megatron sublayer, of the fp32 stream x itself for a track-local
+region (its tracks add to it, on every token: inside a region nothing is sharded). The same function: every sharded
+op acts token by token, dropout keeps its chunk of the whole tensor's mask, the embedding's all-reduce becomes a
+reduce-scatter and the head gathers ln_f's output. Replicated parameters read on a chunk get the whole gradient:
+the sharded LayerNorms (and ln_f) take slots in the partial-grad list (one f), and the sync's bias and the position
+embedding are added before the reduce-scatter on TP rank 0 and as p - p.detach() (exactly 0) elsewhere, so every
+rank's gradient is the sum over all tokens that the reduce-scatter's backward gathers (Block.rank0_bias).
+
 torch.compile. forward() reads the policy only through self._plan (built once per policy: per sync
 point a few booleans and indices) and the collectives are traceable (parallel/comm.py), so the
 model compiles with fullgraph=True; counts come from eager passes and from the plan. Parameters

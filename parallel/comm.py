@@ -12,7 +12,9 @@ g marks where the region's partial results are summed back into a replicated ten
 Counting: `stats` holds one counter per kind of collective. The model's f/g are counted as
 `tp_fwd` (g forward) and `tp_bwd` (f backward); the TP sum of partial gradients of replicated
 parameters as `tp_grad`; the vocabulary-parallel embedding, head and cross-entropy as `vocab`;
-data-parallel gradient buckets as `dp_grad`. Calls on a group of one rank are still counted (the
+data-parallel gradient buckets as `dp_grad`. Sequence parallelism's reduce-scatters and all-gathers
+(parallel/sequence.py) are counted here too, as `tp_fwd` / `tp_bwd` where they take g's / f's place and
+`tp_fwd_ag` / `tp_bwd_ag` for the all-gathers that come with them. Calls on a group of one rank are still counted (the
 op is then the identity), so the counts describe the model and not how many GPUs run it.
 
 torch.compile. Inside a traced function (torch.compiler.is_compiling()) a collective is one of the
