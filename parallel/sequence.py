@@ -21,55 +21,14 @@ token_dropout: dropout on a token shard with the mask of the whole [B,T,C] tenso
 shares, as the unsharded model draws it), of which the rank keeps its chunk: the same masks as without sequence
 parallelism. Megatron instead forks the RNG per rank, which changes the function.
 
-torch.compile: traced, the collectives are custom ops (reduced_sync::reduce_scatter here, comm's all_gather) that
-return new tensors, as comm.py's all-reduce does (comm.py's docstring: why not torch's functional collectives).
+The raw collectives are parallel/comm.py's (every collective of the project goes through it): traced, custom ops
+that return new tensors, as its all-reduce (comm.py's docstring: why not torch's functional collectives). The
+ladder's reduce-scatter is launched without waiting (scatter_tokens_async), ordered as comm's async all-reduce.
 """
 import torch
-import torch.distributed as dist
 from torch.nn import functional as F
-from torch.distributed.distributed_c10d import _resolve_process_group
 
 from parallel import comm
-
-
-@torch.library.custom_op("reduced_sync::reduce_scatter", mutates_args=())
-def _traced_reduce_scatter(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
-    out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
-    dist.reduce_scatter_tensor(out, x.contiguous(), group=_resolve_process_group(group_name))
-    return out
-
-
-@_traced_reduce_scatter.register_fake
-def _(x, n, group_name):
-    return x.new_empty((x.shape[0] // n, *x.shape[1:]))
-
-
-def _all_gather(x, group):
-    """[N, C] chunks -> [tp*N, C] in rank order (skipped: tp copies of this rank's chunk)."""
-    n = comm.group_size(group)
-    if n == 1:
-        return x
-    if not comm._runs(group):
-        return x.repeat(n, 1)
-    if torch.compiler.is_compiling():
-        return torch.ops.reduced_sync.all_gather(x.contiguous(), n, group.group_name)
-    out = x.new_empty((n * x.shape[0], x.shape[1]))
-    dist.all_gather_into_tensor(out, x.contiguous(), group=group)
-    return out
-
-
-def _reduce_scatter(x, group):
-    """[tp*N, C] -> this rank's chunk [N, C] of the sum over the group (skipped: the chunk of this rank's x)."""
-    n = comm.group_size(group)
-    if n == 1:
-        return x
-    if not comm._runs(group):
-        return x.chunk(n)[comm.group_rank(group)].clone()
-    if torch.compiler.is_compiling():
-        return torch.ops.reduced_sync.reduce_scatter(x.contiguous(), n, group.group_name)
-    out = x.new_empty((x.shape[0] // n, x.shape[1]))
-    dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
-    return out
 
 
 class _GatherTokens(torch.autograd.Function):
@@ -77,13 +36,13 @@ class _GatherTokens(torch.autograd.Function):
     def forward(ctx, x, group, fwd_kind, bwd_kind, reduce_dtype):
         ctx.group, ctx.bwd_kind, ctx.reduce_dtype = group, bwd_kind, reduce_dtype
         comm.stats.add(fwd_kind, x)
-        return _all_gather(x, group)
+        return comm.all_gather_rows(x, group)
 
     @staticmethod
     def backward(ctx, grad):
         sent = comm._to_reduce_dtype(grad, ctx.reduce_dtype, ctx.group)
         comm.stats.add(ctx.bwd_kind, sent)
-        return _reduce_scatter(sent, ctx.group).to(grad.dtype), None, None, None, None
+        return comm.reduce_scatter_rows(sent, ctx.group).to(grad.dtype), None, None, None, None
 
 
 class _ScatterTokens(torch.autograd.Function):
@@ -91,12 +50,12 @@ class _ScatterTokens(torch.autograd.Function):
     def forward(ctx, x, group, fwd_kind, bwd_kind):
         ctx.group, ctx.bwd_kind = group, bwd_kind
         comm.stats.add(fwd_kind, x)
-        return _reduce_scatter(x, group)
+        return comm.reduce_scatter_rows(x, group)
 
     @staticmethod
     def backward(ctx, grad):
         comm.stats.add(ctx.bwd_kind, grad)
-        return _all_gather(grad, ctx.group), None, None, None
+        return comm.all_gather_rows(grad, ctx.group), None, None, None
 
 
 def gather_tokens(x, group, shape, fwd_kind="tp_fwd_ag", bwd_kind="tp_bwd", reduce_dtype=None):
@@ -105,7 +64,7 @@ def gather_tokens(x, group, shape, fwd_kind="tp_fwd_ag", bwd_kind="tp_bwd", redu
     if torch.is_grad_enabled() and x.requires_grad:
         return _GatherTokens.apply(x, group, fwd_kind, bwd_kind, reduce_dtype).view(shape)
     comm.stats.add(fwd_kind, x)
-    return _all_gather(x, group).view(shape)
+    return comm.all_gather_rows(x, group).view(shape)
 
 
 def scatter_tokens(x, group, fwd_kind="tp_fwd", bwd_kind="tp_bwd_ag"):
@@ -114,44 +73,7 @@ def scatter_tokens(x, group, fwd_kind="tp_fwd", bwd_kind="tp_bwd_ag"):
     if torch.is_grad_enabled() and x.requires_grad:
         return _ScatterTokens.apply(x, group, fwd_kind, bwd_kind)
     comm.stats.add(fwd_kind, x)
-    return _reduce_scatter(x, group)
-
-
-# The ladder's reduce-scatter, launched without waiting (comm.reduce_from_tp_region_async's, for a reduce-scatter):
-# traced, reduce_scatter_start(x) launches it and returns a ticket, reduce_scatter_wait(ticket, x, after) waits and
-# returns the chunk, a tensor no input aliases. Keyed by x's address: x is alive until the wait, which takes it.
-_in_flight = {}
-
-
-@torch.library.custom_op("reduced_sync::reduce_scatter_start", mutates_args=())
-def _traced_reduce_scatter_start(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
-    if x.data_ptr() in _in_flight:
-        raise RuntimeError("reduced_sync::reduce_scatter_start: a reduce-scatter of this tensor is already in flight")
-    out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
-    work = dist.reduce_scatter_tensor(out, x, group=_resolve_process_group(group_name), async_op=True)
-    _in_flight[x.data_ptr()] = (work, out)
-    return x.new_empty(0)
-
-
-@_traced_reduce_scatter_start.register_fake
-def _(x, n, group_name):
-    return x.new_empty(0)
-
-
-@torch.library.custom_op("reduced_sync::reduce_scatter_wait", mutates_args=())
-def _traced_reduce_scatter_wait(ticket: torch.Tensor, x: torch.Tensor, n: int,
-                                after: list[torch.Tensor]) -> torch.Tensor:
-    try:
-        work, out = _in_flight.pop(x.data_ptr())
-    except KeyError:
-        raise RuntimeError("reduced_sync::reduce_scatter_wait: no reduce-scatter in flight for this tensor") from None
-    work.wait()
-    return out
-
-
-@_traced_reduce_scatter_wait.register_fake
-def _(ticket, x, n, after):
-    return x.new_empty((x.shape[0] // n, *x.shape[1:]))
+    return comm.reduce_scatter_rows(x, group)
 
 
 class _ScatterStartTraced(torch.autograd.Function):
@@ -172,15 +94,13 @@ class _ScatterStart(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group, bwd_kind, handle):
         ctx.group, ctx.bwd_kind = group, bwd_kind
-        n = comm.group_size(group)
-        out = x.new_empty((x.shape[0] // n, x.shape[1]))
-        handle["work"] = dist.reduce_scatter_tensor(out, x, group=group, async_op=True)
+        out, handle["work"] = comm.reduce_scatter_rows_start(x, group)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         comm.stats.add(ctx.bwd_kind, grad)
-        return _all_gather(grad, ctx.group), None, None, None
+        return comm.all_gather_rows(grad, ctx.group), None, None, None
 
 
 class _ScatterWait(torch.autograd.Function):
@@ -206,7 +126,7 @@ class _ScatterWaitTraced(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         comm.stats.add(ctx.bwd_kind, grad)
-        return _all_gather(grad, ctx.group), None, None, None, None
+        return comm.all_gather_rows(grad, ctx.group), None, None, None, None
 
 
 def scatter_tokens_async(x, group, fwd_kind="tp_fwd", bwd_kind="tp_bwd_ag"):
