@@ -178,7 +178,7 @@ def _compile_worker(rank, world_size):
     from tests.test_model import compile_layers
     group = dist.new_group([0, 1])
     worst = {}
-    for policy in ("baseline", "ladder", "grouped:4"):
+    for policy in ("baseline", "spd", "parallel", "ladder", "grouped:4"):
         models = [make(policy, n_tracks=4, tp_group=group, n_layer=compile_layers(policy)) for _ in range(2)]
         for model in models:
             model.set_sequence_parallel(True)
@@ -190,7 +190,7 @@ def _compile_worker(rank, world_size):
 @pytest.mark.slow
 @pytest.mark.gate
 def test_sequence_parallel_compiles_fullgraph_at_tp2():
-    """Slow (about 25 s on 2 busy cores): three models compiled on two ranks."""
+    """Slow (about 30 s on 2 busy cores): five models compiled on two ranks."""
     for rank_out in scenario_outcome(run_gloo_scenarios({"compile": _compile_worker}), "compile"):
         for policy, diff in rank_out.items():
             assert diff < 1e-12, (policy, diff)
