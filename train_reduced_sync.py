@@ -282,7 +282,7 @@ def build_model(cfg, vocab_size, init, mesh):
     try:
         torch.manual_seed(cfg.seed)  # identical on every rank: GPT draws the full weights from it
         raw_model = GPT(model_config(cfg, vocab_size), tp_group=mesh.tp_group,
-                        async_grad_allreduce=cfg.tp_async_grad)
+                        async_grad_allreduce=cfg.tp_async_grad, sequence_parallel=cfg.sequence_parallel)
         if init.checkpoint is not None:
             load_weights(raw_model, init.checkpoint, init.path)
         elif init.weights is not None:
@@ -320,6 +320,10 @@ def open_run(cfg, layout, mesh, control, raw_model, dtype, plan):
         log.write(f"note: {note}", {"type": "note", "note": note})
     if cfg.tp_async_grad and mesh.tp == 1:
         note = "tp_async_grad=True does nothing at tp=1: there is no tensor-parallel all-reduce to overlap"
+        log.write(f"note: {note}", {"type": "note", "note": note})
+    if cfg.tp_async_grad and cfg.sequence_parallel and mesh.tp > 1:
+        note = ("tp_async_grad=True does nothing with sequence_parallel=True: a region is entered through an "
+                "all-gather, not an all-reduce to overlap")
         log.write(f"note: {note}", {"type": "note", "note": note})
     if cfg.lr_schedule != "wsd" and cfg.cooldown_frac != TrainConfig().cooldown_frac:
         note = f"cooldown_frac={cfg.cooldown_frac} does nothing with lr_schedule={cfg.lr_schedule!r}: only 'wsd' uses it"

@@ -63,6 +63,18 @@ GEMMs (batched) run over all k tracks at once (model/tp_layers.py). While all tr
 read the same input (right after a sync) each projection is one matmul over the rank's
 concatenated shards (plain Megatron TP).
 
+Sequence parallelism (GPT.set_sequence_parallel, off by default; parallel/sequence.py). Between a sync point and
+the next region's entry the shared stream is split by tokens over the TP group: rank r keeps its chunk of x, and the
+LayerNorm of a Megatron sublayer, the residual add and residual dropout act on it. A sync's g becomes a
+reduce-scatter of the partial sum (the ladder's is launched without waiting, as its all-reduce is), and an entry's f
+an all-gather: of LN(x) in the compute dtype for a Megatron sublayer, of the fp32 stream x itself for a track-local
+region (its tracks add to it, on every token: inside a region nothing is sharded). The same function: every sharded
+op acts token by token, dropout keeps its chunk of the whole tensor's mask, the embedding's all-reduce becomes a
+reduce-scatter and the head gathers ln_f's output. Replicated parameters read on a chunk get the whole gradient:
+the sharded LayerNorms (and ln_f) take slots in the partial-grad list (one f), and the sync's bias and the position
+embedding are added before the reduce-scatter on TP rank 0 and as p - p.detach() (exactly 0) elsewhere, so every
+rank's gradient is the sum over all tokens that the reduce-scatter's backward gathers (Block.rank0_bias).
+
 torch.compile. forward() reads the policy only through self._plan (built once per policy: per sync
 point a few booleans and indices) and the collectives are traceable (parallel/comm.py), so the
 model compiles with fullgraph=True; counts come from eager passes and from the plan. Parameters
@@ -85,6 +97,7 @@ from model.gpt_config import GPTConfig  # noqa: F401 -- the model's keys, re-exp
 from model.tp_layers import (ColumnParallelLinear, LayerNorm, RowParallelLinear, VocabParallelEmbedding,
                              vocab_parallel_cross_entropy)
 from parallel import comm
+from parallel import sequence as seq
 
 
 def autocast_input(h):
@@ -198,16 +211,17 @@ class Block(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.async_grad = False  # GPT.set_async_grad_allreduce: f fused with the next column GEMM
 
-    def forward(self, streams, steps, partial, kv_cache=None):
+    def forward(self, streams, steps, partial, kv_cache=None, sp=None):
+        """sp: None, or under sequence parallelism the full [B,T,C] shape (streams.x is then this rank's token chunk)."""
         attn = lambda h, per_track, bias=None, projected=None: self.attn(h, per_track, bias, kv_cache, projected)
         block_input = streams
         streams = self.sublayer(streams, streams, steps[0], self.ln_1, attn, self.attn.c_attn, self.attn.c_proj.bias,
-                                partial)
+                                partial, sp)
         reads = block_input if steps[1].block_input else streams
         return self.sublayer(streams, reads, steps[1], self.ln_2, self.mlp, self.mlp.c_fc, self.mlp.c_proj.bias,
-                             partial)
+                             partial, sp)
 
-    def sublayer(self, st, reads, step, ln, run, column, proj_bias, partial):
+    def sublayer(self, st, reads, step, ln, run, column, proj_bias, partial, sp=None):
         """One sync point: run(h, per_track, bias) on the LayerNorm of the stream(s) that `reads` holds,
         then sync or keep the output in the region, as `step` says. With self.async_grad, the f that
         enters a region is fused with `column` (the sublayer's first, column-parallel GEMM, on the
@@ -215,6 +229,14 @@ class Block(nn.Module):
         (parallel/comm.py); run then gets the GEMM's output as `projected`."""
         group = self.tp_group
         fuse = self.async_grad and torch.is_grad_enabled()
+        if step.megatron and sp is not None:  # Megatron's sequence-parallel sublayer: AG(LN x) ... RS(partial sum)
+            ln_bias = None if step.ln_bias is None else partial[step.ln_bias]
+            h = seq.gather_tokens(autocast_input(ln(st.x, partial[step.ln_weight], ln_bias)), group, sp)
+            out = run(h, False, self.rank0_bias(proj_bias))
+            if step.ladder:  # the reduce-scatter travels while the next sublayer computes from st.x
+                chunk, handle = seq.scatter_tokens_async(out, group)
+                return Streams(self.add_pending(st, after=handle, sp=sp), pending=(chunk, handle, None))
+            return Streams(self.residual(st.x, seq.scatter_tokens(out, group), None, sp))
         if step.megatron:  # shared input: h = f(LN x) ... g(partial sum), Megatron's sublayer
             gemm_bias, bias = self.bias_into_partial(proj_bias)
             if fuse:
@@ -228,9 +250,9 @@ class Block(nn.Module):
                 return Streams(self.add_pending(st, after=handle), pending=(partial_sum, handle, bias))
             return Streams(self.residual(st.x, comm.reduce_from_tp_region(out, group), bias))
 
-        return self.region_sublayer(st, reads, step, ln, run, column, partial, fuse)
+        return self.region_sublayer(st, reads, step, ln, run, column, partial, fuse, sp)
 
-    def region_sublayer(self, st, reads, step, ln, run, column, partial, fuse):
+    def region_sublayer(self, st, reads, step, ln, run, column, partial, fuse, sp=None):
         """A sublayer inside a track-local region: this rank's k tracks read their own streams s_t
         (module docstring, "Regions"), and only the region's last sublayer all-reduces."""
         group, k = self.tp_group, self.k
@@ -244,8 +266,11 @@ class Block(nn.Module):
                                                               group)
             out = run(None, per_track, bias, projected)
         else:
-            xin = st.xin if st.xin is not None else comm.copy_to_tp_region(st.x, group,
-                                                                           reduce_dtype=comm.compute_dtype(st.x))
+            xin = st.xin
+            if xin is None and sp is not None:  # the fp32 stream itself: the region's tracks add to it
+                xin = seq.gather_tokens(st.x, group, sp, reduce_dtype=comm.compute_dtype(st.x))
+            elif xin is None:
+                xin = comm.copy_to_tp_region(st.x, group, reduce_dtype=comm.compute_dtype(st.x))
             out = run(ln(reads.s if reads.s is not None else xin, ln_weight, ln_bias), per_track, bias)
         if step.per_track:  # a later sublayer of the region reads it: into each track's stream
             first = st.s is None
@@ -259,18 +284,33 @@ class Block(nn.Module):
         elif st.s is not None:  # sum_t (s_t - xin); xin's two uses cancel exactly in autograd
             tracks = st.s - xin if k == 1 else torch.sub(st.s.sum(0), xin, alpha=k)
             change = change + tracks.to(change.dtype)
+        if sp is not None:
+            return Streams(self.residual(st.x, seq.scatter_tokens(change, group), None, sp))
         return Streams(self.residual(st.x, comm.reduce_from_tp_region(change, group)))
 
-    def residual(self, x, y, bias=None):
-        return x + self.resid_dropout(y if bias is None else y + bias)
+    def residual(self, x, y, bias=None, sp=None):
+        y = y if bias is None else y + bias
+        if sp is not None:  # y: this rank's token chunk; dropout with the whole tensor's mask
+            return x + seq.token_dropout(y, self.resid_dropout.p, self.training, sp, self.tp_group)
+        return x + self.resid_dropout(y)
 
-    def add_pending(self, st, after=None):
+    def rank0_bias(self, bias):
+        """The bias of a sequence-parallel sync point, for this rank's GEMM before the reduce-scatter: b on TP rank
+        0, b - b.detach() (exactly 0) elsewhere, so the sum holds it once and every rank's gradient of b is the sum
+        over all tokens (the reduce-scatter's backward gathers the output gradient): no bias add after the sum and
+        no gradient all-reduce. The rank enters as a value, not an `if` (every rank traces the same graph)."""
+        if bias is None:
+            return None
+        return bias - bias.detach() * float(self.tp_rank != 0)
+
+    def add_pending(self, st, after=None, sp=None):
         """st.x plus the ladder's all-reduce in flight, once it has arrived. after: the handle of the one launched
         since (compiled, this wait follows its launch: parallel/comm.py, wait_reduce)."""
         if st.pending is None:
             return st.x
         partial_sum, handle, bias = st.pending
-        return self.residual(st.x, comm.wait_reduce(partial_sum, handle, after=after), bias)
+        wait = comm.wait_reduce if sp is None else seq.wait_scatter
+        return self.residual(st.x, wait(partial_sum, handle, after=after), bias, sp)
 
     def bias_into_partial(self, bias):
         """(bias for this rank's GEMM, bias to add after the all-reduce) of a Megatron sync point.
@@ -283,11 +323,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, config, tp_group=None, async_grad_allreduce=False):
+    def __init__(self, config, tp_group=None, async_grad_allreduce=False, sequence_parallel=False):
         """Full weights are drawn from the current global torch RNG (call torch.manual_seed with the
         same seed on every rank first), as nanoGPT does; this rank keeps its slice.
-        async_grad_allreduce: a runtime option, not part of the architecture (not in config, nor in
-        checkpoints): see set_async_grad_allreduce."""
+        async_grad_allreduce, sequence_parallel: runtime options, not part of the architecture (not in
+        config, nor in checkpoints): see set_async_grad_allreduce and set_sequence_parallel."""
         super().__init__()
         c = copy.copy(config)  # ours: set_sync_policy replaces it; a copy keeps the parsed policy
         self.tp_group, self.tp, self.tp_rank = tp_group, comm.group_size(tp_group), comm.group_rank(tp_group)
@@ -309,7 +349,8 @@ class GPT(nn.Module):
         self.shard_kind = sharding.shard_kinds(self)
         for name, p in self.named_parameters():
             p.tensor_parallel = self.shard_kind[name] is not None
-        self._plan_sublayers()
+        self.async_grad_allreduce, self.sequence_parallel = False, False
+        self.set_sequence_parallel(sequence_parallel)
         self.set_async_grad_allreduce(async_grad_allreduce)
         self.load_state_dict(sharding.init_full_weights(self))
 
@@ -324,16 +365,34 @@ class GPT(nn.Module):
         parallel GEMM (each Megatron/ladder sublayer's, each track-local region's entry, and the LM
         head's) is fused with that GEMM, so f's backward all-reduce of the input gradient is launched
         before the GEMM's weight gradient and waited for after it (parallel/comm.py). The same function,
-        the same collectives and counts. At tp=1 there is nothing to overlap: it stays off."""
-        self.async_grad_allreduce = bool(on) and self.tp > 1
+        the same collectives and counts. At tp=1 there is nothing to overlap: it stays off; under sequence
+        parallelism there is no f to fuse (an all-gather enters a region instead): it stays off too."""
+        self.async_grad_requested = bool(on)
+        self.async_grad_allreduce = bool(on) and self.tp > 1 and not self.sequence_parallel
         for block in self.transformer.h:
             block.async_grad = self.async_grad_allreduce
+
+    def set_sequence_parallel(self, on):
+        """Megatron's sequence parallelism (parallel/sequence.py): between a sync point and the next region's
+        entry, the shared stream x, the LayerNorm that reads it and residual dropout act on this rank's chunk of
+        the tokens; a sync's all-reduce becomes a reduce-scatter and the entry's f an all-gather. The same function,
+        the same sync points. Region entries gather the fp32 stream (a region's tracks add to it), Megatron
+        sublayers the LayerNorm's output in the compute dtype. Only without a KV cache (decoding runs as before).
+        At tp=1 it changes nothing but the counted kinds."""
+        on = bool(on)
+        if on and self.config.block_size % self.tp:
+            raise ValueError(f"sequence_parallel needs block_size divisible by tp; block_size="
+                             f"{self.config.block_size} is not divisible by tp={self.tp}")
+        self.sequence_parallel = on
+        self._plan_sublayers()
+        self.set_async_grad_allreduce(getattr(self, "async_grad_requested", False))
 
     def _plan_sublayers(self):
         """Per layer, the Steps of its two sync points. A region's replicated parameters (LayerNorm
         weight and bias, c_proj bias) get slots in one list, summed over the TP group through one f
         (_partial_params); so do the biases of the regions' synced GEMMs (sync_bias_coeffs). The forward
-        reads only this plan, never names or the policy."""
+        reads only this plan, never names or the policy. Under sequence parallelism a Megatron sublayer's LayerNorm
+        and ln_f act on this rank's tokens, so they take slots too (their gradients are partial in the same way)."""
         self.policy = self.config.policy
         self.syncs_per_forward = self.policy.n_syncs
         sync, parallel, ladder = self.policy.sync, self.policy.parallel, self.policy.ladder
@@ -353,7 +412,10 @@ class GPT(nn.Module):
             megatron = (j == 0 or sync[j - 1]) and sync[j]
             # parallel: the MLP reads the block input, so the attention output only feeds the sum
             per_track = not sync[j] and not (parallel and sub == 0)
-            slots = (None, None, None) if megatron else (slot(ln.weight), slot(ln.bias), slot(proj.c_proj.bias))
+            if megatron:  # sequence parallel: the LayerNorm of a token chunk (its bias: Block.rank0_bias)
+                slots = (slot(ln.weight), slot(ln.bias), None) if self.sequence_parallel else (None, None, None)
+            else:
+                slots = (slot(ln.weight), slot(ln.bias), slot(proj.c_proj.bias))
             sync_bias = None
             if not megatron and slots[2] is not None:
                 if sync[j]:
@@ -363,6 +425,8 @@ class GPT(nn.Module):
                 else:
                     (in_tracks if per_track else in_summed).append(slots[2])
             steps.append(Step(megatron, ladder, sync[j], per_track, parallel and sub == 1, *slots, sync_bias))
+        ln_f = self.transformer.ln_f
+        self._ln_f_slots = (slot(ln_f.weight), slot(ln_f.bias)) if self.sequence_parallel else None
         # A region's synced GEMM adds c = adds*b + (adds - k)*sum(track biases) + (adds - 1)*sum(summed
         # biases), adds = 1 on TP rank 0, else 0: this rank's change already holds each bias that entered
         # its k streams k times and each bias of a summed output once, and the all-reduce must hold every
@@ -411,23 +475,51 @@ class GPT(nn.Module):
         else:
             pos = torch.arange(T, dtype=torch.long, device=idx.device)
         wte = self.transformer.wte
-        streams = Streams(self.transformer.drop(wte(idx) + self.transformer.wpe(pos)))
+        sp = (B, T, self.config.n_embd) if self.sequence_parallel and kv_cache is None else None
+        if sp is not None and T % self.tp:
+            raise ValueError(f"sequence_parallel needs a sequence length divisible by tp={self.tp}; got {T}")
         partial = self._partial_params()
         partial = partial + self._sync_biases(partial)  # the plan's sync_bias slots follow the params'
+        if sp is None:
+            streams = Streams(self.transformer.drop(wte(idx) + self.transformer.wpe(pos)))
+        else:
+            streams = Streams(self.embed_token_chunk(idx, pos, sp))
         for block, steps in zip(self.transformer.h, self._plan):
-            streams = block(streams, steps, partial, kv_cache)
+            streams = block(streams, steps, partial, kv_cache, sp)
         assert streams.xin is None, "the last sync point is always synced"
-        x = self.transformer.h[-1].add_pending(streams)
+        x = self.transformer.h[-1].add_pending(streams, sp=sp)
         if kv_cache is not None:
             kv_cache.advance(T)
-        x = self.transformer.ln_f(x)
+        if sp is not None:  # ln_f on this rank's tokens; the vocabulary-parallel head reads every token
+            (w, b), head_input = self._ln_f_slots, (autocast_input if self.tp > 1 else lambda h: h)
+            h = self.transformer.ln_f(x, partial[w], None if b is None else partial[b])
+            return self.head(seq.gather_tokens(head_input(h), self.tp_group, sp, "vocab", "vocab"), targets, True)
+        return self.head(self.transformer.ln_f(x), targets)
+
+    def embed_token_chunk(self, idx, pos, sp):
+        """Sequence parallel: this rank's token chunk of drop(wte(idx) + wpe(pos)). The embedding's all-reduce
+        becomes a reduce-scatter; TP rank 0 adds the position embedding before it and the others add
+        pe - pe.detach() (exactly 0), so every rank's wpe gradient is the whole one (the reduce-scatter's
+        backward gathers the output gradient), with no gradient all-reduce. Each token's sum is as without
+        sequence parallelism: one rank holds its row, and adding zeros is exact."""
+        wte, pe = self.transformer.wte, self.transformer.wpe(pos)
+        pe = pe - pe.detach() * float(self.tp_rank != 0)
+        x = seq.scatter_tokens(wte.masked_rows(idx) + pe, self.tp_group, "vocab", "vocab")
+        return seq.token_dropout(x, self.transformer.drop.p, self.training, sp, self.tp_group)
+
+    def head(self, x, targets, gathered=False):
+        """(logits, loss) from the final LayerNorm's output x [B,T,C] (forward's docstring). gathered: x came
+        through an all-gather (sequence parallel), whose backward already sums its gradient over the TP group."""
+        wte = self.transformer.wte
         if targets is None:
             logits = F.linear(x[:, -1:, :], wte.weight)  # a slice: capturable in CUDA graphs
             return (logits if self.tp == 1 else wte.gather(logits)), None
         if self.tp == 1:
             logits = F.linear(x, wte.weight)
             return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        if self.async_grad_allreduce:
+        if gathered:
+            logits = F.linear(x, wte.weight)
+        elif self.async_grad_allreduce:
             logits = comm.copy_to_tp_region_linear(autocast_input(x), wte.weight, None, self.tp_group, "vocab")
         else:
             logits = F.linear(comm.copy_to_tp_region(autocast_input(x), self.tp_group, "vocab"), wte.weight)

@@ -137,9 +137,15 @@ class VocabParallelEmbedding(nn.Module):
     def forward(self, idx):
         if self.tp == 1:
             return F.embedding(idx, self.weight)
+        return comm.reduce_from_tp_region(self.masked_rows(idx), self.tp_group, "vocab")
+
+    def masked_rows(self, idx):
+        """This rank's rows of the ids it holds, zeros for the rest: one rank's term of the embedding's sum."""
+        if self.tp == 1:
+            return F.embedding(idx, self.weight)
         outside = (idx < self.v0) | (idx >= self.v1)
         rows = F.embedding((idx - self.v0).masked_fill(outside, 0), self.weight)
-        return comm.reduce_from_tp_region(rows.masked_fill(outside.unsqueeze(-1), 0.0), self.tp_group, "vocab")
+        return rows.masked_fill(outside.unsqueeze(-1), 0.0)
 
     def gather(self, local, kind="vocab"):
         """Full [..., V] from every rank's slice [..., V_r] of the vocabulary (shards may differ by one)."""

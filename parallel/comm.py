@@ -12,7 +12,9 @@ g marks where the region's partial results are summed back into a replicated ten
 Counting: `stats` holds one counter per kind of collective. The model's f/g are counted as
 `tp_fwd` (g forward) and `tp_bwd` (f backward); the TP sum of partial gradients of replicated
 parameters as `tp_grad`; the vocabulary-parallel embedding, head and cross-entropy as `vocab`;
-data-parallel gradient buckets as `dp_grad`. Calls on a group of one rank are still counted (the
+data-parallel gradient buckets as `dp_grad`. Sequence parallelism's reduce-scatters and all-gathers
+(parallel/sequence.py) are counted here too, as `tp_fwd` / `tp_bwd` where they take g's / f's place and
+`tp_fwd_ag` / `tp_bwd_ag` for the all-gathers that come with them. Calls on a group of one rank are still counted (the
 op is then the identity), so the counts describe the model and not how many GPUs run it.
 
 torch.compile. Inside a traced function (torch.compiler.is_compiling()) a collective is one of the
@@ -478,3 +480,95 @@ def reduce_from_tp_region(x, group, kind="tp_fwd"):
         stats.add(kind, x)
         return _all_reduce_value(x, group)
     return _ReduceFromTPRegion.apply(x, group, kind)
+
+
+# ---------------------------------------------------------------- token chunks (sequence parallelism)
+# The raw collectives of parallel/sequence.py, which holds their autograd and counts them: rows [N, C] of the
+# flattened tokens, all-gathered or reduce-scattered along dim 0. Traced, custom ops that return new tensors, as the
+# all-reduce above. The ladder's reduce-scatter is launched without waiting: reduce_scatter_start(x) returns a
+# ticket, reduce_scatter_wait(ticket, x, after) waits and returns the chunk (keyed by x's address, as
+# all_reduce_start: x is alive until the wait, which takes it).
+_scatter_in_flight = {}
+
+
+@torch.library.custom_op("reduced_sync::reduce_scatter", mutates_args=())
+def _traced_reduce_scatter(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
+    out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
+    dist.reduce_scatter_tensor(out, x.contiguous(), group=_resolve_process_group(group_name))
+    return out
+
+
+@_traced_reduce_scatter.register_fake
+def _(x, n, group_name):
+    return x.new_empty((x.shape[0] // n, *x.shape[1:]))
+
+
+@torch.library.custom_op("reduced_sync::reduce_scatter_start", mutates_args=())
+def _traced_reduce_scatter_start(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
+    if x.data_ptr() in _scatter_in_flight:
+        raise RuntimeError("reduced_sync::reduce_scatter_start: a reduce-scatter of this tensor is already in flight")
+    out, work = _start_reduce_scatter(x, n, _resolve_process_group(group_name))
+    _scatter_in_flight[x.data_ptr()] = (work, out)
+    return x.new_empty(0)
+
+
+@_traced_reduce_scatter_start.register_fake
+def _(x, n, group_name):
+    return x.new_empty(0)
+
+
+@torch.library.custom_op("reduced_sync::reduce_scatter_wait", mutates_args=())
+def _traced_reduce_scatter_wait(ticket: torch.Tensor, x: torch.Tensor, n: int,
+                                after: list[torch.Tensor]) -> torch.Tensor:
+    try:
+        work, out = _scatter_in_flight.pop(x.data_ptr())
+    except KeyError:
+        raise RuntimeError("reduced_sync::reduce_scatter_wait: no reduce-scatter in flight for this tensor") from None
+    work.wait()
+    return out
+
+
+@_traced_reduce_scatter_wait.register_fake
+def _(ticket, x, n, after):
+    return x.new_empty((x.shape[0] // n, *x.shape[1:]))
+
+
+def _start_reduce_scatter(x, n, group):
+    out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
+    return out, dist.reduce_scatter_tensor(out, x.contiguous(), group=group, async_op=True)
+
+
+def all_gather_rows(x, group):
+    """[N, C] chunks -> [tp*N, C] in rank order (skipped: tp copies of this rank's chunk). Not counted: the caller
+    counts (parallel/sequence.py)."""
+    n = group_size(group)
+    if n == 1:
+        return x
+    if not _runs(group):
+        return x.repeat(n, 1)
+    if torch.compiler.is_compiling():
+        return torch.ops.reduced_sync.all_gather(x.contiguous(), n, group.group_name)
+    out = x.new_empty((n * x.shape[0], x.shape[1]))
+    dist.all_gather_into_tensor(out, x.contiguous(), group=group)
+    return out
+
+
+def reduce_scatter_rows(x, group):
+    """[tp*N, C] -> this rank's chunk [N, C] of the sum over the group (skipped: the chunk of this rank's x). Not
+    counted: the caller counts."""
+    n = group_size(group)
+    if n == 1:
+        return x
+    if not _runs(group):
+        return x.chunk(n)[group_rank(group)].clone()
+    if torch.compiler.is_compiling():
+        return torch.ops.reduced_sync.reduce_scatter(x.contiguous(), n, group.group_name)
+    out = x.new_empty((x.shape[0] // n, x.shape[1]))
+    dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
+    return out
+
+
+def reduce_scatter_rows_start(x, group):
+    """Eager: (the chunk's buffer, the Work that fills it) of reduce_scatter_rows launched without waiting (a group
+    that communicates). Traced: see reduce_scatter_start above."""
+    return _start_reduce_scatter(x, group_size(group), group)

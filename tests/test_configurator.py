@@ -92,6 +92,13 @@ def test_invalid_values_name_what_is_allowed(arg, message):
     assert message in str(e.value)
 
 
+def test_sequence_parallel_needs_block_size_divisible_by_tp():
+    with pytest.raises(ConfigError) as e:
+        parse(["--sequence_parallel=True", "--tp=2", "--block_size=33"])
+    assert str(e.value) == "sequence_parallel=True needs block_size divisible by tp; block_size=33 is not divisible by tp=2"
+    assert parse(["--sequence_parallel=True", "--tp=2", "--block_size=32"]).sequence_parallel is True
+
+
 def test_malformed_argument():
     with pytest.raises(ConfigError, match="expected a config file path or --key=value"):
         parse(["--n_layer"])

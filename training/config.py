@@ -89,6 +89,11 @@ class TrainConfig:
                                                    "frozen) before the run ends naming it (training/stall.py)")
     tp_async_grad: bool = option(False, PARALLEL, "tp >= 2: launch f's backward all-reduce before the column GEMM's "
                                               "weight gradient and wait after it (Megatron's async grad all-reduce)")
+    # off by default: exact (tests/test_sequence_parallel.py), but not yet measured faster on GPUs (issue 71)
+    sequence_parallel: bool = option(False, PARALLEL, "tp >= 2: Megatron's sequence parallelism: between syncs the "
+                                                      "stream, LayerNorm and dropout act on 1/tp of the tokens; each "
+                                                      "all-reduce becomes a reduce-scatter and an all-gather "
+                                                      "(block_size divisible by tp; the same function)")
     learning_rate: float = option(6e-4, OPTIM, "peak learning rate")
     max_iters: int = option(600000, OPTIM, "iterations to train")
     weight_decay: float = option(1e-1, OPTIM, "AdamW weight decay of matrices and embeddings")
@@ -219,6 +224,9 @@ def validate(cfg):
         raise ConfigError(f"init_from={cfg.init_from!r} with branch_from={cfg.branch_from!r}: a branch needs both "
                           f"--init_from=branch and --branch_from=path/to/ckpt_<iter>.pt, and branch_from needs "
                           f"init_from='branch' (or 'resume', which goes on with a branch from its own out_dir)")
+    if cfg.sequence_parallel and cfg.tp != "auto" and cfg.block_size % cfg.tp:
+        raise ConfigError(f"sequence_parallel=True needs block_size divisible by tp; block_size={cfg.block_size} "
+                          f"is not divisible by tp={cfg.tp}")
     if cfg.init_from == "scratch":  # else the checkpoint's architecture applies: checked once merged (merge)
         model_config(cfg)
     if cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16"):
