@@ -8,6 +8,7 @@ exist, they are checked against corpus.json.
 import gzip
 import io
 import json
+import lzma
 import os
 import tarfile
 
@@ -150,7 +151,7 @@ def test_staging_round_trip_and_a_changed_chunk(fake_packages, tmp_path, monkeyp
     assert json.loads((fake_packages / "staged.json").read_text())["train_tokens"] == 128
     assert (fake_packages / "val_code.bin").exists()
     # a chunk whose tokens differ from the manifest's is refused, and not kept
-    (carry / "train-002.xz").write_bytes(__import__("lzma").compress(b"\0" * 128))
+    (carry / "train-002.xz").write_bytes(lzma.compress(b"\0" * 128))
     with pytest.raises(prepare.PrepareError, match="differ from corpus.json's chunk 2"):
         stage.main(["unpack", "--from", str(carry), "--chunks", "3"])
     assert not (fake_packages / "chunks" / "002.bin").exists()
