@@ -17,6 +17,7 @@ rows (val_prose, val_code) run the same tests on those losses, as a second famil
 """
 import json
 import os
+import re
 import sys
 
 if __name__ == "__main__" and not __package__:
@@ -32,12 +33,12 @@ METRICS = {"val": "val_loss", "val_prose": "val_prose_loss", "val_code": "val_co
 POLICY_ORDER = ("ladder", "spd", "parallel", "grouped:4", "grouped:12")
 
 
-def load(root=None):
+def load(root=None, skipped=None):
     """{(width, schedule): [run dicts]} of the finished runs under root (load_run's dicts, with the last eval's
-    per-domain losses under 'final_<metric>')."""
+    per-domain losses under 'final_<metric>'); a run folder that cannot be read is named in `skipped`."""
     groups, root = {}, root or HERE
     for width_dir in sorted(os.listdir(root)):
-        if not width_dir.startswith("w"):
+        if not re.fullmatch(r"w[0-9]+", width_dir):
             continue
         for schedule in SCHEDULES:
             folder = os.path.join(root, width_dir, schedule)
@@ -46,7 +47,9 @@ def load(root=None):
             for name in sorted(os.listdir(folder)):
                 try:
                     run = load_run(os.path.join(folder, name))
-                except RunError:
+                except RunError as e:
+                    if skipped is not None:
+                        skipped.append(str(e))
                     continue
                 if not run["complete"] or run["diverged"] or "-trunk" in name:
                     continue
@@ -122,7 +125,10 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true", help="compare with the stored files instead of writing")
     parser.add_argument("--force", action="store_true", help="write even when stored rows would be lost")
     args = parser.parse_args(argv)
-    rows = analyse(load())
+    skipped = []
+    rows = analyse(load(skipped=skipped))
+    for why in skipped:
+        print(f"note: skipped {why}", file=sys.stderr)
     outputs = {"answer.md": render(rows), "stats.json": json.dumps(rows, indent=1) + "\n"}
     if args.check:
         stale = []
