@@ -76,7 +76,7 @@ def main(argv):
     try:  # torchrun's own checks of its options (run() makes the same call first), before any worker starts
         if str(args.nproc_per_node).lstrip("-").isdigit() and int(args.nproc_per_node) < 1:
             raise ValueError(f"--nproc_per_node={args.nproc_per_node} must be >= 1 (or auto, cpu, gpu)")
-        if not 0 <= args.master_port <= 65535:  # torchrun's own check comes only after the agent started
+        if args.master_port is not None and not 0 <= args.master_port <= 65535:  # torchrun checks after the agent started
             raise ValueError(f"--master_port={args.master_port} must be a port number in [0, 65535]")
         config_from_args(args)
         if args.rdzv_endpoint:
