@@ -1,4 +1,5 @@
-"""Text out of package files: markup stripping, normalisation, and near-duplicate signatures.
+"""Text out of package files: fetching and reading pinned .debs, markup stripping, normalisation, the split by
+document, and near-duplicate signatures.
 
 Shared by data/debian_docs/prepare.py and data/debian_large/prepare.py. Per format:
     rst, pod, asciidoc   line-level rules: adornments, directives and fields dropped, inline roles unwrapped
@@ -17,7 +18,9 @@ import gzip
 import hashlib
 import html.parser
 import io
+import os
 import re
+import subprocess
 import tarfile
 import zlib
 
@@ -34,6 +37,39 @@ def sha256_file(path):
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def fetch_deb(deb_dir, filename, package, version, sha256, remedy=""):
+    """deb_dir/filename, downloaded with apt-get when absent, checked against its pinned sha256; PackageError in
+    one line otherwise (remedy: the script's own way round a missing package, appended to the advice)."""
+    path = os.path.join(deb_dir, filename)
+    if not os.path.exists(path):
+        print(f"apt-get download {package}={version}", flush=True)
+        try:
+            subprocess.run(["apt-get", "download", f"{package}={version}"], cwd=deb_dir, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            why = (getattr(e, "stderr", None) or str(e)).strip()
+            raise PackageError(
+                f"package {package}={version} is missing: {path} does not exist and `apt-get download "
+                f"{package}={version}` failed ({why.splitlines()[-1] if why else e}). Run `apt-get update` on a "
+                f"Debian 12 machine with network, or take the .deb from https://snapshot.debian.org/binary/"
+                f"{package}/{remedy}") from None
+    got = sha256_file(path)
+    if got != sha256:
+        raise PackageError(f"{path} has sha256 {got}, but {package}={version} is pinned at {sha256}: delete it "
+                           f"and rerun")
+    return path
+
+
+def doc_hash(doc_id):
+    return hashlib.sha256(doc_id.encode()).hexdigest()
+
+
+def in_val(doc_id, permille):
+    """A document is in val when sha256 of its id falls in the lowest permille/1000 of the range: the split depends
+    on the id alone, not on what else the corpus holds."""
+    return int(doc_hash(doc_id)[:8], 16) % 1000 < permille
 
 
 def deb_members(path, pattern):

@@ -41,7 +41,6 @@ import io
 import json
 import lzma
 import os
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -58,8 +57,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 from data.gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
 from data.prepare_utils import (OneLineArgumentParser, PrepareError, interruptible, run, worker_pool,  # noqa: E402
                                 write_atomic)
-from data.text_clean import (CLEANERS, GCIDE_FILES, PackageError, decode, deb_members, gcide_documents,  # noqa: E402
-                             normalise, sha256_file)
+from data import text_clean  # noqa: E402
+from data.text_clean import (CLEANERS, GCIDE_FILES, PackageError, deb_members, decode, doc_hash,  # noqa: E402
+                             fetch_deb, gcide_documents, normalise, sha256_file)
 from atomic_files import kind, replace_problem  # noqa: E402
 
 DEB_DIR = os.path.join(HERE, "debs")
@@ -104,23 +104,10 @@ def fetch_debs():
     checked against its pinned sha256."""
     os.makedirs(DEB_DIR, exist_ok=True)
     for _, package, version, sha256, _, _ in PACKAGES:
-        path = os.path.join(DEB_DIR, deb_filename(package, version))
-        if not os.path.exists(path):
-            print(f"apt-get download {package}={version}", flush=True)
-            try:
-                subprocess.run(["apt-get", "download", f"{package}={version}"], cwd=DEB_DIR, check=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            except (OSError, subprocess.CalledProcessError) as e:
-                why = getattr(e, "stderr", None) or str(e)
-                raise PrepareError(
-                    f"package {package}={version} is missing: {path} does not exist and `apt-get download "
-                    f"{package}={version}` failed ({why.strip().splitlines()[-1] if why.strip() else e}). Run "
-                    f"`apt-get update` on a Debian 12 machine with network, or take the .deb from "
-                    f"https://snapshot.debian.org/binary/{package}/, or build from a pack (--from-pack)") from None
-        got = sha256_file(path)
-        if got != sha256:
-            raise PrepareError(f"{path} has sha256 {got}, but {package}={version} is pinned at {sha256}: "
-                               f"delete it and rerun")
+        try:
+            fetch_deb(DEB_DIR, deb_filename(package, version), package, version, sha256, ", or build from a pack (--from-pack)")
+        except PackageError as e:
+            raise PrepareError(str(e)) from None
 
 
 def read_members_from_debs():
@@ -238,12 +225,8 @@ def documents(members, pack=None):
     return docs, dropped
 
 
-def doc_hash(doc_id):
-    return hashlib.sha256(doc_id.encode()).hexdigest()
-
-
 def in_val(doc_id):
-    return int(doc_hash(doc_id)[:8], 16) % 1000 < VAL_PERMILLE
+    return text_clean.in_val(doc_id, VAL_PERMILLE)
 
 
 def _encode(texts):

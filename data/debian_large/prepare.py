@@ -45,7 +45,6 @@ import json
 import lzma
 import os
 import re
-import subprocess
 import sys
 import tarfile
 import time
@@ -60,8 +59,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 from data.gpt2_tokenizer import EOT_TOKEN, get_gpt2_encoding  # noqa: E402
 from data.prepare_utils import OneLineArgumentParser, PrepareError, run, worker_pool, write_atomic  # noqa: E402
-from data.text_clean import (CLEANERS, NearDuplicates, PackageError, clean_html, deb_members,  # noqa: E402
-                             decode, dictd_documents, minhash_signature, normalise, normalise_code, sha256_file)
+from data import text_clean  # noqa: E402
+from data.text_clean import (CLEANERS, NearDuplicates, PackageError, clean_html, deb_members, decode,  # noqa: E402
+                             dictd_documents, doc_hash, fetch_deb, minhash_signature, normalise, normalise_code,
+                             sha256_file)
 
 DEB_DIR = os.path.join(HERE, "debs")
 MANIFEST = os.path.join(HERE, "corpus.json")
@@ -156,23 +157,10 @@ def fetch_debs():
     against its pinned sha256."""
     os.makedirs(DEB_DIR, exist_ok=True)
     for _, package, version, sha256, _, _, _ in PACKAGES:
-        path = os.path.join(DEB_DIR, deb_filename(package, version))
-        if not os.path.exists(path):
-            print(f"apt-get download {package}={version}", flush=True)
-            try:
-                subprocess.run(["apt-get", "download", f"{package}={version}"], cwd=DEB_DIR, check=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            except (OSError, subprocess.CalledProcessError) as e:
-                why = (getattr(e, "stderr", None) or str(e)).strip()
-                raise PrepareError(
-                    f"package {package}={version} is missing: {path} does not exist and `apt-get download "
-                    f"{package}={version}` failed ({why.splitlines()[-1] if why else e}). Run `apt-get update` on "
-                    f"a Debian 12 machine with network, or take the .deb from "
-                    f"https://snapshot.debian.org/binary/{package}/") from None
-        got = sha256_file(path)
-        if got != sha256:
-            raise PrepareError(f"{path} has sha256 {got}, but {package}={version} is pinned at {sha256}: "
-                               f"delete it and rerun")
+        try:
+            fetch_deb(DEB_DIR, deb_filename(package, version), package, version, sha256, "")
+        except PackageError as e:
+            raise PrepareError(str(e)) from None
 
 
 def inner_members(package, blob):
@@ -268,12 +256,8 @@ def package_documents(domain, package, version, pattern, fmt, pool, exact, near,
     return docs
 
 
-def doc_hash(doc_id):
-    return hashlib.sha256(doc_id.encode()).hexdigest()
-
-
 def in_val(doc_id):
-    return int(doc_hash(doc_id)[:8], 16) % 1000 < VAL_PERMILLE
+    return text_clean.in_val(doc_id, VAL_PERMILLE)
 
 
 def _encode(texts):
