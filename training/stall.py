@@ -16,6 +16,7 @@ removes.
 A rank that is slow but alive (a long checkpoint write, compiling, a long eval) keeps beating and is never
 named; a rank that died is named by its peers' own error (training/stop.py's report_fatal).
 """
+import atexit
 import os
 import sys
 import threading
@@ -35,8 +36,20 @@ class StallWatch:
         self.interval = interval_s or min(5.0, self.limit / 10)
         self.steps = 0  # the training loop's count: read here, written there (an int: no lock needed)
         self.prefix = f"reduced_sync/beat/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        self._stopped = threading.Event()
         if self.world > 1:
-            threading.Thread(target=self._watch, name="stall-watch", daemon=True).start()
+            self._thread = threading.Thread(target=self._watch, name="stall-watch", daemon=True)
+            self._thread.start()
+            # ended before the interpreter is: a daemon thread still holding its store client when the process
+            # exits aborted ranks of an 8-process CPU launch ("terminate called without an active exception")
+            atexit.register(self.stop)
+
+    def stop(self):
+        """End the watch and wait for its thread, which then drops its store client."""
+        self._stopped.set()
+        thread = getattr(self, "_thread", None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=max(2.0, 2 * self.interval) + 1.0)
 
     def _connect(self):
         """A client of the run's store of its own, whose calls give up after a few seconds: a store served by a
@@ -77,7 +90,9 @@ class StallWatch:
                                       and "TORCHELASTIC_RUN_ID" not in os.environ) else []
                 if stalled:
                     self._end(stalled, now - my_since, max(now - moved[r] for r in stalled))
-            time.sleep(self.interval)
+            if self._stopped.wait(self.interval):
+                del store
+                return
 
     def _end(self, stalled, waited, silent):
         names = ", ".join(map(str, stalled))
