@@ -1,17 +1,20 @@
 #!/bin/bash
-# The budget study's device calls (issue 68), one verb per call, on a 4-GPU machine held across calls:
+# The budget study's device calls (issue 68), one verb per call, on a machine of 2 or 4 GPUs held across calls:
 #   bash experiments/large_budgets/gpu.sh stage N          # verify the carried .stage/ chunks; train.bin once all N are in
 #   bash experiments/large_budgets/gpu.sh probe WIDTH      # each policy for 96 iterations: tokens/s, and inductor's cache warm
-#   bash experiments/large_budgets/gpu.sh start WIDTH ARGS # the sweep in the background (setsid: it outlives the call)
+#   bash experiments/large_budgets/gpu.sh start WIDTH ARGS # a sweep in the background (setsid: it outlives the call);
+#                                                          # START_WAIT=0 to start a second one in the same call
 #   bash experiments/large_budgets/gpu.sh watch SECONDS    # its progress until it ends or SECONDS pass
 #   bash experiments/large_budgets/gpu.sh collect [SECONDS]  # wait for it (or stop it), then pack the runs' logs into $OUT
-# ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds). Everything the
+# ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds, --jobs; GPUS=1 puts
+# the sweep on GPU 1 alone). watch and collect wait for every sweep started on the machine. Everything the
 # machine keeps between calls is under /root/study (scratch, logs) and data/debian_large (the staged corpus).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
 S=/root/study; mkdir -p $S; OUT=${OUT:-$S/out}; mkdir -p $OUT
 T0=$(date +%s)
 log() { echo "== $* $(date +%T) (+$(( $(date +%s) - T0 )) s)"; }
+alive() { for pid in $(cat $S/sweeps.pid 2>/dev/null); do kill -0 "$pid" 2>/dev/null && return 0; done; return 1; }
 verb=$1; shift
 log "$verb $*: $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | tr -s ' ' | tr '\n' ';') load $(cut -d' ' -f1-3 /proc/loadavg)"
 case $verb in
@@ -34,21 +37,23 @@ case $verb in
     (cd $S && tar czf $OUT/probe-$width.tgz probe-$width-*.log) ;;
   start)
     width=$1; shift
-    nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -l 30 > $S/smi-$width.csv 2>&1 &
-    setsid nohup python3 -m experiments.docs_study.run run --config config/large_w$width.py \
+    [ -f $S/smi.pid ] && kill -0 "$(cat $S/smi.pid)" 2>/dev/null || {
+      nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -l 30 > $S/smi-$width.csv 2>&1 & echo $! > $S/smi.pid; }
+    # GPUS, when set, narrows the sweep to those GPUs (the runner then spreads its runs over what it sees)
+    setsid nohup env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} python3 -m experiments.docs_study.run run --config config/large_w$width.py \
       --sweep experiments/large_budgets/w$width --jobs 4 --scratch $S/scratch --status-every 120 \
-      --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 "$@" > $S/sweep-$width.log 2>&1 < /dev/null &
-    echo $! > $S/sweep.pid; sleep 180; tail -n 30 $S/sweep-$width.log ;;
+      --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
+    echo $! >> $S/sweeps.pid; sleep "${START_WAIT:-180}"; tail -n 30 $S/sweep-$width-$$.log ;;
   watch)
     end=$(( $(date +%s) + $1 ))
-    while kill -0 "$(cat $S/sweep.pid)" 2>/dev/null && [ "$(date +%s)" -lt $end ]; do sleep 10; done
-    tail -n 40 $S/sweep-*.log; cp $S/sweep-*.log $S/smi-*.csv $OUT/ 2>/dev/null ;;
+    while alive && [ "$(date +%s)" -lt $end ]; do sleep 10; done
+    for f in $S/sweep-*.log; do echo "-- $f"; tail -n 25 $f; done; cp $S/sweep-*.log $S/smi-*.csv $OUT/ 2>/dev/null ;;
   collect)
     # wait for the sweep (at most $1 seconds when given), then stop what is left of it: its runs resume from their
     # last eval's checkpoint only on this machine, so a later session trains them again
     end=$(( $(date +%s) + ${1:-100000} ))
-    while kill -0 "$(cat $S/sweep.pid)" 2>/dev/null && [ "$(date +%s)" -lt $end ]; do sleep 5; done
-    kill -- -"$(cat $S/sweep.pid)" 2>/dev/null && log "sweep stopped" || log "sweep ended"
+    while alive && [ "$(date +%s)" -lt $end ]; do sleep 5; done
+    for pid in $(cat $S/sweeps.pid 2>/dev/null); do kill -- -"$pid" 2>/dev/null && log "sweep $pid stopped" || log "sweep $pid ended"; done
     # each run's three logs (checkpoints stay behind), and the stdout of any run that did not finish
     (cd $S/scratch && find . \( -name config.json -o -name log.txt -o -name metrics.jsonl -o -name "*.out" \) -print \
       | tar czf $OUT/scratch-logs.tgz -T -)
