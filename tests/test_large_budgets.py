@@ -57,3 +57,28 @@ def test_check_and_no_rewrite_from_fewer_runs(study, capsys):
 @pytest.mark.skipif(not os.path.exists(os.path.join(report.HERE, "stats.json")), reason="no stored study tables yet")
 def test_stored_tables_regenerate_byte_for_byte():
     assert report.main(["--check"]) == 0
+
+
+def test_trend_slope_crossover_heldout_and_figure(tmp_path, monkeypatch):
+    """WSD branches whose gap is a known line in log2(tokens) per seed, plus cosine runs at twice the largest
+    budget: the slope is recovered, the crossover is located inside the range, the held-out budget and the cosine
+    point fall inside the line's prediction intervals, and the figure is written."""
+    import math
+    budgets, slope, x0 = (224, 448, 896, 1792), 1.0, math.log2(448 * 32768)
+    wsd, cosine = tmp_path / "w256" / "runs", tmp_path / "w256" / "cosine"
+    for seed, (base, wobble) in {1: (4.0, 0.05), 2: (4.1, -0.04), 3: (3.9, 0.0)}.items():
+        for b in budgets + (3584,):
+            gap = slope * (math.log2(b * 32768) - x0) + wobble  # % of the baseline
+            folder = cosine if b == 3584 else wsd
+            fake_run(folder, "baseline", seed, base, base, base, max_iters=b)
+            fake_run(folder, "grouped:4", seed, base * (1 + gap / 100), base, base, max_iters=b)
+    monkeypatch.setattr(report, "HERE", str(tmp_path))
+    trend = report.trends(report.load(str(tmp_path)))
+    row = trend[256][0]["grouped:4"]
+    assert row["slope"] == pytest.approx(slope, abs=0.02) and row["seeds"] == 3
+    lo, hi = row["crossover_interval"]
+    assert row["crossover_in_range"] and lo < 448 * 32768 < hi
+    assert row["heldout"]["inside"] and row["heldout"]["tokens"] == 1792 * 32768
+    assert row["cosine"]["inside"] and row["cosine"]["measured"] == pytest.approx(slope * 3, abs=0.1)
+    assert report.main([]) == 0 and (tmp_path / "headline.png").stat().st_size > 10_000
+    assert "crosses 0 at" in (tmp_path / "answer.md").read_text() and report.main(["--check"]) == 0

@@ -1,0 +1,212 @@
+"""The gap against the budget on data/debian_large, per width: the WSD branches' trend, its curvature test, its
+crossover or bound, two checks of its predictions, and the headline figure.
+
+Per width and policy, over the budgets B of the WSD branches (runs/), with x = log2(tokens of B):
+    line       gap_s(x) = a_s + b_s x fitted for each seed s with two budgets or more (analysis/stats.py's
+               budget_analysis); the slope b is the mean over seeds with its t-interval (n - 1 df), the
+               crossover is Fieller's interval for the x where the mean line is 0;
+    curvature  c_s of gap_s(x) = a_s + b_s x + c_s x^2 for each seed with three budgets or more, the t-test of
+               "mean c = 0" over the seeds, Holm over the policies of the width (stats.curvature_tests). A line
+               whose curvature is significant is not extrapolated: its prediction cells say so instead.
+    bound      where no crossover is located: the largest budget at which the policy is ahead (or behind) after
+               Holm, "still ahead at N tokens", and the largest budget measured.
+Two checks of the line's 95% prediction interval for one seed's gap, mean +- t(n-1) sd sqrt(1 + 1/n):
+    held out   the line refitted without the largest WSD budget predicts that budget; the measured mean gap
+               there is inside the interval or not;
+    cosine     the line predicts the width's cosine budget (2x the largest WSD budget), against the cosine
+               runs' measured mean gap. The schedules differ (the WSD branches understated the 12/24-sync
+               policies' late leads by about 0.7 points on data/debian_docs), so this is a check of the
+               extrapolation's reach, not an equality.
+Across widths the width is the unit of replication (df = widths - parameters): with one width on this corpus
+there is no across-width fit yet, and none is printed.
+"""
+import math
+
+from analysis.stats import budget_analysis, curvature_tests, mean_ci, seed_statistics, t_quantile
+
+LEVEL = 0.95
+CLIP = 12.0  # the headline figure's y range, ± points
+
+
+def _prediction(entry, level=LEVEL):
+    """(mean, half-width) of the per-seed lines' prediction at entry['target_tokens'], or None."""
+    if entry.get("target_gap") is None or entry.get("target_pi") is None:
+        return None
+    return entry["target_gap"], entry["target_pi"]
+
+
+def _bound(entry):
+    """The largest budget at which the verdict is 'better' (and 'worse'), from the per-budget cells."""
+    ahead = [b["tokens"] for b in entry["budgets"] if b.get("verdict") == "better"]
+    behind = [b["tokens"] for b in entry["budgets"] if b.get("verdict") == "worse"]
+    return (max(ahead) if ahead else None), (max(behind) if behind else None)
+
+
+def width_trend(wsd_runs, cosine_runs, n_params, level=LEVEL):
+    """The trend of one width: {policy: row} (see the module docstring)."""
+    wsd_iters = sorted({r["final_iter"] for r in wsd_runs})
+    tokens_per_iter = wsd_runs[0]["tokens_per_iter"]
+    cosine_iters = sorted({r["final_iter"] for r in cosine_runs})
+    cosine_tokens = cosine_iters[-1] * tokens_per_iter if cosine_iters else None
+    stats = seed_statistics(wsd_runs, level)
+    entries = budget_analysis(stats, target_tokens=cosine_tokens or wsd_iters[-1] * tokens_per_iter)
+    curvature = curvature_tests(entries, level)
+    # held out: the same fit without the largest WSD budget, predicting it
+    top = wsd_iters[-1]
+    held = {e["policy"]: e for e in budget_analysis(
+        seed_statistics([r for r in wsd_runs if r["final_iter"] != top], level), target_tokens=top * tokens_per_iter)}
+    cosine = {}
+    if cosine_runs:
+        for c in seed_statistics(cosine_runs, level)["cells"]:
+            m = c["final_val"]
+            if c["policy"] != "baseline" and "gap" in m:
+                cosine[c["policy"]] = (m["gap"], m["gap_ci"], len(m["gaps"]))
+    rows = {}
+    for e in entries:
+        policy = e["policy"]
+        bend = curvature.get(policy)
+        curved = bool(bend and bend["significant"])
+        measured_top = next((b for b in e["budgets"] if b["iters"] == top), None)
+        h = held.get(policy)
+        held_pred = None if (h is None or curved) else _prediction(h, level)
+        ahead, behind = _bound(e)
+        rows[policy] = dict(
+            syncs=e["syncs"], seeds=e.get("seeds_fitted"), slope=e.get("slope"), slope_ci=e.get("slope_ci"),
+            trend=e.get("trend"), bend=bend, curved=curved,
+            crossover_tokens=e.get("crossover_tokens"), crossover_interval=e.get("crossover_interval"),
+            crossover_in_range=e.get("crossover_in_range"),
+            ahead_to=ahead, behind_from=behind, largest=e["budgets"][-1]["tokens"],
+            heldout=None if held_pred is None or measured_top is None else dict(
+                tokens=top * tokens_per_iter, predicted=held_pred[0], pi=held_pred[1], measured=measured_top["gap"],
+                inside=abs(measured_top["gap"] - held_pred[0]) <= held_pred[1]),
+            cosine=None if policy not in cosine else dict(
+                tokens=cosine_tokens, measured=cosine[policy][0], ci=cosine[policy][1], seeds=cosine[policy][2],
+                predicted=None if curved or _prediction(e, level) is None else _prediction(e, level)[0],
+                pi=None if curved or _prediction(e, level) is None else _prediction(e, level)[1]),
+            budgets=[dict(tokens=b["tokens"], per_param=b["tokens"] / n_params, gap=b["gap"], ci=b["gap_ci"],
+                          n=b["n"], verdict=b.get("verdict")) for b in e["budgets"]])
+        c = rows[policy]["cosine"]
+        if c and c["predicted"] is not None:
+            c["inside"] = abs(c["measured"] - c["predicted"]) <= c["pi"]
+    return rows
+
+
+def tokens_text(t):
+    return f"{t / 1e9:.2f}B" if t >= 1e9 else f"{t / 1e6:.1f}M"
+
+
+def _num(v, fmt="+.2f"):
+    return "—" if v is None else format(v, fmt)
+
+
+def render_trend(trends, order):
+    """The answer.md section of the trend: one table per width."""
+    lines = ["## The gap against the budget (WSD branches), per width", "",
+             "From experiments/large_budgets/trend.py (its docstring states the model and the tests). Slope: points "
+             "per doubling of tokens, mean over seeds ± 95% t half-width. Bend: the quadratic term, points per "
+             "doubling², with its Holm-adjusted p over the width's policies; a significant bend stops the line's "
+             "extrapolation. Held out: the line without the largest WSD budget, its 95% prediction interval for one "
+             "seed at that budget, and the measured mean gap. Cosine: the line's prediction at the cosine budget "
+             "against the cosine runs' measured mean gap.", ""]
+    for width, (rows, n_params) in sorted(trends.items()):
+        lines += [f"### Width {width} ({n_params / 1e6:.1f}M parameters)", "",
+                  "| policy | syncs | slope (95% CI, seeds) | bend (95% CI), Holm p | crossover or bound | held out: "
+                  "predicted (95% PI) vs measured | cosine: predicted (95% PI) vs measured |",
+                  "|---|---:|---|---|---|---|---|"]
+        for policy in sorted(rows, key=lambda p: order.index(p) if p in order else 99):
+            r = rows[policy]
+            slope = "—" if r["slope"] is None else (f"{r['slope']:+.2f}" + (
+                f" ± {r['slope_ci']:.2f}" if r["slope_ci"] is not None else "") + f" ({r['seeds']})")
+            b = r["bend"]
+            bend = "not tested (fewer than 2 seeds with 3 budgets)" if b is None else (
+                f"{b['c']:+.2f} ± {b['ci']:.2f}, p {b['p_holm']:.3f}" + (" **curved**" if b["significant"] else ""))
+            lines.append(f"| {policy} | {r['syncs']} | {slope} | {bend} | {cross_text(r)} | {heldout_text(r)} | "
+                         f"{cosine_text(r)} |")
+        inside = [r["heldout"]["inside"] for r in rows.values() if r["heldout"]]
+        cos = [r["cosine"]["inside"] for r in rows.values() if r["cosine"] and "inside" in r["cosine"]]
+        lines += ["", f"Held-out truths inside their 95% prediction intervals: {sum(inside)} of {len(inside)}; cosine "
+                      f"measurements inside the WSD lines' intervals: {sum(cos)} of {len(cos)}.", ""]
+    return "\n".join(lines)
+
+
+def cross_text(r):
+    if r["curved"]:
+        return "not extrapolated: curvature"
+    if r["crossover_interval"] is not None and r["crossover_in_range"]:
+        lo, hi = r["crossover_interval"]
+        return f"crosses 0 at {tokens_text(r['crossover_tokens'])} [{tokens_text(lo)}, {tokens_text(hi)}]"
+    parts = []
+    if r["ahead_to"]:
+        parts.append(f"ahead (Holm) up to {tokens_text(r['ahead_to'])}")
+    if r["behind_from"]:
+        parts.append(f"behind (Holm) at {tokens_text(r['behind_from'])}")
+    parts.append(f"no crossover located to {tokens_text(r['largest'])}")
+    return "; ".join(parts)
+
+
+def heldout_text(r):
+    h = r["heldout"]
+    if h is None:
+        return "—" if not r["curved"] else "not predicted: curvature"
+    return (f"{h['predicted']:+.2f} ± {h['pi']:.2f} vs {h['measured']:+.2f} at {tokens_text(h['tokens'])}: "
+            + ("inside" if h["inside"] else "**outside**"))
+
+
+def cosine_text(r):
+    c = r["cosine"]
+    if c is None:
+        return "—"
+    measured = f"{c['measured']:+.2f}" + (f" ± {c['ci']:.2f}" if c["ci"] is not None else "") + f" ({c['seeds']})"
+    if c["predicted"] is None:
+        return f"not predicted{': curvature' if r['curved'] else ''} vs {measured}"
+    return (f"{c['predicted']:+.2f} ± {c['pi']:.2f} vs {measured} at {tokens_text(c['tokens'])}: "
+            + ("inside" if c["inside"] else "**outside**"))
+
+
+def plot_headline(trends, order, path):
+    """Gap to baseline against tokens per parameter: one panel per policy, one line per width (the WSD branches'
+    mean over seeds with its 95% t band), the cosine runs as squares with their 95% interval."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from training.config import save_figure
+
+    policies = [p for p in order if any(p in rows for rows, _ in trends.values())]
+    fig, axes = plt.subplots(1, len(policies), figsize=(3.3 * len(policies), 4.2), sharey=True, squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, policy in zip(axes[0], policies):
+        ax.axhline(0, color="black", lw=1)
+        for k, (width, (rows, n_params)) in enumerate(sorted(trends.items())):
+            r = rows.get(policy)
+            if r is None:
+                continue
+            color = colors[k % len(colors)]
+            x = [b["per_param"] for b in r["budgets"]]
+            y = [b["gap"] for b in r["budgets"]]
+            h = [b["ci"] or 0.0 for b in r["budgets"]]
+            ax.plot(x, y, "o-", color=color, lw=2, ms=5, label=f"width {width}, WSD")
+            ax.fill_between(x, [a - b for a, b in zip(y, h)], [a + b for a, b in zip(y, h)], color=color,
+                            alpha=0.15, lw=0)
+            c = r["cosine"]
+            if c is not None:
+                ax.errorbar([c["tokens"] / n_params], [c["measured"]], yerr=[c["ci"] or 0.0], fmt="s", color=color,
+                            mfc="white", ms=7, capsize=3, label=f"width {width}, cosine")
+        ax.set_xscale("log", base=2)
+        ticks = sorted({b["per_param"] for rows, _ in trends.values() if policy in rows for b in rows[policy]["budgets"]}
+                       | {rows[policy]["cosine"]["tokens"] / n for rows, n in trends.values()
+                          if policy in rows and rows[policy]["cosine"]})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{t:.2g}" if t < 10 else f"{t:.1f}" for t in ticks], fontsize=8)
+        ax.minorticks_off()
+        ax.set_ylim(-CLIP, CLIP)  # a 2-seed band at one budget spans ±28 points: clipped, so the means stay readable
+        syncs = next(rows[policy]["syncs"] for rows, _ in trends.values() if policy in rows)
+        ax.set_title(f"{policy} ({syncs} sync{'' if syncs == 1 else 's'} per forward)", fontsize=10)
+        ax.set_xlabel("tokens per parameter")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("val loss gap to baseline (24 syncs), %\nlower is better")
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    fig.suptitle("Loss cost of fewer syncs against the training budget on data/debian_large: mean of 2-3 paired "
+                 f"seeds, 95% t bands (clipped at ±{CLIP:.0f}); lower is better", fontsize=11)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
