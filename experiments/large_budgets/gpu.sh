@@ -22,12 +22,12 @@ case $verb in
     python3 -m data.debian_large.stage unpack --from .stage --chunks "$1" 2>&1 | tee -a $S/stage.log
     ls -la data/debian_large/ | tee -a $S/stage.log; cp $S/stage.log $OUT/ ;;
   probe)
-    width=$1; P=""; i=0; D=$S/probe_data/debian_large; mkdir -p $D
+    width=$1; P=""; i=0; D=$S/probe_data/debian_large; mkdir -p $D; n_gpus=$(nvidia-smi -L | wc -l)
     # the chunks carried so far stand in for train.bin (the probe reads 96 x 32 windows)
     [ -f $D/train.bin ] || cat data/debian_large/chunks/*.bin > $D/train.bin; cp data/debian_large/val*.bin $D/
     for policy in baseline spd parallel ladder grouped:4 grouped:12; do
       tag=${policy/:/}
-      CUDA_VISIBLE_DEVICES=$((i % 4)) timeout 500 python3 train_reduced_sync.py config/large_w$width.py --sync_policy=$policy \
+      CUDA_VISIBLE_DEVICES=$((i % n_gpus)) timeout 500 python3 train_reduced_sync.py config/large_w$width.py --sync_policy=$policy \
         --max_iters=96 --lr_decay_iters=96 --eval_interval=96 --log_interval=8 --tp=1 --gradient_accumulation_steps=1 --batch_size=32 \
         --always_save_checkpoint=False --keep_best=False --data_dir=$S/probe_data --out_dir=$S/probe/$width-$tag > $S/probe-$width-$tag.log 2>&1 & P="$P $!"
       i=$((i + 1))
