@@ -22,14 +22,14 @@ there is no across-width fit yet, and none is printed.
 """
 import math
 
-from analysis.stats import budget_analysis, curvature_tests, mean_ci, seed_statistics, t_quantile
+from analysis.stats import budget_analysis, curvature_tests, seed_statistics
 
 LEVEL = 0.95
 CLIP = 12.0  # the headline figure's y range, ± points
 
 
-def _prediction(entry, level=LEVEL):
-    """(mean, half-width) of the per-seed lines' prediction at entry['target_tokens'], or None."""
+def _prediction(entry):
+    """(mean, half-width) of the per-seed lines' 95% prediction for one seed at entry['target_tokens'], or None."""
     if entry.get("target_gap") is None or entry.get("target_pi") is None:
         return None
     return entry["target_gap"], entry["target_pi"]
@@ -68,7 +68,7 @@ def width_trend(wsd_runs, cosine_runs, n_params, level=LEVEL):
         curved = bool(bend and bend["significant"])
         measured_top = next((b for b in e["budgets"] if b["iters"] == top), None)
         h = held.get(policy)
-        held_pred = None if (h is None or curved) else _prediction(h, level)
+        held_pred = None if (h is None or curved) else _prediction(h)
         ahead, behind = _bound(e)
         rows[policy] = dict(
             syncs=e["syncs"], seeds=e.get("seeds_fitted"), slope=e.get("slope"), slope_ci=e.get("slope_ci"),
@@ -81,8 +81,8 @@ def width_trend(wsd_runs, cosine_runs, n_params, level=LEVEL):
                 inside=abs(measured_top["gap"] - held_pred[0]) <= held_pred[1]),
             cosine=None if policy not in cosine else dict(
                 tokens=cosine_tokens, measured=cosine[policy][0], ci=cosine[policy][1], seeds=cosine[policy][2],
-                predicted=None if curved or _prediction(e, level) is None else _prediction(e, level)[0],
-                pi=None if curved or _prediction(e, level) is None else _prediction(e, level)[1]),
+                predicted=None if curved or _prediction(e) is None else _prediction(e)[0],
+                pi=None if curved or _prediction(e) is None else _prediction(e)[1]),
             budgets=[dict(tokens=b["tokens"], per_param=b["tokens"] / n_params, gap=b["gap"], ci=b["gap_ci"],
                           n=b["n"], verdict=b.get("verdict")) for b in e["budgets"]])
         c = rows[policy]["cosine"]
@@ -93,10 +93,6 @@ def width_trend(wsd_runs, cosine_runs, n_params, level=LEVEL):
 
 def tokens_text(t):
     return f"{t / 1e9:.2f}B" if t >= 1e9 else f"{t / 1e6:.1f}M"
-
-
-def _num(v, fmt="+.2f"):
-    return "—" if v is None else format(v, fmt)
 
 
 def render_trend(trends, order):
