@@ -20,7 +20,6 @@ Two checks of the line's 95% prediction interval for one seed's gap, mean +- t(n
 Across widths the width is the unit of replication (df = widths - parameters): with one width on this corpus
 there is no across-width fit yet, and none is printed.
 """
-import math
 
 from analysis.stats import budget_analysis, curvature_tests, seed_statistics
 
