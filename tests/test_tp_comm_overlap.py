@@ -87,7 +87,9 @@ def test_overlap_equals_plain_at_tp2():
             assert identical, mode
 
 
+@pytest.mark.slow
 def test_overlap_equals_plain_at_tp3():
+    """Slow (about 8 s): 21 models on three ranks."""
     for rank_out in scenario_outcome(run_gloo_scenarios({"tp3": _tp3}, world_size=3), "tp3"):
         assert len(rank_out) == len(MODES) * len(SP_POLICIES)
         for key, diff in rank_out.items():
@@ -108,3 +110,70 @@ def test_overlap_waits_for_sequence_parallelism():
     model.set_sequence_parallel(True)
     assert model.comm_overlap == ("chunked", 2)
     assert all(block.comm_overlap == ("chunked", 2) for block in model.transformer.h)
+
+
+def _chunked_compile_worker(rank, world_size):
+    """chunked:3, compiled (fullgraph, aot_eager) minus eager, per policy."""
+    import torch.distributed as dist
+    from tests.test_compile import steps_diff
+    from tests.test_model import compile_layers
+    group = dist.new_group([0, 1])
+    worst = {}
+    for policy in ("baseline", "ladder", "grouped:2"):
+        models = [make(policy, n_tracks=4, tp_group=group, n_layer=compile_layers(policy)) for _ in range(2)]
+        for model in models:
+            model.set_sequence_parallel(True)
+            model.set_tp_comm_overlap("chunked:3")
+        compiled = torch.compile(models[1], fullgraph=True, backend="aot_eager")
+        worst[policy] = steps_diff([(models[0], models[0]), (compiled, models[1])], *batch())
+    return worst
+
+
+@pytest.mark.slow
+def test_chunked_compiles_fullgraph_at_tp2():
+    """Slow (about 20 s on 2 busy cores): three models compiled on two ranks."""
+    for worst in scenario_outcome(run_gloo_scenarios({"c": _chunked_compile_worker}), "c"):
+        for policy, d in worst.items():
+            assert d < 1e-12, (policy, d)
+
+
+def _async_tp_graph_worker(rank, world_size):
+    """async_tp: the traced forward and backward graphs (aten, after inductor's decompositions: what its post-grad
+    passes see), searched with the micro-pipeline TP pass's own matchers; and compiled minus eager."""
+    import torch.distributed as dist
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.fx_passes import micro_pipeline_tp as tp_pass
+    group = dist.new_group([0, 1])
+    found = []  # per graph: (all-gathers read by an mm, reduce-scatters of an mm's output alone)
+
+    def record(gm, example_inputs):
+        gathers = [g for g in tp_pass.find_all_gather_patterns(gm.graph) if tp_pass._find_consumer_matmuls(g.res_node)]
+        scatters = [s for s in tp_pass.find_reduce_scatter_patterns(gm.graph)
+                    if tp_pass._find_producer_matmul(s.input_node) is not None and len(s.input_node.users) == 1]
+        found.append((len(gathers), len(scatters)))
+        return gm
+
+    models = [make("baseline", n_tracks=2, tp_group=group, n_layer=2) for _ in range(2)]
+    for model in models:
+        model.set_sequence_parallel(True)
+        model.set_tp_comm_overlap("async_tp")
+    backend = aot_autograd(fw_compiler=record, bw_compiler=record, decompositions=select_decomp_table())
+    torch._dynamo.reset()
+    compiled = torch.compile(models[1], fullgraph=True, backend=backend)
+    idx, targets = batch()
+    losses = [m(idx, targets)[1] for m in (models[0], compiled)]
+    for loss in losses:
+        loss.backward()
+    grads = max((a.grad - b.grad).abs().max().item() for a, b in zip(models[0].parameters(), models[1].parameters()))
+    return found, max(grads, (losses[0] - losses[1]).abs().item()), models[0].syncs_per_forward
+
+
+def test_async_tp_graphs_hold_the_patterns_the_pass_fuses():
+    """Forward: an all-gather read by an mm at each of the 2 x n_layer sync points' entry and at the head, and an mm
+    reduce-scattered (its only reader) at each sync point; backward the conjugates: each entry's dgrad mm
+    reduce-scattered, each exit's gathered output gradient read by mm's. Compiled equals eager."""
+    for found, diff, syncs in scenario_outcome(run_gloo_scenarios({"g": _async_tp_graph_worker}), "g"):
+        assert diff < 1e-12, diff
+        assert syncs == 4
+        assert found == [(syncs + 1, syncs), (syncs, syncs + 1)], found
