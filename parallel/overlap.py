@@ -216,3 +216,16 @@ def linear_scatter(z, weight, bias, group, overlap, kinds=("tp_fwd", "tp_bwd_ag"
     if mode == "chunked":
         return _LinearScatterChunked.apply(z, weight, bias, group, chunks, kinds)
     return _MMScatter.apply(z, weight, bias, group, kinds)
+
+
+def enable_async_tp(group):
+    """What 'async_tp' needs before the model is compiled: inductor's micro-pipeline TP pass on, and symmetric memory
+    on the TP group (the fused kernels exchange through it). CUDA and NCCL only (training/config.py checks)."""
+    import os
+
+    import torch._inductor.config as inductor_config
+    from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+    # unless the environment says otherwise: NVLink multicast is off on the lent multi-GPU machines
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    inductor_config._micro_pipeline_tp = True
+    enable_symm_mem_for_group(group.group_name)

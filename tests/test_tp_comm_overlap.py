@@ -177,3 +177,35 @@ def test_async_tp_graphs_hold_the_patterns_the_pass_fuses():
         assert diff < 1e-12, diff
         assert syncs == 4
         assert found == [(syncs + 1, syncs), (syncs, syncs + 1)], found
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tp_comm_overlap=chunked:x", "--sequence_parallel=True"],
+     "invalid tp_comm_overlap='chunked:x'; allowed: off, chunked, chunked:K, async_tp (K an int in [1, 64])"),
+    (["--tp_comm_overlap=chunked"],
+     "tp_comm_overlap='chunked' needs sequence_parallel=True: it overlaps sequence parallelism's all-gathers and "
+     "reduce-scatters (there are none without it)"),
+    (["--tp_comm_overlap=async_tp", "--sequence_parallel=True", "--device=cpu"],
+     "tp_comm_overlap='async_tp' needs CUDA (NCCL and symmetric memory), not device 'cpu'; use 'chunked' or 'off' "
+     "there"),
+    (["--tp_comm_overlap=async_tp", "--sequence_parallel=True", "--compile=False"],
+     "tp_comm_overlap='async_tp' needs a run compiled with inductor (its micro-pipeline TP pass fuses the "
+     "collectives); got compile=False, compile_backend='inductor'"),
+])
+def test_config_refuses_an_overlap_that_cannot_run(args, message):
+    from training.config import ConfigError, parse
+    with pytest.raises(ConfigError) as e:
+        parse(args)
+    assert str(e.value) == message
+
+
+def test_trainer_refuses_async_tp_once_the_device_resolves_to_cpu():
+    """device='auto' passes parse(); the trainer checks again with the resolved device and compile plan."""
+    from training.config import ConfigError, check_tp_comm_overlap, parse
+    cfg = parse(["--tp_comm_overlap=async_tp", "--sequence_parallel=True"])
+    with pytest.raises(ConfigError, match="^tp_comm_overlap='async_tp' needs CUDA .* not device 'cpu'"):
+        check_tp_comm_overlap(cfg, "cpu", False)
+    with pytest.raises(ConfigError, match="needs a run compiled with inductor"):
+        check_tp_comm_overlap(cfg, "cuda", False)
+    check_tp_comm_overlap(cfg, "cuda", True)  # CUDA, compiled: accepted
+    assert parse(["--tp_comm_overlap=chunked:4", "--sequence_parallel=True", "--device=cpu"]).tp_comm_overlap == "chunked:4"
