@@ -209,3 +209,11 @@ def test_trainer_refuses_async_tp_once_the_device_resolves_to_cpu():
         check_tp_comm_overlap(cfg, "cuda", False)
     check_tp_comm_overlap(cfg, "cuda", True)  # CUDA, compiled: accepted
     assert parse(["--tp_comm_overlap=chunked:4", "--sequence_parallel=True", "--device=cpu"]).tp_comm_overlap == "chunked:4"
+
+
+def test_train_throughput_refuses_a_bad_tp_comm_in_one_line():
+    from bench import train_throughput
+    with pytest.raises(train_throughput.ArgError) as e:
+        train_throughput.parse_args(["--size", "tiny", "--device", "cpu", "--tp_comm", "sp,chunked:99"])
+    assert str(e.value) == ("--tp_comm='sp,chunked:99': 'chunked:99' is not off, sp, chunked, chunked:K (K in 1-64) "
+                            "or async_tp")
