@@ -49,7 +49,7 @@ bytes of a Megatron sublayer's (fp32 had doubled them: issue 49's profile of spd
 With async_grad_allreduce (a runtime option of GPT, off by default and not in GPTConfig) every f
 that sits directly before a column-parallel GEMM (a Megatron sublayer's f(LN x), a region's entry
 f(x) with its first sublayer's LayerNorm, the LM head's) is fused with that GEMM, so that f's backward
-all-reduce travels while the GEMM's weight gradient is computed (parallel/comm.py): the same function,
+all-reduce travels while the GEMM's weight gradient is computed (parallel/async_grad.py): the same function,
 collectives and counts.
 
 Regions. Inside a region each track carries its own stream s_t = x + beta + d_t, as Megatron
@@ -96,7 +96,7 @@ from model import sharding
 from model.gpt_config import GPTConfig, parse_tp_comm_overlap  # noqa: F401 -- GPTConfig re-exported: imported from here
 from model.tp_layers import (ColumnParallelLinear, LayerNorm, RowParallelLinear, VocabParallelEmbedding,
                              vocab_parallel_cross_entropy)
-from parallel import comm
+from parallel import async_grad, comm
 from parallel import overlap
 from parallel import sequence as seq
 
@@ -232,7 +232,7 @@ class Block(nn.Module):
         then sync or keep the output in the region, as `step` says. With self.async_grad, the f that
         enters a region is fused with `column` (the sublayer's first, column-parallel GEMM, on the
         shared input) so that its backward all-reduce overlaps that GEMM's weight gradient
-        (parallel/comm.py); run then gets the GEMM's output as `projected`. With self.comm_overlap (sequence
+        (parallel/async_grad.py); run then gets the GEMM's output as `projected`. With self.comm_overlap (sequence
         parallel), a Megatron sublayer's all-gather is fused with `column` and its reduce-scatter with `row`, its
         row-parallel GEMM (parallel/overlap.py), save the ladder's, which overlaps its own."""
         group, proj_bias = self.tp_group, row.bias
@@ -251,7 +251,8 @@ class Block(nn.Module):
             gemm_bias, bias = self.bias_into_partial(proj_bias)
             if fuse:
                 h = autocast_input(ln(st.x))
-                out = run(h, False, gemm_bias, comm.copy_to_tp_region_linear(h, column.weight, column.bias, group))
+                projected = async_grad.copy_to_tp_region_linear(h, column.weight, column.bias, group)
+                out = run(h, False, gemm_bias, projected)
             else:
                 h = comm.copy_to_tp_region(autocast_input(ln(st.x)), group)
                 out = run(h, False, gemm_bias)
@@ -287,8 +288,8 @@ class Block(nn.Module):
         bias = None if slot is None else partial[slot]
         per_track = step.per_track and k > 1  # one track: its output is [B,T,C], no track dim
         if fuse and st.xin is None and reads.s is None:  # the region's entry: LN(f(x)), f fused with the GEMM
-            xin, projected = comm.copy_to_tp_region_ln_linear(st.x, ln_weight, ln_bias, column.weight, column.bias,
-                                                              group)
+            xin, projected = async_grad.copy_to_tp_region_ln_linear(st.x, ln_weight, ln_bias, column.weight,
+                                                                    column.bias, group)
             out = run(None, per_track, bias, projected)
         else:
             xin = st.xin
@@ -392,7 +393,7 @@ class GPT(nn.Module):
         """Megatron's async grad all-reduce: every f that enters a region directly before a column-
         parallel GEMM (each Megatron/ladder sublayer's, each track-local region's entry, and the LM
         head's) is fused with that GEMM, so f's backward all-reduce of the input gradient is launched
-        before the GEMM's weight gradient and waited for after it (parallel/comm.py). The same function,
+        before the GEMM's weight gradient and waited for after it (parallel/async_grad.py). The same function,
         the same collectives and counts. At tp=1 there is nothing to overlap: it stays off; under sequence
         parallelism there is no f to fuse (an all-gather enters a region instead): it stays off too."""
         self.async_grad_requested = bool(on)
@@ -565,7 +566,7 @@ class GPT(nn.Module):
         if gathered:
             logits = F.linear(x, wte.weight)
         elif self.async_grad_allreduce:
-            logits = comm.copy_to_tp_region_linear(autocast_input(x), wte.weight, None, self.tp_group, "vocab")
+            logits = async_grad.copy_to_tp_region_linear(autocast_input(x), wte.weight, None, self.tp_group, "vocab")
         else:
             logits = F.linear(comm.copy_to_tp_region(autocast_input(x), self.tp_group, "vocab"), wte.weight)
         return None, vocab_parallel_cross_entropy(logits, targets, wte.v0, self.tp_group)
