@@ -1,9 +1,10 @@
 """tp_comm_overlap (GPT.set_tp_comm_overlap, parallel/overlap.py): with sequence parallelism, 'chunked' (ours) and
 'async_tp' (the form of torch's async TP) compute the function of the model without sequence parallelism, at tp=1,
 2 and 3, for every policy sequence parallelism supports, forward and gradients (fp64, dropout on; bf16 autocast at
-tp=2), with the counts of sequence parallelism without overlap; 'chunked' compiles with fullgraph=True, and the
-traced 'async_tp' graphs hold the all-gather -> mm and mm -> reduce-scatter patterns that inductor's micro-pipeline
-TP pass matches, found by that pass's own matchers."""
+tp=2), with the counts of sequence parallelism without overlap; the traced 'async_tp' graphs hold the all-gather ->
+mm and mm -> reduce-scatter patterns that inductor's micro-pipeline TP pass matches, found by that pass's own
+matchers; bad values are one line (model, config, benchmark). Slow: tp=3; 'chunked' compiled with fullgraph=True
+equals eager, and inductor's code overlaps each piece's collective with a GEMM."""
 import pytest
 import torch
 
@@ -217,3 +218,56 @@ def test_train_throughput_refuses_a_bad_tp_comm_in_one_line():
         train_throughput.parse_args(["--size", "tiny", "--device", "cpu", "--tp_comm", "sp,chunked:99"])
     assert str(e.value) == ("--tp_comm='sp,chunked:99': 'chunked:99' is not off, sp, chunked, chunked:K (K in 1-64) "
                             "or async_tp")
+
+
+def _inductor_order_worker(rank, world_size):
+    """One chunked:3 layer compiled by inductor, a training step: the generated code's collective launches, waits and
+    GEMMs in the order they run (forward, then backward), and compiled minus eager loss."""
+    import re
+
+    import torch.distributed as dist
+    from torch._inductor.utils import run_and_get_code
+    group = dist.new_group([0, 1])
+    torch._dynamo.reset()
+    model = make("baseline", n_tracks=2, tp_group=group, n_layer=1)
+    model.set_sequence_parallel(True)
+    model.set_tp_comm_overlap("chunked:3")
+    compiled = torch.compile(model, fullgraph=True, backend="inductor")
+    idx, targets = batch()
+    eager = model(idx, targets)[1].item()
+
+    def step():
+        loss = compiled(idx, targets)[1]
+        loss.backward()
+        return loss
+
+    loss, codes = run_and_get_code(step)
+    pattern = r"\s*buf\d+ = torch\.ops\.reduced_sync\.((?:all_gather|reduce_scatter)_(?:start|wait))|.*extern_kernels\.(add)?mm\("
+    calls = [[m.group(1) or "gemm" for m in map(lambda line: re.match(pattern, line), code.splitlines()) if m]
+             for code in codes]
+    return abs(loss.item() - eager), calls
+
+
+def _runs_of(calls, op):
+    """The runs of op's starts and waits in calls: [(start indices, wait indices)], 3 of each per run."""
+    starts = [i for i, c in enumerate(calls) if c == f"{op}_start"]
+    waits = [i for i, c in enumerate(calls) if c == f"{op}_wait"]
+    return [(starts[k:k + 3], waits[k:k + 3]) for k in range(0, len(starts), 3)]
+
+
+@pytest.mark.slow
+def test_compiled_chunked_overlaps_each_piece_with_a_gemm():
+    """Slow (about 15 s): inductor on CPU, two ranks. Every all-gather run launches its 3 pieces before the first
+    wait and puts a GEMM between consecutive waits (piece i+1 travels during GEMM i); every reduce-scatter run puts a
+    GEMM between consecutive launches (piece i travels during GEMM i+1). Forward: the sublayers' entries (and the
+    head's) gather, their exits scatter; backward: the conjugates."""
+    for diff, (forward, backward) in scenario_outcome(run_gloo_scenarios({"o": _inductor_order_worker}), "o"):
+        assert diff < 1e-12, diff
+        for calls, gathers, scatters in ((forward, 3, 2), (backward, 2, 3)):
+            assert len(_runs_of(calls, "all_gather")) == gathers and len(_runs_of(calls, "reduce_scatter")) == scatters
+            for starts, waits in _runs_of(calls, "all_gather"):
+                assert len(starts) == len(waits) == 3 and starts[-1] < waits[0], calls
+                assert all("gemm" in calls[a:b] for a, b in zip(waits, waits[1:])), calls
+            for starts, waits in _runs_of(calls, "reduce_scatter"):
+                assert len(starts) == len(waits) == 3 and starts[-1] < waits[0], calls
+                assert all("gemm" in calls[a:b] for a, b in zip(starts, starts[1:])), calls
