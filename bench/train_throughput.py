@@ -6,7 +6,7 @@
 
 One invocation times, on the same GPUs, these variants (groups, selected with --variants):
 
-    plain   a plain single-GPU nanoGPT (bench/plain_train.py's PlainGPT: wte/wpe, pre-LN blocks with one
+    plain   a plain single-GPU nanoGPT (bench/throughput/plain.py's PlainGPT: wte/wpe, pre-LN blocks with one
             c_attn [3C, C], F.scaled_dot_product_attention(is_causal=True), c_proj, MLP 4C with GELU,
             ln_f, tied lm_head, cross-entropy; nanoGPT's init), independent of model/gpt.py
     tp1     ours (model/gpt.py) at tp=1, tp_group=None: --tp1_policies (baseline, grouped:4) with
@@ -108,8 +108,8 @@ from model.gpt_config import parse_tp_comm_overlap  # noqa: E402
 from model.sync_policy import parse_sync_policy  # noqa: E402
 from parallel import comm  # noqa: E402
 from parallel.mesh import close_process_groups, end_process  # noqa: E402
-from bench.plain_train import PlainGPT, TorchDDPAdapter  # noqa: E402
-from bench.train_throughput_report import key_ratios, markdown, row_cells  # noqa: E402
+from bench.throughput.plain import PlainGPT, TorchDDPAdapter  # noqa: E402
+from bench.throughput.report import key_ratios, markdown, row_cells  # noqa: E402
 
 multicast_off()  # before any NCCL communicator exists
 
