@@ -74,6 +74,9 @@ reduce-scatter and the head gathers ln_f's output. Replicated parameters read on
 the sharded LayerNorms (and ln_f) take slots in the partial-grad list (one f), and the sync's bias and the position
 embedding are added before the reduce-scatter on TP rank 0 and as p - p.detach() (exactly 0) elsewhere, so every
 rank's gradient is the sum over all tokens that the reduce-scatter's backward gathers (Block.rank0_bias).
+With tp_comm_overlap (GPT.set_tp_comm_overlap, parallel/overlap.py) a Megatron sublayer's all-gather is fused with
+its column-parallel GEMM and its reduce-scatter with its row-parallel GEMM (the head's all-gather too), in row pieces
+that travel while their neighbours' GEMMs compute; the same function.
 
 torch.compile. forward() reads the policy only through self._plan (built once per policy: per sync
 point a few booleans and indices) and the collectives are traceable (parallel/comm.py), so the
