@@ -16,8 +16,10 @@ and RS(Z^i W^T) is the i-th piece of this rank's rows of the sum: RS i is launch
 GEMM i+1 computes. Backward mirrors both: for gather_linear, dG^i = dY^i W is reduce-scattered (dX's i-th piece)
 while dW += dY^i^T G^i computes; for linear_scatter, the pieces of dO are all-gathered (all launched first) and
 dZ^i = AG(dO^i) W, dW += AG(dO^i)^T Z^i wait only for their own. The same function: every row of Y and O is the
-same dot products, summed over the same ranks; only dW and db are summed over pieces in another order (float
-rounding). Traced, each wait takes the previous GEMM's output as `after`, so inductor keeps GEMM i-1 before wait i.
+same dot products, summed over the same ranks; dW and db are summed over pieces, and b is added after the sum rather
+than inside rank 0's GEMM, in another order (float rounding). Traced, each wait takes a GEMM's output as `after`
+(all-gather i the GEMM of piece i-1, reduce-scatter i that of piece i+1), so inductor runs that GEMM first
+(tests/test_tp_comm_overlap.py reads the order in inductor's code).
 
 'async_tp' (torch's async TP). One piece, written as the pattern inductor's micro-pipeline TP pass
 (torch/_inductor/fx_passes/micro_pipeline_tp.py, torch._inductor.config._micro_pipeline_tp) replaces with its
