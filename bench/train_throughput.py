@@ -316,6 +316,8 @@ def build_variant(v, args, env):
     torch._inductor.config.reorder_for_peak_memory = not (async_grad and compiled)
     # as the trainer compiles at this tp; --inductor_defaults: inductor's own settings (tp=1's), to time what they cost
     apply_exact_training_settings(1 if args.inductor_defaults else v["tp"])
+    # async TP's fusing pass: on for its rows only (a global inductor setting, read when a variant compiles)
+    torch._inductor.config._micro_pipeline_tp = v.get("tp_comm") == "async_tp"
     torch.manual_seed(0)  # the same full weights on every rank (GPT draws them from the global RNG)
     if v["impl"] == "plain":
         raw = PlainGPT(**shape).to(env.device)
@@ -324,7 +326,6 @@ def build_variant(v, args, env):
     tp_group = env.tp_group if v["tp"] > 1 else None
     tp_comm = v.get("tp_comm", "off")
     overlap = "off" if tp_comm in ("off", "sp") else tp_comm
-    torch._inductor.config._micro_pipeline_tp = overlap == "async_tp"
     if overlap == "async_tp":  # as the trainer refuses it (training/config.py): the row holds this error
         if not (env.cuda and compiled):
             raise ValueError("tp_comm async_tp needs CUDA and a compiled mode (inductor's micro-pipeline TP pass)")
