@@ -84,14 +84,16 @@ import torch
 
 from training.checkpoint import (MODEL_KEYS, RESUME_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
                         restore_rng_states, set_aside)
-from training.config import (SAME_DATA_KEYS, VALID_KEYS, ConfigError, TrainConfig, format_config, help_text, merge,
-                          model_config, parse, resolve_compile, resolve_layout, save_config, save_iter_set)
+from training.config import (SAME_DATA_KEYS, VALID_KEYS, ConfigError, TrainConfig, check_tp_comm_overlap, format_config,
+                          help_text, merge, model_config, parse, resolve_compile, resolve_layout, save_config,
+                          save_iter_set)
 from data.loader import DataError, check_data, check_one_pass, dropout_seed, get_train_batch, passes_read
 from training.memory_check import check_memory
 from model.compile_modes import apply_exact_training_settings
 from model.gpt import GPT
 from parallel import comm
 from parallel.ddp import BucketedDDP
+from parallel.overlap import enable_async_tp
 from parallel.mesh import (RendezvousError, close_process_groups, end_process, env_int, init_mesh,
                            record_error_for_torchrun)
 from training.run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
@@ -282,7 +284,8 @@ def build_model(cfg, vocab_size, init, mesh):
     try:
         torch.manual_seed(cfg.seed)  # identical on every rank: GPT draws the full weights from it
         raw_model = GPT(model_config(cfg, vocab_size), tp_group=mesh.tp_group,
-                        async_grad_allreduce=cfg.tp_async_grad, sequence_parallel=cfg.sequence_parallel)
+                        async_grad_allreduce=cfg.tp_async_grad, sequence_parallel=cfg.sequence_parallel,
+                        tp_comm_overlap=cfg.tp_comm_overlap)
         if init.checkpoint is not None:
             load_weights(raw_model, init.checkpoint, init.path)
         elif init.weights is not None:
@@ -487,6 +490,8 @@ def wrap(raw_model, cfg, mesh, plan):
             # start instead of between start and wait: nothing overlapped (tests/test_async_grad.py)
             import torch._inductor.config as inductor_config
             inductor_config.reorder_for_peak_memory = False
+        if raw_model.comm_overlap is not None and raw_model.comm_overlap[0] == "async_tp" and mesh.tp > 1:
+            enable_async_tp(mesh.tp_group)  # before compiling: the pass runs at compile time
         exact = apply_exact_training_settings(mesh.tp)  # the regions' LayerNorm gradients (model/compile_modes.py)
         if mesh.is_master:  # compiling happens at the first call, silently otherwise
             graphs = ", then CUDA graphs" if plan.mode == "reduce-overhead" else ""
@@ -591,6 +596,10 @@ def main(argv):
     cfg, init = read_init(cfg, vocab_size, data_dir, mesh)
     raw_model = build_model(cfg, vocab_size, init, mesh)
     plan = resolve_compile(cfg, device.split(":")[0])  # compile='auto': compiled + CUDA graphs on CUDA, eager on CPU
+    try:  # async_tp's device and compile, now that both are resolved
+        check_tp_comm_overlap(cfg, device.split(":")[0], plan.compiled)
+    except ConfigError as e:
+        fail(str(e), mesh)
     log, derived = open_run(cfg, layout, mesh, control, raw_model, dtype, plan)
     tokens_per_iter, ckpt_path = derived["tokens_per_iter"], os.path.join(cfg.out_dir, "ckpt.pt")
     keep_iters = save_iter_set(cfg)  # a trunk's branch points: ckpt_<iter>.pt besides ckpt.pt

@@ -6,7 +6,7 @@
 
 One invocation times, on the same GPUs, these variants (groups, selected with --variants):
 
-    plain   a plain single-GPU nanoGPT written below (PlainGPT: wte/wpe, pre-LN blocks with one
+    plain   a plain single-GPU nanoGPT (bench/throughput/plain.py's PlainGPT: wte/wpe, pre-LN blocks with one
             c_attn [3C, C], F.scaled_dot_product_attention(is_causal=True), c_proj, MLP 4C with GELU,
             ln_f, tied lm_head, cross-entropy; nanoGPT's init), independent of model/gpt.py
     tp1     ours (model/gpt.py) at tp=1, tp_group=None: --tp1_policies (baseline, grouped:4) with
@@ -26,6 +26,13 @@ the graph at bucket boundaries, so fullgraph does not apply there). Two more com
 the issue's overlap ideas: compiled-overlap turns on inductor's compute/communication reordering
 (OVERLAP_PASSES: collectives raised to where their input is ready, waits sunk to the first use,
 compute reordered into the gap), compiled-graphs is mode="reduce-overhead" (CUDA graphs).
+
+TP communication. tp2 rows run each value of --tp_comm (default off): off, plain TP (each kept sync all-reduces);
+sp, Megatron's sequence parallelism (GPT's sequence_parallel: a reduce-scatter and an all-gather per sync point);
+or a tp_comm_overlap value, sequence parallelism with that overlap (parallel/overlap.py): chunked or chunked:K (our
+pieces), async_tp (torch's async TP: inductor's micro-pipeline TP pass and symmetric memory on the TP group; CUDA
+and a compiled mode only, elsewhere its rows hold the error). --tp_comm off,sp,chunked,async_tp thus times plain TP,
+TP + SP and TP + SP + overlap side by side, the same function in each row.
 
 The loop. Every variant calls training.train_step, the trainer's step (bf16 autocast on CUDA, fp32
 on CPU; fused AdamW from configure_optimizer; gradient clipping at --grad_clip through parallel/grad.py;
@@ -52,6 +59,8 @@ Key ratios (all as throughput ratios, > 1: the first is faster):
     tp2 baseline / tp1 baseline      tokens/s, same n_tracks and mode (2.00 would be perfect scaling;
                                      labelled tp4 and 4.00 on 4 processes)
     tp2 policy / tp2 baseline        tokens/s, same n_tracks and mode
+    tp2 sp, alone or + overlap / tp2 tokens/s, same n_tracks, policy and mode (--tp_comm)
+    tp2 sp + overlap / tp2 sp        tokens/s, same n_tracks, policy and mode
     ours dp2 / torch DDP dp2         tokens/s, same mode
 
 A variant that raises (e.g. a compile failure) becomes a row holding the error, on every rank (the
@@ -74,7 +83,6 @@ CPU smoke run (gloo, tiny model, never into bench/results):
 import argparse
 import gc
 import json
-import math
 import os
 import re
 import statistics
@@ -87,20 +95,21 @@ from types import SimpleNamespace
 import torch
 import torch._inductor.config  # compiled-overlap sets its scheduling passes
 import torch.distributed as dist
-import torch.nn as nn
-from torch.nn import functional as F
 
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.train_throughput ... "
              "(or torchrun ... -m bench.train_throughput ...)")
 from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
-from bench.common import (GPT2_VOCAB, call_times, command_line, device_tag, md_row, multicast_off,  # noqa: E402
+from bench.common import (GPT2_VOCAB, call_times, command_line, device_tag, multicast_off,  # noqa: E402
                           out_dir_problem, results_dir, save_results, source_commit, split_policies)
 from training.config import HelpFormatter, write_text  # noqa: E402
 from model.compile_modes import apply_exact_training_settings  # noqa: E402
+from model.gpt_config import parse_tp_comm_overlap  # noqa: E402
 from model.sync_policy import parse_sync_policy  # noqa: E402
 from parallel import comm  # noqa: E402
 from parallel.mesh import close_process_groups, end_process  # noqa: E402
+from bench.throughput.plain import PlainGPT, TorchDDPAdapter  # noqa: E402
+from bench.throughput.report import key_ratios, markdown, row_cells  # noqa: E402
 
 multicast_off()  # before any NCCL communicator exists
 
@@ -125,95 +134,6 @@ PROFILE_ITERS = 3
 
 class ArgError(Exception):
     """A bad request: one line on stderr, exit code 2, no traceback."""
-
-
-# ----------------------------------------------------------------------------- the plain reference
-class PlainBlock(nn.Module):
-    def __init__(self, n_embd, n_head, dropout, bias):
-        super().__init__()
-        self.n_head, self.dropout = n_head, dropout
-        self.ln_1 = nn.LayerNorm(n_embd, bias=bias)
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
-        self.attn_proj = nn.Linear(n_embd, n_embd, bias=bias)
-        self.attn_dropout = nn.Dropout(dropout)
-        self.ln_2 = nn.LayerNorm(n_embd, bias=bias)
-        self.c_fc = nn.Linear(n_embd, 4 * n_embd, bias=bias)
-        self.mlp_proj = nn.Linear(4 * n_embd, n_embd, bias=bias)
-        self.mlp_dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
-                                           is_causal=True)
-        x = x + self.attn_dropout(self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C)))
-        return x + self.mlp_dropout(self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)))))
-
-
-class PlainGPT(nn.Module):
-    """nanoGPT's GPT (model.py) for training: same shapes, init and loss as model/gpt.py at n_tracks=1,
-    none of its code. The lm_head is tied to wte (one Parameter)."""
-
-    def __init__(self, n_layer, n_head, n_embd, vocab_size, block_size, dropout=0.0, bias=True):
-        super().__init__()
-        self.block_size = block_size
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(vocab_size, n_embd),
-            wpe=nn.Embedding(block_size, n_embd),
-            drop=nn.Dropout(dropout),
-            h=nn.ModuleList([PlainBlock(n_embd, n_head, dropout, bias) for _ in range(n_layer)]),
-            ln_f=nn.LayerNorm(n_embd, bias=bias),
-        ))
-        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():
-            if name.endswith("proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
-
-    @staticmethod
-    def _init_weights(module):
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-
-    def get_num_params(self, non_embedding=True):
-        n = sum(p.numel() for p in self.parameters())
-        return n - self.transformer.wpe.weight.numel() if non_embedding else n
-
-    def forward(self, idx, targets=None):
-        pos = torch.arange(0, idx.shape[1], dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for block in self.transformer.h:
-            x = block(x)
-        x = self.transformer.ln_f(x)
-        if targets is None:
-            return self.lm_head(x[:, [-1], :]), None
-        logits = self.lm_head(x)
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-
-
-class TorchDDPAdapter(nn.Module):
-    """torch DDP behind BucketedDDP's interface: its own no_sync(); its gradients are already
-    averaged when backward returns, so finish_gradient_synchronization() has nothing left to do."""
-
-    def __init__(self, ddp, compiled):
-        super().__init__()
-        self.ddp = ddp
-        self.call = torch.compile(ddp, fullgraph=False) if compiled else ddp
-
-    def forward(self, *args, **kwargs):
-        return self.call(*args, **kwargs)
-
-    def no_sync(self):
-        return self.ddp.no_sync()
-
-    def finish_gradient_synchronization(self):
-        pass
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -253,6 +173,9 @@ def build_parser():
     p.add_argument("--tp_async_grad", default="off",
                    help="comma-separated of off, on: tp2 rows with the trainer's --tp_async_grad (f's backward "
                         "all-reduce overlapped with the weight-gradient GEMM); 'on' rows end in ' async'")
+    p.add_argument("--tp_comm", default="off",
+                   help="comma-separated: tp rows with off (plain TP), sp (+ sequence parallelism) or a tp_comm_overlap "
+                        "value (sp + that overlap: chunked, chunked:K, async_tp); see TP communication")
     p.add_argument("--modes", default="compiled", help="comma-separated of " + ", ".join(MODES) + " (see Modes)")
     p.add_argument("--inductor_defaults", action="store_true", help="compile at tp=2 with inductor's defaults, not "
                    "the trainer's settings (model/compile_modes.py: mix-order reduction off), to time what they cost")
@@ -292,6 +215,15 @@ def parse_args(argv):
     args.groups = choice_list("variants", args.variants, GROUPS)
     args.mode_list = choice_list("modes", args.modes, MODES)
     args.async_list = list(dict.fromkeys(choice_list("tp_async_grad", args.tp_async_grad, ("off", "on"))))
+    args.tp_comm_list = list(dict.fromkeys(v.strip() for v in args.tp_comm.split(",") if v.strip()))
+    for value in args.tp_comm_list or [""]:
+        if value in ("off", "sp"):
+            continue
+        try:
+            parse_tp_comm_overlap(value)
+        except ValueError:
+            raise ArgError(f"--tp_comm={args.tp_comm!r}: {value!r} is not off, sp, chunked, chunked:K (K in 1-64) "
+                           f"or async_tp")
     args.policy_list = split_policies(args.policies)
     args.tp1_policy_list = split_policies(args.tp1_policies)
     for flag, policies, group in (("policies", args.policy_list, "tp2"), ("tp1_policies", args.tp1_policy_list, "tp1")):
@@ -334,9 +266,9 @@ def variant_plan(args, world):
     base_modes = ["eager"] + extra  # plain, tp1, dp2: eager always, compiled when asked
     plan = []
 
-    def add(group, impl, tp, dp, n_tracks, policy, mode, name, async_grad="off"):
+    def add(group, impl, tp, dp, n_tracks, policy, mode, name, async_grad="off", tp_comm="off"):
         plan.append(dict(group=group, impl=impl, tp=tp, dp=dp, n_tracks=n_tracks, policy=policy, mode=mode,
-                         name=name, gpus=tp * dp, async_grad=async_grad))
+                         name=name, gpus=tp * dp, async_grad=async_grad, tp_comm=tp_comm))
 
     for group in args.groups:
         if group == "plain":
@@ -354,8 +286,11 @@ def variant_plan(args, world):
                 for n in args.tp2_tracks:
                     for policy in args.policy_list:
                         for on in args.async_list:  # tp1 rows have no tp all-reduce: the flag does nothing there
-                            add("tp2", "ours", world, 1, n, policy, mode,
-                                f"ours tp{world} n{n} {policy} {mode}" + (" async" if on == "on" else ""), on)
+                            for tp_comm in args.tp_comm_list:
+                                add("tp2", "ours", world, 1, n, policy, mode,
+                                    f"ours tp{world} n{n} {policy} {mode}" + (" async" if on == "on" else "")
+                                    + ("" if tp_comm == "off" else " sp" if tp_comm == "sp" else f" sp+{tp_comm}"),
+                                    on, tp_comm)
         elif group == "dp2" and world == 2:
             for mode in base_modes:
                 add("dp2", "ours", 1, 2, 1, "baseline", mode, f"ours dp2 {mode}")
@@ -367,6 +302,7 @@ def build_variant(v, args, env):
     """(model as train_step drives it, raw model, syncs per forward or None, tp_group)."""
     from model.gpt import GPT, GPTConfig  # imported late: a broken model file fails rows, not the run
     from parallel.ddp import BucketedDDP
+    from parallel.overlap import enable_async_tp
     n_layer, n_head, n_embd, vocab, _ = SIZES[args.size]
     shape = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab, block_size=args.seq_len,
                  dropout=0.0, bias=not args.no_bias)
@@ -380,14 +316,23 @@ def build_variant(v, args, env):
     torch._inductor.config.reorder_for_peak_memory = not (async_grad and compiled)
     # as the trainer compiles at this tp; --inductor_defaults: inductor's own settings (tp=1's), to time what they cost
     apply_exact_training_settings(1 if args.inductor_defaults else v["tp"])
+    # async TP's fusing pass: on for its rows only (a global inductor setting, read when a variant compiles)
+    torch._inductor.config._micro_pipeline_tp = v.get("tp_comm") == "async_tp"
     torch.manual_seed(0)  # the same full weights on every rank (GPT draws them from the global RNG)
     if v["impl"] == "plain":
         raw = PlainGPT(**shape).to(env.device)
         inner = torch.compile(raw, fullgraph=not args.no_fullgraph, mode=compile_mode) if compiled else raw
         return BucketedDDP(inner, process_group=env.solo_group, bucket_cap_mb=args.bucket_cap_mb), raw, None, None
     tp_group = env.tp_group if v["tp"] > 1 else None
+    tp_comm = v.get("tp_comm", "off")
+    overlap = "off" if tp_comm in ("off", "sp") else tp_comm
+    if overlap == "async_tp":  # as the trainer refuses it (training/config.py): the row holds this error
+        if not (env.cuda and compiled):
+            raise ValueError("tp_comm async_tp needs CUDA and a compiled mode (inductor's micro-pipeline TP pass)")
+        enable_async_tp(tp_group)
     raw = GPT(GPTConfig(**shape, n_tracks=v["n_tracks"], sync_policy=v["policy"]), tp_group=tp_group,
-              async_grad_allreduce=async_grad).to(env.device)
+              async_grad_allreduce=async_grad, sequence_parallel=tp_comm != "off",
+              tp_comm_overlap=overlap).to(env.device)
     if v["impl"] == "torch_ddp":
         ddp = torch.nn.parallel.DistributedDataParallel(
             raw, device_ids=[env.device_index] if env.cuda else None, bucket_cap_mb=args.bucket_cap_mb)
@@ -505,95 +450,6 @@ def flops_per_token(args, n_params):
 
 
 # ----------------------------------------------------------------------------- ratios and output
-def _ok(row):
-    return row is not None and isinstance(row.get("ms"), float) and row["ms"] > 0
-
-
-def key_ratios(rows):
-    """[{section, label, value or None}], each value a throughput ratio (> 1: the first is faster)."""
-    out = []
-    by = {(r["group"], r["impl"], r["n_tracks"], r["policy"], r["mode"]): r for r in rows
-          if r.get("async_grad", "off") == "off"}
-
-    def add(section, label, a, b):
-        value = a["tok_s"] / b["tok_s"] if _ok(a) and _ok(b) else None
-        out.append(dict(section=section, label=label, value=value,
-                        a=a["name"] if a else None, b=b["name"] if b else None))
-
-    plains = [r for r in rows if r["group"] == "plain"]
-    for r in (r for r in rows if r["group"] == "tp1"):
-        plain = next((p for p in plains if p["mode"] == r["mode"]), None)
-        if plain is not None:
-            add("ours tp1 / plain (speedup = plain ms / ours ms)", f"{r['name']} vs {plain['name']}", r, plain)
-    for r in (r for r in rows if r.get("async_grad") == "on"):
-        sync = by.get(("tp2", "ours", r["n_tracks"], r["policy"], r["mode"]))
-        if sync is not None:
-            add(f"tp{r['tp']} async grad / tp{r['tp']} (tokens/s, same n_tracks, policy and mode)",
-                f"{r['policy']} n_tracks {r['n_tracks']} {r['mode']}", r, sync)
-    rows = [r for r in rows if r.get("async_grad", "off") == "off"]  # the other ratios: the default rows
-    for r in (r for r in rows if r["group"] == "tp2" and r["policy"] == "baseline"):
-        base1 = by.get(("tp1", "ours", r["n_tracks"], "baseline", r["mode"]))
-        if base1 is not None:
-            add(f"tp{r['tp']} baseline / tp1 baseline (tokens/s, same n_tracks and mode; {r['tp']:.2f} = perfect "
-                "scaling)",
-                f"n_tracks {r['n_tracks']} {r['mode']}", r, base1)
-    for r in (r for r in rows if r["group"] == "tp2" and r["policy"] != "baseline"):
-        base = by.get(("tp2", "ours", r["n_tracks"], "baseline", r["mode"]))
-        if base is not None:
-            add(f"tp{r['tp']} policy / tp{r['tp']} baseline (tokens/s, same n_tracks and mode)",
-                f"{r['policy']} n_tracks {r['n_tracks']} {r['mode']}", r, base)
-    for r in (r for r in rows if r["group"] == "dp2" and r["impl"] == "ours"):
-        torch_row = by.get(("dp2", "torch_ddp", 1, "baseline", r["mode"]))
-        if torch_row is not None:
-            add("ours dp2 / torch DDP dp2 (tokens/s, same mode)", r["mode"], r, torch_row)
-    return out
-
-
-COLUMNS = ["variant", "tp", "dp", "GPUs", "n_tracks", "policy", "mode", "syncs/fwd", "ms/iter (median)", "tok/s",
-           "MFU"]
-
-
-def row_cells(r):
-    if r.get("error"):
-        timing = ["error: " + r["error"].replace("|", "/"), "-", "-"]
-    else:
-        timing = [f"{r['ms']:.3f}", f"{r['tok_s']:,.0f}", "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.2f}%"]
-    syncs = "-" if r["syncs_per_forward"] is None else str(r["syncs_per_forward"])
-    return [r["name"], str(r["tp"]), str(r["dp"]), str(r["gpus"]), str(r["n_tracks"]), r["policy"], r["mode"],
-            syncs] + timing
-
-
-def markdown(meta, rows, ratios):
-    out = ["# Training throughput (bench/train_throughput.py)\n",
-           f"- device: {meta['device']}" + (f" x {meta['n_gpus']}" if meta["n_gpus"] else "")
-           + f" ({meta['world_size']} process(es))",
-           f"- torch {meta['torch']}, commit {meta['commit']}",
-           f"- command: `{meta['command']}`",
-           f"- model {meta['size']} (n_layer {meta['n_layer']}, n_head {meta['n_head']}, n_embd {meta['n_embd']}, "
-           f"vocab {meta['vocab_size']}{'' if meta.get('bias', True) else ', no biases'}), batch {meta['batch_size']} x seq {meta['seq_len']} x "
-           f"{meta['micro_steps']} micro-step(s) per replica, {meta['dtype']}, warmup {meta['warmup']}, "
-           f"median of {meta['iters']} iterations (slowest rank)"
-           + (f"; compiled with {meta['inductor']}" if meta.get("inductor") else ""),
-           "- plain and tp1 rows: one GPU (every rank runs its own copy at once); "
-           f"tp{max(2, meta['world_size'])}: one replica on {max(2, meta['world_size'])} GPUs; "
-           "dp2: 2 replicas on 2 GPUs. MFU over the GPUs the row uses.",
-           ""]
-    if meta.get("note"):
-        out += [f"Note: {meta['note']}", ""]
-    out += [md_row(COLUMNS), "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|"]
-    out += [md_row(row_cells(r)) for r in rows]
-    out += ["", "## Key ratios", "", "Throughput ratios: > 1 means the first named is faster."]
-    section = None
-    for q in ratios:
-        if q["section"] != section:
-            section = q["section"]
-            out += ["", f"**{section}**", ""]
-        out.append(f"- {q['label']}: " + ("-" if q["value"] is None else f"{q['value']:.3f}"))
-    if not ratios:
-        out += ["", "(none: their rows were not run)"]
-    return "\n".join(out) + "\n"
-
-
 def save(args, meta, rows):
     ratios = key_ratios(rows)
     save_results(args.out_dir, "train_throughput", dict(meta=meta, rows=rows, ratios=ratios),

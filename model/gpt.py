@@ -49,7 +49,7 @@ bytes of a Megatron sublayer's (fp32 had doubled them: issue 49's profile of spd
 With async_grad_allreduce (a runtime option of GPT, off by default and not in GPTConfig) every f
 that sits directly before a column-parallel GEMM (a Megatron sublayer's f(LN x), a region's entry
 f(x) with its first sublayer's LayerNorm, the LM head's) is fused with that GEMM, so that f's backward
-all-reduce travels while the GEMM's weight gradient is computed (parallel/comm.py): the same function,
+all-reduce travels while the GEMM's weight gradient is computed (parallel/async_grad.py): the same function,
 collectives and counts.
 
 Regions. Inside a region each track carries its own stream s_t = x + beta + d_t, as Megatron
@@ -74,6 +74,9 @@ reduce-scatter and the head gathers ln_f's output. Replicated parameters read on
 the sharded LayerNorms (and ln_f) take slots in the partial-grad list (one f), and the sync's bias and the position
 embedding are added before the reduce-scatter on TP rank 0 and as p - p.detach() (exactly 0) elsewhere, so every
 rank's gradient is the sum over all tokens that the reduce-scatter's backward gathers (Block.rank0_bias).
+With tp_comm_overlap (GPT.set_tp_comm_overlap, parallel/overlap.py) a Megatron sublayer's all-gather is fused with
+its column-parallel GEMM and its reduce-scatter with its row-parallel GEMM (the head's all-gather too), in row pieces
+that travel while their neighbours' GEMMs compute; the same function.
 
 torch.compile. forward() reads the policy only through self._plan (built once per policy: per sync
 point a few booleans and indices) and the collectives are traceable (parallel/comm.py), so the
@@ -93,10 +96,11 @@ from torch.nn import functional as F
 
 from model import generate as sampling
 from model import sharding
-from model.gpt_config import GPTConfig  # noqa: F401 -- the model's keys, re-exported: imported from here
+from model.gpt_config import GPTConfig, parse_tp_comm_overlap  # noqa: F401 -- GPTConfig re-exported: imported from here
 from model.tp_layers import (ColumnParallelLinear, LayerNorm, RowParallelLinear, VocabParallelEmbedding,
                              vocab_parallel_cross_entropy)
-from parallel import comm
+from parallel import async_grad, comm
+from parallel import overlap
 from parallel import sequence as seq
 
 
@@ -139,10 +143,11 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = RowParallelLinear(C * k // n, C, k, config.bias)
         self.dropout = config.dropout
 
-    def forward(self, h, per_track=False, bias=None, kv_cache=None, projected=None):
+    def forward(self, h, per_track=False, bias=None, kv_cache=None, projected=None, row_input=False):
         """h: shared [B,T,C] -> heads [B, Hl, T, hs]; per track [k,B,T,C] -> the tracks go into the
         batch, [k*B, Hl/k, T, hs], so q, k, v stay views of the projection (no copies).
-        projected: c_attn(h) already computed (the caller fused it with f; h is then unused)."""
+        projected: c_attn(h) already computed (the caller fused it with f; h is then unused).
+        row_input: return c_proj's input instead (the caller fuses c_proj with its collective)."""
         hs = self.head_size
         qkv = self.c_attn(h) if projected is None else projected
         lead = qkv.shape[:-1]
@@ -156,7 +161,7 @@ class CausalSelfAttention(nn.Module):
             mask = kv_cache.attention_mask()
         y = self.attend(q, key, v, self.dropout if self.training else 0.0, diverged, mask)
         y = y.transpose(1, 2).reshape(*lead, -1)  # [B,T,Hl*hs] tracks concatenated, or [k,B,T,Hl/k*hs]
-        return self.c_proj(y, per_track, bias)
+        return y if row_input else self.c_proj(y, per_track, bias)
 
     def attend(self, q, k, v, dropout_p, tracks_in_batch, key_mask=None):
         """key_mask [1, Tk] (bool): the keys one query token may read (a static KV cache's filled part)."""
@@ -192,9 +197,11 @@ class MLP(nn.Module):
         self.c_fc = ColumnParallelLinear(C, 4 * C * k // n, k, config.bias)
         self.c_proj = RowParallelLinear(4 * C * k // n, C, k, config.bias)
 
-    def forward(self, h, per_track=False, bias=None, projected=None):
-        """projected: c_fc(h) already computed (the caller fused it with f; h is then unused)."""
-        return self.c_proj(F.gelu(self.c_fc(h) if projected is None else projected), per_track, bias)
+    def forward(self, h, per_track=False, bias=None, projected=None, row_input=False):
+        """projected: c_fc(h) already computed (the caller fused it with f; h is then unused).
+        row_input: return c_proj's input instead (the caller fuses c_proj with its collective)."""
+        z = F.gelu(self.c_fc(h) if projected is None else projected)
+        return z if row_input else self.c_proj(z, per_track, bias)
 
 
 class Block(nn.Module):
@@ -210,25 +217,31 @@ class Block(nn.Module):
         self.mlp = MLP(config, k)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.async_grad = False  # GPT.set_async_grad_allreduce: f fused with the next column GEMM
+        self.comm_overlap = None  # GPT.set_tp_comm_overlap: (mode, chunks) under sequence parallelism, else None
 
     def forward(self, streams, steps, partial, kv_cache=None, sp=None):
         """sp: None, or under sequence parallelism the full [B,T,C] shape (streams.x is then this rank's token chunk)."""
-        attn = lambda h, per_track, bias=None, projected=None: self.attn(h, per_track, bias, kv_cache, projected)
+        def attn(h, per_track, bias=None, projected=None, row_input=False):
+            return self.attn(h, per_track, bias, kv_cache, projected, row_input)
         block_input = streams
-        streams = self.sublayer(streams, streams, steps[0], self.ln_1, attn, self.attn.c_attn, self.attn.c_proj.bias,
+        streams = self.sublayer(streams, streams, steps[0], self.ln_1, attn, self.attn.c_attn, self.attn.c_proj,
                                 partial, sp)
         reads = block_input if steps[1].block_input else streams
-        return self.sublayer(streams, reads, steps[1], self.ln_2, self.mlp, self.mlp.c_fc, self.mlp.c_proj.bias,
-                             partial, sp)
+        return self.sublayer(streams, reads, steps[1], self.ln_2, self.mlp, self.mlp.c_fc, self.mlp.c_proj, partial,
+                             sp)
 
-    def sublayer(self, st, reads, step, ln, run, column, proj_bias, partial, sp=None):
+    def sublayer(self, st, reads, step, ln, run, column, row, partial, sp=None):
         """One sync point: run(h, per_track, bias) on the LayerNorm of the stream(s) that `reads` holds,
         then sync or keep the output in the region, as `step` says. With self.async_grad, the f that
         enters a region is fused with `column` (the sublayer's first, column-parallel GEMM, on the
         shared input) so that its backward all-reduce overlaps that GEMM's weight gradient
-        (parallel/comm.py); run then gets the GEMM's output as `projected`."""
-        group = self.tp_group
+        (parallel/async_grad.py); run then gets the GEMM's output as `projected`. With self.comm_overlap (sequence
+        parallel), a Megatron sublayer's all-gather is fused with `column` and its reduce-scatter with `row`, its
+        row-parallel GEMM (parallel/overlap.py), save the ladder's, which overlaps its own."""
+        group, proj_bias = self.tp_group, row.bias
         fuse = self.async_grad and torch.is_grad_enabled()
+        if step.megatron and sp is not None and self.comm_overlap is not None:
+            return self.overlapped_sublayer(st, step, ln, run, column, row, partial, sp)
         if step.megatron and sp is not None:  # Megatron's sequence-parallel sublayer: AG(LN x) ... RS(partial sum)
             ln_bias = None if step.ln_bias is None else partial[step.ln_bias]
             h = seq.gather_tokens(autocast_input(ln(st.x, partial[step.ln_weight], ln_bias)), group, sp)
@@ -241,7 +254,8 @@ class Block(nn.Module):
             gemm_bias, bias = self.bias_into_partial(proj_bias)
             if fuse:
                 h = autocast_input(ln(st.x))
-                out = run(h, False, gemm_bias, comm.copy_to_tp_region_linear(h, column.weight, column.bias, group))
+                projected = async_grad.copy_to_tp_region_linear(h, column.weight, column.bias, group)
+                out = run(h, False, gemm_bias, projected)
             else:
                 h = comm.copy_to_tp_region(autocast_input(ln(st.x)), group)
                 out = run(h, False, gemm_bias)
@@ -251,6 +265,21 @@ class Block(nn.Module):
             return Streams(self.residual(st.x, comm.reduce_from_tp_region(out, group), bias))
 
         return self.region_sublayer(st, reads, step, ln, run, column, partial, fuse, sp)
+
+    def overlapped_sublayer(self, st, step, ln, run, column, row, partial, sp):
+        """Megatron's sequence-parallel sublayer with tp_comm_overlap: AG(LN x) W_column^T as one overlapped op, and
+        RS(z W_row^T) + b as another (parallel/overlap.py); the ladder's reduce-scatter stays the one launched
+        without waiting, which its next sublayer already overlaps."""
+        group, overlapped = self.tp_group, self.comm_overlap
+        ln_bias = None if step.ln_bias is None else partial[step.ln_bias]
+        h = autocast_input(ln(st.x, partial[step.ln_weight], ln_bias))
+        projected = overlap.gather_linear(h, column.weight, column.bias, group, overlapped).view(*sp[:2], -1)
+        if step.ladder:
+            chunk, handle = seq.scatter_tokens_async(run(None, False, self.rank0_bias(row.bias), projected), group)
+            return Streams(self.add_pending(st, after=handle, sp=sp), pending=(chunk, handle, None))
+        y = overlap.linear_scatter(run(None, False, None, projected, row_input=True), row.weight, row.bias, group,
+                                   overlapped)
+        return Streams(self.residual(st.x, y, None, sp))
 
     def region_sublayer(self, st, reads, step, ln, run, column, partial, fuse, sp=None):
         """A sublayer inside a track-local region: this rank's k tracks read their own streams s_t
@@ -262,8 +291,8 @@ class Block(nn.Module):
         bias = None if slot is None else partial[slot]
         per_track = step.per_track and k > 1  # one track: its output is [B,T,C], no track dim
         if fuse and st.xin is None and reads.s is None:  # the region's entry: LN(f(x)), f fused with the GEMM
-            xin, projected = comm.copy_to_tp_region_ln_linear(st.x, ln_weight, ln_bias, column.weight, column.bias,
-                                                              group)
+            xin, projected = async_grad.copy_to_tp_region_ln_linear(st.x, ln_weight, ln_bias, column.weight,
+                                                                    column.bias, group)
             out = run(None, per_track, bias, projected)
         else:
             xin = st.xin
@@ -323,11 +352,13 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, config, tp_group=None, async_grad_allreduce=False, sequence_parallel=False):
+    def __init__(self, config, tp_group=None, async_grad_allreduce=False, sequence_parallel=False,
+                 tp_comm_overlap="off"):
         """Full weights are drawn from the current global torch RNG (call torch.manual_seed with the
         same seed on every rank first), as nanoGPT does; this rank keeps its slice.
-        async_grad_allreduce, sequence_parallel: runtime options, not part of the architecture (not in
-        config, nor in checkpoints): see set_async_grad_allreduce and set_sequence_parallel."""
+        async_grad_allreduce, sequence_parallel, tp_comm_overlap: runtime options, not part of the architecture
+        (not in config, nor in checkpoints): see set_async_grad_allreduce, set_sequence_parallel and
+        set_tp_comm_overlap."""
         super().__init__()
         c = copy.copy(config)  # ours: set_sync_policy replaces it; a copy keeps the parsed policy
         self.tp_group, self.tp, self.tp_rank = tp_group, comm.group_size(tp_group), comm.group_rank(tp_group)
@@ -350,6 +381,7 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             p.tensor_parallel = self.shard_kind[name] is not None
         self.async_grad_allreduce, self.sequence_parallel = False, False
+        self.set_tp_comm_overlap(tp_comm_overlap)
         self.set_sequence_parallel(sequence_parallel)
         self.set_async_grad_allreduce(async_grad_allreduce)
         self.load_state_dict(sharding.init_full_weights(self))
@@ -364,7 +396,7 @@ class GPT(nn.Module):
         """Megatron's async grad all-reduce: every f that enters a region directly before a column-
         parallel GEMM (each Megatron/ladder sublayer's, each track-local region's entry, and the LM
         head's) is fused with that GEMM, so f's backward all-reduce of the input gradient is launched
-        before the GEMM's weight gradient and waited for after it (parallel/comm.py). The same function,
+        before the GEMM's weight gradient and waited for after it (parallel/async_grad.py). The same function,
         the same collectives and counts. At tp=1 there is nothing to overlap: it stays off; under sequence
         parallelism there is no f to fuse (an all-gather enters a region instead): it stays off too."""
         self.async_grad_requested = bool(on)
@@ -386,6 +418,20 @@ class GPT(nn.Module):
         self.sequence_parallel = on
         self._plan_sublayers()
         self.set_async_grad_allreduce(getattr(self, "async_grad_requested", False))
+        self.set_tp_comm_overlap(self.tp_comm_overlap_requested)
+
+    def set_tp_comm_overlap(self, spec):
+        """Megatron's --tp-comm-overlap, under sequence parallelism (parallel/overlap.py): 'off'; 'chunked' or
+        'chunked:K', each Megatron sublayer's all-gather and reduce-scatter (and the head's all-gather) split into K
+        row pieces that travel while the neighbouring pieces' GEMMs compute; 'async_tp', the same collectives written
+        as the pattern inductor's micro-pipeline TP pass fuses (CUDA, NCCL, symmetric memory on the TP group; the
+        trainer sets those up). The same function. Without sequence parallelism there is no all-gather or
+        reduce-scatter to overlap: it stays off until sequence parallelism is on. A bad spec raises ValueError."""
+        parsed = parse_tp_comm_overlap(spec)
+        self.tp_comm_overlap_requested = spec
+        self.comm_overlap = parsed if self.sequence_parallel else None
+        for block in self.transformer.h:
+            block.comm_overlap = self.comm_overlap
 
     def _plan_sublayers(self):
         """Per layer, the Steps of its two sync points. A region's replicated parameters (LayerNorm
@@ -492,8 +538,11 @@ class GPT(nn.Module):
             kv_cache.advance(T)
         if sp is not None:  # ln_f on this rank's tokens; the vocabulary-parallel head reads every token
             (w, b), head_input = self._ln_f_slots, (autocast_input if self.tp > 1 else lambda h: h)
-            h = self.transformer.ln_f(x, partial[w], None if b is None else partial[b])
-            return self.head(seq.gather_tokens(head_input(h), self.tp_group, sp, "vocab", "vocab"), targets, True)
+            h = head_input(self.transformer.ln_f(x, partial[w], None if b is None else partial[b]))
+            if self.comm_overlap is not None and targets is not None and self.tp > 1:  # the head's GEMM overlaps
+                logits = overlap.gather_linear(h, wte.weight, None, self.tp_group, self.comm_overlap, ("vocab", "vocab"))
+                return None, vocab_parallel_cross_entropy(logits, targets, wte.v0, self.tp_group)
+            return self.head(seq.gather_tokens(h, self.tp_group, sp, "vocab", "vocab"), targets, True)
         return self.head(self.transformer.ln_f(x), targets)
 
     def embed_token_chunk(self, idx, pos, sp):
@@ -520,7 +569,7 @@ class GPT(nn.Module):
         if gathered:
             logits = F.linear(x, wte.weight)
         elif self.async_grad_allreduce:
-            logits = comm.copy_to_tp_region_linear(autocast_input(x), wte.weight, None, self.tp_group, "vocab")
+            logits = async_grad.copy_to_tp_region_linear(autocast_input(x), wte.weight, None, self.tp_group, "vocab")
         else:
             logits = F.linear(comm.copy_to_tp_region(autocast_input(x), self.tp_group, "vocab"), wte.weight)
         return None, vocab_parallel_cross_entropy(logits, targets, wte.v0, self.tp_group)

@@ -44,3 +44,26 @@ class GPTConfig:
         if not isinstance(self.bias, bool):
             raise ValueError(f"invalid bias={self.bias!r} ({type(self.bias).__name__}); must be True or False")
         self.policy = parse_sync_policy(self.sync_policy, self.n_layer)  # ValueError naming the spec
+
+
+TP_COMM_OVERLAP = ("off", "chunked", "chunked:K", "async_tp")
+DEFAULT_CHUNKS = 2
+
+
+def parse_tp_comm_overlap(spec):
+    """A tp_comm_overlap value -> None ('off') or (mode, chunks): ('chunked', K) for 'chunked:K' (K in [1, 64];
+    'chunked' is chunked:2), ('async_tp', 1). A bad value raises ValueError with one line naming it
+    (parallel/overlap.py: what the modes compute)."""
+    allowed = f"allowed: {', '.join(TP_COMM_OVERLAP)}"
+    if not isinstance(spec, str):
+        raise ValueError(f"invalid tp_comm_overlap={spec!r} ({type(spec).__name__}); {allowed}")
+    if spec == "off":
+        return None
+    if spec == "async_tp":
+        return ("async_tp", 1)
+    mode, _, k = spec.partition(":")
+    if mode == "chunked" and not k:
+        return ("chunked", DEFAULT_CHUNKS)
+    if mode == "chunked" and k.isdigit() and 1 <= int(k) <= 64:  # more pieces than that only shrink the GEMMs
+        return ("chunked", int(k))
+    raise ValueError(f"invalid tp_comm_overlap={spec!r}; {allowed} (K an int in [1, 64])")

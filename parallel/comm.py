@@ -27,35 +27,14 @@ unreduced partial sum (the ladder at tp=2 computed another loss: experiments/com
 "Compiled at tp=2, the ladder computed another function"; experiments/compiler_repros/collective_fusion/repro.py
 shows it in a few lines). The traced all-reduce therefore reduces a copy of its input and returns it.
 
-Asynchronous input-gradient all-reduce (Megatron's async grad all-reduce, off by default; GPT's
-async_grad_allreduce option). Where f is directly followed by a column-parallel GEMM z = x W^T + b,
-copy_to_tp_region_linear(x, W, b, group) is f and that GEMM in one autograd node, whose backward
-
-    dx = dz W              (dgrad GEMM)
-    start all_reduce(dx)   (async)
-    dW = dz^T x, db = sum dz   (wgrad GEMM, overlaps the all-reduce)
-    wait; return dx, dW, db
-
-so the all-reduce travels while the weight gradient is computed, and is waited for where the
-summed gradient is consumed: it is this node's output, read by the next backward node. A region's
-entry xin = f(x) feeding LN then the column GEMM is the same node with the LayerNorm inside
-(copy_to_tp_region_ln_linear): the summed gradient is the region's dx, complete only after the
-first sublayer's LayerNorm backward, so that sublayer's wgrad is deferred past it. Traced, the launch
-and the wait are two opaque custom ops (all_reduce_start, all_reduce_wait): the wait's output is a
-new tensor and every reader of the sum reads it, so no reader can be scheduled before the wait
-(the fusion bug above cannot recur); the start reduces a copy of its input, as the synchronous op.
-The wait also takes the weight gradients as inputs, so inductor cannot run it before them; nothing
-forces the start before the wgrad GEMM, and inductor's peak-memory reordering (torch 2.13, CPU) did
-hoist the wgrad GEMM above the dgrad on one rank, which loses the overlap (with it off, every fused
-node came out dgrad, start, wgrad, wait: tests/test_async_grad.py checks that order).
-Counted as the plain f: one `kind` per backward, with the same bytes.
+Asynchronous input-gradient all-reduce (GPT's async_grad_allreduce): parallel/async_grad.py, over this module's
+_start_all_reduce / _wait_all_reduce and their traced ops below.
 """
 from collections import Counter
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
-from torch.nn import functional as F
 from torch.distributed.distributed_c10d import _resolve_process_group
 
 
@@ -388,83 +367,6 @@ def compute_dtype(x):
     return x.dtype
 
 
-class _CopyToTPRegionLinear(torch.autograd.Function):
-    """f then the column-parallel GEMM, the all-reduce of dx overlapping dW (module docstring)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, group, kind):
-        dtype = compute_dtype(x)
-        with torch.autocast(x.device.type, enabled=False):
-            x, w = x.to(dtype), weight.to(dtype)
-            z = F.linear(x, w, None if bias is None else bias.to(dtype))
-        ctx.save_for_backward(x, w)
-        ctx.group, ctx.kind, ctx.weight_dtype = group, kind, weight.dtype
-        ctx.bias_dtype = None if bias is None else bias.dtype
-        return z
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, w = ctx.saved_tensors
-        gx = grad.matmul(w)  # dgrad GEMM first
-        stats.add(ctx.kind, gx)
-        handle = _start_all_reduce(gx, ctx.group)
-        g2 = grad.reshape(-1, grad.shape[-1])
-        gw = g2.t().mm(x.reshape(-1, x.shape[-1])).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
-        gb = g2.sum(0).to(ctx.bias_dtype) if ctx.needs_input_grad[2] else None
-        return _wait_all_reduce(handle, ctx.group, (gw, gb)), gw, gb, None, None
-
-
-class _CopyToTPRegionLNLinear(torch.autograd.Function):
-    """A region's entry: (xin, z) = (f(x), LN(f(x)) W^T + b). The all-reduce of dx (the region's whole
-    input gradient: dxin from the region's later sublayers plus this LayerNorm's) overlaps dW."""
-
-    @staticmethod
-    def forward(ctx, x, ln_weight, ln_bias, weight, bias, group, kind):
-        dtype = compute_dtype(x)
-        with torch.autocast(x.device.type, enabled=False):
-            h, mean, rstd = torch.native_layer_norm(x, (x.shape[-1],), ln_weight, ln_bias, 1e-5)
-            h, w = h.to(dtype), weight.to(dtype)
-            z = F.linear(h, w, None if bias is None else bias.to(dtype))
-        ctx.save_for_backward(x, ln_weight, ln_bias, mean, rstd, h, w)
-        ctx.group, ctx.kind, ctx.weight_dtype = group, kind, weight.dtype
-        ctx.bias_dtype = None if bias is None else bias.dtype
-        return x.view_as(x), z
-
-    @staticmethod
-    def backward(ctx, grad_xin, grad):
-        x, ln_weight, ln_bias, mean, rstd, h, w = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        gh = grad.matmul(w).to(x.dtype)  # dgrad GEMM, then the LayerNorm backward
-        gx, gln_w, gln_b = torch.ops.aten.native_layer_norm_backward(
-            gh, x, (x.shape[-1],), mean, rstd, ln_weight, ln_bias, [True, need[1], need[2]])
-        if grad_xin is not None:
-            gx = grad_xin + gx
-        sent = _to_reduce_dtype(gx, h.dtype, ctx.group)  # as the plain region entry's f
-        stats.add(ctx.kind, sent)
-        handle = _start_all_reduce(sent, ctx.group)
-        g2 = grad.reshape(-1, grad.shape[-1])
-        gw = g2.t().mm(h.reshape(-1, h.shape[-1])).to(ctx.weight_dtype) if need[3] else None
-        gb = g2.sum(0).to(ctx.bias_dtype) if need[4] else None
-        return _wait_all_reduce(handle, ctx.group, (gw, gb)).to(gx.dtype), gln_w, gln_b, gw, gb, None, None
-
-
-def copy_to_tp_region_linear(x, weight, bias, group, kind="tp_bwd"):
-    """F.linear(f(x), weight, bias) (autocast as F.linear's), with f's backward all-reduce launched
-    before the weight-gradient GEMM and waited for after it. x [..., C], weight [F, C]."""
-    if not torch.is_grad_enabled() or not x.requires_grad:
-        return F.linear(x, weight, bias)
-    return _CopyToTPRegionLinear.apply(x, weight, bias, group, kind)
-
-
-def copy_to_tp_region_ln_linear(x, ln_weight, ln_bias, weight, bias, group, kind="tp_bwd"):
-    """(xin, z) = (f(x), F.linear(layer_norm(xin, ln_weight, ln_bias), weight, bias)): a region's
-    entry and its first column-parallel GEMM, f's all-reduce overlapping that GEMM's weight gradient."""
-    if not torch.is_grad_enabled() or not x.requires_grad:
-        xin = copy_to_tp_region(x, group, kind)
-        return xin, F.linear(F.layer_norm(xin, (xin.shape[-1],), ln_weight, ln_bias, 1e-5), weight, bias)
-    return _CopyToTPRegionLNLinear.apply(x, ln_weight, ln_bias, weight, bias, group, kind)
-
-
 def copy_to_tp_region(x, group, kind="tp_bwd", reduce_dtype=None):
     """f: identity forward, all-reduce of the gradient backward (counted as `kind`), in reduce_dtype
     if given (then cast back to the gradient's dtype)."""
@@ -572,3 +474,88 @@ def reduce_scatter_rows_start(x, group):
     """Eager: (the chunk's buffer, the Work that fills it) of reduce_scatter_rows launched without waiting (a group
     that communicates). Traced: see reduce_scatter_start above."""
     return _start_reduce_scatter(x, group_size(group), group)
+
+
+# ---------------------------------------------------------------- overlapped token chunks (parallel/overlap.py)
+# tp_comm_overlap='chunked' launches several all-gathers / reduce-scatters of row pieces and waits for each where
+# its GEMM needs it: start_rows / wait_rows. Traced, the reduce-scatter is the start/wait pair above and the
+# all-gather the pair below (keyed by the piece's address, as the others: the wait takes the piece).
+# tp_comm_overlap='async_tp' uses torch's functional collectives instead, the form inductor's micro-pipeline TP
+# pass matches (gather_rows_functional, scatter_rows_functional); not the form the rest of the module traces
+# (the module docstring's fusion fault, seen on CPU only), so only that opt-in, CUDA-only mode uses them.
+_gather_in_flight = {}
+
+
+@torch.library.custom_op("reduced_sync::all_gather_start", mutates_args=())
+def _traced_all_gather_start(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
+    if x.data_ptr() in _gather_in_flight:
+        raise RuntimeError("reduced_sync::all_gather_start: an all-gather of this tensor is already in flight")
+    out = x.new_empty((n * x.shape[0], *x.shape[1:]))
+    work = dist.all_gather_into_tensor(out, x, group=_resolve_process_group(group_name), async_op=True)
+    _gather_in_flight[x.data_ptr()] = (work, out)
+    return x.new_empty(0)
+
+
+@_traced_all_gather_start.register_fake
+def _(x, n, group_name):
+    return x.new_empty(0)
+
+
+@torch.library.custom_op("reduced_sync::all_gather_wait", mutates_args=())
+def _traced_all_gather_wait(ticket: torch.Tensor, x: torch.Tensor, n: int, after: list[torch.Tensor]) -> torch.Tensor:
+    try:
+        work, out = _gather_in_flight.pop(x.data_ptr())
+    except KeyError:
+        raise RuntimeError("reduced_sync::all_gather_wait: no all-gather in flight for this tensor") from None
+    work.wait()
+    return out
+
+
+@_traced_all_gather_wait.register_fake
+def _(ticket, x, n, after):
+    return x.new_empty((n * x.shape[0], *x.shape[1:]))
+
+
+def start_rows(x, group, op):
+    """Launch all_gather_rows (op 'gather') or reduce_scatter_rows (op 'scatter') of x [M, C] without waiting; the
+    handle is for wait_rows. Where nothing travels (one rank, skipped) the handle holds the result. Not counted."""
+    n = group_size(group)
+    if not _runs(group):
+        return op, None, (all_gather_rows if op == "gather" else reduce_scatter_rows)(x, group), n
+    x = x.contiguous()
+    if torch.compiler.is_compiling():
+        start = torch.ops.reduced_sync.all_gather_start if op == "gather" else torch.ops.reduced_sync.reduce_scatter_start
+        return op, start(x, n, group.group_name), x, n
+    if op == "gather":
+        out = x.new_empty((n * x.shape[0], *x.shape[1:]))
+        return op, dist.all_gather_into_tensor(out, x, group=group, async_op=True), out, n
+    out, work = _start_reduce_scatter(x, n, group)
+    return op, work, out, n
+
+
+def wait_rows(handle, after=()):
+    """The result of start_rows' collective; traced, the wait is scheduled after the tensors of `after`."""
+    op, pending, x, n = handle
+    if pending is None:
+        return x
+    if torch.compiler.is_compiling():
+        wait = torch.ops.reduced_sync.all_gather_wait if op == "gather" else torch.ops.reduced_sync.reduce_scatter_wait
+        return wait(pending, x, n, [t for t in after if t is not None])
+    pending.wait()
+    return x
+
+
+def gather_rows_functional(x, group):
+    """all_gather_rows as torch's functional collective: all_gather_into_tensor, then wait_tensor where it is read."""
+    if not _runs(group):
+        return all_gather_rows(x, group)
+    import torch.distributed._functional_collectives as funcol
+    return funcol.all_gather_single(x.contiguous(), 0, group)
+
+
+def scatter_rows_functional(x, group):
+    """reduce_scatter_rows as torch's functional collective (sum, along rows)."""
+    if not _runs(group):
+        return reduce_scatter_rows(x, group)
+    import torch.distributed._functional_collectives as funcol
+    return funcol.reduce_scatter_single(x.contiguous(), "sum", 0, group)

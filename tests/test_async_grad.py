@@ -1,4 +1,4 @@
-"""The asynchronous input-gradient all-reduce (GPT(..., async_grad_allreduce=True), parallel/comm.py's
+"""The asynchronous input-gradient all-reduce (GPT(..., async_grad_allreduce=True), parallel/async_grad.py's
 copy_to_tp_region_linear / copy_to_tp_region_ln_linear) computes what the synchronous f computes.
 
 On gloo at tp=2 and tp=3, one and several tracks per rank, every policy: the loss and every

@@ -20,7 +20,8 @@ COLLECTIVES = {
     "barrier", "monitored_barrier", "send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list",
     "recv_object_list", "gather", "gather_object", "scatter", "scatter_object_list",
     # torch.distributed._functional_collectives
-    "all_gather_tensor", "all_gather_tensor_autograd", "reduce_scatter_tensor_autograd",
+    "all_gather_tensor", "all_gather_tensor_autograd", "reduce_scatter_tensor_autograd", "all_gather_single",
+    "reduce_scatter_single", "all_gather_single_autograd", "reduce_scatter_single_autograd",
     "all_reduce_inplace", "all_gather_inplace", "reduce_scatter_tensor_coalesced", "all_gather_into_tensor_coalesced",
 }
 DIST_MODULES = ("torch.distributed", "torch.distributed.distributed_c10d", "torch.distributed._functional_collectives",

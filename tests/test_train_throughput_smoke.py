@@ -108,3 +108,24 @@ def test_bad_arguments_exit_with_one_line(capsys):
         assert len(lines) == 1 and lines[0].startswith("error: "), (bad, stderr)
         assert "Traceback" not in stderr + stdout
 
+
+
+def test_tp_comm_times_plain_tp_sp_and_overlap_side_by_side(tmp_path):
+    """--tp_comm off,sp,chunked,async_tp: per policy a plain TP row, a sequence-parallel row and one per overlap, with
+    both ratio sections; async_tp's row holds its one-line error off CUDA and the run goes on."""
+    proc = torchrun(["--size", "tiny", "--device", "cpu", "--warmup", "1", "--iters", "2", "--modes", "eager",
+                     "--variants", "tp2", "--tp2_n_tracks", "2", "--policies", "baseline",
+                     "--tp_comm", "off,sp,chunked,async_tp", "--out_dir", str(tmp_path)])
+    assert proc.returncode == 0, f"rc {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-3000:]}"
+    data = json.loads((tmp_path / "train_throughput.json").read_text())
+    rows = {r["name"]: r for r in data["rows"]}
+    base = "ours tp2 n2 baseline eager"
+    assert sorted(rows) == sorted([base, base + " sp", base + " sp+chunked", base + " sp+async_tp"])
+    for name in (base, base + " sp", base + " sp+chunked"):
+        assert rows[name]["error"] is None and rows[name]["ms"] > 0, rows[name]
+    assert rows[base + " sp+async_tp"]["error"] == ("ValueError: tp_comm async_tp needs CUDA and a compiled mode "
+                                                    "(inductor's micro-pipeline TP pass)")
+    labels = {(q["section"].split(" (")[0], q["label"]) for q in data["ratios"] if q["value"] is not None}
+    assert labels == {("tp2 sequence parallel, alone or + overlap / tp2", "sp baseline n_tracks 2 eager"),
+                      ("tp2 sequence parallel, alone or + overlap / tp2", "chunked baseline n_tracks 2 eager"),
+                      ("tp2 sequence parallel + overlap / tp2 sequence parallel", "chunked baseline n_tracks 2 eager")}

@@ -20,7 +20,7 @@ import types
 from dataclasses import dataclass, fields
 
 from cli_guard import HelpFormatter, OneLineArgumentParser, ascii_float, ascii_int  # noqa: F401 -- re-exported: the scripts import them from here
-from model.gpt_config import GPTConfig
+from model.gpt_config import GPTConfig, parse_tp_comm_overlap
 
 
 class ConfigError(ValueError):
@@ -94,6 +94,10 @@ class TrainConfig:
                                                       "stream, LayerNorm and dropout act on 1/tp of the tokens; each "
                                                       "all-reduce becomes a reduce-scatter and an all-gather "
                                                       "(block_size divisible by tp; the same function)")
+    tp_comm_overlap: str = option("off", PARALLEL, "sequence_parallel=True: overlap its all-gathers and reduce-scatters "
+                                                  "with the GEMMs beside them (the same function): 'off', 'chunked' "
+                                                  "or 'chunked:K' (K row pieces, 2 by default; parallel/overlap.py), "
+                                                  "'async_tp' (torch's async TP: CUDA, compiled with inductor)")
     learning_rate: float = option(6e-4, OPTIM, "peak learning rate")
     max_iters: int = option(600000, OPTIM, "iterations to train")
     weight_decay: float = option(1e-1, OPTIM, "AdamW weight decay of matrices and embeddings")
@@ -227,11 +231,37 @@ def validate(cfg):
     if cfg.sequence_parallel and cfg.tp != "auto" and cfg.block_size % cfg.tp:
         raise ConfigError(f"sequence_parallel=True needs block_size divisible by tp; block_size={cfg.block_size} "
                           f"is not divisible by tp={cfg.tp}")
+    check_tp_comm_overlap(cfg)
     if cfg.init_from == "scratch":  # else the checkpoint's architecture applies: checked once merged (merge)
         model_config(cfg)
     if cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16"):
         # CPU autocast in half precision is slow and not what a user comparing runs expects.
         raise ConfigError(f"dtype={cfg.dtype!r} is only supported on CUDA; use float32 or auto on CPU")
+
+
+def check_tp_comm_overlap(cfg, device_type=None, compiled=None):
+    """ConfigError, in one line, for a tp_comm_overlap that cannot run: a bad value; any overlap without
+    sequence_parallel (nothing to overlap); 'async_tp' off CUDA (device_type once resolved, else cfg.device), not
+    compiled (compile=False, or compiled=False: the resolved plan) or compiled by another backend than inductor,
+    whose micro-pipeline TP pass does the fusing."""
+    try:
+        parsed = parse_tp_comm_overlap(cfg.tp_comm_overlap)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if parsed is None:
+        return
+    if not cfg.sequence_parallel:
+        raise ConfigError(f"tp_comm_overlap={cfg.tp_comm_overlap!r} needs sequence_parallel=True: it overlaps sequence "
+                          f"parallelism's all-gathers and reduce-scatters (there are none without it)")
+    if parsed[0] != "async_tp":
+        return
+    device_type = device_type or (None if cfg.device == "auto" else cfg.device)
+    if device_type not in (None, "cuda"):
+        raise ConfigError(f"tp_comm_overlap='async_tp' needs CUDA (NCCL and symmetric memory), not device "
+                          f"{device_type!r}; use 'chunked' or 'off' there")
+    if cfg.compile is False or compiled is False or cfg.compile_backend != "inductor":
+        raise ConfigError(f"tp_comm_overlap='async_tp' needs a run compiled with inductor (its micro-pipeline TP pass "
+                          f"fuses the collectives); got compile={cfg.compile!r}, compile_backend={cfg.compile_backend!r}")
 
 
 def save_iter_set(cfg):

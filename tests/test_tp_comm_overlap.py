@@ -1,0 +1,273 @@
+"""tp_comm_overlap (GPT.set_tp_comm_overlap, parallel/overlap.py): with sequence parallelism, 'chunked' (ours) and
+'async_tp' (the form of torch's async TP) compute the function of the model without sequence parallelism, at tp=1,
+2 and 3, for every policy sequence parallelism supports, forward and gradients (fp64, dropout on; bf16 autocast at
+tp=2), with the counts of sequence parallelism without overlap; the traced 'async_tp' graphs hold the all-gather ->
+mm and mm -> reduce-scatter patterns that inductor's micro-pipeline TP pass matches, found by that pass's own
+matchers; bad values are one line (model, config, benchmark). Slow: tp=3; 'chunked' compiled with fullgraph=True
+equals eager, and inductor's code overlaps each piece's collective with a GEMM."""
+import pytest
+import torch
+
+from parallel import comm
+from tests.conftest import run_gloo_scenarios, scenario_outcome
+from tests.test_model import batch, make
+from tests.test_sequence_parallel import SP_POLICIES, TP3, loss_and_grads
+
+MODES = ["chunked", "chunked:3", "async_tp"]
+
+
+def overlap_vs_plain(group, n_tracks, overrides, T, modes=MODES, policies=SP_POLICIES, autocast=False):
+    """{(mode, policy): max |overlapped SP - plain| over the loss, the no-target logits and every full gradient}."""
+    idx, targets = batch(T=T)
+    worst = {}
+    for policy in policies:
+        model = make(policy, n_tracks=n_tracks, tp_group=group, dropout=0.1, **overrides)
+        if autocast:
+            model = model.float()
+        plain = loss_and_grads(model, idx, targets, autocast)
+        model.set_sequence_parallel(True)
+        for mode in modes:
+            model.zero_grad(set_to_none=True)
+            model.set_tp_comm_overlap(mode)
+            loss, logits, grads = loss_and_grads(model, idx, targets, autocast)
+            worst[mode, policy] = max([(loss - plain[0]).abs().item(), (logits - plain[1]).abs().max().item()]
+                                      + [(grads[k] - plain[2][k]).abs().max().item() for k in grads])
+    return worst
+
+
+def counts_and_identical(group, mode):
+    """(comm.stats of one overlapped step, of the same step without overlap, whether every replicated parameter's
+    gradient is bit-identical on the TP ranks)."""
+    out = []
+    for spec in (mode, "off"):
+        model = make("baseline", n_tracks=4, tp_group=group, dropout=0.1)
+        model.set_sequence_parallel(True)
+        model.set_tp_comm_overlap(spec)
+        comm.stats.reset()
+        loss_and_grads(model, *batch())
+        out.append(comm.stats.snapshot())
+    identical = all(torch.equal(*comm.all_gather(p.grad, group, "test"))
+                    for p in model.parameters() if not p.tensor_parallel)
+    return out[0], out[1], identical
+
+
+def _tp2(rank, world_size):
+    import torch.distributed as dist
+    group = dist.new_group([0, 1])
+    out = dict(fp64=overlap_vs_plain(group, 4, {}, 16))
+    out["bf16"] = overlap_vs_plain(group, 4, {}, 16, ("chunked", "async_tp"), ("baseline", "ladder"), autocast=True)
+    out["counts"] = {mode: counts_and_identical(group, mode) for mode in ("chunked", "async_tp")}
+    return out
+
+
+def _tp3(rank, world_size):
+    import torch.distributed as dist
+    return overlap_vs_plain(dist.new_group([0, 1, 2]), 6, TP3, 18)
+
+
+def test_overlap_equals_plain_at_tp1():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls (tests/test_sequence_parallel.py)
+    try:
+        worst = overlap_vs_plain(None, 4, {}, 16, policies=["baseline", "ladder", "grouped:2"])
+    finally:
+        torch.set_num_threads(before)
+    for key, diff in worst.items():
+        assert diff < 1e-12, (key, diff)
+
+
+def test_overlap_equals_plain_at_tp2():
+    for rank_out in scenario_outcome(run_gloo_scenarios({"tp2": _tp2}), "tp2"):
+        assert len(rank_out["fp64"]) == len(MODES) * len(SP_POLICIES)
+        for key, diff in rank_out["fp64"].items():
+            assert diff < 1e-12, (key, diff)
+        for key, diff in rank_out["bf16"].items():  # bf16 matmuls; sums in another order
+            assert diff < 5e-2, (key, diff)
+        for mode, (overlapped, plain, identical) in rank_out["counts"].items():
+            assert overlapped == plain, (mode, overlapped, plain)
+            assert identical, mode
+
+
+@pytest.mark.slow
+def test_overlap_equals_plain_at_tp3():
+    """Slow (about 8 s): 21 models on three ranks."""
+    for rank_out in scenario_outcome(run_gloo_scenarios({"tp3": _tp3}, world_size=3), "tp3"):
+        assert len(rank_out) == len(MODES) * len(SP_POLICIES)
+        for key, diff in rank_out.items():
+            assert diff < 1e-12, (key, diff)
+
+
+def test_a_bad_mode_is_one_line_naming_it():
+    model = make("baseline")
+    with pytest.raises(ValueError, match=r"^invalid tp_comm_overlap='chunked:0'; allowed: off, chunked, chunked:K, "
+                                         r"async_tp \(K an int in \[1, 64\]\)$"):
+        model.set_tp_comm_overlap("chunked:0")
+
+
+def test_overlap_waits_for_sequence_parallelism():
+    model = make("baseline")
+    model.set_tp_comm_overlap("chunked")
+    assert model.comm_overlap is None  # nothing to overlap yet
+    model.set_sequence_parallel(True)
+    assert model.comm_overlap == ("chunked", 2)
+    assert all(block.comm_overlap == ("chunked", 2) for block in model.transformer.h)
+
+
+def _chunked_compile_worker(rank, world_size):
+    """chunked:3, compiled (fullgraph, aot_eager) minus eager, per policy."""
+    import torch.distributed as dist
+    from tests.test_compile import steps_diff
+    from tests.test_model import compile_layers
+    group = dist.new_group([0, 1])
+    worst = {}
+    for policy in ("baseline", "ladder", "grouped:2"):
+        models = [make(policy, n_tracks=4, tp_group=group, n_layer=compile_layers(policy)) for _ in range(2)]
+        for model in models:
+            model.set_sequence_parallel(True)
+            model.set_tp_comm_overlap("chunked:3")
+        compiled = torch.compile(models[1], fullgraph=True, backend="aot_eager")
+        worst[policy] = steps_diff([(models[0], models[0]), (compiled, models[1])], *batch())
+    return worst
+
+
+@pytest.mark.slow
+def test_chunked_compiles_fullgraph_at_tp2():
+    """Slow (about 20 s on 2 busy cores): three models compiled on two ranks."""
+    for worst in scenario_outcome(run_gloo_scenarios({"c": _chunked_compile_worker}), "c"):
+        for policy, d in worst.items():
+            assert d < 1e-12, (policy, d)
+
+
+def _async_tp_graph_worker(rank, world_size):
+    """async_tp: the traced forward and backward graphs (aten, after inductor's decompositions: what its post-grad
+    passes see), searched with the micro-pipeline TP pass's own matchers; and compiled minus eager."""
+    import torch.distributed as dist
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.fx_passes import micro_pipeline_tp as tp_pass
+    group = dist.new_group([0, 1])
+    found = []  # per graph: (all-gathers read by an mm, reduce-scatters of an mm's output alone)
+
+    def record(gm, example_inputs):
+        gathers = [g for g in tp_pass.find_all_gather_patterns(gm.graph) if tp_pass._find_consumer_matmuls(g.res_node)]
+        scatters = [s for s in tp_pass.find_reduce_scatter_patterns(gm.graph)
+                    if tp_pass._find_producer_matmul(s.input_node) is not None and len(s.input_node.users) == 1]
+        found.append((len(gathers), len(scatters)))
+        return gm
+
+    models = [make("baseline", n_tracks=2, tp_group=group, n_layer=2) for _ in range(2)]
+    for model in models:
+        model.set_sequence_parallel(True)
+        model.set_tp_comm_overlap("async_tp")
+    backend = aot_autograd(fw_compiler=record, bw_compiler=record, decompositions=select_decomp_table())
+    torch._dynamo.reset()
+    compiled = torch.compile(models[1], fullgraph=True, backend=backend)
+    idx, targets = batch()
+    losses = [m(idx, targets)[1] for m in (models[0], compiled)]
+    for loss in losses:
+        loss.backward()
+    grads = max((a.grad - b.grad).abs().max().item() for a, b in zip(models[0].parameters(), models[1].parameters()))
+    return found, max(grads, (losses[0] - losses[1]).abs().item()), models[0].syncs_per_forward
+
+
+def test_async_tp_graphs_hold_the_patterns_the_pass_fuses():
+    """Forward: an all-gather read by an mm at each of the 2 x n_layer sync points' entry and at the head, and an mm
+    reduce-scattered (its only reader) at each sync point; backward the conjugates: each entry's dgrad mm
+    reduce-scattered, each exit's gathered output gradient read by mm's. Compiled equals eager."""
+    for found, diff, syncs in scenario_outcome(run_gloo_scenarios({"g": _async_tp_graph_worker}), "g"):
+        assert diff < 1e-12, diff
+        assert syncs == 4
+        assert found == [(syncs + 1, syncs), (syncs, syncs + 1)], found
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tp_comm_overlap=chunked:x", "--sequence_parallel=True"],
+     "invalid tp_comm_overlap='chunked:x'; allowed: off, chunked, chunked:K, async_tp (K an int in [1, 64])"),
+    (["--tp_comm_overlap=chunked"],
+     "tp_comm_overlap='chunked' needs sequence_parallel=True: it overlaps sequence parallelism's all-gathers and "
+     "reduce-scatters (there are none without it)"),
+    (["--tp_comm_overlap=async_tp", "--sequence_parallel=True", "--device=cpu"],
+     "tp_comm_overlap='async_tp' needs CUDA (NCCL and symmetric memory), not device 'cpu'; use 'chunked' or 'off' "
+     "there"),
+    (["--tp_comm_overlap=async_tp", "--sequence_parallel=True", "--compile=False"],
+     "tp_comm_overlap='async_tp' needs a run compiled with inductor (its micro-pipeline TP pass fuses the "
+     "collectives); got compile=False, compile_backend='inductor'"),
+])
+def test_config_refuses_an_overlap_that_cannot_run(args, message):
+    from training.config import ConfigError, parse
+    with pytest.raises(ConfigError) as e:
+        parse(args)
+    assert str(e.value) == message
+
+
+def test_trainer_refuses_async_tp_once_the_device_resolves_to_cpu():
+    """device='auto' passes parse(); the trainer checks again with the resolved device and compile plan."""
+    from training.config import ConfigError, check_tp_comm_overlap, parse
+    cfg = parse(["--tp_comm_overlap=async_tp", "--sequence_parallel=True"])
+    with pytest.raises(ConfigError, match="^tp_comm_overlap='async_tp' needs CUDA .* not device 'cpu'"):
+        check_tp_comm_overlap(cfg, "cpu", False)
+    with pytest.raises(ConfigError, match="needs a run compiled with inductor"):
+        check_tp_comm_overlap(cfg, "cuda", False)
+    check_tp_comm_overlap(cfg, "cuda", True)  # CUDA, compiled: accepted
+    assert parse(["--tp_comm_overlap=chunked:4", "--sequence_parallel=True", "--device=cpu"]).tp_comm_overlap == "chunked:4"
+
+
+def test_train_throughput_refuses_a_bad_tp_comm_in_one_line():
+    from bench import train_throughput
+    with pytest.raises(train_throughput.ArgError) as e:
+        train_throughput.parse_args(["--size", "tiny", "--device", "cpu", "--tp_comm", "sp,chunked:99"])
+    assert str(e.value) == ("--tp_comm='sp,chunked:99': 'chunked:99' is not off, sp, chunked, chunked:K (K in 1-64) "
+                            "or async_tp")
+
+
+def _inductor_order_worker(rank, world_size):
+    """One chunked:3 layer compiled by inductor, a training step: the generated code's collective launches, waits and
+    GEMMs in the order they run (forward, then backward), and compiled minus eager loss."""
+    import re
+
+    import torch.distributed as dist
+    from torch._inductor.utils import run_and_get_code
+    group = dist.new_group([0, 1])
+    torch._dynamo.reset()
+    model = make("baseline", n_tracks=2, tp_group=group, n_layer=1)
+    model.set_sequence_parallel(True)
+    model.set_tp_comm_overlap("chunked:3")
+    compiled = torch.compile(model, fullgraph=True, backend="inductor")
+    idx, targets = batch()
+    eager = model(idx, targets)[1].item()
+
+    def step():
+        loss = compiled(idx, targets)[1]
+        loss.backward()
+        return loss
+
+    loss, codes = run_and_get_code(step)
+    pattern = r"\s*buf\d+ = torch\.ops\.reduced_sync\.((?:all_gather|reduce_scatter)_(?:start|wait))|.*extern_kernels\.(add)?mm\("
+    calls = [[m.group(1) or "gemm" for m in map(lambda line: re.match(pattern, line), code.splitlines()) if m]
+             for code in codes]
+    return abs(loss.item() - eager), calls
+
+
+def _runs_of(calls, op):
+    """The runs of op's starts and waits in calls: [(start indices, wait indices)], 3 of each per run."""
+    starts = [i for i, c in enumerate(calls) if c == f"{op}_start"]
+    waits = [i for i, c in enumerate(calls) if c == f"{op}_wait"]
+    return [(starts[k:k + 3], waits[k:k + 3]) for k in range(0, len(starts), 3)]
+
+
+@pytest.mark.slow
+def test_compiled_chunked_overlaps_each_piece_with_a_gemm():
+    """Slow (about 15 s): inductor on CPU, two ranks. Every all-gather run launches its 3 pieces before the first
+    wait and puts a GEMM between consecutive waits (piece i+1 travels during GEMM i); every reduce-scatter run puts a
+    GEMM between consecutive launches (piece i travels during GEMM i+1). Forward: the sublayers' entries (and the
+    head's) gather, their exits scatter; backward: the conjugates."""
+    for diff, (forward, backward) in scenario_outcome(run_gloo_scenarios({"o": _inductor_order_worker}), "o"):
+        assert diff < 1e-12, diff
+        for calls, gathers, scatters in ((forward, 3, 2), (backward, 2, 3)):
+            assert len(_runs_of(calls, "all_gather")) == gathers and len(_runs_of(calls, "reduce_scatter")) == scatters
+            for starts, waits in _runs_of(calls, "all_gather"):
+                assert len(starts) == len(waits) == 3 and starts[-1] < waits[0], calls
+                assert all("gemm" in calls[a:b] for a, b in zip(waits, waits[1:])), calls
+            for starts, waits in _runs_of(calls, "reduce_scatter"):
+                assert len(starts) == len(waits) == 3 and starts[-1] < waits[0], calls
+                assert all("gemm" in calls[a:b] for a, b in zip(starts, starts[1:])), calls
