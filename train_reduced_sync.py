@@ -490,7 +490,7 @@ def wrap(raw_model, cfg, mesh, plan):
             # start instead of between start and wait: nothing overlapped (tests/test_async_grad.py)
             import torch._inductor.config as inductor_config
             inductor_config.reorder_for_peak_memory = False
-        if raw_model.comm_overlap is not None and raw_model.comm_overlap[0] == "async_tp" and mesh.tp > 1:
+        if cfg.tp_comm_overlap == "async_tp" and cfg.sequence_parallel and mesh.tp > 1:
             enable_async_tp(mesh.tp_group)  # before compiling: the pass runs at compile time
         exact = apply_exact_training_settings(mesh.tp)  # the regions' LayerNorm gradients (model/compile_modes.py)
         if mesh.is_master:  # compiling happens at the first call, silently otherwise
