@@ -108,13 +108,12 @@ if __name__ == "__main__":  # a bad option or a missing checkpoint is answered b
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
 
 from data.loader import DATA_DIR, read_plain_pickle  # noqa: E402
 from training.checkpoint import MODEL_KEYS, load_weights, read_checkpoint  # noqa: E402
 import model.generate as generation  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
-from parallel.mesh import init_mesh  # noqa: E402
+from parallel.mesh import close_process_groups, end_process, init_mesh  # noqa: E402
 
 
 def load_codec(checkpoint, ckpt_path):
@@ -309,9 +308,7 @@ def rate_parts(start, end, setup_done, tokens):
 def fail(message, rank=0):
     if rank == 0:
         print(f"error: {message}", file=sys.stderr, flush=True)
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-    sys.exit(1)
+    sys.exit(end_process(1, close_process_groups(barrier=False)))
 
 
 def main(argv):
@@ -420,9 +417,8 @@ def main(argv):
         print(f"decode: median {statistics.median(rates[1:]):.1f} tokens/s over samples 2-{len(rates)}, "
               f"{statistics.median(times[1:]):.3f} s per sample of {args.max_new_tokens} tokens "
               f"({first}: {rates[0]:.1f} tokens/s, {times[0]:.3f} s){after}", file=sys.stderr, flush=True)
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    return 0
+    model = x = y = None  # the compiled decode step's references, dropped before the teardown frees the rest
+    return end_process(0, close_process_groups())  # a captured decode graph holds NCCL all-reduces (parallel/mesh.py)
 
 
 if __name__ == "__main__":

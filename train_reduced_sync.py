@@ -692,6 +692,9 @@ def main(argv):
                     passes=passes_read(cfg, train_tokens, iter_num), seconds=time.time() - run_start, final=final,
                     best_val=best_val_loss, best_iter=best_iter, syncs=syncs, ckpt_path=ckpt_path,
                     stopped=signal.Signals(signum).name if signum else None)
+    # the compiled model, its graphs' inputs and outputs and the optimizer's state may each keep alive what
+    # references an NCCL communicator: dropped here (the closures above share these cells) before the teardown
+    model = raw_model = optimizer = scaler = nonfinite = x = y = train_loss = grad_norm = None
     stuck_stage = shut_down(control, wandb)
     return end_process(128 + signum if signum else 0, stuck_stage)  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
 

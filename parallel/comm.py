@@ -240,7 +240,12 @@ def barrier(group=None):
     if group is None:
         group = dist.group.WORLD
     if dist.get_world_size(group) > 1:
-        dist.barrier(group=group)
+        bound = getattr(group, "bound_device_id", None)  # init_mesh binds NCCL groups to this rank's GPU
+        if bound is None and dist.get_backend(group) == "nccl":
+            # else torch guesses the GPU from the global rank, with a warning that it can hang
+            dist.barrier(group=group, device_ids=[torch.cuda.current_device()])
+        else:
+            dist.barrier(group=group)
 
 
 class _CopyToTPRegion(torch.autograd.Function):

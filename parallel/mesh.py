@@ -4,7 +4,16 @@
 
 TP ranks of one replica are adjacent (on one node they share NVLink); the DP group of a rank
 holds the ranks with its tp_rank in every replica. All TP ranks of one replica read the same batch.
+
+On NCCL the process groups are bound to this rank's GPU (init_process_group's device_id). At the end of a run
+close_process_groups tears them down in named stages (TEARDOWN_STAGES: barrier, graphs, dynamo, gc, sync,
+subgroups, destroy), cut after TEARDOWN_DEADLINE_S; two environment variables help bisect a teardown that hangs:
+
+    REDUCED_SYNC_TEARDOWN_TRACE=1             one line per stage on stderr: 'rank R: teardown KEY (name): S s'
+    REDUCED_SYNC_TEARDOWN_SKIP=dynamo,gc      run without those stages (any of the keys above, comma-separated);
+                                              a key that is no stage stops the launch in one line at init_mesh
 """
+import gc
 import json
 import os
 import socket
@@ -133,7 +142,7 @@ def _check_resolves(addr, port):
                               f"name or IP address") from None
 
 
-def _rendezvous(backend, timeout_s, on_wait=None):
+def _rendezvous(backend, timeout_s, on_wait=None, device_id=None):
     """init_process_group; outside torchrun with a time limit on finding the other ranks. Under torchrun
     its agent has already gathered every worker (workers use the agent's store), so nothing waits there.
     Only the store gets the limit: collectives keep torch's default timeout (a long checkpoint write of
@@ -142,10 +151,16 @@ def _rendezvous(backend, timeout_s, on_wait=None):
     Outside torchrun the wait happens in Python (a C++ wait would hold off SIGINT/SIGTERM until its end):
     rank 0 opens the store at once, the others connect to it in a thread, then every rank adds itself to a
     counter and polls it until all are there. Every FIRST_WAIT_NOTE, then WAIT_NOTE_EVERY seconds a rank
-    says what it waits for; on_wait(text) is told each change of it (stop.py names it if a signal comes)."""
+    says what it waits for; on_wait(text) is told each change of it (stop.py names it if a signal comes).
+
+    device_id (NCCL only, a torch.device('cuda', local_rank)) binds the groups to this rank's GPU: without it
+    torch 2.13 picks the device of a barrier by guessing (dist.barrier's "using the device under current
+    context" warning on rank 0, ProcessGroupNCCL's "Guessing device ID based on global rank. This can cause a
+    hang"), and the teardown's barrier runs in a thread whose current device is GPU 0 on every rank."""
+    bind = {} if device_id is None else {"device_id": device_id}
     if "TORCHELASTIC_RUN_ID" in os.environ or dist.is_initialized():
         if not dist.is_initialized():
-            dist.init_process_group(backend=backend)
+            dist.init_process_group(backend=backend, **bind)
         return
     rank, world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
@@ -211,7 +226,7 @@ def _rendezvous(backend, timeout_s, on_wait=None):
             sys.stderr = stderr
     if on_wait is not None:
         on_wait(None)
-    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world)
+    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, **bind)
 
 
 def init_mesh(tp, device=None, rendezvous_timeout=300.0, on_wait=None):
@@ -222,12 +237,15 @@ def init_mesh(tp, device=None, rendezvous_timeout=300.0, on_wait=None):
     gives up after rendezvous_timeout seconds with a RendezvousError, saying what it waits for meanwhile
     (on_wait: see _rendezvous).
     """
+    teardown_skip()  # a bad REDUCED_SYNC_TEARDOWN_SKIP is said now, in one line, not after the run
     if env_int("WORLD_SIZE", 1) > 1 or dist.is_initialized():
         local_rank = env_int("LOCAL_RANK", 0)
         device = device_for_local_rank(local_rank, device)
-        if device.startswith("cuda"):
+        cuda = device.startswith("cuda")
+        if cuda:
             torch.cuda.set_device(device)
-        _rendezvous("nccl" if device.startswith("cuda") else "gloo", rendezvous_timeout, on_wait)
+        _rendezvous("nccl" if cuda else "gloo", rendezvous_timeout, on_wait,
+                    device_id=torch.device(device) if cuda else None)
         mesh = build_groups(tp)
         mesh.device = device
         return mesh
@@ -253,52 +271,145 @@ def record_error_for_torchrun(message):
         pass  # the message was printed; the summary only loses its copy
 
 
-TEARDOWN_DEADLINE_S = 30.0  # seconds for freeing CUDA graphs and destroying the process groups
+TEARDOWN_DEADLINE_S = 30.0  # seconds for the stages after the barrier, all together
+TRACE_ENV, SKIP_ENV = "REDUCED_SYNC_TEARDOWN_TRACE", "REDUCED_SYNC_TEARDOWN_SKIP"
+# (key, name, where), in order. 'thread' stages may block in NCCL for ever: each runs in a daemon thread, cut at
+# the deadline (a call blocked in C++ would also keep the main thread's signal handlers from running). 'main'
+# stages must run in the main thread: the CUDA graph trees live in its thread-local state, and torch 2.13's
+# reset_cudagraph_trees returns without doing anything in a thread that lacks it, so the teardown thread that
+# used to run it freed no graph and ncclCommDestroy then waited for the graphs' references.
+TEARDOWN_STAGES = (
+    ("barrier", "barrier", "thread"),
+    ("graphs", "freeing the CUDA graphs", "main"),
+    ("dynamo", "resetting the compiler caches", "main"),
+    ("gc", "collecting garbage", "main"),
+    ("sync", "synchronizing the device", "thread"),
+    ("subgroups", "destroying the subgroups", "thread"),
+    ("destroy", "destroying the process groups", "thread"),
+)
+
+
+def teardown_skip(text=None):
+    """The stage keys that REDUCED_SYNC_TEARDOWN_SKIP (or text) names, comma-separated, for bisecting a hang;
+    ValueError in one line naming a value that is no stage and the allowed ones."""
+    text = os.environ.get(SKIP_ENV, "") if text is None else text
+    allowed = [key for key, _, _ in TEARDOWN_STAGES]
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    for key in keys:
+        if key not in allowed:
+            raise ValueError(f"{SKIP_ENV}={text!r}: {key!r} is not a teardown stage; allowed (comma-separated): "
+                             f"{', '.join(allowed)}")
+    return frozenset(keys)
 
 
 def release_cuda_graphs():
     """Free the CUDA graphs that torch.compile(mode='reduce-overhead') captured. A graph that captured an
     NCCL collective holds a reference on its communicator until the graph object is destroyed, and
     ncclCommDestroy waits for that reference (pytorch/pytorch#115388; vllm-project/vllm#39846 explains the
-    reference count). Nothing to do where no graph was made."""
+    reference count). Nothing to do where no graph was made. Main thread only (TEARDOWN_STAGES)."""
     trees = sys.modules.get("torch._inductor.cudagraph_trees")
     if trees is not None:
         trees.reset_cudagraph_trees()
-        import gc
-        gc.collect()
+
+
+def reset_compiler():
+    """Drop dynamo's compiled code and guards, which keep the compiled graphs (and what they captured) alive.
+    Not imported, nothing compiled: nothing to do (importing dynamo takes seconds)."""
+    if "torch._dynamo" in sys.modules:
+        torch.compiler.reset()
+
+
+def _destroy_subgroups():
+    """Every group but the default one, newest first (torch's own order for the default group's teardown)."""
+    c10d = dist.distributed_c10d
+    default = c10d._get_default_group()
+    for group in reversed(list(c10d._world.pg_map)):
+        if group is not default:
+            dist.destroy_process_group(group)
+
+
+def _stage_calls(barrier):
+    from parallel import comm  # here: comm is the model's, and mesh is imported by scripts before it
+    device = None
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        device = torch.cuda.current_device()  # read here: a new thread's current device is GPU 0
+    return {"barrier": comm.barrier if barrier else None,
+            "graphs": release_cuda_graphs,
+            "dynamo": reset_compiler,
+            "gc": gc.collect,
+            "sync": None if device is None else (lambda: torch.cuda.synchronize(device)),
+            "subgroups": _destroy_subgroups,
+            "destroy": dist.destroy_process_group}
+
+
+def _run_in_thread(fn, until):
+    """fn() in a daemon thread; True once it returned (its exception is raised here), False at `until`
+    (time.monotonic(); None: no limit) with fn still running."""
+    box = {}
+
+    def run():
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 -- handed to the main thread
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="teardown", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)  # interruptible: SIGINT/SIGTERM handlers run here
+        if until is not None and time.monotonic() > until:
+            return False
+    if "error" in box:
+        raise box["error"]
+    return True
 
 
 def close_process_groups(barrier=True, deadline_s=TEARDOWN_DEADLINE_S):
-    """The end of a distributed run: a barrier (every rank done with every collective before any tears its
-    group down: a gloo rank that exited while a peer still talked to it aborted once), the CUDA graphs freed,
-    then dist.destroy_process_group(). Returns None when that finished, else the stage that passed
-    deadline_s: the caller then ends the process without it (os._exit), its work being saved. The steps run
-    in a daemon thread because a call blocked in NCCL would keep the main thread's signal handlers from
-    running, and a graph still alive somewhere makes ncclCommDestroy wait for ever (a 124M tp=2 run with
-    compile='auto' on 2 H200s finished, saved, and then hung here). The barrier has no deadline of its own
-    here: the process group's timeout ends it."""
+    """The end of a distributed run, in TEARDOWN_STAGES' order: a barrier (every rank done with every collective
+    before any tears its group down: a gloo rank that exited while a peer still talked to it aborted once), the
+    CUDA graphs freed, the compiler's caches dropped, garbage collected (the caller has dropped its compiled
+    model, optimizer and batches by then: each may hold what references a communicator), the device
+    synchronized, the subgroups destroyed, then the default group. Returns None when that finished, else the
+    name of the stage that passed deadline_s (counted from the barrier's end): the caller then ends the process
+    without it (end_process), its work being saved. A 124M tp=2 run with compile='auto' on 2 H200s finished,
+    saved, and then hung in destroy_process_group. The barrier has no deadline of its own here: the process
+    group's timeout ends it. A stage that fails is named in one line and the next runs.
+
+    REDUCED_SYNC_TEARDOWN_TRACE=1: one line per stage on stderr, 'rank R: teardown KEY (name): S s';
+    REDUCED_SYNC_TEARDOWN_SKIP=KEY,...: those stages not run (keys: TEARDOWN_STAGES'), to bisect a hang."""
     if not (dist.is_available() and dist.is_initialized()):
         return None
-    from parallel import comm  # here: comm is the model's, and mesh is imported by scripts before it
-    box = {"stage": "barrier"}
+    try:
+        skip = teardown_skip()
+    except ValueError as e:  # init_mesh said it at the start; here the run is done: run every stage
+        print(f"note: {e}; skipping none", file=sys.stderr, flush=True)
+        skip = frozenset()
+    trace = os.environ.get(TRACE_ENV, "") not in ("", "0")
+    prefix, calls, until = f"rank {dist.get_rank()}: ", _stage_calls(barrier), None
 
-    def teardown():
-        if barrier:
-            comm.barrier()
-        box["stage"], box["since"] = "freeing the CUDA graphs", time.monotonic()
-        release_cuda_graphs()
-        box["stage"] = "destroying the process groups"
-        dist.destroy_process_group()
-        box["stage"] = None
+    def say(key, name, what):
+        if trace:
+            print(f"{prefix}teardown {key} ({name}): {what}", file=sys.stderr, flush=True)
 
-    thread = threading.Thread(target=teardown, name="teardown", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.1)
-        since = box.get("since")
-        if since is not None and time.monotonic() - since > deadline_s:
-            return box["stage"]
-    return box["stage"]
+    for key, name, where in TEARDOWN_STAGES:
+        fn = calls[key]
+        if fn is None or key in skip:
+            say(key, name, "skipped" if key in skip else "nothing to do")
+        else:
+            start = time.monotonic()
+            try:
+                if where == "main":
+                    fn()
+                elif not _run_in_thread(fn, until):
+                    say(key, name, f"still running after {time.monotonic() - start:.3f} s: cut")
+                    return name
+            except Exception as e:  # noqa: BLE001 -- the run is saved: the next stages still free what they can
+                print(f"{prefix}note: the teardown stage {key} ({name}) failed: "
+                      f"{(str(e).strip().splitlines() or [type(e).__name__])[0][:200]}", file=sys.stderr, flush=True)
+            say(key, name, f"{time.monotonic() - start:.3f} s")
+        if key == "barrier":
+            until = time.monotonic() + deadline_s
+    return None
 
 
 def end_process(code, stuck_stage):
