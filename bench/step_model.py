@@ -77,6 +77,9 @@ Commands (repository root):
     python -m bench.step_model --validate        # every stored tp>=2 row: predicted / measured
     python -m bench.step_model --pareto          # loss gap against modeled time, and the 70B table
     python -m bench.step_model calibrate --device cuda   # per-sublayer times on this GPU
+--validate, --pareto and calibrate write into a fresh folder under bench/results/local/ (ignored by git) unless
+--out_dir names one: `--out_dir bench/results` replaces the stored files, which the model reads (a default run
+never overwrites them).
 This file is the model's command line; the model lives in bench/steptime/, one module per part (its __init__
 lists them). The names the validation and the docs cite: ROW_FILES, PROSPECTIVE, PROSPECTIVE_REVISIONS in
 bench/steptime/rows.py; sweep_regimes, rows_regimes and PUBLIC_BUSBW in comm.py; collectives and tracks_features in
@@ -89,15 +92,34 @@ import sys
 
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.step_model ...")
-from bench.steptime import (ALIASES, DEVICES, MODELED_TPS, RESULTS, SHAPES, WORKLOADS, answer,  # noqa: E402
+from bench.common import out_dir_problem, results_dir  # noqa: E402
+from bench.steptime import (ALIASES, DEVICES, MODELED_TPS, SHAPES, WORKLOADS, answer,  # noqa: E402
                             calibrate, calibration_repeatability, paper_table, pareto, score_table, time_error,
                             tracks_problem, validate, write_validation)
 from training.cli import guarded, positive_int  # noqa: E402
 from training.config import REPO, HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 
 
-def write_json(name, obj):
-    write_text(os.path.join(RESULTS, name), json.dumps(obj, indent=1))
+def write_json(out_dir, name, obj):
+    write_text(os.path.join(out_dir, name), json.dumps(obj, indent=1))
+
+
+def shown(path):
+    """path relative to the repository where it is inside, as given elsewhere."""
+    path = os.path.abspath(path)
+    return os.path.relpath(path, REPO) if path.startswith(REPO + os.sep) else path
+
+
+def out_dir_arg(ap, what):
+    ap.add_argument("--out_dir", default=None,
+                    help=f"where {what} go; default: a fresh folder under bench/results/local/ (ignored by git); "
+                         f"--out_dir bench/results replaces the stored ones")
+
+
+def check_out_dir(ap, a):
+    """--out_dir that cannot be a folder: one line, before the work (the fits take seconds, calibrate minutes)."""
+    if a.out_dir is not None and out_dir_problem(a.out_dir):
+        ap.error(out_dir_problem(a.out_dir))
 
 
 def main(argv=None):
@@ -122,17 +144,19 @@ def main(argv=None):
         ap.add_argument("--workloads", default="train_b8,train_b12,prefill_b8,decode_b1,decode_b8",
                         help=f"comma-separated, of {', '.join(WORKLOADS)}")
         ap.add_argument("--repeats", type=int, default=20, help="timed repeats per sublayer (their median)")
-        ap.add_argument("--out_dir", default=RESULTS, help="where the calibration's json and md go")
+        out_dir_arg(ap, "the calibration's json and md")
         a = ap.parse_args(argv[1:])
+        check_out_dir(ap, a)
         for w in a.workloads.split(","):
             if w not in WORKLOADS:
                 ap.error(f"unknown workload {w!r}; allowed: {', '.join(WORKLOADS)}")
         tps = [int(t) for t in a.tps.split(",")]
-        print(calibrate(a.device, a.sizes.split(","), tps, a.workloads.split(","), a.repeats, a.out_dir))
+        out_dir = results_dir(a.out_dir, "step_model_calibration", a.device)
+        print(calibrate(a.device, a.sizes.split(","), tps, a.workloads.split(","), a.repeats, out_dir))
         return
     ap = OneLineArgumentParser(prog="python -m bench.step_model", description=__doc__.split("\n\n")[0],
                                  formatter_class=HelpFormatter)
-    ap.add_argument("--validate", action="store_true", help="predict every stored tp>=2 row; write the table")
+    ap.add_argument("--validate", action="store_true", help="predict every stored tp>=2 row; write the table (into --out_dir)")
     ap.add_argument("--pareto", action="store_true", help="loss gap against modeled time; the 70B-class table")
     ap.add_argument("--size", default="xl", help=f"one of {', '.join(list(SHAPES) + list(ALIASES))}")
     ap.add_argument("--tp", type=positive_int, default=8, help="tensor-parallel degree: 1, 2, 4 or 8")
@@ -140,7 +164,9 @@ def main(argv=None):
     ap.add_argument("--n_tracks", type=positive_int, default=None,
                     help="default: tp (one track per GPU); a multiple of tp, at most the n_head of --size")
     ap.add_argument("--device", default="H100", help=f"one of {', '.join(DEVICES)}")
+    out_dir_arg(ap, "--validate's and --pareto's files")
     a = ap.parse_args(argv)
+    check_out_dir(ap, a)
     if a.device not in DEVICES:
         ap.error(f"unknown --device {a.device!r}; allowed: {', '.join(DEVICES)}")
     if a.tp not in MODELED_TPS:  # before the fits, which take seconds
@@ -152,19 +178,24 @@ def main(argv=None):
             ap.error(str(e))
         if problem:
             ap.error(problem)
-    fit, tables, rows, held = validate()
+    fit, tables, rows, held = validate()  # reads the stored files under bench/results (RESULTS), wherever it writes
     err = time_error(rows)
+    out_dir = None
+    if a.validate or a.pareto:
+        out_dir = results_dir(a.out_dir, "step_model", "validate" if not a.pareto else
+                              "pareto" if not a.validate else "validate-pareto")
     if a.validate:  # the fit and calibration files are written here only: a question reads, never writes
-        write_json("step_model_comm_fit.json", fit)
+        write_json(out_dir, "step_model_comm_fit.json", fit)
         for device, table in tables.items():
-            write_json(f"step_model_compute_{device.lower()}.json", table)
-        lines = write_validation(fit, tables, rows, held)
+            write_json(out_dir, f"step_model_compute_{device.lower()}.json", table)
+        lines = write_validation(fit, tables, rows, held, out_dir)
         print("\n".join(lines[:lines.index("## Scores per code, device and tp") + 2 + len(score_table(rows))]))
-        print(f"table: {os.path.relpath(os.path.join(RESULTS, 'step_model_validation.md'), REPO)}")
+        print(f"table: {shown(os.path.join(out_dir, 'step_model_validation.md'))}")
     if a.pareto:
-        for path in pareto(tables, fit, err):
+        for path in pareto(tables, fit, err, out_dir):
             print(path)
-        print("\n".join(paper_table(tables, fit, err)))
+        print("\n".join(paper_table(tables, fit, err, out_dir)))
+        print(f"table: {shown(os.path.join(out_dir, 'step_model_70b_tp8.md'))}")
     if not (a.validate or a.pareto):
         try:
             print("\n".join(answer(a.size, a.tp, a.policy, a.device, a.n_tracks or a.tp, tables, fit, err, rows, held)))

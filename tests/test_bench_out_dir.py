@@ -38,14 +38,83 @@ def test_a_default_run_leaves_the_tree_unchanged():
 
 
 def test_every_out_dir_defaults_to_none():
-    """Each bench CLI's --out_dir defaults to None: a fresh local folder (results_dir) or no files at all.
-    step_model is left to its own split (its calibration still defaults to bench/results)."""
+    """Each bench CLI's --out_dir defaults to None: a fresh local folder (results_dir) or no files at all."""
+    seen = 0
     for name in sorted(os.listdir(os.path.join(REPO, "bench"))):
-        if not name.endswith(".py") or name.startswith("step_model"):
+        if not name.endswith(".py"):
             continue
         text = open(os.path.join(REPO, "bench", name)).read()
         for default in re.findall(r'add_argument\("--out_dir",\s*default=([^,)]+)', text):
             assert default == "None", f"bench/{name}: --out_dir defaults to {default}"
+            seen += name == "step_model.py"
+    assert seen == 1  # step_model's, for its main parser and its calibrate's (out_dir_arg)
+
+
+def fake_step_model(monkeypatch):
+    """bench.step_model without its fits (seconds) and with its writers recording the folder they were given."""
+    from bench import step_model
+    got = []
+    monkeypatch.setattr(step_model, "validate", lambda: ({}, {"H200": {}}, [], {}))
+    monkeypatch.setattr(step_model, "time_error", lambda rows: 0.1)
+    monkeypatch.setattr(step_model, "score_table", lambda rows: [])
+    monkeypatch.setattr(step_model, "write_json", lambda out_dir, name, obj: got.append(("json", out_dir)))
+    monkeypatch.setattr(step_model, "write_validation",
+                        lambda *a: got.append(("validation", a[-1])) or ["## Scores per code, device and tp", ""])
+    monkeypatch.setattr(step_model, "pareto", lambda *a: got.append(("pareto", a[-1])) or [])
+    monkeypatch.setattr(step_model, "paper_table", lambda *a: got.append(("70b", a[-1])) or [])
+    monkeypatch.setattr(step_model, "calibrate", lambda *a: got.append(("calibrate", a[-1])) or "done")
+    return step_model, got
+
+
+def test_step_model_writes_to_a_local_folder_unless_told(monkeypatch, capsys):
+    """--validate, --pareto and calibrate wrote into the committed bench/results by default."""
+    step_model, got = fake_step_model(monkeypatch)
+    step_model.main(["--validate", "--pareto"])
+    step_model.main(["calibrate", "--device", "cpu"])
+    folders = {out_dir for _, out_dir in got}
+    assert [kind for kind, _ in got] == ["json", "json", "validation", "pareto", "70b", "calibrate"]
+    assert len(folders) == 2 and all(os.path.dirname(f) == common.LOCAL_RESULTS for f in folders), folders
+    assert re.fullmatch(r"step_model_calibration-cpu-\d{8}-\d{6}-\d+", os.path.basename(got[-1][1]))
+    got.clear()
+    stored = os.path.join("bench", "results")
+    step_model.main(["--validate", "--pareto", "--out_dir", stored])
+    step_model.main(["calibrate", "--device", "cpu", "--out_dir", stored])
+    assert {out_dir for _, out_dir in got} == {stored}
+    assert "table: bench/results/step_model_validation.md" in capsys.readouterr().out
+
+
+def test_step_model_out_dir_that_is_a_file_stops_before_the_fits(monkeypatch, capsys):
+    step_model, got = fake_step_model(monkeypatch)
+    monkeypatch.setattr(step_model, "validate", lambda: pytest.fail("the fits loaded"))
+    for argv in (["--validate", "--out_dir", os.devnull], ["calibrate", "--out_dir", os.devnull]):
+        with pytest.raises(SystemExit) as stop:
+            step_model.main(argv)
+        err = capsys.readouterr().err.splitlines()
+        assert stop.value.code == 2 and len(err) == 1, err
+        assert err[0].startswith(f"error: --out_dir {os.devnull}: exists and is not a folder; give a folder"), err
+    assert got == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not IN_GIT, reason="needs the git checkout")
+def test_step_model_default_run_leaves_the_tree_unchanged():
+    """The real fits (about 5 s): the stored tables are read, a fresh local folder takes the output."""
+    from bench import step_model
+    before_status = git_status()
+    before = set(os.listdir(common.LOCAL_RESULTS)) if os.path.isdir(common.LOCAL_RESULTS) else set()
+    step_model.main(["--validate"])
+    new = set(os.listdir(common.LOCAL_RESULTS)) - before
+    try:
+        assert len(new) == 1, new
+        folder = os.path.join(common.LOCAL_RESULTS, next(iter(new)))
+        assert "step_model_validation.md" in os.listdir(folder)
+        with open(os.path.join(folder, "step_model_validation.md")) as f, \
+                open(os.path.join(REPO, "bench", "results", "step_model_validation.md")) as g:
+            assert f.read() == g.read()  # the stored table is what the stored rows give
+        assert git_status() == before_status
+    finally:
+        for name in new:
+            shutil.rmtree(os.path.join(common.LOCAL_RESULTS, name))
 
 
 def test_default_folders_are_fresh_and_given_ones_kept(tmp_path):

@@ -9,7 +9,7 @@
     predict     one step's modeled time: compute + tracks + all-reduces, with the overlap bounds
     fitting     every fitted quantity from the rows a split keeps (fit_split)
     scores      time and saving errors against the measured rows, and the targets
-    validation  --validate: the full fit and held-out refits, and bench/results/step_model_validation.md
+    validation  --validate: the full fit and held-out refits, and step_model_validation.md (in --out_dir)
     answers     one question's answer with its interval
     pareto      --pareto: loss gap against modeled time, and the 70B-class table
     calibrate   per-sublayer times on one GPU

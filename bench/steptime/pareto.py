@@ -3,7 +3,7 @@ import json
 import os
 
 from bench.steptime.predict import predict
-from bench.steptime.shapes import RESULTS, SHAPES, TRAINER_MODE, shape_of
+from bench.steptime.shapes import SHAPES, TRAINER_MODE, shape_of
 from model.sync_policy import parse_sync_policy
 from training.config import REPO, save_figure, write_text
 
@@ -38,7 +38,7 @@ def nearest_sync_spec(pol, n_layer, ref_layers=12):
     return f"grouped:{g}", parse_sync_policy(f"grouped:{g}", n_layer).n_syncs, ref
 
 
-def pareto(tables, fit, err, device="H100"):
+def pareto(tables, fit, err, out_dir, device="H100"):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -92,13 +92,13 @@ def pareto(tables, fit, err, device="H100"):
                     a.xyann = (-3, 3)
                     a.set_horizontalalignment("right")
             fig.tight_layout()
-            path = os.path.join(RESULTS, f"step_model_pareto_{size}_tp{tp}.png")
+            path = os.path.join(out_dir, f"step_model_pareto_{size}_tp{tp}.png")
             save_figure(fig, path, dpi=110)
-            made.append(os.path.relpath(path, REPO))
+            made.append(os.path.relpath(path, REPO) if path.startswith(REPO + os.sep) else path)
     return made
 
 
-def paper_table(tables, fit, err, device="H100"):
+def paper_table(tables, fit, err, out_dir, device="H100"):
     """The 70B-class shape at tp=8: each policy's modeled saving beside the papers' published ones."""
     lines = [f"# 70B-class shape (80 layers x 8192) at tp=8 on {device}: modeled savings beside the papers", "",
              "Made by `python -m bench.step_model --pareto`. Times are **modeled** (bench/step_model.py), not measured; "
@@ -121,5 +121,5 @@ def paper_table(tables, fit, err, device="H100"):
         lines.append(f"| {pol} | {parse_sync_policy(pol, 80).n_syncs} | " + " | ".join(cells) +
                      f" | {p['full_overlap']:.2f} .. {p['no_overlap']:.2f} | " +
                      (f"{paper[1]} ({paper[0]})" if paper else "-") + " |")
-    write_text(os.path.join(RESULTS, "step_model_70b_tp8.md"), "\n".join(lines) + "\n")
+    write_text(os.path.join(out_dir, "step_model_70b_tp8.md"), "\n".join(lines) + "\n")
     return lines

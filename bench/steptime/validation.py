@@ -411,8 +411,8 @@ def validation_table(rows):
     return lines
 
 
-def write_validation(fit, tables, rows, held):
+def write_validation(fit, tables, rows, held, out_dir):
     lines = (validation_header(fit, tables, rows) + validation_errors(rows) + validation_notes(rows, fit, held)
              + width_law_lines(fit["replicated"]["q"]) + validation_table(rows))
-    write_text(os.path.join(RESULTS, "step_model_validation.md"), "\n".join(lines) + "\n")
+    write_text(os.path.join(out_dir, "step_model_validation.md"), "\n".join(lines) + "\n")
     return lines
