@@ -1,0 +1,77 @@
+"""experiments/gpu_stop/check.sh, the device check of how a launch ends: its commands (dry run) are ones the trainer
+accepts, bad settings are one line each, and on CPU (2 gloo processes) its four parts run and pass (slow)."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from training.config import parse
+
+SCRIPT = os.path.join(REPO, "experiments", "gpu_stop", "check.sh")
+
+
+def check(env, timeout=30):
+    return subprocess.run(["bash", SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHON": sys.executable, **env})
+
+
+def test_the_script_parses():
+    assert subprocess.run(["bash", "-n", SCRIPT], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("device, n, launches", [("cuda", "4", 5), ("cuda", "2", 4), ("cpu", "2", 4)])
+def test_a_dry_run_prints_commands_the_trainer_accepts(device, n, launches, tmp_path):
+    proc = check({"DRY_RUN": "1", "DEVICE": device, "N": n, "OUT": str(tmp_path / "out")})
+    assert proc.returncode == 0, proc.stderr
+    commands = [line[len("would run: "):] for line in proc.stdout.splitlines() if line.startswith("would run: ")]
+    assert len(commands) == launches, proc.stdout
+    assert not (tmp_path / "out").exists()  # a dry run writes nothing
+    trains = [c.split(" train_reduced_sync.py ", 1)[1].split("   (")[0] for c in commands if "train_reduced_sync" in c]
+    tps = []
+    for args in trains:
+        cfg = parse(re.sub(r"<stop\+(\d+)>", r"\1", args).split())  # every override valid, after the config file
+        assert cfg.dataset == "shakespeare" and cfg.n_layer % 3 == 0  # grouped:3 needs layers in threes
+        tps.append(cfg.tp)
+    assert tps == ([4, 2, 4, 4] if n == "4" else [int(n)] * 3)
+    assert "--init_from=resume" in trains[-1]
+    assert any(" training.launch " in c for c in commands) and commands[-1].split()[5] == "sample.py"
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"DEVICE": "tpu"}, "error: DEVICE=tpu: allowed: cuda or cpu"),
+    ({"DEVICE": "cpu", "N": "3"}, "error: N=3 (cpu devices visible or set): allowed: 2 or 4"),
+    ({"DEVICE": "cpu", "PARTS": "a,e"}, "error: PARTS=a,e: 'e' is not a part; allowed (comma-separated): a, b, c, d"),
+    ({"DEVICE": "cpu", "PARTS": "c,d"}, "error: PARTS=c,d: parts c and d start from part b's checkpoint: add b"),
+])
+def test_bad_settings_are_one_line(env, says):
+    proc = check({"DRY_RUN": "1", **env})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [proc.stderr.strip()] and proc.stderr.startswith(says), proc.stderr
+
+
+def test_an_out_folder_with_a_table_is_refused(tmp_path):
+    (tmp_path / "table.md").write_text("kept")
+    proc = check({"DEVICE": "cpu", "OUT": str(tmp_path)})
+    assert proc.returncode == 2 and "already holds a check's table.md" in proc.stderr
+    assert (tmp_path / "table.md").read_text() == "kept" and sorted(os.listdir(tmp_path)) == ["table.md"]
+
+
+@pytest.mark.slow
+def test_the_cpu_mode_runs_every_part(tmp_path):
+    """About 35 s on a 2-core CPU: four launches of 2 gloo processes."""
+    out = tmp_path / "out"
+    proc = check({"DEVICE": "cpu", "OUT": str(out), "RUNS": str(tmp_path / "runs")}, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    table = (out / "table.md").read_text()
+    rows = [line.split(" | ") for line in table.splitlines() if re.match(r"\| [abcd] \| ", line)]
+    assert [(r[0], r[2]) for r in rows] == [("| a", "0"), ("| b", "143"), ("| c", "0"), ("| d", "0")], table
+    assert all(r[5] == "0" for r in rows), table  # no warning line
+    assert "checkpoint saved: yes, at iter" in rows[1][6] and float(rows[1][4]) < 30  # signal to exit: within Slurm's grace
+    assert all(re.fullmatch(r"[0-9.]+", r[3]) for r in rows), table  # every part's last line was found
+    assert all(re.fullmatch(r"[a-z]+ [0-9.]+ s \(rank [01]\)", r[7]) for r in rows), table  # the trace was on
+    log = (out / "logs" / "a_tp2.log").read_text()
+    for key in ("barrier", "graphs", "dynamo", "gc", "sync", "subgroups", "destroy"):
+        assert re.search(rf"^[0-9.]+ rank 1: teardown {key} \(", log, re.M), key
