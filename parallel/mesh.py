@@ -143,20 +143,15 @@ def _check_resolves(addr, port):
 
 
 def _rendezvous(backend, timeout_s, on_wait=None, device_id=None):
-    """init_process_group; outside torchrun with a time limit on finding the other ranks. Under torchrun
-    its agent has already gathered every worker (workers use the agent's store), so nothing waits there.
-    Only the store gets the limit: collectives keep torch's default timeout (a long checkpoint write of
-    rank 0 must not time out the others' next collective).
+    """init_process_group (bound to device_id where given: init_mesh); outside torchrun with a time limit on
+    finding the other ranks. Under torchrun its agent has already gathered every worker (workers use the agent's
+    store), so nothing waits there. Only the store gets the limit: collectives keep torch's default timeout (a long
+    checkpoint write of rank 0 must not time out the others' next collective).
 
     Outside torchrun the wait happens in Python (a C++ wait would hold off SIGINT/SIGTERM until its end):
     rank 0 opens the store at once, the others connect to it in a thread, then every rank adds itself to a
     counter and polls it until all are there. Every FIRST_WAIT_NOTE, then WAIT_NOTE_EVERY seconds a rank
-    says what it waits for; on_wait(text) is told each change of it (stop.py names it if a signal comes).
-
-    device_id (NCCL only, a torch.device('cuda', local_rank)) binds the groups to this rank's GPU: without it
-    torch 2.13 picks the device of a barrier by guessing (dist.barrier's "using the device under current
-    context" warning on rank 0, ProcessGroupNCCL's "Guessing device ID based on global rank. This can cause a
-    hang"), and the teardown's barrier runs in a thread whose current device is GPU 0 on every rank."""
+    says what it waits for; on_wait(text) is told each change of it (stop.py names it if a signal comes)."""
     bind = {} if device_id is None else {"device_id": device_id}
     if "TORCHELASTIC_RUN_ID" in os.environ or dist.is_initialized():
         if not dist.is_initialized():
@@ -244,6 +239,11 @@ def init_mesh(tp, device=None, rendezvous_timeout=300.0, on_wait=None):
         cuda = device.startswith("cuda")
         if cuda:
             torch.cuda.set_device(device)
+        # device_id binds the NCCL groups to this rank's GPU. Unbound, a barrier on a group that has run no
+        # collective yet (the default group: the model's collectives use the subgroups) picks its GPU by guessing,
+        # with torch's warnings "barrier(): using the device under current context" and ProcessGroupNCCL's
+        # "Guessing device ID based on global rank. This can cause a hang"; and the teardown's barrier runs in a
+        # thread, whose current device is GPU 0 on every rank
         _rendezvous("nccl" if cuda else "gloo", rendezvous_timeout, on_wait,
                     device_id=torch.device(device) if cuda else None)
         mesh = build_groups(tp)
