@@ -156,7 +156,8 @@ def main(argv=None):
         return
     ap = OneLineArgumentParser(prog="python -m bench.step_model", description=__doc__.split("\n\n")[0],
                                  formatter_class=HelpFormatter)
-    ap.add_argument("--validate", action="store_true", help="predict every stored tp>=2 row; write the table (into --out_dir)")
+    ap.add_argument("--validate", action="store_true",
+                    help="predict every stored tp>=2 row; write the table (into --out_dir)")
     ap.add_argument("--pareto", action="store_true", help="loss gap against modeled time; the 70B-class table")
     ap.add_argument("--size", default="xl", help=f"one of {', '.join(list(SHAPES) + list(ALIASES))}")
     ap.add_argument("--tp", type=positive_int, default=8, help="tensor-parallel degree: 1, 2, 4 or 8")

@@ -40,10 +40,18 @@ def test_a_dry_run_prints_commands_the_trainer_accepts(device, n, launches, tmp_
     assert any(" training.launch " in c for c in commands) and commands[-1].split()[5] == "sample.py"
 
 
+@pytest.mark.parametrize("parts, outs", [("a", ["a_tp4", "a_dp2_tp2"]), ("a1", ["a_tp4"]), ("a2", ["a_dp2_tp2"]),
+                                         ("a2,b,c,d", ["a_dp2_tp2", "b_sigterm", "b_sigterm", "b_sigterm"])])
+def test_parts_select_the_launches(parts, outs):
+    proc = check({"DRY_RUN": "1", "N": "4", "PARTS": parts})
+    assert re.findall(r"--out_dir=\$RUNS/(\w+)", proc.stdout) == outs, proc.stdout
+
+
 @pytest.mark.parametrize("env, says", [
     ({"DEVICE": "tpu"}, "error: DEVICE=tpu: allowed: cuda or cpu"),
     ({"DEVICE": "cpu", "N": "3"}, "error: N=3 (cpu devices visible or set): allowed: 2 or 4"),
-    ({"DEVICE": "cpu", "PARTS": "a,e"}, "error: PARTS=a,e: 'e' is not a part; allowed (comma-separated): a, b, c, d"),
+    ({"DEVICE": "cpu", "PARTS": "a,e"},
+     "error: PARTS=a,e: 'e' is not a part; allowed (comma-separated): a, a1, a2, b, c, d"),
     ({"DEVICE": "cpu", "PARTS": "c,d"}, "error: PARTS=c,d: parts c and d start from part b's checkpoint: add b"),
 ])
 def test_bad_settings_are_one_line(env, says):
@@ -69,7 +77,8 @@ def test_the_cpu_mode_runs_every_part(tmp_path):
     rows = [line.split(" | ") for line in table.splitlines() if re.match(r"\| [abcd] \| ", line)]
     assert [(r[0], r[2]) for r in rows] == [("| a", "0"), ("| b", "143"), ("| c", "0"), ("| d", "0")], table
     assert all(r[5] == "0" for r in rows), table  # no warning line
-    assert "checkpoint saved: yes, at iter" in rows[1][6] and float(rows[1][4]) < 30  # signal to exit: within Slurm's grace
+    assert "checkpoint saved: yes, at iter" in rows[1][6]
+    assert float(rows[1][4]) < 30  # signal to exit: within Slurm's grace
     assert all(re.fullmatch(r"[0-9.]+", r[3]) for r in rows), table  # every part's last line was found
     assert all(re.fullmatch(r"[a-z]+ [0-9.]+ s \(rank [01]\)", r[7]) for r in rows), table  # the trace was on
     log = (out / "logs" / "a_tp2.log").read_text()

@@ -2,8 +2,8 @@
 # How a launch of the 124M config ends on a machine of N GPUs (N = the visible count, 2 or 4): does the process exit
 # at once after the trainer's summary, does a SIGTERM stop it with a checkpoint within Slurm's 30 s grace, and do the
 # resume and sample.py work from that checkpoint. Parts (PARTS=a,b,c,d by default; README.md beside this file):
-#   a  the user's launch: torchrun train_reduced_sync.py config/train_grouped_4sync.py at tp=N, and dp 2 x tp N/2
-#      when N = 4; compile='auto' (compiled + CUDA graphs), 40 iterations: seconds from the summary's last line to exit
+#   a  the user's launch: torchrun train_reduced_sync.py config/train_grouped_4sync.py, compile='auto' (compiled + CUDA
+#      graphs), 40 iterations, at tp=N (a1) and when N = 4 at dp 2 x tp 2 (a2): seconds from the summary's end to exit
 #   b  the same through python -m training.launch, SIGTERM once iteration SIGNAL_AT is logged: seconds to exit, saved?
 #   c  resume from b's checkpoint for RESUME_ITERS iterations       d  sample.py at tp=N from that checkpoint
 # Every launch runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 REDUCED_SYNC_TEARDOWN_TRACE=1.
@@ -41,11 +41,15 @@ case $DEVICE in
         SAMPLE="--device=cpu --num_samples=1 --max_new_tokens=8" ;;
   *) die "DEVICE=$DEVICE: allowed: cuda or cpu" ;;
 esac
-[ "$N" = 2 ] || [ "$N" = 4 ] || die "N=${N:-?} ($DEVICE devices visible or set): allowed: 2 or 4 (set CUDA_VISIBLE_DEVICES or N)"
+[ "$N" = 2 ] || [ "$N" = 4 ] || \
+  die "N=${N:-?} ($DEVICE devices visible or set): allowed: 2 or 4 (set CUDA_VISIBLE_DEVICES or N)"
 for p in ${PARTS//,/ }; do
-  case $p in a|b|c|d) ;; *) die "PARTS=$PARTS: '$p' is not a part; allowed (comma-separated): a, b, c, d" ;; esac
+  case $p in
+    a|a1|a2|b|c|d) ;;
+    *) die "PARTS=$PARTS: '$p' is not a part; allowed (comma-separated): a, a1, a2, b, c, d" ;;
+  esac
 done
-want() { [[ ",$PARTS," == *",$1,"* ]]; }
+want() { [[ ",$PARTS," == *",$1,"* ]] || { [[ $1 == a? ]] && [[ ",$PARTS," == *",a,"* ]]; }; }  # a: a1 and a2
 if want c || want d; then want b || die "PARTS=$PARTS: parts c and d start from part b's checkpoint: add b"; fi
 # the signalled run trains until the signal; the resume's max_iters is set once its stop iteration is known
 STOP_RUN="--lr_decay_iters=100000 --eval_interval=100000"
@@ -55,8 +59,8 @@ LAUNCH="$PY -m training.launch --standalone --nproc-per-node=$N"
 if [ "$DRY_RUN" = 1 ]; then
   RUNS='$RUNS'
   show() { echo "would run: $*"; }
-  want a && show $TORCHRUN train_reduced_sync.py $CONFIG $COMMON $RUN --tp=$N --out_dir=$RUNS/a_tp$N
-  want a && [ "$N" = 4 ] && show $TORCHRUN train_reduced_sync.py $CONFIG $COMMON $RUN --tp=2 --out_dir=$RUNS/a_dp2_tp2
+  want a1 && show $TORCHRUN train_reduced_sync.py $CONFIG $COMMON $RUN --tp=$N --out_dir=$RUNS/a_tp$N
+  want a2 && [ "$N" = 4 ] && show $TORCHRUN train_reduced_sync.py $CONFIG $COMMON $RUN --tp=2 --out_dir=$RUNS/a_dp2_tp2
   want b && show $LAUNCH train_reduced_sync.py $CONFIG $COMMON $STOP_RUN --max_iters=100000 --tp=$N --out_dir=$RUNS/b_sigterm \
     "  (SIGTERM to it once 'iter $SIGNAL_AT:' is logged)"
   want c && show $TORCHRUN train_reduced_sync.py $CONFIG $COMMON $STOP_RUN --tp=$N --out_dir=$RUNS/b_sigterm \
@@ -87,7 +91,8 @@ warnings() { grep -E "[Ww]arn|WARN|Guessing device|teardown did not finish|teard
 slowest() {  # the teardown stage that took longest on any rank, from the trace lines
   grep -oE "rank [0-9]+: teardown [a-z]+ \([^)]*\): ([0-9.]+ s|still running.*)" "$1" | awk '
     { key = $4; s = ($0 ~ /still running/) ? 1e9 : $(NF - 1) + 0
-      if (s > best) { best = s; what = key " " ($0 ~ /still running/ ? "cut at the deadline" : sprintf("%.2f s", s)) " (" $1 " " $2 ")" } }
+      took = ($0 ~ /still running/) ? "cut at the deadline" : sprintf("%.2f s", s)
+      if (s > best) { best = s; what = key " " took " (" $1 " " $2 ")" } }
     END { print (what == "" ? "no trace" : what) }' | tr -d ':'; }
 ROWS=(); FAILED=0
 row() { ROWS+=("| $* |"); }
@@ -106,17 +111,18 @@ finish() {
   local last exit_t
   last=$(stamp_of "$log" "$pattern"); exit_t=$(stamp_of "$log" "__exit ")
   [ "$rc" = 0 ] || FAILED=1
-  row "$part | $what | $rc | $(secs "$last" "$exit_t") | - | $(warnings "$log") | ${note:--} | $(slowest "$log") | logs/$5.log"
+  row "$part | $what | $rc | $(secs "$last" "$exit_t") | - | $(warnings "$log") | ${note:--} | $(slowest "$log") |" \
+      "logs/$5.log"
 }
 
 SUMMARY_END="python compare_runs.py "  # the summary's last line, the trainer's last before its teardown
-if want a; then
+if want a1; then
   rc=$(run a_tp$N $TORCHRUN train_reduced_sync.py $CONFIG $COMMON $RUN --tp=$N --out_dir=$RUNS/a_tp$N)
   finish a "torchrun, tp=$N" "$rc" "$SUMMARY_END" a_tp$N
-  if [ "$N" = 4 ]; then
-    rc=$(run a_dp2_tp2 $TORCHRUN train_reduced_sync.py $CONFIG $COMMON $RUN --tp=2 --out_dir=$RUNS/a_dp2_tp2)
-    finish a "torchrun, dp 2 x tp 2" "$rc" "$SUMMARY_END" a_dp2_tp2
-  fi
+fi
+if want a2 && [ "$N" = 4 ]; then
+  rc=$(run a_dp2_tp2 $TORCHRUN train_reduced_sync.py $CONFIG $COMMON $RUN --tp=2 --out_dir=$RUNS/a_dp2_tp2)
+  finish a "torchrun, dp 2 x tp 2" "$rc" "$SUMMARY_END" a_dp2_tp2
 fi
 
 STOP_ITER=""
@@ -129,8 +135,8 @@ if want b; then
   pid=$!
   end=$(( $(date +%s) + TIMEOUT )); sig_t=""
   while kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$end" ]; do
-    if grep -qE "^[0-9.]+ iter ([0-9]+):" "$log" && \
-       [ "$(grep -oE "^[0-9.]+ iter [0-9]+:" "$log" | tail -n 1 | grep -oE "[0-9]+:$" | tr -d :)" -ge "$SIGNAL_AT" ]; then
+    logged=$(grep -oE "^[0-9.]+ iter [0-9]+:" "$log" | tail -n 1 | grep -oE "[0-9]+:$" | tr -d :)
+    if [ -n "$logged" ] && [ "$logged" -ge "$SIGNAL_AT" ]; then
       sig_t=$EPOCHREALTIME; kill -TERM "$pid"; break
     fi
     sleep 0.2
@@ -146,7 +152,9 @@ if want b; then
   saved="no"
   [ -n "$STOP_ITER" ] && [ -f "$RUNS/b_sigterm/ckpt.pt" ] && saved="yes, at iter $STOP_ITER"
   { [ -n "$sig_t" ] && [ "$rc" = 143 ] && [ "$saved" != no ]; } || FAILED=1
-  row "b | training.launch, tp=$N, SIGTERM after iter $SIGNAL_AT | $rc | $(secs "$(stamp_of "$log" "stopped by SIGTERM")" "$exit_t") | $(secs "$sig_t" "$exit_t") | $(warnings "$log") | checkpoint saved: $saved | $(slowest "$log") | logs/b_sigterm.log"
+  to_exit=$(secs "$(stamp_of "$log" "stopped by SIGTERM")" "$exit_t")
+  row "b | training.launch, tp=$N, SIGTERM after iter $SIGNAL_AT | $rc | $to_exit | $(secs "$sig_t" "$exit_t") |" \
+      "$(warnings "$log") | checkpoint saved: $saved | $(slowest "$log") | logs/b_sigterm.log"
 fi
 
 if want c; then
