@@ -74,8 +74,8 @@ def test_the_cpu_mode_runs_every_part(tmp_path):
     proc = check({"DEVICE": "cpu", "OUT": str(out), "RUNS": str(tmp_path / "runs")}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     table = (out / "table.md").read_text()
-    rows = [line.split(" | ") for line in table.splitlines() if re.match(r"\| [abcd] \| ", line)]
-    assert [(r[0], r[2]) for r in rows] == [("| a", "0"), ("| b", "143"), ("| c", "0"), ("| d", "0")], table
+    rows = [line.split(" | ") for line in table.splitlines() if re.match(r"\| [abcd][12]? \| ", line)]
+    assert [(r[0], r[2]) for r in rows] == [("| a1", "0"), ("| b", "143"), ("| c", "0"), ("| d", "0")], table
     assert all(r[5] == "0" for r in rows), table  # no warning line
     assert "checkpoint saved: yes, at iter" in rows[1][6]
     assert float(rows[1][4]) < 30  # signal to exit: within Slurm's grace

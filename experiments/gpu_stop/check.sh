@@ -85,8 +85,9 @@ stamp() { local line; while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTI
 # the stamp of the last line matching $2 in log $1 (empty when none)
 stamp_of() { grep -E "^[0-9.]+ .*$2" "$1" | tail -n 1 | cut -d' ' -f1; }
 secs() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }' || echo "-"; }
-# warnings: torch's, a teardown cut at its deadline, a failed teardown stage (the trace lines are not counted)
-warnings() { grep -E "[Ww]arn|WARN|Guessing device|teardown did not finish|teardown stage .* failed" "$1" \
+# warnings: Python's and c10's ('[W1127 13:00:00...'), a teardown cut at its deadline, a failed teardown stage (the
+# trace lines are not counted)
+warnings() { grep -E "[Ww]arn|WARN|\[W[0-9]{4} |Guessing device|teardown did not finish|teardown stage .* failed" "$1" \
   | grep -vc "teardown [a-z]* (.*): "; }
 slowest() {  # the teardown stage that took longest on any rank, from the trace lines
   grep -oE "rank [0-9]+: teardown [a-z]+ \([^)]*\): ([0-9.]+ s|still running.*)" "$1" | awk '
@@ -97,7 +98,7 @@ slowest() {  # the teardown stage that took longest on any rank, from the trace 
 ROWS=(); FAILED=0
 row() { ROWS+=("| $* |"); }
 
-# run NAME EXPECT_RC COMMAND...: the launch's output stamped into $OUT/logs/NAME.log, then "__exit RC" stamped
+# run NAME COMMAND...: the launch's output stamped into $OUT/logs/NAME.log, then "__exit RC"; prints RC
 run() {
   local name=$1; shift
   local log=$OUT/logs/$name.log
@@ -118,11 +119,11 @@ finish() {
 SUMMARY_END="python compare_runs.py "  # the summary's last line, the trainer's last before its teardown
 if want a1; then
   rc=$(run a_tp$N $TORCHRUN train_reduced_sync.py $CONFIG $COMMON $RUN --tp=$N --out_dir=$RUNS/a_tp$N)
-  finish a "torchrun, tp=$N" "$rc" "$SUMMARY_END" a_tp$N
+  finish a1 "torchrun, tp=$N" "$rc" "$SUMMARY_END" a_tp$N
 fi
 if want a2 && [ "$N" = 4 ]; then
   rc=$(run a_dp2_tp2 $TORCHRUN train_reduced_sync.py $CONFIG $COMMON $RUN --tp=2 --out_dir=$RUNS/a_dp2_tp2)
-  finish a "torchrun, dp 2 x tp 2" "$rc" "$SUMMARY_END" a_dp2_tp2
+  finish a2 "torchrun, dp 2 x tp 2" "$rc" "$SUMMARY_END" a_dp2_tp2
 fi
 
 STOP_ITER=""
