@@ -388,8 +388,9 @@ def close_process_groups(barrier=True, deadline_s=TEARDOWN_DEADLINE_S):
     prefix, calls, until = f"rank {dist.get_rank()}: ", _stage_calls(barrier), None
 
     def say(key, name, what):
-        if trace:
-            print(f"{prefix}teardown {key} ({name}): {what}", file=sys.stderr, flush=True)
+        if trace:  # one write, newline included: print's two let another rank's line in between on a shared terminal
+            sys.stderr.write(f"{prefix}teardown {key} ({name}): {what}\n")
+            sys.stderr.flush()
 
     for key, name, where in TEARDOWN_STAGES:
         fn = calls[key]
