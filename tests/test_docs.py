@@ -35,7 +35,8 @@ NOTEBOOKS = ("experiments/docs_study/budgets/README.md", "experiments/docs_study
              "experiments/char_sweep/README.md", "experiments/compiler_repros/README.md",
              "bench/results/decode/README.md", "bench/results/issue49/README.md",
              "bench/results/ladder_compiled_overlap/README.md", "bench/results/issue50/README.md",
-             "bench/results/h100_tp2/README.md", "experiments/gpu_stop/README.md")
+             "bench/results/h100_tp2/README.md", "experiments/gpu_stop/README.md",
+             "experiments/large_budgets/README.md")
 DOCS = (*GUIDES, "TRAINING_INSTRUCTIONS.md", "EXPERIMENT_SUMMARY.md", "experiments/README.md", *NOTEBOOKS)
 TOP_DIRS = ("config", "data", "experiments", "bench", "tests", "scripts", "model", "parallel", ".ci", "shared")
 PATH = re.compile(r"(?<![\w./$-])((?:%s)/[\w./*<>{}$-]*)" % "|".join(re.escape(d) for d in TOP_DIRS))
