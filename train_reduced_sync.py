@@ -24,10 +24,8 @@ falls back to a valid ckpt_best.pt, says so, and keeps the bad file as ckpt.pt.i
 """
 import dataclasses
 import importlib.util
-import json
 import math
 import os
-import platform
 import signal
 import sys
 import time
@@ -96,6 +94,7 @@ from parallel.ddp import BucketedDDP
 from parallel.overlap import enable_async_tp
 from parallel.mesh import (RendezvousError, close_process_groups, end_process, env_int, init_mesh,
                            record_error_for_torchrun)
+from training.records import best_eval_iter, log_eval, log_train, run_conditions, say_summary, start_wandb
 from training.run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
 from training.stop import Control, install_signal_handlers, report_fatal, waiting, watch_parent
 from training.step import (NonFiniteTracker, RunLog, configure_optimizer, estimate_loss, estimate_mfu, get_lr,
@@ -394,92 +393,6 @@ def restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg
     return iter_num, checkpoint["best_val_loss"]
 
 
-def cpu_model():
-    """The CPU's model name (/proc/cpuinfo on Linux), else what platform knows, else 'unknown CPU'."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def load_average():
-    """os.getloadavg() (1, 5, 15 minutes), rounded; None where the system has none."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except (AttributeError, OSError):
-        return None
-
-
-def run_conditions(device):
-    """What a timing depends on besides the policy (rank 0's view, in the layout record): the device's name,
-    the CPU cores this process may run on and the load average when the run starts."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count()
-    cuda = device.startswith("cuda")
-    return {"device_type": device.split(":")[0],
-            "device_name": torch.cuda.get_device_name(torch.device(device)) if cuda else cpu_model(),
-            "cpu_cores": cores, "load_avg_start": load_average()}
-
-
-def best_eval_iter(metrics_path, best_val, up_to):
-    """The first iteration whose logged val loss is best_val (a resumed run's later lines win), or None:
-    a resumed run's best may come from before the resume, which only the log remembers."""
-    evals = {}
-    try:
-        with open(metrics_path) as f:
-            for line in f:
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(r, dict) and r.get("type") == "eval" and isinstance(r.get("iter"), int):
-                    evals[r["iter"]] = r.get("val_loss")
-    except OSError:
-        return None
-    return min((i for i, v in evals.items() if v == best_val and i <= up_to), default=None)
-
-
-# the summary's suggested sample.py options: a look at the model in well under a minute on a CPU (sample.py's
-# default, 10 samples of 500 tokens, ran over 6 minutes on a loaded 2-core machine)
-QUICK_SAMPLE = "--num_samples=2 --max_new_tokens=200"
-
-
-def say_summary(log, cfg, mesh, *, trained, iter_num, tokens_per_iter, passes, seconds, final, best_val, best_iter,
-                syncs, ckpt_path, stopped):
-    """The run's last block (at most 4 lines, rank 0) and metrics.jsonl's last record (type 'summary'): what
-    was trained, the losses, the measured syncs per forward, the checkpoint and what to run next.
-    final: (iteration, val loss) of this process's last eval, or None; stopped: the signal's name or None."""
-    saved = os.path.exists(ckpt_path) if mesh.is_master else False
-    took = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
-    tokens = iter_num * tokens_per_iter
-    final_iter, final_val = final if final else (None, None)
-    best_val = best_val if best_val < 1e9 else None
-    load_end = load_average()
-    how = f"stopped by {stopped}" if stopped else "finished"
-    lines = [
-        f"summary: {how} at iter {iter_num} ({trained} iterations in this process, {took} wall time), "
-        f"{tokens:,} tokens seen ({passes:.2f} passes)",
-        "val loss: " + ("no eval in this process" if final_val is None else f"final {final_val:.4f} (iter {final_iter})")
-        + ("" if best_val is None else f", best {best_val:.4f} (iter {'?' if best_iter is None else best_iter})"),
-        f"syncs per forward (measured): {'?' if syncs is None else syncs}",
-        (f"checkpoint {ckpt_path}; next: python sample.py --out_dir={cfg.out_dir} {QUICK_SAMPLE}; " if saved else
-         "no checkpoint written; next: ") + f"python compare_runs.py {cfg.out_dir} <other out_dirs>",
-    ]
-    for line in lines[:-1]:
-        log.write(line)
-    log.write(lines[-1], {"type": "summary", "finished": not stopped, "stopped_by": stopped, "iter": iter_num,
-                          "trained_iters": trained, "seconds": seconds, "tokens": tokens, "passes": passes,
-                          "final_val": final_val, "final_iter": final_iter, "best_val": best_val,
-                          "best_iter": best_iter, "syncs_per_fwd": syncs, "ckpt": ckpt_path if saved else None,
-                          "load_avg_end": load_end})
-
-
 def wrap(raw_model, cfg, mesh, plan):
     """torch.compile as plan says (resolve_compile; fullgraph: a graph break is an error, never a silent eager
     fallback; the model is built to trace whole, tests/test_compile.py), then our data-parallel wrapper."""
@@ -507,46 +420,6 @@ def wrap(raw_model, cfg, mesh, plan):
 
 
 # ----------------------------------------------------------------------------- the loop's steps
-def start_wandb(cfg, mesh, derived):
-    if not (cfg.wandb_log and mesh.is_master):
-        return None
-    import wandb  # optional dependency; WANDB_MODE=offline runs without network
-    wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config={**cfg.to_dict(), **derived})
-    return wandb
-
-
-def log_eval(log, wandb, cfg, iter_num, losses, syncs, passes):
-    # a dataset of several domains adds its val_<domain> losses at the end of the line, after what parsers read
-    parts = {split: loss for split, loss in losses.items() if split not in ("train", "val")}
-    log.write(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
-              f"syncs/fwd {syncs}, passes {passes:.2f}" + "".join(f", {k} loss {v:.4f}" for k, v in parts.items()),
-              {"type": "eval", "iter": iter_num, "train_loss": losses["train"], "val_loss": losses["val"],
-               **{f"{k}_loss": v for k, v in parts.items()},
-               "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg), "passes": passes, "time": time.time()})
-    if wandb is not None:
-        wandb.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"],
-                   "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg)})
-
-
-def log_train(log, wandb, mesh, iter_num, lr, train_loss, grad_norm, nonfinite, on_nonfinite, seconds_per_iter,
-              mfu, tokens_per_iter):
-    """The log_interval line: the only host-device sync of a normal step. A replica that saw a non-finite
-    step calls on_nonfinite (which stops the run) before anything is logged."""
-    metrics = torch.stack([train_loss, grad_norm, nonfinite.count])
-    comm.all_reduce(metrics, mesh.dp_group, kind="train_metrics")
-    loss_value, norm_value, n_bad = (metrics / mesh.dp).tolist()
-    if n_bad > 0:
-        on_nonfinite(iter_num)
-    dt, tok_per_s = seconds_per_iter, tokens_per_iter / seconds_per_iter
-    record = {"type": "train", "iter": iter_num, "loss": loss_value, "grad_norm": norm_value, "lr": lr,
-              "time_ms": dt * 1000, "tok_per_s": tok_per_s, "mfu": mfu}
-    log.write(f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.2f}ms, tok/s {tok_per_s:.0f}, "
-              + (f"mfu {mfu * 100:.2f}%" if mfu is not None else "mfu n/a"), record)
-    if wandb is not None:
-        wandb.log({"iter": iter_num, "train/step_loss": loss_value, "grad_norm": norm_value, "lr": lr,
-                   "tok_per_s": tok_per_s, "mfu": mfu})
-
-
 def stop_if_eval_nonfinite(log, mesh, iter_num, losses):
     if not all(math.isfinite(v) for v in losses.values()):
         log.write(f"step {iter_num}: non-finite eval loss {losses}: stopping without saving",
