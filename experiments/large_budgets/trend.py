@@ -69,6 +69,7 @@ def width_trend(wsd_runs, cosine_runs, n_params, level=LEVEL):
         h = held.get(policy)
         held_pred = None if (h is None or curved) else _prediction(h)
         ahead, behind = _bound(e)
+        cos_pred = None if curved else _prediction(e)
         rows[policy] = dict(
             syncs=e["syncs"], seeds=e.get("seeds_fitted"), slope=e.get("slope"), slope_ci=e.get("slope_ci"),
             trend=e.get("trend"), bend=bend, curved=curved,
@@ -80,8 +81,7 @@ def width_trend(wsd_runs, cosine_runs, n_params, level=LEVEL):
                 inside=abs(measured_top["gap"] - held_pred[0]) <= held_pred[1]),
             cosine=None if policy not in cosine else dict(
                 tokens=cosine_tokens, measured=cosine[policy][0], ci=cosine[policy][1], seeds=cosine[policy][2],
-                predicted=None if curved or _prediction(e) is None else _prediction(e)[0],
-                pi=None if curved or _prediction(e) is None else _prediction(e)[1]),
+                predicted=None if cos_pred is None else cos_pred[0], pi=None if cos_pred is None else cos_pred[1]),
             budgets=[dict(tokens=b["tokens"], per_param=b["tokens"] / n_params, gap=b["gap"], ci=b["gap_ci"],
                           n=b["n"], verdict=b.get("verdict")) for b in e["budgets"]])
         c = rows[policy]["cosine"]
