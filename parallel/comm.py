@@ -127,17 +127,33 @@ def _(x, n, group_name):
 # (ticket, x, after) waits and returns the reduced copy (a tensor no input aliases). Keyed by x's
 # address: x is alive until the wait, which takes it. `after`: tensors the wait is scheduled after (the
 # weight gradients computed while the all-reduce travels); inductor orders kernels by data only.
-_in_flight = {}
+_in_flight = {}  # (collective, the input's address) -> (Work, output), for every traced start/wait pair below
+
+
+def _launched(collective, x, work, out):
+    """Keep a traced start's (work, out) until its wait; one collective of a tensor at a time."""
+    key = (collective, x.data_ptr())
+    if key in _in_flight:
+        raise RuntimeError(f"reduced_sync::{collective}_start: a {collective} of this tensor is already in flight")
+    _in_flight[key] = (work, out)
+
+
+def _landed(collective, x):
+    """The output of the traced start of `collective` on x, once its work is done."""
+    try:
+        work, out = _in_flight.pop((collective, x.data_ptr()))
+    except KeyError:
+        raise RuntimeError(f"reduced_sync::{collective}_wait: no {collective} in flight for this tensor "
+                           "(the compiled graph passed another buffer than the start's)") from None
+    work.wait()
+    return out
 
 
 @torch.library.custom_op("reduced_sync::all_reduce_start", mutates_args=())
 def _traced_all_reduce_start(x: torch.Tensor, group_name: str) -> torch.Tensor:
     out = x.clone(memory_format=torch.contiguous_format)
-    key = x.data_ptr()
-    if key in _in_flight:
-        raise RuntimeError("reduced_sync::all_reduce_start: an all-reduce of this tensor is already in flight")
-    _in_flight[key] = (dist.all_reduce(out, op=dist.ReduceOp.SUM, group=_resolve_process_group(group_name),
-                                       async_op=True), out)
+    _launched("all_reduce", x, dist.all_reduce(out, op=dist.ReduceOp.SUM, group=_resolve_process_group(group_name),
+                                               async_op=True), out)
     return x.new_empty(0)
 
 
@@ -148,13 +164,7 @@ def _(x, group_name):
 
 @torch.library.custom_op("reduced_sync::all_reduce_wait", mutates_args=())
 def _traced_all_reduce_wait(ticket: torch.Tensor, x: torch.Tensor, after: list[torch.Tensor]) -> torch.Tensor:
-    try:
-        work, out = _in_flight.pop(x.data_ptr())
-    except KeyError:
-        raise RuntimeError("reduced_sync::all_reduce_wait: no all-reduce in flight for this tensor "
-                           "(the compiled graph passed another buffer than the start's)") from None
-    work.wait()
-    return out
+    return _landed("all_reduce", x)
 
 
 @_traced_all_reduce_wait.register_fake
@@ -395,7 +405,6 @@ def reduce_from_tp_region(x, group, kind="tp_fwd"):
 # all-reduce above. The ladder's reduce-scatter is launched without waiting: reduce_scatter_start(x) returns a
 # ticket, reduce_scatter_wait(ticket, x, after) waits and returns the chunk (keyed by x's address, as
 # all_reduce_start: x is alive until the wait, which takes it).
-_scatter_in_flight = {}
 
 
 @torch.library.custom_op("reduced_sync::reduce_scatter", mutates_args=())
@@ -412,10 +421,8 @@ def _(x, n, group_name):
 
 @torch.library.custom_op("reduced_sync::reduce_scatter_start", mutates_args=())
 def _traced_reduce_scatter_start(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
-    if x.data_ptr() in _scatter_in_flight:
-        raise RuntimeError("reduced_sync::reduce_scatter_start: a reduce-scatter of this tensor is already in flight")
     out, work = _start_reduce_scatter(x, n, _resolve_process_group(group_name))
-    _scatter_in_flight[x.data_ptr()] = (work, out)
+    _launched("reduce_scatter", x, work, out)
     return x.new_empty(0)
 
 
@@ -427,12 +434,7 @@ def _(x, n, group_name):
 @torch.library.custom_op("reduced_sync::reduce_scatter_wait", mutates_args=())
 def _traced_reduce_scatter_wait(ticket: torch.Tensor, x: torch.Tensor, n: int,
                                 after: list[torch.Tensor]) -> torch.Tensor:
-    try:
-        work, out = _scatter_in_flight.pop(x.data_ptr())
-    except KeyError:
-        raise RuntimeError("reduced_sync::reduce_scatter_wait: no reduce-scatter in flight for this tensor") from None
-    work.wait()
-    return out
+    return _landed("reduce_scatter", x)
 
 
 @_traced_reduce_scatter_wait.register_fake
@@ -488,16 +490,13 @@ def reduce_scatter_rows_start(x, group):
 # tp_comm_overlap='async_tp' uses torch's functional collectives instead, the form inductor's micro-pipeline TP
 # pass matches (gather_rows_functional, scatter_rows_functional); not the form the rest of the module traces
 # (the module docstring's fusion fault, seen on CPU only), so only that opt-in, CUDA-only mode uses them.
-_gather_in_flight = {}
 
 
 @torch.library.custom_op("reduced_sync::all_gather_start", mutates_args=())
 def _traced_all_gather_start(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
-    if x.data_ptr() in _gather_in_flight:
-        raise RuntimeError("reduced_sync::all_gather_start: an all-gather of this tensor is already in flight")
     out = x.new_empty((n * x.shape[0], *x.shape[1:]))
-    work = dist.all_gather_into_tensor(out, x, group=_resolve_process_group(group_name), async_op=True)
-    _gather_in_flight[x.data_ptr()] = (work, out)
+    _launched("all_gather", x, dist.all_gather_into_tensor(out, x, group=_resolve_process_group(group_name),
+                                                           async_op=True), out)
     return x.new_empty(0)
 
 
@@ -508,12 +507,7 @@ def _(x, n, group_name):
 
 @torch.library.custom_op("reduced_sync::all_gather_wait", mutates_args=())
 def _traced_all_gather_wait(ticket: torch.Tensor, x: torch.Tensor, n: int, after: list[torch.Tensor]) -> torch.Tensor:
-    try:
-        work, out = _gather_in_flight.pop(x.data_ptr())
-    except KeyError:
-        raise RuntimeError("reduced_sync::all_gather_wait: no all-gather in flight for this tensor") from None
-    work.wait()
-    return out
+    return _landed("all_gather", x)
 
 
 @_traced_all_gather_wait.register_fake

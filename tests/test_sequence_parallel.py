@@ -210,7 +210,7 @@ def _ladder_code_worker(rank, world_size):
     with torch.no_grad():
         eager_logits, _ = model(idx)
         (logits, _), codes = run_and_get_code(compiled, idx)
-    assert not comm._scatter_in_flight
+    assert not comm._in_flight
     pattern = r"\s*(buf\d+ = torch\.ops\.reduced_sync\.reduce_scatter_(start|wait)|extern_kernels\.(add)?mm\()"
     calls = [line.strip() for code in codes for line in code.splitlines() if re.match(pattern, line)]
     return (logits - eager_logits).abs().max().item(), calls, model.syncs_per_forward
