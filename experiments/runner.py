@@ -56,8 +56,10 @@ class Run:
         return os.path.join(scratch, self.sweep_dir.replace(os.sep, "_"), self.name)
 
     def argv(self, scratch, extra=()):
-        # data_dir: the trainers' cwd is WORKDIR (chdir'd), whose data/ holds the datasets
-        return [*self.args, *extra, f"--out_dir={self.scratch_dir(scratch)}", "--data_dir=data"]
+        # data_dir: the trainers' cwd is WORKDIR (chdir'd), whose data/ holds the datasets, unless the sweep names
+        # a root of its own (--set data_dir=...: a width's corpus prefix beside another's on the same machine)
+        own = any(a.startswith("--data_dir=") for a in self.args)
+        return [*self.args, *extra, f"--out_dir={self.scratch_dir(scratch)}", *([] if own else ["--data_dir=data"])]
 
 
 # ---------------------------------------------------------------- the state of a run
@@ -176,6 +178,13 @@ def cuda_count():
         return 0
 
 
+def visible_gpu_ids(n_gpus):
+    """The ids to put in a child's CUDA_VISIBLE_DEVICES for GPUs 0 .. n_gpus-1 as this process counts them: the
+    parent's own list when it was narrowed (CUDA_VISIBLE_DEVICES=2,3 makes GPU 0 here physical GPU 2)."""
+    narrowed = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return narrowed[:n_gpus] if len(narrowed) >= n_gpus else [str(i) for i in range(n_gpus)]
+
+
 def tail(path, n=15):
     try:
         with open(path, errors="replace") as f:
@@ -238,7 +247,7 @@ def sweep(runs, args):
                 if n_gpus > 1:  # the GPU with the fewest runs now (runs end out of order: not launched % n_gpus)
                     load = [sum(1 for g in gpu_of.values() if g == gpu) for gpu in range(n_gpus)]
                     gpu_of[r.name] = load.index(min(load))
-                    env["CUDA_VISIBLE_DEVICES"] = str(gpu_of[r.name])
+                    env["CUDA_VISIBLE_DEVICES"] = visible_gpu_ids(n_gpus)[gpu_of[r.name]]
                 log = open(tmp + ".out", "a")
                 proc = subprocess.Popen([sys.executable, TRAIN_SCRIPT, *r.argv(scratch, extra)],
                                         env=env, stdout=log, stderr=subprocess.STDOUT)

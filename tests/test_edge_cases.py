@@ -14,7 +14,7 @@ import pytest
 
 from analysis.compare import RunError, load_run
 from data.loader import DataError, check_data
-from experiments.runner import SweepError, check_args
+from experiments.runner import Run, SweepError, check_args, visible_gpu_ids
 from model.gpt import GPTConfig
 from parallel.mesh import RendezvousError, env_int
 from tests.checkpoint_cases import write_valid
@@ -328,3 +328,19 @@ def test_spd_sensitivity_out_is_checked_before_the_measurement(tmp_path, capsys)
             spd_sensitivity.main(["never-read.pt", "--device", "cpu", "--out", out])
         err = capsys.readouterr().err.strip()
         assert e.value.code == 1 and err == f"error: --out: {out} is {what}, not a regular file: refusing to replace it"
+
+
+def test_runner_maps_its_gpus_through_a_narrowed_visible_list(monkeypatch):
+    # a sweep started with CUDA_VISIBLE_DEVICES=2,3 must put its runs on physical GPUs 2 and 3, not 0 and 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert visible_gpu_ids(2) == ["2", "3"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert visible_gpu_ids(4) == ["0", "1", "2", "3"]
+
+
+def test_runner_keeps_a_sweeps_own_data_root():
+    # the default data root comes last, so it would override a --set data_dir: it is left out then
+    plain = Run("r", "sweep", ["config/x.py", "--seed=1"], "baseline", 1, "g").argv("/scratch")
+    own = Run("r", "sweep", ["config/x.py", "--data_dir=/root/study/data19"], "baseline", 1, "g").argv("/scratch")
+    assert plain[-1] == "--data_dir=data"
+    assert [a for a in own if a.startswith("--data_dir=")] == ["--data_dir=/root/study/data19"]

@@ -1,13 +1,15 @@
 #!/bin/bash
 # The budget study's device calls (issue 68), one verb per call, on a machine of 2 or 4 GPUs held across calls:
 #   bash experiments/large_budgets/gpu.sh stage N          # verify the carried .stage/ chunks; train.bin once all N are in
+#   bash experiments/large_budgets/gpu.sh prefix N         # a data root of its own whose train.bin is chunks 0 .. N-1
+#                                                          # ($S/data<N>), so that two widths' prefixes train at once
 #   bash experiments/large_budgets/gpu.sh probe WIDTH      # each policy for 96 iterations: tokens/s, and inductor's cache warm
 #   bash experiments/large_budgets/gpu.sh start WIDTH ARGS # a sweep in the background (setsid: it outlives the call);
 #                                                          # START_WAIT=0 to start a second one in the same call
 #   bash experiments/large_budgets/gpu.sh watch SECONDS    # its progress until it ends or SECONDS pass
 #   bash experiments/large_budgets/gpu.sh collect [SECONDS]  # wait for it (or stop it), then pack the runs' logs into $OUT
 # ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds, --jobs; GPUS=1 puts
-# the sweep on GPU 1 alone). watch and collect wait for every sweep started on the machine. Everything the
+# the sweep on GPU 1 alone; PREFIX=N reads $S/data<N> instead of data/). watch and collect wait for every sweep started on the machine. Everything the
 # machine keeps between calls is under /root/study (scratch, logs) and data/debian_large (the staged corpus).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
@@ -21,6 +23,16 @@ case $verb in
   stage)
     python3 -m data.debian_large.stage unpack --from .stage --chunks "$1" 2>&1 | tee -a $S/stage.log
     ls -la data/debian_large/ | tee -a $S/stage.log; cp $S/stage.log $OUT/ ;;
+  prefix)
+    # train.bin's file size sets one_pass's order, so each width keeps the prefix it was planned on (config/large_*.py)
+    n=$1; D=$S/data$n/debian_large; mkdir -p $D
+    for k in $(seq 0 $((n - 1))); do f=data/debian_large/chunks/$(printf %03d $k).bin
+      [ -f $f ] || { echo "error: chunk $k is not staged yet ($f); stage it first" >&2; exit 2; }; done
+    [ -f $D/train.bin ] && [ "$(stat -c %s $D/train.bin)" = "$((n * 33554432))" ] || {
+      cat $(for k in $(seq 0 $((n - 1))); do printf "data/debian_large/chunks/%03d.bin " $k; done) > $D/train.bin.tmp &&
+      mv $D/train.bin.tmp $D/train.bin; }
+    for v in val val_prose val_code; do ln -f data/debian_large/$v.bin $D/$v.bin; done
+    ls -la $D | tee -a $S/stage.log ;;
   probe)
     width=$1; P=""; i=0; D=$S/probe_data/debian_large; mkdir -p $D; n_gpus=$(nvidia-smi -L | wc -l)
     # the chunks carried so far stand in for train.bin (the probe reads 96 x 32 windows)
@@ -42,7 +54,7 @@ case $verb in
     # GPUS, when set, narrows the sweep to those GPUs (the runner then spreads its runs over what it sees)
     setsid nohup env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} python3 -m experiments.docs_study.run run --config config/large_w$width.py \
       --sweep experiments/large_budgets/w$width --jobs 4 --scratch $S/scratch --status-every 120 \
-      --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
+      --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 ${PREFIX:+--set data_dir=$S/data$PREFIX} "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
     echo $! >> $S/sweeps.pid; sleep "${START_WAIT:-180}"; tail -n 30 $S/sweep-$width-$$.log ;;
   watch)
     end=$(( $(date +%s) + $1 ))
@@ -58,6 +70,6 @@ case $verb in
     (cd $S/scratch && find . \( -name config.json -o -name log.txt -o -name metrics.jsonl -o -name "*.out" \) -print \
       | tar czf $OUT/scratch-logs.tgz -T -)
     cp $S/sweep-*.log $S/smi-*.csv $S/stage.log $OUT/ 2>/dev/null; ls -la $OUT ;;
-  *) echo "error: unknown verb '$verb'; allowed: stage, probe, start, watch, collect" >&2; exit 2 ;;
+  *) echo "error: unknown verb '$verb'; allowed: stage, prefix, probe, start, watch, collect" >&2; exit 2 ;;
 esac
 log "$verb done"
