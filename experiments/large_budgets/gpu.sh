@@ -48,11 +48,11 @@ case $verb in
     for f in $S/probe-$width-*.log; do echo "-- $f"; grep -E "^iter (64|72|80|88|96)|error|Error" $f | tail -4; done
     (cd $S && tar czf $OUT/probe-$width.tgz probe-$width-*.log) ;;
   start)
-    width=$1; shift
+    width=$1; shift; cfg=config/large_w$width.py; [ "$width" = 768 ] && cfg=config/large_124m.py
     [ -f $S/smi.pid ] && kill -0 "$(cat $S/smi.pid)" 2>/dev/null || {
       nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -l 30 > $S/smi-$width.csv 2>&1 & echo $! > $S/smi.pid; }
     # GPUS, when set, narrows the sweep to those GPUs (the runner then spreads its runs over what it sees)
-    setsid nohup env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} python3 -m experiments.docs_study.run run --config config/large_w$width.py \
+    setsid nohup env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} python3 -m experiments.docs_study.run run --config $cfg \
       --sweep experiments/large_budgets/w$width --jobs 4 --scratch $S/scratch --status-every 120 \
       --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 ${PREFIX:+--set data_dir=$S/data$PREFIX} "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
     echo $! >> $S/sweeps.pid; sleep "${START_WAIT:-180}"; tail -n 30 $S/sweep-$width-$$.log ;;
