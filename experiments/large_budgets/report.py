@@ -170,7 +170,8 @@ def main(argv=None):
         write_text(os.path.join(HERE, name), text)
         print(f"wrote {os.path.relpath(os.path.join(HERE, name))}")
     if trend:
-        plot_headline(trend, POLICY_ORDER, os.path.join(HERE, "headline.png"))
+        cosine_only = [r for r in rows if r["schedule"] == "cosine" and r["metric"] == "val" and r["width"] not in trend]
+        plot_headline(trend, POLICY_ORDER, os.path.join(HERE, "headline.png"), cosine_only)
         print(f"wrote {os.path.relpath(os.path.join(HERE, 'headline.png'))}")
     return 0
 

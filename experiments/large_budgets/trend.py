@@ -129,7 +129,11 @@ def cross_text(r):
         return "not extrapolated: curvature"
     if r["crossover_interval"] is not None and r["crossover_in_range"]:
         lo, hi = r["crossover_interval"]
-        return f"crosses 0 at {tokens_text(r['crossover_tokens'])} [{tokens_text(lo)}, {tokens_text(hi)}]"
+        # Fieller's bounds run off to absurd token counts when the slope is barely told from 0: say so instead
+        far = 100 * r["largest"]
+        hi_text = tokens_text(hi) if hi <= far else f"beyond {tokens_text(far)}"
+        lo_text = tokens_text(lo) if lo >= r["largest"] / 1e4 else "below the smallest budget"
+        return f"crosses 0 at {tokens_text(r['crossover_tokens'])} [{lo_text}, {hi_text}]"
     parts = []
     if r["ahead_to"]:
         parts.append(f"ahead (Holm) up to {tokens_text(r['ahead_to'])}")
@@ -158,15 +162,18 @@ def cosine_text(r):
             + ("inside" if c["inside"] else "**outside**"))
 
 
-def plot_headline(trends, order, path):
+def plot_headline(trends, order, path, cosine_only=()):
     """Gap to baseline against tokens per parameter: one panel per policy, one line per width (the WSD branches'
-    mean over seeds with its 95% t band), the cosine runs as squares with their 95% interval."""
+    mean over seeds with its 95% t band), the cosine runs as squares with their 95% interval. cosine_only: the
+    cosine cells (report.py's rows of metric val) of widths without WSD branches yet, drawn as squares alone (a
+    single seed has no interval)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from training.config import save_figure
 
-    policies = [p for p in order if any(p in rows for rows, _ in trends.values())]
+    policies = [p for p in order if any(p in rows for rows, _ in trends.values())
+                or any(c["policy"] == p for c in cosine_only)]
     fig, axes = plt.subplots(1, len(policies), figsize=(3.3 * len(policies), 4.2), sharey=True, squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, policy in zip(axes[0], policies):
@@ -179,13 +186,23 @@ def plot_headline(trends, order, path):
             x = [b["per_param"] for b in r["budgets"]]
             y = [b["gap"] for b in r["budgets"]]
             h = [b["ci"] or 0.0 for b in r["budgets"]]
-            ax.plot(x, y, "o-", color=color, lw=2, ms=5, label=f"width {width}, WSD")
+            ax.plot(x, y, "o-", color=color, lw=2, ms=5, label=f"width {width}, WSD ({r['seeds']} seeds)")
             ax.fill_between(x, [a - b for a, b in zip(y, h)], [a + b for a, b in zip(y, h)], color=color,
                             alpha=0.15, lw=0)
             c = r["cosine"]
             if c is not None:
                 ax.errorbar([c["tokens"] / n_params], [c["measured"]], yerr=[c["ci"] or 0.0], fmt="s", color=color,
-                            mfc="white", ms=7, capsize=3, label=f"width {width}, cosine")
+                            mfc="white", ms=7, capsize=3, label=f"width {width}, cosine ({c['seeds']} seeds)")
+        for k, width in enumerate(sorted({c["width"] for c in cosine_only}), start=len(trends)):
+            for c in (c for c in cosine_only if c["width"] == width and c["policy"] == policy):
+                n = len(c["seeds"])
+                ax.errorbar([c["tokens_per_param"]], [c["gap"]], yerr=[c["gap_ci95"] or 0.0], fmt="D",
+                            color=colors[k % len(colors)], mfc="white", ms=7, capsize=3,
+                            label=f"width {width}, cosine ({n} seed{'' if n == 1 else 's'}"
+                                  f"{', no interval' if n == 1 else ''})")
+                # labelled at the marker, not as a tick: it would crowd the WSD budgets' ticks
+                ax.annotate(f"{c['tokens_per_param']:.2g}", (c["tokens_per_param"], c["gap"]), textcoords="offset points",
+                            xytext=(7, 4), fontsize=7, color=colors[k % len(colors)])
         ax.set_xscale("log", base=2)
         ticks = sorted({b["per_param"] for rows, _ in trends.values() if policy in rows for b in rows[policy]["budgets"]}
                        | {rows[policy]["cosine"]["tokens"] / n for rows, n in trends.values()
@@ -199,9 +216,13 @@ def plot_headline(trends, order, path):
         ax.set_xlabel("tokens per parameter")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("val loss gap to baseline (24 syncs), %\nlower is better")
-    axes[0][0].legend(fontsize=8, loc="upper left")
-    fig.suptitle("Loss cost of fewer syncs against the training budget on data/debian_large: mean of 2-3 paired "
-                 f"seeds, 95% t bands (clipped at ±{CLIP:.0f}); lower is better", fontsize=11)
-    fig.tight_layout()
+    legend = {}  # one legend under the panels: inside them it hid points
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=len(legend), fontsize=9, frameon=False)
+    fig.suptitle("Loss cost of fewer syncs against the training budget on data/debian_large: mean of paired seeds "
+                 f"(counts in the legends), 95% t bands (clipped at ±{CLIP:.0f}); lower is better", fontsize=11)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     save_figure(fig, path)
     plt.close(fig)
