@@ -82,3 +82,25 @@ def test_trend_slope_crossover_heldout_and_figure(tmp_path, monkeypatch):
     assert row["cosine"]["inside"] and row["cosine"]["measured"] == pytest.approx(slope * 3, abs=0.1)
     assert report.main([]) == 0 and (tmp_path / "headline.png").stat().st_size > 10_000
     assert "crosses 0 at" in (tmp_path / "answer.md").read_text() and report.main(["--check"]) == 0
+
+
+def test_a_width_with_cosine_runs_only_is_tabled_and_drawn(tmp_path, monkeypatch):
+    """Width 768's first cosine runs (one seed, no WSD branches yet) beside a width with a trend: its cell is in
+    answer.md with its gap and no interval or verdict, and the figure draws it, calling on plot_headline with it."""
+    wsd = tmp_path / "w256" / "runs"
+    for seed, base in ((1, 4.0), (2, 4.1)):
+        for b in (224, 448, 896):
+            fake_run(wsd, "baseline", seed, base, base, base, max_iters=b)
+            fake_run(wsd, "grouped:4", seed, base * 1.01, base, base, max_iters=b)
+    cosine = tmp_path / "w768" / "cosine"
+    fake_run(cosine, "baseline", 1, 2.0, 2.0, 2.0, width=768, max_iters=9216)
+    fake_run(cosine, "grouped:4", 1, 2.2, 2.0, 2.0, width=768, max_iters=9216)
+    monkeypatch.setattr(report, "HERE", str(tmp_path))
+    drawn = {}
+    real_plot = report.plot_headline
+    monkeypatch.setattr(report, "plot_headline", lambda t, o, p, c=(): drawn.update(cells=c) or real_plot(t, o, p, c))
+    assert report.main([]) == 0
+    assert "| 768 | cosine | 302.0M (13.53) | val | grouped:4 | 3 | 1 | +10.00 |  |  |  |" in \
+        (tmp_path / "answer.md").read_text()
+    assert [(c["width"], c["policy"], c["gap_ci95"]) for c in drawn["cells"]] == [(768, "grouped:4", None)]
+    assert (tmp_path / "headline.png").stat().st_size > 10_000
