@@ -65,7 +65,9 @@ Key ratios (all as throughput ratios, > 1: the first is faster):
 
 A variant that raises (e.g. a compile failure) becomes a row holding the error, on every rank (the
 ranks exchange a failure flag; a failure is assumed to hit all ranks alike, so none is left inside
-a collective), and the run goes on. Results are written after every variant, so a run cut off
+a collective), and the run goes on. The table's cell is the exception's type and first line; the row's
+error_detail (JSON, and the markdown's Errors section) keeps rank 0's whole message, causes and innermost
+traceback frames, and every failing rank prints its own to stderr (bench/throughput/errors.py). Results are written after every variant, so a run cut off
 keeps its rows: <out_dir>/train_throughput.{md,json}. --profile SUBSTRING also writes, for every
 variant whose name holds SUBSTRING, a torch.profiler key_averages table over 3 more iterations
 (top 40 by device time) to <out_dir>/train_profile_<variant>.txt; on CUDA its first lines give the device timeline
@@ -109,6 +111,7 @@ from model.sync_policy import parse_sync_policy  # noqa: E402
 from parallel import comm  # noqa: E402
 from parallel.mesh import close_process_groups, end_process  # noqa: E402
 from bench.throughput.plain import PlainGPT, TorchDDPAdapter  # noqa: E402
+from bench.throughput import errors  # noqa: E402
 from bench.throughput.report import key_ratios, markdown, row_cells  # noqa: E402
 
 multicast_off()  # before any NCCL communicator exists
@@ -521,21 +524,22 @@ def run(args, argv):
             print(f"note: {meta['note']}", flush=True)
         save(args, meta, rows)
     for v in plan:
-        ms, failed, error, syncs, n_params, prof = -1.0, False, None, None, None, None
+        ms, failed, error, syncs, n_params, prof, detail = -1.0, False, None, None, None, None, None
         env.warmup_s = None
         try:
             times, syncs, n_params, prof = run_variant(v, args, env)
             ms = statistics.median(times)
         except Exception as e:  # noqa: BLE001 - recorded in the row, the run goes on
-            first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            failed, error = True, f"{type(e).__name__}: {first_line}"[:300]
+            failed, error, detail = True, errors.one_line(e), errors.describe(e)
+            # every failing rank's own record (they may differ); the row keeps rank 0's
+            print(f"[rank {env.rank}] {v['name']} failed:\n" + errors.text(detail, "  "), file=sys.stderr, flush=True)
         free_memory(env, v["mode"].startswith("compiled"))
         per_rank = exchange(env, ms, failed)
         if any(f for _, f in per_rank) and error is None:
             error = "failed on rank(s) " + ",".join(str(i) for i, (_, f) in enumerate(per_rank) if f)
         tokens = args.micro_steps * args.batch_size * args.seq_len * v["dp"]
         row = dict(v, syncs_per_forward=syncs, tokens_per_iter=tokens, ms_per_rank=[m for m, _ in per_rank],
-                   ms=None, tok_s=None, mfu=None, n_params=n_params, error=error,
+                   ms=None, tok_s=None, mfu=None, n_params=n_params, error=error, error_detail=detail,
                    warmup_s=None if env.warmup_s is None else round(env.warmup_s, 1))
         if error is None:
             row["ms"] = max(m for m, _ in per_rank)

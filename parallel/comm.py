@@ -134,7 +134,11 @@ def _launched(collective, x, work, out):
     """Keep a traced start's (work, out) until its wait; one collective of a tensor at a time."""
     key = (collective, x.data_ptr())
     if key in _in_flight:
-        raise RuntimeError(f"reduced_sync::{collective}_start: a {collective} of this tensor is already in flight")
+        # what a GPU log needs to tell a start whose wait never ran (e.g. a wait replayed in a CUDA graph, which runs
+        # no Python) from two live tensors at one address
+        raise RuntimeError(f"reduced_sync::{collective}_start: a {collective} of this tensor is already in flight "
+                           f"(input {tuple(x.shape)} {x.dtype} at {x.data_ptr():#x}; in flight: "
+                           f"{dict(Counter(c for c, _ in _in_flight))})")
     _in_flight[key] = (work, out)
 
 

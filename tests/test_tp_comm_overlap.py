@@ -271,3 +271,16 @@ def test_compiled_chunked_overlaps_each_piece_with_a_gemm():
             for starts, waits in _runs_of(calls, "reduce_scatter"):
                 assert len(starts) == len(waits) == 3 and starts[-1] < waits[0], calls
                 assert all("gemm" in calls[a:b] for a, b in zip(starts, starts[1:])), calls
+
+
+def test_a_second_start_on_an_address_in_flight_names_the_input_and_the_table():
+    """The first 4x H200 run's chunked baseline stopped here; the message now says what a GPU log needs to tell a
+    start whose wait never ran from two live tensors at one address (bench/results/tp4_comm_h200/README.md)."""
+    x = torch.zeros(3, 2)
+    comm._launched("all_gather", x, None, None)
+    try:
+        with pytest.raises(RuntimeError, match=r"already in flight \(input \(3, 2\) torch.float32 at 0x[0-9a-f]+; "
+                                               r"in flight: \{'all_gather': 1\}\)"):
+            comm._launched("all_gather", x, None, None)
+    finally:
+        comm._in_flight.clear()

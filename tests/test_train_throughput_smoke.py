@@ -125,6 +125,12 @@ def test_tp_comm_times_plain_tp_sp_and_overlap_side_by_side(tmp_path):
         assert rows[name]["error"] is None and rows[name]["ms"] > 0, rows[name]
     assert rows[base + " sp+async_tp"]["error"] == ("ValueError: tp_comm async_tp needs CUDA and a compiled mode "
                                                     "(inductor's micro-pipeline TP pass)")
+    # the forced failure's whole record: type, message, the frame that raised; in the JSON, markdown and stderr
+    detail = rows[base + " sp+async_tp"]["error_detail"]
+    assert detail["type"] == "ValueError" and detail["message"].startswith("tp_comm async_tp needs CUDA")
+    assert "bench/train_throughput.py" in detail["traceback"][-1] and " in build_variant: raise " in detail["traceback"][-1]
+    assert "**" + base + " sp+async_tp**" in (tmp_path / "train_throughput.md").read_text().split("## Errors")[1]
+    assert f"[rank 0] {base} sp+async_tp failed:" in proc.stderr and "[rank 1]" in proc.stderr
     labels = {(q["section"].split(" (")[0], q["label"]) for q in data["ratios"] if q["value"] is not None}
     assert labels == {("tp2 sequence parallel, alone or + overlap / tp2", "sp baseline n_tracks 2 eager"),
                       ("tp2 sequence parallel, alone or + overlap / tp2", "chunked baseline n_tracks 2 eager"),

@@ -1,6 +1,7 @@
 """bench/train_throughput.py's report: the key ratios of its rows and the markdown table (its docstring says what
 each ratio compares)."""
 from bench.common import md_row
+from bench.throughput import errors
 
 
 def _ok(row):
@@ -103,4 +104,5 @@ def markdown(meta, rows, ratios):
         out.append(f"- {q['label']}: " + ("-" if q["value"] is None else f"{q['value']:.3f}"))
     if not ratios:
         out += ["", "(none: their rows were not run)"]
+    out += errors.markdown(rows)
     return "\n".join(out) + "\n"
