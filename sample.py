@@ -29,7 +29,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from training.cli import guarded
+from training.cli import exit_now, guarded
 from training.config import HelpFormatter, OneLineArgumentParser, ascii_float, ascii_int
 from model.compile_modes import COMPILE_MODES  # no torch: the options are checked before torch's import
 
@@ -424,4 +424,5 @@ def main(argv):
 if __name__ == "__main__":
     for _s, _handler in _handlers.items():  # the imports are done: the handlers as they were (the guard's next)
         signal.signal(_s, _handler)
-    sys.exit(guarded(main, sys.argv[1:]))  # Ctrl-C, SIGTERM and a closed stdout end in one line (issue 53)
+    # Ctrl-C, SIGTERM and a closed stdout end in one line (issue 53); no interpreter finalization (cli_guard.py)
+    exit_now(guarded(main, sys.argv[1:]))

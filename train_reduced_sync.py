@@ -79,6 +79,7 @@ if __name__ == "__main__":
     _answer_before_torch(sys.argv[1:])
 
 import torch
+from cli_guard import exit_now
 
 from training.checkpoint import (MODEL_KEYS, RESUME_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
                         restore_rng_states, set_aside)
@@ -575,4 +576,4 @@ def main(argv):
 if __name__ == "__main__":
     install_signal_handlers()  # SIGINT/SIGTERM: at once until the first step is done, then after a step with a checkpoint
     watch_parent()  # kill -9 of torchrun: its workers stop too, instead of training on as orphans
-    sys.exit(report_fatal(main, sys.argv[1:]))
+    exit_now(report_fatal(main, sys.argv[1:]))  # after the teardown: no interpreter finalization (cli_guard.py)

