@@ -177,6 +177,9 @@ def run(args):
             if tp_comm != "off" and seq % world:  # sequence parallelism splits the tokens evenly over the ranks
                 models[(n, policy, tp_comm)] = f"n/a: seq_len {seq} not divisible by tp={world}"
                 continue
+            if tp_comm == "async_tp" and cuda and group is None:  # symmetric memory lives on a TP group
+                models[(n, policy, tp_comm)] = "n/a: async_tp needs tp > 1"
+                continue
             try:
                 if tp_comm == "async_tp" and cuda:
                     enable_async_tp(group)
