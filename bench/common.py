@@ -1,5 +1,5 @@
 """The helpers the benchmarks share: what ran (commit, command line), the device, timing, lists of
-sync policies, result files and plots.
+sync policies, TP communication modes (--tp_comm), result files and plots.
 
 The scripts under bench/ run as modules from the repository root (`python -m bench.tp_latency`,
 `torchrun --standalone --nproc_per_node=2 -m bench.tp_latency`), which puts the root on sys.path, so
@@ -126,6 +126,47 @@ def split_policies(text):
         else:
             out.append(token)
     return out
+
+
+# ----------------------------------------------------------------------------- TP communication (--tp_comm)
+# train_throughput.py and tp_latency.py take the same values, name their rows alike and build the same models:
+#     off                    plain TP: each kept sync all-reduces
+#     sp                     Megatron's sequence parallelism (GPT's sequence_parallel, parallel/sequence.py)
+#     chunked[:K], async_tp  sequence parallelism with that tp_comm_overlap (parallel/overlap.py)
+# async_tp is inductor's micro-pipeline TP pass over symmetric memory: a row that cannot run it (CPU, or an uncompiled
+# mode) holds ASYNC_TP_NEEDS instead of failing the run, as the trainer refuses it (training/config.py).
+ALLOWED = "off, sp, chunked, chunked:K (K in 1-64) or async_tp"
+ASYNC_TP_NEEDS = "tp_comm async_tp needs CUDA and a compiled mode (inductor's micro-pipeline TP pass)"
+
+
+def parse_tp_comm(text):
+    """'off,sp,chunked:4' -> ['off', 'sp', 'chunked:4'] (each once, in order). A bad value raises ValueError, one line
+    naming it and what is allowed."""
+    values = list(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    for value in values or [""]:
+        if value in ("off", "sp"):
+            continue
+        from model.gpt_config import parse_tp_comm_overlap  # here: scripts that only read results skip the model
+        try:
+            parse_tp_comm_overlap(value)
+        except ValueError:
+            raise ValueError(f"--tp_comm={text!r}: {value!r} is not {ALLOWED}") from None
+    return values
+
+
+def tp_comm_tag(value):
+    """How rows name the mode: '' for off (rows as before the option), 'sp', or 'sp+<overlap>'."""
+    return "" if value == "off" else "sp" if value == "sp" else f"sp+{value}"
+
+
+def model_options(value):
+    """GPT's constructor arguments for the mode."""
+    return dict(sequence_parallel=value != "off", tp_comm_overlap="off" if value in ("off", "sp") else value)
+
+
+def async_tp_problem(value, cuda, compiled):
+    """ASYNC_TP_NEEDS where the mode is async_tp and the row cannot run it, else None."""
+    return ASYNC_TP_NEEDS if value == "async_tp" and not (cuda and compiled) else None
 
 
 # ----------------------------------------------------------------------------- results

@@ -27,10 +27,19 @@ References in the same run:
     torch_tp     PyTorch's own TP (torch.distributed.tensor.parallel: ColwiseParallel q/k/v and c_fc,
                  RowwiseParallel c_proj) on a plain baseline GPT of the same shape, every workload
                  (its KV cache holds the local heads, as ours does).
-Collectives per row are counted by parallel.comm (forward all-reduces, backward all-reduces); for
+TP communication (--tp_comm, default off; bench/common.py, as bench/train_throughput.py takes it): each value times
+every policy and its floor again, side by side with the others, in rows tagged by it ("eager sp", "graph sp+chunked"):
+off is plain TP; sp Megatron's sequence parallelism (a reduce-scatter and an all-gather per sync point); chunked[:K]
+and async_tp, sp with that tp_comm_overlap (parallel/overlap.py). Sequence parallelism splits the prompt's tokens over
+the TP group (--seq_len divisible by tp); a decode step has one token, so its sp rows read "n/a: one token". async_tp
+runs on CUDA in the compiled modes only; its other rows hold the one-line reason. torch_tp runs plain TP only. The
+tables then add, per policy, its ms over baseline at the same value and over baseline off.
+Collectives per row are counted by parallel.comm (forward all-reduces, backward all-reduces; under sp, the
+reduce-scatters and all-gathers); for
 torch_tp, by a dispatch mode over DTensor's c10d functional ops. Each run also records the host
 time to launch one small kernel (eager rows are launch-bound) and the source commit.
 Results: bench/results/tp_latency_tp<N>.{md,json}; --merge writes tp_latency.{md,png}.
+The workloads and the torch_tp model live in bench/latency/workloads.py; this file times them and writes the tables.
 """
 import functools
 import glob
@@ -43,22 +52,23 @@ from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
-from torch.nn import functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.tp_latency ... "
              "(or torchrun ... -m bench.tp_latency ...)")
 from training.cli import check_policies, guarded, non_negative_int, positive_int  # noqa: E402
-from bench.common import (GPT2_VOCAB, as_graph, call_times, command_line, device_tag, md_row, pyplot,  # noqa: E402
-                          results_dir, save_results, source_commit, split_policies, use_cuda)
+from bench.common import (GPT2_VOCAB, as_graph, async_tp_problem, call_times, command_line, device_tag,  # noqa: E402
+                          md_row, model_options, parse_tp_comm, pyplot, results_dir, save_results, source_commit,
+                          split_policies, tp_comm_tag, use_cuda)
 from training.config import HelpFormatter, OneLineArgumentParser, save_figure, write_text  # noqa: E402
-from model.compile_modes import COMPILE_MODES, apply_exact_training_settings, compile_step  # noqa: E402
-from model.generate import KVCache, StaticKVCache  # noqa: E402
+from model.compile_modes import COMPILE_MODES  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from parallel import comm  # noqa: E402
 from parallel.mesh import init_mesh  # noqa: E402
+from parallel.overlap import enable_async_tp  # noqa: E402
+from bench.latency import workloads as parts  # noqa: E402
+# re-exported: bench/profile_policy.py and the tests import them from here
+from bench.latency.workloads import count_collectives, count_torch_collectives, make_workload  # noqa: E402,F401
 
 SIZES = {"124m": dict(n_layer=12, n_head=12, n_embd=768), "medium": dict(n_layer=24, n_head=16, n_embd=1024),
          "large": dict(n_layer=36, n_head=20, n_embd=1280),
@@ -108,145 +118,9 @@ def host_launch_us(device, cuda, launches=2000):
     return statistics.median(samples)
 
 
-# ----------------------------------------------------------------------------- workloads
-def make_workload(model, name, seq, vocab, device, cuda, for_graph=False, compile_backend=None,
-                  compile_mode="default"):
-    """A no-argument callable running one instance of the workload on `model`. On CUDA an inference
-    workload casts the model to bf16 for good, so build the training workload first. A training
-    step to be captured runs autocast without its weight cache, whose casts would outlive capture.
-    compile_backend: run torch.compile(model) (fullgraph for ours); our decode then uses a
-    StaticKVCache, the fixed-shape step GPT.generate(decode='compiled') runs; compile_mode names
-    its torch.compile settings (model/compile_modes.py)."""
-    batch = 8 if name.endswith("b8") else 1
-    idx = torch.randint(0, vocab, (batch, seq), device=device)
-    static = compile_backend is not None and isinstance(model, GPT) and name.startswith("decode")
-    cache = StaticKVCache(model.config.n_layer, seq) if static else KVCache(model.config.n_layer)
-    if compile_backend is not None:
-        apply_exact_training_settings(model.tp if isinstance(model, GPT) else 1)  # as the trainer compiles
-        model = compile_step(model, compile_backend, compile_mode, fullgraph=isinstance(model, GPT))
-    if name.startswith("train"):
-        if next(model.parameters()).dtype != torch.float32:
-            raise ValueError(f"train workload needs fp32 weights, the model holds {next(model.parameters()).dtype}")
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not for_graph) if cuda else nullcontext()
-        targets = torch.randint(0, vocab, (batch, seq), device=device)
-
-        def fn():
-            with autocast:
-                _, loss = model(idx, targets)
-            loss.backward()
-            for p in model.parameters():
-                p.grad = None
-        return fn
-    if cuda:
-        model.to(torch.bfloat16)
-    if name.startswith("prefill"):
-        def fn():
-            with torch.no_grad():
-                model(idx)
-        return fn
-    with torch.no_grad():
-        (model._orig_mod if compile_backend is not None else model)(idx[:, :seq - 1], kv_cache=cache)  # eager prefill
-    token = idx[:, -1:].contiguous()
-
-    def fn():
-        with torch.no_grad():
-            model(token, kv_cache=cache)
-        cache.pos -= 1  # every call decodes the same position (in place for a StaticKVCache's tensor)
-    return fn
-
-
-def count_collectives(fn):
-    comm.stats.reset()
-    fn()
-    counts = comm.stats.snapshot()
-    return counts.get("tp_fwd", 0), counts.get("tp_bwd", 0) + counts.get("tp_grad", 0)
-
-
-# ----------------------------------------------------------------------------- PyTorch TP reference
-class PlainBlock(nn.Module):
-    def __init__(self, n_embd, n_head, bias=True):
-        super().__init__()
-        self.head_size = n_embd // n_head
-        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd, bias=bias), nn.LayerNorm(n_embd, bias=bias)
-        self.q, self.k, self.v = (nn.Linear(n_embd, n_embd, bias=bias) for _ in range(3))
-        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
-        self.c_fc, self.mlp_proj = nn.Linear(n_embd, 4 * n_embd, bias=bias), nn.Linear(4 * n_embd, n_embd, bias=bias)
-
-    def forward(self, x, kv_cache=None, layer=0, max_len=0):
-        B, T, _ = x.shape
-        h = self.ln_1(x)
-        # after ColwiseParallel each rank holds n_head / tp heads: -1 infers the local count
-        q, k, v = (lin(h).view(B, T, -1, self.head_size).transpose(1, 2) for lin in (self.q, self.k, self.v))
-        if kv_cache is not None:
-            k, v = kv_cache.update(layer, k, v, max_len)
-        if T != k.shape[2] and T != 1:
-            raise ValueError(f"PlainGPT attends a chunk of {T} tokens only from an empty cache, or 1 token")
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1).transpose(1, 2).reshape(B, T, -1)
-        x = x + self.c_proj(y)
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
-
-
-class PlainGPT(nn.Module):
-    """nanoGPT's baseline GPT with separate q/k/v projections, so ColwiseParallel splits whole heads,
-    and the same forward(idx, targets, kv_cache) as model.gpt.GPT."""
-
-    def __init__(self, n_layer, n_head, n_embd, vocab, block_size, bias=True):
-        super().__init__()
-        self.config = GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab,
-                                block_size=block_size, bias=bias)
-        self.wte, self.wpe = nn.Embedding(vocab, n_embd), nn.Embedding(block_size, n_embd)
-        self.h = nn.ModuleList(PlainBlock(n_embd, n_head, bias) for _ in range(n_layer))
-        self.ln_f = nn.LayerNorm(n_embd, bias=bias)
-
-    def forward(self, idx, targets=None, kv_cache=None):
-        pos0 = kv_cache.pos if kv_cache is not None else 0
-        x = self.wte(idx) + self.wpe(torch.arange(pos0, pos0 + idx.shape[1], device=idx.device))
-        for layer, block in enumerate(self.h):
-            x = block(x, kv_cache, layer, self.config.block_size)
-        if kv_cache is not None:
-            kv_cache.pos += idx.shape[1]
-        x = self.ln_f(x)
-        if targets is None:
-            return F.linear(x[:, -1:], self.wte.weight), None
-        logits = F.linear(x, self.wte.weight)
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-
-
-class CountedFunctionalCollectives(TorchDispatchMode):
-    """Counts the collectives DTensor issues (c10d functional ops), split into forward and backward:
-    PyTorch's TP does not go through parallel.comm, so this is its counterpart for torch_tp rows."""
-
-    def __init__(self):
-        super().__init__()
-        self.fwd = self.bwd = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace == "_c10d_functional" and not func.__name__.startswith(("wait", "_")):  # not wait/wrap
-            if torch._C._current_graph_task_id() == -1:
-                self.fwd += 1
-            else:
-                self.bwd += 1
-        return func(*args, **(kwargs or {}))
-
-
-def count_torch_collectives(fn):
-    with CountedFunctionalCollectives() as counter:
-        fn()
-    return counter.fwd, counter.bwd
-
-
-def torch_tp_model(size, vocab, seq, device, tp, bias=True):
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-    torch.manual_seed(0)
-    model = PlainGPT(**SIZES[size], vocab=vocab, block_size=seq, bias=bias).to(device)
-    if tp > 1:
-        mesh = init_device_mesh(device.split(":")[0], (tp,))
-        plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
-                "c_proj": RowwiseParallel(), "c_fc": ColwiseParallel(), "mlp_proj": RowwiseParallel()}
-        for block in model.h:
-            parallelize_module(block, mesh, plan)
-    return model
+# ----------------------------------------------------------------------------- workloads (bench/latency/workloads.py)
+def torch_tp_model(size, vocab, seq, device, tp, bias=True):  # by size name, as profile_policy and the tests ask
+    return parts.torch_tp_model(SIZES[size], vocab, seq, device, tp, bias)
 
 
 # ----------------------------------------------------------------------------- main
@@ -297,46 +171,74 @@ def run(args):
     for size in args.sizes.split(","):
         # every variant of a size lives at once, so each workload times them all side by side
         models = {}
-        for n, policy in ((n, pol) for n in n_tracks_list if n % world == 0 for pol in split_policies(args.policies)):
+        for n, policy, tp_comm in ((n, pol, c) for c in args.tp_comm_list for n in n_tracks_list if n % world == 0
+                                   for pol in split_policies(args.policies)):
             torch.manual_seed(0)
-            models[(n, policy)] = GPT(GPTConfig(**SIZES[size], block_size=seq, vocab_size=vocab, n_tracks=n,
-                                                bias=not args.no_bias, dropout=0.0, sync_policy=policy),
-                                                tp_group=group).to(device)
+            if tp_comm != "off" and seq % world:  # sequence parallelism splits the tokens evenly over the ranks
+                models[(n, policy, tp_comm)] = f"n/a: seq_len {seq} not divisible by tp={world}"
+                continue
+            if tp_comm == "async_tp" and cuda and group is None:  # symmetric memory lives on a TP group
+                models[(n, policy, tp_comm)] = "n/a: async_tp needs tp > 1"
+                continue
+            try:
+                if tp_comm == "async_tp" and cuda:
+                    enable_async_tp(group)
+                models[(n, policy, tp_comm)] = GPT(
+                    GPTConfig(**SIZES[size], block_size=seq, vocab_size=vocab, n_tracks=n, bias=not args.no_bias,
+                              dropout=0.0, sync_policy=policy), tp_group=group, **model_options(tp_comm)).to(device)
+            except Exception as e:  # e.g. symmetric memory refused: these rows say why, the others run
+                if tp_comm == "off":
+                    raise
+                models[(n, policy, tp_comm)] = f"{type(e).__name__}: {str(e)[:100]}"
         if not args.no_torch_tp:
-            models[("-", "torch_tp")] = torch_tp_model(size, vocab, seq, device, world, bias=not args.no_bias)
+            models[("-", "torch_tp", "off")] = torch_tp_model(size, vocab, seq, device, world, bias=not args.no_bias)
         for workload in sorted(args.workloads.split(","), key=lambda w: not w.startswith("train")):  # fp32 first
-            fns, failed, row_meta = {}, {}, {}  # keyed by (n_tracks, policy, floor, mode)
+            fns, failed, row_meta = {}, {}, {}  # keyed by (n_tracks, policy, tp_comm, floor, mode)
             # training graphs hold a whole step's activations: one shared pool keeps them to one step's
             pool = torch.cuda.graph_pool_handle() if graphs and workload.startswith("train") else None
-            for (n, policy), model in models.items():
-                syncs = 2 * SIZES[size]["n_layer"] if policy == "torch_tp" else model.syncs_per_forward
+            for (n, policy, tp_comm), model in models.items():
+                # sequence parallelism splits tokens: a decode step's one token has none to split (the model would
+                # run plain TP under a KV cache, a duplicate of the off row)
+                absent = model if isinstance(model, str) else "n/a: one token" if (
+                    tp_comm != "off" and workload.startswith("decode")) else async_tp_problem(tp_comm, cuda, True)
+                uncompiled = async_tp_problem(tp_comm, cuda, False)  # async_tp on CUDA: its eager and graph rows
                 for floor in ((False, True) if policy != "torch_tp" else (False,)):
                     ctx = comm.skipped_collectives if floor else nullcontext
-                    keys = [(n, policy, floor, mode + tag) for mode in modes
+                    keys = [(n, policy, tp_comm, floor, mode + tag) for mode in modes
                             for tag in (compile_tags if mode.startswith("compiled") else [""])]
+                    for key in keys:
+                        row_meta[key] = dict(syncs="-", fwd="-", bwd="-")
+                        if absent or (uncompiled and not key[-1].startswith("compiled")):
+                            failed[key] = absent or uncompiled
+                    if absent:
+                        continue
+                    syncs = 2 * SIZES[size]["n_layer"] if policy == "torch_tp" else model.syncs_per_forward
                     with ctx():  # a graph captures (or skips) the collectives once, at capture
                         fn = make_workload(model, workload, seq, vocab, device, cuda)
                         fwd, bwd = (count_torch_collectives if policy == "torch_tp" else count_collectives)(fn)
-                        if "eager" in modes:
-                            fns[(n, policy, floor, "eager")] = functools.partial(ctx_call, ctx, fn)
+                        if "eager" in modes and not uncompiled:
+                            fns[(n, policy, tp_comm, floor, "eager")] = functools.partial(ctx_call, ctx, fn)
                         for compile_mode, tag in zip(compile_modes, compile_tags):
                             if "compiled" not in modes and "compiled+graph" not in modes:
                                 break
-                            try:
-                                cfn = make_workload(model, workload, seq, vocab, device, cuda,
-                                                    for_graph=True, compile_backend=args.compile_backend,
-                                                    compile_mode=compile_mode)
-                                cfn()  # compile now, inside ctx: the floor's graph skips its collectives
+                            try:  # inductor reads its micro-pipeline TP switch as it compiles: on for async_tp only
+                                import torch._inductor.config as inductor_config
+                                with inductor_config.patch(_micro_pipeline_tp=tp_comm == "async_tp"):
+                                    cfn = make_workload(model, workload, seq, vocab, device, cuda,
+                                                        for_graph=True, compile_backend=args.compile_backend,
+                                                        compile_mode=compile_mode)
+                                    cfn()  # compile now, inside ctx: the floor's graph skips its collectives
                                 if "compiled" in modes:
-                                    fns[(n, policy, floor, "compiled" + tag)] = functools.partial(ctx_call, ctx, cfn)
+                                    fns[(n, policy, tp_comm, floor, "compiled" + tag)] = functools.partial(
+                                        ctx_call, ctx, cfn)
                                 if "compiled+graph" in modes:
-                                    fns[(n, policy, floor, "compiled+graph" + tag)] = as_graph(cfn, pool)
+                                    fns[(n, policy, tp_comm, floor, "compiled+graph" + tag)] = as_graph(cfn, pool)
                             except Exception as e:  # report, keep measuring the rest
                                 for mode in ("compiled", "compiled+graph"):
-                                    failed[(n, policy, floor, mode + tag)] = (
+                                    failed[(n, policy, tp_comm, floor, mode + tag)] = (
                                         f"compile failed: {type(e).__name__}: {str(e)[:60]}")
-                        if "graph" in modes:
-                            key = (n, policy, floor, "graph")
+                        if "graph" in modes and not uncompiled:
+                            key = (n, policy, tp_comm, floor, "graph")
                             if workload.startswith("train"):
                                 fn = make_workload(model, workload, seq, vocab, device, cuda, for_graph=True)
                             try:
@@ -346,10 +248,11 @@ def run(args):
                     for key in keys:
                         row_meta[key] = dict(syncs=syncs, fwd=fwd, bwd=bwd)
             ms = {**time_interleaved(fns, args.warmup, args.repeats, args.rounds, cuda), **failed}
-            for (n, policy, floor, mode), meta_ in row_meta.items():
-                variant = ("torch_tp (baseline)" if policy == "torch_tp" else policy) + (" [floor]" if floor else "")
+            for (n, policy, tp_comm, floor, mode), meta_ in row_meta.items():
+                variant = (("torch_tp (baseline)" if policy == "torch_tp" else policy) + " " + tp_comm_tag(tp_comm)
+                           ).rstrip() + (" [floor]" if floor else "")
                 record(size=size, n_tracks=n, variant=variant, policy=policy, floor=floor, workload=workload,
-                       mode=mode, ms=ms[(n, policy, floor, mode)], **meta_)
+                       mode=mode, tp_comm=tp_comm, ms=ms[(n, policy, tp_comm, floor, mode)], **meta_)
             del fns
             save()
         del models
@@ -362,8 +265,12 @@ def run(args):
 
 
 def all_rows(runs):
-    """Every row of every run, tagged with its run's tp (rows of older runs lack n_tracks: it was 4)."""
-    return [dict(r, tp=run_["meta"]["tp"], n_tracks=r.get("n_tracks", 4)) for run_ in runs for r in run_["rows"]]
+    """Every row of every run, tagged with its run's tp (rows of older runs lack n_tracks: it was 4, and tp_comm: off).
+    A row of another --tp_comm than off carries it in its mode too ('graph sp'; the bare mode in base_mode), so every
+    table and ratio keeps the communication modes apart, each policy against its floor and baseline at the same one."""
+    return [dict(r, tp=run_["meta"]["tp"], n_tracks=r.get("n_tracks", 4), tp_comm=r.get("tp_comm", "off"),
+                 base_mode=r["mode"], mode=f"{r['mode']} {tp_comm_tag(r.get('tp_comm', 'off'))}".rstrip())
+            for run_ in runs for r in run_["rows"]]
 
 
 def ratio(a, b):
@@ -382,10 +289,42 @@ def markdown_runs(runs):
     return "\n".join(out) + "\n"
 
 
+def comm_ratios(runs):
+    """Markdown, where the rows hold more than one --tp_comm value (else ''): per (size, workload, mode, tp, n_tracks,
+    policy), each value's ms, its ratio to baseline at the same value and to baseline off."""
+    rows = [r for r in all_rows(runs) if not r["floor"] and r["policy"] != "torch_tp"]
+    comms = list(dict.fromkeys(r["tp_comm"] for r in rows))
+    if len(comms) < 2:
+        return ""
+    ms = {(r["size"], r["workload"], r["base_mode"], r["tp"], r["n_tracks"], r["policy"], r["tp_comm"]): r["ms"]
+          for r in rows}
+    head = ["size", "workload", "mode", "tp", "n_tracks", "policy"]
+    for c in comms:
+        head += [f"{c} ms", f"÷ baseline {c}"] + ([] if c == "off" else ["÷ baseline off"])
+    out = ["\n## TP communication (--tp_comm)\n", "Each policy's ms per mode, over baseline at the same mode and over "
+           "baseline off (baseline's own row: baseline sp ÷ baseline off); < 1: faster. A decode step has one token, "
+           "so no sequence-parallel time (n/a).\n", md_row(head),
+           "|---|---|---|---:|---:|---|" + "".join("---:|---:|" if c == "off" else "---:|---:|---:|" for c in comms)]
+    keys = sorted(dict.fromkeys(k[:-1] for k in ms), key=lambda k: (k[0], WORKLOADS.index(k[1]), k[2], k[3], str(k[4])))
+    for key in keys:
+        size, workload, mode, tp, n, _ = key
+        cells = []
+        for c in comms:
+            mine, base = ms.get((*key, c)), ms.get((size, workload, mode, tp, n, "baseline", c))
+            shown = f"{mine:.3f}" if isinstance(mine, float) else "n/a" if str(mine).startswith("n/a") else (
+                "error" if mine else "-")
+            cells += [shown, ratio(mine, base)]
+            if c != "off":
+                cells.append(ratio(mine, ms.get((size, workload, mode, tp, n, "baseline", "off"))))
+        out.append(md_row([*map(str, key), *cells]))
+    return "\n".join(out) + "\n"
+
+
 def markdown(runs, with_runs=True):
     """One table per (size, workload, mode): a row per (n_tracks, policy); per tp the ms, ms / floor
-    and ms / baseline (same n_tracks; for torch_tp, its ms / our baseline's)."""
-    out = [markdown_runs(runs)] if with_runs else []
+    and ms / baseline (same n_tracks; for torch_tp, its ms / our baseline's). With several --tp_comm
+    values, a table per value (mode 'eager sp', ...) and comm_ratios first."""
+    out = ([markdown_runs(runs)] if with_runs else []) + [t for t in [comm_ratios(runs)] if t]
     rows = all_rows(runs)
     tps = sorted({r["tp"] for r in rows})
     keys = sorted({(r["size"], r["workload"], r["mode"]) for r in rows},
@@ -482,6 +421,7 @@ def merge(out_dir):
     for ax, workload in zip(axes, ("decode_b1", "prefill_b8")):
         for run_ in runs:
             rows = [r for r in run_["rows"] if r["workload"] == workload and not r["floor"]
+                    and r.get("tp_comm", "off") == "off"
                     and r["size"] == "124m" and isinstance(r["ms"], float) and r["policy"] != "torch_tp"]
             mode = "graph" if any(r["mode"] == "graph" for r in rows) else "eager"
             for n in dict.fromkeys(r.get("n_tracks", 4) for r in rows):
@@ -566,6 +506,9 @@ def main():
     parser.add_argument("--compile_mode", default="default",
                         help=f"comma-separated torch.compile settings of the compiled modes, of {list(COMPILE_MODES)}")
     parser.add_argument("--no_torch_tp", action="store_true")
+    parser.add_argument("--tp_comm", default="off", help="comma-separated TP communication modes, each timed side by "
+                        "side: off (plain TP), sp (+ sequence parallelism), chunked, chunked:K, async_tp (sp + that "
+                        "overlap); see TP communication")
     parser.add_argument("--no_bias", action="store_true", help="models without biases (nanoGPT's bias=False), "
                         "for the GEMMs without their bias epilogue")
     parser.add_argument("--no_cudnn_sdpa", action="store_true",
@@ -601,6 +544,10 @@ def main():
         bad = [v for v in given.split(",") if v not in allowed]
         if bad:
             parser.error(f"unknown {name}(s) {bad}; allowed: {allowed}")
+    try:
+        args.tp_comm_list = parse_tp_comm(args.tp_comm)
+    except ValueError as e:
+        parser.error(str(e))
     if args.merge:
         merge(args.out_dir or "bench/results")
     else:

@@ -102,11 +102,11 @@ if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.train_throughput ... "
              "(or torchrun ... -m bench.train_throughput ...)")
 from training.cli import guarded, non_negative_int, positive_int  # noqa: E402
-from bench.common import (GPT2_VOCAB, call_times, command_line, device_tag, multicast_off,  # noqa: E402
-                          out_dir_problem, results_dir, save_results, source_commit, split_policies)
+from bench.common import (GPT2_VOCAB, async_tp_problem, call_times, command_line, device_tag,  # noqa: E402
+                          model_options, multicast_off, out_dir_problem, parse_tp_comm, results_dir, save_results,
+                          source_commit, split_policies, tp_comm_tag)
 from training.config import HelpFormatter, write_text  # noqa: E402
 from model.compile_modes import apply_exact_training_settings  # noqa: E402
-from model.gpt_config import parse_tp_comm_overlap  # noqa: E402
 from model.sync_policy import parse_sync_policy  # noqa: E402
 from parallel import comm  # noqa: E402
 from parallel.mesh import close_process_groups, end_process  # noqa: E402
@@ -218,15 +218,10 @@ def parse_args(argv):
     args.groups = choice_list("variants", args.variants, GROUPS)
     args.mode_list = choice_list("modes", args.modes, MODES)
     args.async_list = list(dict.fromkeys(choice_list("tp_async_grad", args.tp_async_grad, ("off", "on"))))
-    args.tp_comm_list = list(dict.fromkeys(v.strip() for v in args.tp_comm.split(",") if v.strip()))
-    for value in args.tp_comm_list or [""]:
-        if value in ("off", "sp"):
-            continue
-        try:
-            parse_tp_comm_overlap(value)
-        except ValueError:
-            raise ArgError(f"--tp_comm={args.tp_comm!r}: {value!r} is not off, sp, chunked, chunked:K (K in 1-64) "
-                           f"or async_tp")
+    try:
+        args.tp_comm_list = parse_tp_comm(args.tp_comm)
+    except ValueError as e:
+        raise ArgError(str(e))
     args.policy_list = split_policies(args.policies)
     args.tp1_policy_list = split_policies(args.tp1_policies)
     for flag, policies, group in (("policies", args.policy_list, "tp2"), ("tp1_policies", args.tp1_policy_list, "tp1")):
@@ -292,7 +287,7 @@ def variant_plan(args, world):
                             for tp_comm in args.tp_comm_list:
                                 add("tp2", "ours", world, 1, n, policy, mode,
                                     f"ours tp{world} n{n} {policy} {mode}" + (" async" if on == "on" else "")
-                                    + ("" if tp_comm == "off" else " sp" if tp_comm == "sp" else f" sp+{tp_comm}"),
+                                    + (" " + tp_comm_tag(tp_comm)).rstrip(),
                                     on, tp_comm)
         elif group == "dp2" and world == 2:
             for mode in base_modes:
@@ -328,14 +323,12 @@ def build_variant(v, args, env):
         return BucketedDDP(inner, process_group=env.solo_group, bucket_cap_mb=args.bucket_cap_mb), raw, None, None
     tp_group = env.tp_group if v["tp"] > 1 else None
     tp_comm = v.get("tp_comm", "off")
-    overlap = "off" if tp_comm in ("off", "sp") else tp_comm
-    if overlap == "async_tp":  # as the trainer refuses it (training/config.py): the row holds this error
-        if not (env.cuda and compiled):
-            raise ValueError("tp_comm async_tp needs CUDA and a compiled mode (inductor's micro-pipeline TP pass)")
+    if async_tp_problem(tp_comm, env.cuda, compiled):  # as the trainer refuses it: the row holds this error
+        raise ValueError(async_tp_problem(tp_comm, env.cuda, compiled))
+    if tp_comm == "async_tp":
         enable_async_tp(tp_group)
     raw = GPT(GPTConfig(**shape, n_tracks=v["n_tracks"], sync_policy=v["policy"]), tp_group=tp_group,
-              async_grad_allreduce=async_grad, sequence_parallel=tp_comm != "off",
-              tp_comm_overlap=overlap).to(env.device)
+              async_grad_allreduce=async_grad, **model_options(tp_comm)).to(env.device)
     if v["impl"] == "torch_ddp":
         ddp = torch.nn.parallel.DistributedDataParallel(
             raw, device_ids=[env.device_index] if env.cuda else None, bucket_cap_mb=args.bucket_cap_mb)

@@ -27,6 +27,7 @@ BAD_VALUES = [  # (module, argv, the value the error line must name)
     ("bench.tp_latency", ["--policies", "grouped:5", "--sizes", "124m"], "grouped:5"),
     ("bench.tp_latency", ["--n_tracks", "0"], "--n_tracks"),
     ("bench.tp_latency", ["--warmup", "x"], "'x'"),
+    ("bench.tp_latency", ["--tp_comm", "off,chunky"], "'chunky'"),
     ("bench.profile_policy", ["--calls", "0"], "'0'"),
     ("bench.profile_policy", ["--policies", "spd;grouped:7"], "grouped:7"),
     ("bench.sample_decode", ["--max_new_tokens", "-5"], "'-5'"),
@@ -35,6 +36,7 @@ BAD_VALUES = [  # (module, argv, the value the error line must name)
     ("bench.compile_check", ["--steps", "0"], "'0'"),
     ("bench.compile_check", ["--policies", "grouped:4"], "grouped:4"),  # 6 layers: G must divide 6
     ("bench.train_throughput", ["--iters", "0"], "'0'"),
+    ("bench.train_throughput", ["--tp_comm", "sp,chunked:0"], "'chunked:0'"),
     ("bench.sync_frequency", ["--repeats", "0"], "'0'"),
     ("bench.decode_gemm", ["--repeats", "0"], "'0'"),
     ("bench.hbm_bandwidth", ["--iters", "0"], "'0'"),

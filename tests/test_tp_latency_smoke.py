@@ -55,6 +55,33 @@ def test_tiny_compiled_mode_rows(tmp_path):
     assert "### tiny decode_b1 compiled/coordinate-descent" in (tmp_path / "tp_latency_tp1.md").read_text()
 
 
+def test_tp_comm_times_each_mode_at_tp2_with_decode_not_applicable(tmp_path):
+    """--tp_comm off,sp,async_tp on 2 gloo ranks: rows of plain TP and sequence parallelism side by side, its
+    collectives a reduce-scatter and an all-gather per sync point; decode's sp rows read n/a (one token), async_tp's
+    hold their one-line reason off CUDA, and the run goes on to write both modes' tables."""
+    from bench.common import ASYNC_TP_NEEDS
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+                    "bench.tp_latency", *TINY[:-2], "--n_tracks", "2", "--policies", "baseline;grouped:2",
+                    "--workloads", "prefill_b1,decode_b1,train_b8", "--tp_comm", "off,sp,async_tp",
+                    "--out_dir", str(tmp_path)], cwd=REPO, check=True, capture_output=True, text=True, timeout=300)
+    rows = json.load(open(tmp_path / "tp_latency_tp2.json"))["rows"]
+    by = {(r["policy"], r["tp_comm"], r["floor"], r["workload"]): r for r in rows}
+    assert {r["tp_comm"] for r in rows if r["policy"] == "torch_tp"} == {"off"}
+    for policy in ("baseline", "grouped:2"):
+        for floor in (False, True):
+            for workload in ("prefill_b1", "train_b8"):
+                off, sp = (by[(policy, c, floor, workload)] for c in ("off", "sp"))
+                assert isinstance(off["ms"], float) and isinstance(sp["ms"], float)
+                assert sp["fwd"] == 2 * off["fwd"] and sp["variant"].startswith(f"{policy} sp")
+                assert by[(policy, "async_tp", floor, workload)]["ms"] == ASYNC_TP_NEEDS
+            assert isinstance(by[(policy, "off", floor, "decode_b1")]["ms"], float)
+            assert by[(policy, "sp", floor, "decode_b1")]["ms"] == by[(policy, "async_tp", floor, "decode_b1")]["ms"] \
+                == "n/a: one token"
+    table = (tmp_path / "tp_latency_tp2.md").read_text()
+    assert "### tiny prefill_b1 eager sp\n" in table and "## TP communication (--tp_comm)" in table
+    assert "| tiny | decode_b1 | eager | 2 | 2 | baseline |" in table
+
+
 def test_tiny_profile_reports_each_policy(tmp_path):
     run("-m", "bench.profile_policy", "--size", "tiny", "--seq_len", "16", "--calls", "2", "--workload", "decode_b1",
         "--policies", "baseline;spd", "--out_dir", str(tmp_path))

@@ -319,7 +319,8 @@ def tp_latency_rows(d, source):
     m = d["meta"]
     floors = {(r["size"], r["n_tracks"], r["policy"], r["workload"], r["mode"]): r["ms"] for r in d["rows"] if r["floor"]}
     for r in d["rows"]:
-        if r["floor"] or r["n_tracks"] == "-":  # torch_tp and the plain model: not ours
+        # torch_tp and the plain model: not ours; sequence-parallel rows (--tp_comm): not the modelled plain TP
+        if r["floor"] or r["n_tracks"] == "-" or r.get("tp_comm", "off") != "off":
             continue
         key = (r["size"], r["n_tracks"], r["policy"], r["workload"], r["mode"])
         yield dict(size=r["size"], workload=r["workload"], mode=r["mode"], tp=m["tp"], n_tracks=int(r["n_tracks"]),
