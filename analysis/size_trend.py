@@ -44,7 +44,7 @@ import functools
 import math
 import statistics
 
-from analysis.stats import curvature_tests, fieller, fmean, line_fit, t_quantile
+from analysis.stats import curvature_tests, fieller, fmean, line_fit, t_cdf, t_quantile
 from analysis.tables import fmt_ci, fmt_tokens, format_table
 
 EXTRAPOLATE = {"1.5b": "xl", "70b": "70b"}  # labelled extrapolations: bench/steptime/shapes.py's SHAPES
@@ -152,17 +152,26 @@ def regress_at(us, ys, u0, level=0.95, new=True):
     return value, half, k - 2, True
 
 
-def ols_slope(us, ys, level=0.95):
-    """(slope of y on u, its t(k - 2) half-width or None below 3 points): None for fewer than two distinct u."""
+def ols_slope_test(us, ys, level=0.95):
+    """OLS of y on u, one (u, y) per width: dict(slope, ci, df, p), ci its t(k - 2) half-width and p the two-sided
+    t-test of slope = 0 (k - 2 df), both None below 3 points; None for fewer than two distinct u."""
     ub, yb = fmean(us), fmean(ys)
     suu = sum((u - ub) ** 2 for u in us)
     if suu == 0:
         return None
     slope = sum((u - ub) * (y - yb) for u, y in zip(us, ys)) / suu
-    if len(us) < 3:
-        return slope, None
-    s2 = sum((y - yb - slope * (u - ub)) ** 2 for u, y in zip(us, ys)) / (len(us) - 2)
-    return slope, _t(level, len(us) - 2) * math.sqrt(s2 / suu)
+    df = len(us) - 2
+    if df < 1:
+        return dict(slope=slope, ci=None, df=df, p=None)
+    se = math.sqrt(sum((y - yb - slope * (u - ub)) ** 2 for u, y in zip(us, ys)) / df / suu)
+    p = float(slope == 0) if se == 0 else 2.0 * (1.0 - t_cdf(abs(slope) / se, df))
+    return dict(slope=slope, ci=_t(level, df) * se, df=df, p=p)
+
+
+def ols_slope(us, ys, level=0.95):
+    """(slope of y on u, its t(k - 2) half-width or None below 3 points): None for fewer than two distinct u."""
+    f = ols_slope_test(us, ys, level)
+    return None if f is None else (f["slope"], f["ci"])
 
 
 def width_line(width, n_params, budgets):

@@ -9,12 +9,12 @@ import pytest
 from experiments.large_budgets import report
 
 
-def fake_run(folder, policy, seed, val, prose, code, width=256, max_iters=224):
+def fake_run(folder, policy, seed, val, prose, code, width=256, max_iters=224, n_params=22_321_408):
     run = folder / f"d{width}-b{max_iters}-{policy.replace(':', '')}-s{seed}"
     run.mkdir(parents=True)
     config = {"sync_policy": policy, "seed": seed, "dataset": "debian_large", "n_layer": 12, "n_embd": width,
               "n_tracks": 4, "max_iters": max_iters, "batch_size": 32, "block_size": 1024,
-              "gradient_accumulation_steps": 1, "derived": {"n_params": 22_321_408, "device_name": "NVIDIA H100"}}
+              "gradient_accumulation_steps": 1, "derived": {"n_params": n_params, "device_name": "NVIDIA H100"}}
     (run / "config.json").write_text(json.dumps(config))
     evals = [{"type": "eval", "iter": it, "train_loss": v, "val_loss": v, "val_prose_loss": p, "val_code_loss": c,
               "syncs_per_fwd": 24 if policy == "baseline" else 3}
@@ -104,3 +104,62 @@ def test_a_width_with_cosine_runs_only_is_tabled_and_drawn(tmp_path, monkeypatch
         (tmp_path / "answer.md").read_text()
     assert [(c["width"], c["policy"], c["gap_ci95"]) for c in drawn["cells"]] == [(768, "grouped:4", None)]
     assert (tmp_path / "headline.png").stat().st_size > 10_000
+
+
+def test_across_widths_recovers_the_size_slope(tmp_path, monkeypatch):
+    """Three widths of WSD branches whose gap is a + b log2(tokens / N) + c log2 N per seed, plus small noise, at
+    0.25-2 tokens per parameter: the fit across widths (one value per width, 1 df) recovers c at every common
+    tokens per parameter, the held-out budgets are predicted and counted, and answer.md and trend.json carry it."""
+    import math
+    import random
+    from experiments.large_budgets import trend as trend_mod
+    a, b, c = 8.0, 0.8, -0.5
+    noise = random.Random(0)
+    for width, n_params in ((256, 22_321_408), (384, 40_600_000), (768, 123_600_000)):
+        wsd = tmp_path / f"w{width}" / "runs"
+        for seed, base in ((1, 4.0), (2, 4.1), (3, 3.9)):
+            for per_param in (0.25, 0.5, 1, 2):
+                iters = round(per_param * n_params / 32768)
+                tokens = iters * 32768
+                gap = a + b * math.log2(tokens / n_params) + c * math.log2(n_params) + noise.gauss(0, 0.02)
+                fake_run(wsd, "baseline", seed, base, base, base, width, iters, n_params)
+                fake_run(wsd, "grouped:4", seed, base * (1 + gap / 100), base, base, width, iters, n_params)
+    monkeypatch.setattr(report, "HERE", str(tmp_path))
+    monkeypatch.setattr(report, "plot_headline", lambda *args: None)  # drawn by the tests above; keeps this fast
+    across = trend_mod.across_widths(report.trends(report.load(str(tmp_path))))
+    assert across["widths"] == [256, 384, 768] and across["new_params"] == 2 * 123_600_000
+    fit = across["policies"]["grouped:4"]
+    assert fit["widths"] == [256, 384, 768] and len(fit["grid"]) >= 2
+    for g in fit["grid"]:
+        assert 0.25 <= g["tokens_per_param"] <= 2 and g["df"] == 1
+        assert g["per_doubling"] == pytest.approx(c, abs=0.1) and g["ci"] is not None and g["p_holm"] == g["p"]
+        expected = a + b * math.log2(g["tokens_per_param"]) + c * math.log2(2 * 123_600_000)
+        assert g["new_gap"] == pytest.approx(expected, abs=0.2) and g["new_pi"] > 0
+    held = fit["heldout"]
+    assert [h["width"] for h in held] == [256, 384, 768] and all(h["inside"] is not None for h in held)
+    assert all(h["truth"] == pytest.approx(h["gap"], abs=0.3) for h in held)
+    assert across["heldout_inside"] == [sum(h["inside"] for h in held), 3]
+    assert report.main([]) == 0 and report.main(["--check"]) == 0
+    answer = (tmp_path / "answer.md").read_text()
+    assert "## Across widths (the width is the unit)" in answer and "Not fitted" not in answer
+    assert f"Held-out truths inside their 95% prediction intervals: {across['heldout_inside'][0]} of 3" in answer
+    stored = json.loads((tmp_path / "trend.json").read_text())["across_widths"]
+    assert stored["policies"]["grouped:4"]["grid"][0]["df"] == 1
+
+
+def test_across_widths_with_one_width_names_the_widths_instead(tmp_path, monkeypatch):
+    """One width with WSD branches and one with cosine runs only: nothing is fitted across widths, and answer.md's
+    section is the one line saying why and which widths are there in what form."""
+    for seed, base in ((1, 4.0), (2, 4.1)):
+        for b in (224, 448, 896):
+            fake_run(tmp_path / "w256" / "runs", "baseline", seed, base, base, base, max_iters=b)
+            fake_run(tmp_path / "w256" / "runs", "grouped:4", seed, base * 1.01, base, base, max_iters=b)
+    fake_run(tmp_path / "w768" / "cosine", "baseline", 1, 2.0, 2.0, 2.0, width=768, max_iters=9216)
+    fake_run(tmp_path / "w768" / "cosine", "grouped:4", 1, 2.2, 2.0, 2.0, width=768, max_iters=9216)
+    monkeypatch.setattr(report, "HERE", str(tmp_path))
+    monkeypatch.setattr(report, "plot_headline", lambda *args: None)
+    assert report.main([]) == 0
+    section = (tmp_path / "answer.md").read_text().split("## Across widths (the width is the unit)\n\n")[1]
+    assert section == ("Not fitted: needs 3 widths with WSD branches; have 1: 256 (WSD branches); 768: cosine runs "
+                       "only, not counted.\n")
+    assert json.loads((tmp_path / "trend.json").read_text())["across_widths"]["widths"] == [256]

@@ -15,8 +15,9 @@ first study, issue 26), Holm-adjusted over the policies of the cell. Verdict: "k
 at 5% after Holm, else "worse" / "better" when the difference test does, else "inconclusive". The per-domain
 rows (val_prose, val_code) run the same tests on those losses, as a second family per domain.
 
-The trend over the budget per width (slope, curvature test, crossover or bound, held-out and cosine checks) and
-the headline figure: trend.py.
+The trend over the budget per width (slope, curvature test, crossover or bound, held-out and cosine checks), the
+fit across widths with the width as the unit (from three widths with WSD branches) and the headline figure:
+trend.py.
 """
 import json
 import os
@@ -27,7 +28,8 @@ if __name__ == "__main__" and not __package__:
     sys.exit("run it from the repository root as: python -m experiments.large_budgets.report " + " ".join(sys.argv[1:]))
 
 from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
-from experiments.large_budgets.trend import plot_headline, render_trend, width_trend  # noqa: E402
+from experiments.large_budgets.trend import (across_widths, plot_headline, render_across, render_trend,  # noqa: E402
+                                             width_trend)
 from experiments.runner import read_records  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 
@@ -143,10 +145,12 @@ def main(argv=None):
     rows, trend = analyse(groups), trends(groups)
     for why in skipped:
         print(f"note: skipped {why}", file=sys.stderr)
-    answer = render(rows) + ("\n" + render_trend(trend, ("baseline",) + POLICY_ORDER) if trend else "")
+    across = across_widths(trend, sorted({w for w, schedule in groups if schedule == "cosine"} - set(trend)))
+    answer = render(rows) + ("\n" + render_trend(trend, ("baseline",) + POLICY_ORDER) + "\n"
+                             + render_across(across, POLICY_ORDER) if trend else "")
+    widths = {str(w): {"n_params": n, "policies": r} for w, (r, n) in trend.items()}
     outputs = {"answer.md": answer, "stats.json": json.dumps(rows, indent=1) + "\n",
-               "trend.json": json.dumps({str(w): {"n_params": n, "policies": r} for w, (r, n) in trend.items()},
-                                        indent=1) + "\n"}
+               "trend.json": json.dumps(dict(widths, across_widths=across) if trend else widths, indent=1) + "\n"}
     if args.check:
         stale = []
         for name, text in outputs.items():

@@ -1,5 +1,5 @@
 """The gap against the budget on data/debian_large, per width: the WSD branches' trend, its curvature test, its
-crossover or bound, two checks of its predictions, and the headline figure.
+crossover or bound, two checks of its predictions, and the headline figure; then the fit across widths.
 
 Per width and policy, over the budgets B of the WSD branches (runs/), with x = log2(tokens of B):
     line       gap_s(x) = a_s + b_s x fitted for each seed s with two budgets or more (analysis/stats.py's
@@ -17,13 +17,32 @@ Two checks of the line's 95% prediction interval for one seed's gap, mean +- t(n
                runs' measured mean gap. The schedules differ (the WSD branches understated the 12/24-sync
                policies' late leads by about 0.7 points on data/debian_docs), so this is a check of the
                extrapolation's reach, not an equality.
-Across widths the width is the unit of replication (df = widths - parameters): with one width on this corpus
-there is no across-width fit yet, and none is printed.
+Across widths (across_widths) the width is the unit of replication: the seeds of one width share its shape and
+sweep, so the widths' scatter about the trend is what a new width would show, and every interval has k - 2 df
+(k widths with WSD branches, 2 parameters fitted); below MIN_WIDTHS = 3 nothing is fitted and the one line says
+which widths are there (a width with cosine runs only has no line and does not count). Per policy, with
+u_w = log2 N_w (N: parameters) and r = log2 (tokens / N), the planner's surface (analysis/size_trend.py, 2):
+    width line   gap_w(x) = a_w + b_w x, the line of width w's WSD cells' seed-mean gaps against x (the mean of
+                 its seeds' lines where every seed has every budget);
+    grid         every power of two of tokens per parameter inside the range that every width measured (none
+                 there: the range's geometric middle), so no width's line is extrapolated in tokens;
+    across       at each grid point, y_w = a_w + b_w (r + u_w) regressed on u by OLS, one value per width:
+                 y = y_bar + c (u - u_bar); c, points per doubling of parameters, with its t(k - 2) interval and
+                 the t-test of c = 0, Holm across the policies at each grid point; and the 95% prediction
+                 interval for a new width's seed-mean gap at 2 N_largest, t(k - 2) s sqrt(1 + 1/k + (u - u_bar)^2
+                 / S_uu) (an extrapolation in N, one doubling);
+    held out     every width's line refitted without its largest WSD budget, the surface refitted from those
+                 lines and asked for that budget at the width's own N (size_trend.heldout, the planner's check):
+                 how many measured seed-mean gaps lie inside their 95% prediction intervals, overall and for the
+                 policies with no significant bend at any width.
 """
+import math
 
-from analysis.stats import budget_analysis, curvature_tests, seed_statistics
+from analysis.size_trend import gap_at, heldout, ols_slope_test, width_line
+from analysis.stats import ALPHA, budget_analysis, curvature_tests, holm, seed_statistics
 
 LEVEL = 0.95
+MIN_WIDTHS = 3  # a line through k widths leaves k - 2 df: three for the first interval
 CLIP = 12.0  # the headline figure's y range, ± points
 
 
@@ -226,3 +245,124 @@ def plot_headline(trends, order, path, cosine_only=()):
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     save_figure(fig, path)
     plt.close(fig)
+
+
+def common_grid(lines):
+    """The tokens per parameter at which every width's line is evaluated: the powers of two inside the range that
+    every width measured (no width's line is extrapolated in tokens), or the range's geometric middle where it holds
+    none; [] where the ranges do not overlap."""
+    lo = max(line["tokens_per_param"][0] for line in lines)
+    hi = min(line["tokens_per_param"][1] for line in lines)
+    if lo > hi:
+        return []
+    # a budget at exactly 2^k tokens per parameter must not drop out to rounding in log2
+    grid = [2.0 ** k for k in range(math.ceil(math.log2(lo) - 1e-9), math.floor(math.log2(hi) + 1e-9) + 1)]
+    return grid or [math.sqrt(lo * hi)]
+
+
+def _forms(trends, cosine_only):
+    """'256 (WSD branches and cosine); 768: cosine runs only, not counted': which widths are there, in what form."""
+    have = [f"{w} (WSD branches{' and cosine' if any(r['cosine'] for r in rows.values()) else ''})"
+            for w, (rows, _) in sorted(trends.items())]
+    text = ", ".join(have) if have else "none"
+    if cosine_only:
+        text += f"; {', '.join(map(str, sorted(cosine_only)))}: cosine runs only, not counted"
+    return text
+
+
+def across_widths(trends, cosine_only=(), level=LEVEL):
+    """The fit across widths (module docstring, across), from width_trend's rows: trends {width: ({policy: row},
+    n_params)}, cosine_only the widths with cosine runs but no WSD branches. Below MIN_WIDTHS widths with WSD
+    branches: dict(reason, widths, cosine_only) and nothing fitted."""
+    widths = sorted(trends, key=lambda w: trends[w][1])
+    if len(widths) < MIN_WIDTHS:
+        return dict(reason=f"needs {MIN_WIDTHS} widths with WSD branches; have {len(widths)}: "
+                           f"{_forms(trends, cosine_only)}", widths=widths, cosine_only=sorted(cosine_only))
+    new_params = 2 * trends[widths[-1]][1]
+    policies = {}
+    for policy in dict.fromkeys(p for w in widths for p in trends[w][0]):
+        items = [(dict(width=w, n_params=trends[w][1]), trends[w][0][policy]) for w in widths
+                 if policy in trends[w][0]]
+        lines = [line for line in (width_line(w["width"], w["n_params"], row["budgets"]) for w, row in items) if line]
+        entry = dict(syncs=items[0][1]["syncs"], widths=[line["width"] for line in lines],
+                     curved=[w["width"] for w, row in items if row["curved"]],
+                     lines=[dict(width=line["width"], n_params=line["n_params"], a=line["a"], b=line["b"],
+                                 tokens_per_param=line["tokens_per_param"]) for line in lines], grid=[], heldout=[])
+        policies[policy] = entry
+        if len(lines) < MIN_WIDTHS:
+            entry["reason"] = f"lines at {len(lines)} widths"
+            continue
+        us = [line["u"] for line in lines]
+        for r in common_grid(lines):
+            ys = [line["a"] + line["b"] * (math.log2(r) + line["u"]) for line in lines]
+            test = ols_slope_test(us, ys, level)
+            new = gap_at(lines, new_params, r * new_params, level)
+            entry["grid"].append(dict(tokens_per_param=r, gaps=ys, per_doubling=test["slope"], ci=test["ci"],
+                                      df=test["df"], p=test["p"], new_gap=new["gap"], new_pi=new["pi"]))
+        entry["heldout"] = heldout(items, level)
+    # one family per tokens per parameter: the policies' slope tests there (the grid points of one policy share its
+    # lines, so they are not separate families' worth of evidence, and are not corrected across)
+    families = {}
+    for entry in policies.values():
+        for g in entry["grid"]:
+            if g["p"] is not None:
+                families.setdefault(g["tokens_per_param"], []).append(g)
+    for family in families.values():
+        for g, adjusted in zip(family, holm([g["p"] for g in family])):
+            g.update(p_holm=adjusted, told_from_0=adjusted < ALPHA)
+    held = [(h, bool(e["curved"])) for e in policies.values() for h in e["heldout"] if h["inside"] is not None]
+    return dict(level=level, widths=widths, n_params=[trends[w][1] for w in widths], cosine_only=sorted(cosine_only),
+                new_params=new_params, policies=policies,
+                heldout_inside=[sum(h["inside"] for h, _ in held), len(held)],
+                heldout_inside_straight=[sum(h["inside"] for h, c in held if not c), sum(not c for _, c in held)])
+
+
+def render_across(across, order):
+    """The answer.md section of the fit across widths: one line while too few widths, else the slope table and the
+    held-out table."""
+    lines = ["## Across widths (the width is the unit)", ""]
+    if "reason" in across:
+        return "\n".join(lines + [f"Not fitted: {across['reason']}.", ""])
+    widths, new = across["widths"], across["new_params"]
+    lines += ["From experiments/large_budgets/trend.py's across_widths (its docstring states the model). Per policy, "
+              "each width's line of its WSD cells' seed-mean gaps against log2 tokens, evaluated at the tokens per "
+              "parameter every width measured; those values (one a width) regressed on log2 N: points per doubling "
+              "of parameters, 95% t-interval with widths − 2 df, Holm p over the policies at each tokens per "
+              f"parameter; and the 95% prediction interval for a new width's seed-mean gap at N = {new / 1e6:.1f}M "
+              "(one doubling of N past the largest width: an extrapolation in N, not in tokens per parameter).", "",
+              "| policy | syncs | tokens/param | " + " | ".join(f"width {w}" for w in widths)
+              + " | per doubling of N (95% CI, df) | Holm p | new width: predicted (95% PI) |",
+              "|---|---:|---:|" + "---:|" * len(widths) + "---|---:|---|"]
+    rank = lambda p: order.index(p) if p in order else 99  # noqa: E731
+    policies = sorted(across["policies"].items(), key=lambda kv: rank(kv[0]))
+    for policy, e in policies:
+        if "reason" in e:
+            lines.append(f"| {policy} | {e['syncs']} | not fitted: {e['reason']} |" + " |" * (len(widths) + 3))
+            continue
+        if not e["grid"]:
+            lines.append(f"| {policy} | {e['syncs']} | no tokens per parameter common to its widths |"
+                         + " |" * (len(widths) + 3))
+        for g in e["grid"]:
+            at = dict(zip(e["widths"], g["gaps"]))
+            gaps = " | ".join(f"{at[w]:+.2f}" if w in at else "—" for w in widths)
+            slope = f"{g['per_doubling']:+.2f}" + ("" if g["ci"] is None else f" ± {g['ci']:.2f}") + f" ({g['df']})"
+            p = "" if g.get("p_holm") is None else (f"{g['p_holm']:.3f}"
+                                                     + (" **told from 0**" if g["told_from_0"] else ""))
+            pred = f"{g['new_gap']:+.2f}" + ("" if g["new_pi"] is None else f" ± {g['new_pi']:.2f}")
+            lines.append(f"| {policy} | {e['syncs']} | {g['tokens_per_param']:.2g} | {gaps} | {slope} | {p} | {pred} |")
+    lines += ["", "Held out: every width's line refitted without its largest WSD budget, the fit across widths redone "
+              "from those lines and asked for that budget at each width's own N (analysis/size_trend.py's heldout, "
+              "as the planner's check).", "",
+              "| policy | width | held-out budget: tokens (per param) | measured | predicted (95% PI) | inside? | "
+              "bends at some width |", "|---|---:|---|---:|---|---|---|"]
+    for policy, e in policies:
+        for h in e["heldout"]:
+            pred = f"{h['gap']:+.2f}" + (f" ± {h['pi']:.2f}" if h["pi"] is not None
+                                         else f" (no interval: {h['df']} df)")
+            inside = "—" if h["inside"] is None else "inside" if h["inside"] else "**outside**"
+            lines.append(f"| {policy} | {h['width']} | {tokens_text(h['tokens'])} ({h['tokens_per_param']:.2g}) | "
+                         f"{h['truth']:+.2f} | {pred} | {inside} | {'yes' if e['curved'] else 'no'} |")
+    (k, n), (ks, ns) = across["heldout_inside"], across["heldout_inside_straight"]
+    lines += ["", f"Held-out truths inside their 95% prediction intervals: {k} of {n} ({ks} of {ns} for the policies "
+                  "with no significant bend at any width).", ""]
+    return "\n".join(lines)
