@@ -40,7 +40,7 @@ a region the replicated parameters it uses (its LayerNorms and row-parallel bias
 rank's tracks, so their gradient is partial: they enter through one f applied to their
 stack, whose backward sums them over the TP group once per backward. Every track's stream
 holds the region's biases, so the region's last GEMM adds a bias that leaves each of them once in
-the all-reduced sum (TP rank 0's; GPT._plan_sublayers). Under autocast a
+the all-reduced sum (TP rank 0's; model/plan.py). Under autocast a
 replicated activation is cast to the compute dtype before it enters f, so f's backward all-reduces
 a bf16 gradient (the cast happens in the next matmul anyway). A region's entry f(x) takes the fp32
 stream itself (its tracks add to it), so its gradient is fp32: at tp > 1 it is sent in bf16 and
@@ -87,7 +87,6 @@ are this rank's shards under nanoGPT's names; state_dict() / load_state_dict() u
 import copy
 import dataclasses
 import math
-from collections import namedtuple
 from typing import NamedTuple, Optional
 
 import torch
@@ -97,6 +96,7 @@ from torch.nn import functional as F
 from model import generate as sampling
 from model import sharding
 from model.gpt_config import GPTConfig, parse_tp_comm_overlap  # noqa: F401 -- GPTConfig re-exported: imported from here
+from model.plan import build_plan
 from model.tp_layers import (ColumnParallelLinear, LayerNorm, RowParallelLinear, VocabParallelEmbedding,
                              vocab_parallel_cross_entropy)
 from parallel import async_grad, comm
@@ -108,17 +108,6 @@ def autocast_input(h):
     """h in the dtype autocast gives it in the next matmul. A replicated activation is cast before it
     enters f, so f's backward all-reduces a bf16 gradient, not the fp32 one of LayerNorm's output."""
     return h.to(comm.compute_dtype(h))  # without autocast, h itself
-
-
-# The plan of one sync point, built once per policy (constants under torch.compile):
-#   megatron     shared input and its own sync: f(LN(x)) -> sublayer -> g (plain Megatron TP)
-#   ladder       megatron, and its all-reduce overlaps the next sublayer (Ladder Residual)
-#   sync         the point all-reduces
-#   per_track    in a region: the output stays per track (a later sublayer of the region reads it)
-#   block_input  the sublayer reads the streams of its block's input (parallel's MLP)
-#   ln_weight, ln_bias, proj_bias: for a region's sublayer, slots in GPT's partial-grad parameters
-#   sync_bias    a region's synced sublayer: the slot (after the params', GPT._sync_biases) of the bias its GEMM adds
-Step = namedtuple("Step", "megatron ladder sync per_track block_input ln_weight ln_bias proj_bias sync_bias")
 
 
 class Streams(NamedTuple):
@@ -434,61 +423,13 @@ class GPT(nn.Module):
             block.comm_overlap = self.comm_overlap
 
     def _plan_sublayers(self):
-        """Per layer, the Steps of its two sync points. A region's replicated parameters (LayerNorm
-        weight and bias, c_proj bias) get slots in one list, summed over the TP group through one f
-        (_partial_params); so do the biases of the regions' synced GEMMs (sync_bias_coeffs). The forward
-        reads only this plan, never names or the policy. Under sequence parallelism a Megatron sublayer's LayerNorm
-        and ln_f act on this rank's tokens, so they take slots too (their gradients are partial in the same way)."""
-        self.policy = self.config.policy
-        self.syncs_per_forward = self.policy.n_syncs
-        sync, parallel, ladder = self.policy.sync, self.policy.parallel, self.policy.ladder
-        partial, steps, sync_rows = [], [], []
-        in_tracks, in_summed = [], []  # the open region's bias slots: in every track's stream, in the sum
-
-        def slot(p):
-            if p is None:
-                return None
-            partial.append(p)
-            return len(partial) - 1
-
-        for j in range(len(sync)):
-            layer, sub = divmod(j, 2)
-            block = self.transformer.h[layer]
-            ln, proj = (block.ln_1, block.attn) if sub == 0 else (block.ln_2, block.mlp)
-            megatron = (j == 0 or sync[j - 1]) and sync[j]
-            # parallel: the MLP reads the block input, so the attention output only feeds the sum
-            per_track = not sync[j] and not (parallel and sub == 0)
-            if megatron:  # sequence parallel: the LayerNorm of a token chunk (its bias: Block.rank0_bias)
-                slots = (slot(ln.weight), slot(ln.bias), None) if self.sequence_parallel else (None, None, None)
-            else:
-                slots = (slot(ln.weight), slot(ln.bias), slot(proj.c_proj.bias))
-            sync_bias = None
-            if not megatron and slots[2] is not None:
-                if sync[j]:
-                    sync_bias = len(sync_rows)
-                    sync_rows.append((slots[2], tuple(in_tracks), tuple(in_summed)))
-                    in_tracks, in_summed = [], []
-                else:
-                    (in_tracks if per_track else in_summed).append(slots[2])
-            steps.append(Step(megatron, ladder, sync[j], per_track, parallel and sub == 1, *slots, sync_bias))
-        ln_f = self.transformer.ln_f
-        self._ln_f_slots = (slot(ln_f.weight), slot(ln_f.bias)) if self.sequence_parallel else None
-        # A region's synced GEMM adds c = adds*b + (adds - k)*sum(track biases) + (adds - 1)*sum(summed
-        # biases), adds = 1 on TP rank 0, else 0: this rank's change already holds each bias that entered
-        # its k streams k times and each bias of a summed output once, and the all-reduce must hold every
-        # bias of the region once. One matmul per forward, coeffs @ partial, gives every region's c; the
-        # rank enters as values, not as an `if`, so every rank traces the same graph (with an `if`,
-        # inductor placed the tp_grad all-reduce differently on two ranks: experiments/compiler_repros/collective_order/)
-        adds = float(self.tp_rank == 0)
-        coeffs = torch.zeros(len(sync_rows), len(partial))
-        for row, (own, tracks, summed) in enumerate(sync_rows):
-            coeffs[row, own] = adds
-            coeffs[row, list(tracks)] = adds - self.k
-            coeffs[row, list(summed)] = adds - 1
-        self._plan = [tuple(step._replace(sync_bias=None if step.sync_bias is None else len(partial) + step.sync_bias)
-                            for step in steps[2 * layer:2 * layer + 2]) for layer in range(self.config.n_layer)]
-        self._partial_tensors = partial  # Parameters persist across .to()
-        old = getattr(self, "sync_bias_coeffs", None)
+        """The plan the forward reads instead of the policy (model/plan.py): per layer the Steps of its two sync
+        points, the replicated parameters whose gradients one f sums, and the regions' synced-bias coefficients."""
+        plan = build_plan(self.config.policy, self.transformer, self.k, self.tp_rank, self.sequence_parallel)
+        self.policy, self.syncs_per_forward = self.config.policy, self.config.policy.n_syncs
+        self._plan, self._partial_tensors, self._ln_f_slots = plan.layers, plan.partial, plan.ln_f_slots
+        old = getattr(self, "sync_bias_coeffs", None)  # Parameters persist across .to(); this buffer follows it
+        coeffs = plan.sync_bias_coeffs
         self.register_buffer("sync_bias_coeffs", coeffs if old is None else coeffs.to(old.device, old.dtype),
                              persistent=False)
 
@@ -503,7 +444,7 @@ class GPT(nn.Module):
         return list(stacked.unbind(0))
 
     def _sync_biases(self, partial):
-        """Every region's synced-GEMM bias (_plan_sublayers), from the partial params: one matmul."""
+        """Every region's synced-GEMM bias (model/plan.py), from the partial params: one matmul."""
         if not self.sync_bias_coeffs.shape[0]:
             return []
         return list((self.sync_bias_coeffs.to(partial[0].dtype) @ torch.stack(partial)).unbind(0))

@@ -6,7 +6,7 @@ from model.sync_policy import parse_sync_policy
 
 def plan(policy_spec, n_layer):
     """Per sublayer j (2l attention, 2l+1 MLP of layer l): (megatron, sync, per_track, reads_diverged,
-    region_entry), by model/gpt.py's _plan_sublayers rules."""
+    region_entry), by model/plan.py's rules."""
     pol = parse_sync_policy(policy_spec, n_layer)
     sync, out, diverged = pol.sync, [], False  # diverged: some track's stream differs from x
     for j in range(len(sync)):
