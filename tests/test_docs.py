@@ -8,12 +8,12 @@ The documents stay checkable (issue 27): in README.md, TRAINING_INSTRUCTIONS.md 
   resume rewrites;
 - nothing is cited from a shared/ folder, which a reader of this repository does not have;
 - the README and docs/ cite no issue number and no § of another file (a reader cannot open either), and the
-  counts the README states (tests, syncs per policy, configs per family) are the repository's;
-- a summary table introduced by a paragraph that cites one results file holds only numbers of that file (in
-  EXPERIMENT_SUMMARY.md and in the study and benchmark READMEs its detail moved to);
-- README's first screen is the answer, a figure and the quick start, and its answer table (and the summary's) holds
-  the numbers of the stored study and benchmark tables it names, recomputed here from those files;
-- EXPERIMENT_SUMMARY.md stays a summary (at most about 400 lines).
+  test counts the README states are the suite's;
+- EXPERIMENT_SUMMARY.md stays a summary (at most about 400 lines);
+- the scripts and modules their commands run exist and answer --help, their relative links open and the headings
+  they cite exist.
+The numbers they state (the answer tables, the summary tables, syncs per policy, configs per family) are checked
+against the stored results in tests/test_docs_numbers.py.
 """
 import glob
 import os
@@ -25,19 +25,9 @@ import sys
 import pytest
 
 from training.config import VALID_KEYS, read_config_file
-from model.sync_policy import parse_sync_policy
 from tests.conftest import REPO, Started, selected
+from tests.doc_text import DOCS, FENCE, GUIDES, code_blocks, command_lines, inline_code, read
 
-GUIDES = ("README.md", *sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md"))))
-# the studies' and benchmark sets' full records, which EXPERIMENT_SUMMARY.md summarizes and links
-NOTEBOOKS = ("experiments/docs_study/budgets/README.md", "experiments/docs_study/sizes/README.md",
-             "experiments/docs_study/one_budget/README.md", "experiments/shakespeare_sweep/README.md",
-             "experiments/char_sweep/README.md", "experiments/compiler_repros/README.md",
-             "bench/results/decode/README.md", "bench/results/issue49/README.md",
-             "bench/results/ladder_compiled_overlap/README.md", "bench/results/issue50/README.md",
-             "bench/results/h100_tp2/README.md", "experiments/gpu_stop/README.md",
-             "experiments/large_budgets/README.md")
-DOCS = (*GUIDES, "TRAINING_INSTRUCTIONS.md", "EXPERIMENT_SUMMARY.md", "experiments/README.md", *NOTEBOOKS)
 TOP_DIRS = ("config", "data", "experiments", "bench", "tests", "scripts", "model", "parallel", ".ci", "shared")
 PATH = re.compile(r"(?<![\w./$-])((?:%s)/[\w./*<>{}$-]*)" % "|".join(re.escape(d) for d in TOP_DIRS))
 ROOT_FILE = re.compile(r"(?<![\w./$*<>-])([\w-]+\.(?:py|sh|md|txt|ini))(?![\w.-])")
@@ -45,29 +35,6 @@ GENERATED = (".bin", ".pt", ".pkl")  # what prepare scripts and training write: 
 # files named in the docs that live outside this repository (other projects, other machines)
 ELSEWHERE = {"openai_public.py", "conf.py", "LICENSE.txt", "vocab.bpe", "encoder.json", "log.txt",
              "config.json", "metrics.jsonl", "KINDS.md", "METHOD.md", "meta.pkl", "prepare.py"}
-FENCE = re.compile(r"```(?:bash|sh)?\n(.*?)```", re.S)
-
-
-def read(doc):
-    with open(os.path.join(REPO, doc), encoding="utf-8") as f:
-        return f.read()
-
-
-def code_blocks(text):
-    return FENCE.findall(text)
-
-
-def inline_code(text):
-    return re.findall(r"`([^`\n]+)`", FENCE.sub("", text))
-
-
-def command_lines(block):
-    """Shell lines of a code block with continuations joined and comments dropped."""
-    joined = re.sub(r"\\\n\s*", " ", block)
-    for line in joined.splitlines():
-        line = re.sub(r"\s#.*$", "", line).strip()
-        if line and not line.startswith("#"):
-            yield line
 
 
 def git_ignored(path):
@@ -195,238 +162,10 @@ def test_no_citation_outside_the_repository(doc):
     assert not re.search(r"(?<![\w-])(\.\./)?shared/", read(doc)), f"{doc} cites a file under shared/"
 
 
-RESULTS_CITE = re.compile(r"`((?:bench/results|experiments)/[\w./-]+\.(?:md|txt|log))`")
-
-
-def numbers_in(text):
-    return [float(x) for x in re.findall(r"-?\d+\.\d+", text.replace("−", "-").replace(",", ""))]
-
-
-def test_summary_tables_match_their_results_file():
-    """A table of EXPERIMENT_SUMMARY.md, of a study's or benchmark set's README or of docs/gpu-results.md whose
-    introducing paragraph cites one results file: every number of 2 or more decimals in its cells is in that file,
-    as printed or rounded from a longer value."""
-    checked, problems = 0, []
-    for doc in ("EXPERIMENT_SUMMARY.md", *NOTEBOOKS, "docs/gpu-results.md"):
-        n, found = table_numbers_against_cited_file(doc)
-        checked += n
-        problems += [f"{doc} {p}" for p in found]
-    assert checked > 300, checked  # the check reads real tables
-    assert not problems, problems
-
-
-def table_numbers_against_cited_file(doc):
-    """(numbers checked, problems) for the tables of one document (see the test above)."""
-    lines = read(doc).splitlines()
-    checked, problems = 0, []
-    i = 0
-    while i < len(lines):
-        if not (lines[i].startswith("|") and (i == 0 or not lines[i - 1].startswith("|"))):
-            i += 1
-            continue
-        end = i
-        while end < len(lines) and lines[end].startswith("|"):
-            end += 1
-        k = i - 1
-        while k >= 0 and not lines[k].strip():
-            k -= 1
-        start = k
-        while start > 0 and lines[start - 1].strip() and not lines[start - 1].startswith("|"):
-            start -= 1
-        cited = sorted(set(RESULTS_CITE.findall(" ".join(lines[start:k + 1]))))
-        if len(cited) == 1:
-            with open(os.path.join(REPO, cited[0]), encoding="utf-8") as f:
-                source = numbers_in(f.read())
-            for row in lines[i + 2:end]:
-                for cell in row.split("|")[2:]:
-                    for text in re.findall(r"-?\d+\.\d{2,}", cell.replace("−", "-").replace(",", "")):
-                        places = len(text.split(".")[1])
-                        if not any(round(x, places) == float(text) or round(abs(x), places) == abs(float(text))
-                                   for x in source):
-                            problems.append(f"line {i + 1}: {text} not in {cited[0]}")
-                        checked += 1
-        i = end
-    return checked, problems
-
-
 @pytest.mark.parametrize("doc", GUIDES)
 def test_guides_cite_no_issue_and_no_section_sign(doc):
     hits = re.findall(r".{0,30}(?:\bissues? #?\d+|§).{0,30}", read(doc))
     assert not hits, f"{doc} cites what a reader cannot open (cite a file and its heading instead): {hits}"
-
-
-def test_readme_policy_table_counts_are_the_plans():
-    rows = re.findall(r"^\| `(baseline|spd|parallel|ladder)`\s*\| (\d+) \|", read("README.md"), re.M)
-    assert len(rows) == 4, rows
-    for name, syncs in rows:
-        assert parse_sync_policy(name, 12).n_syncs == int(syncs), name
-    assert re.search(r"^\| `grouped:G`\s*\| 12 / G \|", read("README.md"), re.M)
-    assert all(parse_sync_policy(f"grouped:{g}", 12).n_syncs == 12 // g for g in (1, 2, 3, 4, 6, 12))
-
-
-BUDGETS_DIR = "experiments/docs_study/budgets"
-FIRST_SCREEN = 60  # lines of README.md a newcomer reads before scrolling
-
-
-def budget_study():
-    """{policy: its entry of the budget study's stats.json} and width 768's parameter count (size_fit.json)."""
-    import json
-    with open(os.path.join(REPO, BUDGETS_DIR, "stats.json"), encoding="utf-8") as f:
-        entries = {e["policy"]: e for e in json.load(f)["budgets"]}
-    with open(os.path.join(REPO, "experiments/docs_study/sizes/size_fit.json"), encoding="utf-8") as f:
-        [params] = [w["n_params"] for w in json.load(f)["widths"] if w["width"] == 768]
-    return entries, params
-
-
-def answer_table(doc):
-    """(header cells, {policy: cells}, {n: source path}) of the answer table of a doc: the table whose header
-    names the saving at tp=2, and the numbered sources ([n] `path`) listed below it."""
-    text = read(doc)
-    lines = text.splitlines()
-    [start] = [i for i, line in enumerate(lines) if line.startswith("| policy |") and "saving, tp=2" in line]
-    cells = lambda line: [c.strip() for c in line.strip().strip("|").split("|")]
-    rows = {}
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        row = cells(line)
-        rows[row[0]] = row
-    return cells(lines[start]), rows, dict(re.findall(r"\[(\d)\] `([^`]+)`", text))
-
-
-def step_saving(path, policy, tp):
-    """(saving %, baseline ms, device, kind) of a policy against baseline at one track per GPU (n_tracks = tp) in a
-    stored bench table: the trainer's step (bench.train_throughput's .md) or train_b8 (bench.tp_latency's .md)."""
-    text = read(path)
-    device = re.search(r"NVIDIA (H\d00)", text).group(1)
-    if text.startswith("# Training throughput"):
-        kind, table = "step", text
-        header = next(l for l in text.splitlines() if l.startswith("| variant |"))
-        cols = [c.strip() for c in header.strip("|").split("|")]
-        ms_col, tp_col, n_col, pol_col = (cols.index(c) for c in ("ms/iter (median)", "tp", "n_tracks", "policy"))
-    else:
-        kind = "b8"
-        table = re.search(r"### 124m train_b8 graph\n\n(.*?)(?:\n\n|\Z)", text, re.S).group(1)
-        cols = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
-        ms_col, tp_col, n_col, pol_col = cols.index(f"tp={tp} ms"), None, cols.index("n_tracks"), cols.index("policy")
-        assert re.search(rf"^- tp={tp}: NVIDIA", text, re.M), (path, tp)
-    ms = {}
-    for line in table.splitlines():
-        row = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(row) == len(cols) and row[n_col] == str(tp) and (tp_col is None or row[tp_col] == str(tp)):
-            ms[row[pol_col]] = float(row[ms_col])
-    return 100.0 * (1.0 - ms[policy] / ms["baseline"]), ms["baseline"], device, kind
-
-
-def check_answer_table(doc):
-    """Every number of a doc's answer table against the stored tables: the loss cells against the budget study's
-    stats.json and budget_table.md, the syncs against the policy's plan, the savings recomputed from the named bench
-    tables (policy and baseline of one run, n_tracks = tp), with their kind and device. Returns the cells checked."""
-    from model.sync_policy import parse_sync_policy
-    entries, params = budget_study()
-    budget_table = read(f"{BUDGETS_DIR}/budget_table.md").replace("-", "−")
-    header, rows, sources = answer_table(doc)
-    assert set(rows) == {"baseline", "ladder", "parallel", "spd", "grouped:4", "grouped:12"}, sorted(rows)
-    checked = 0
-    for policy, row in rows.items():
-        assert int(row[1]) == parse_sync_policy(policy, 12).n_syncs, (doc, policy)
-        for title, cell in zip(header[2:], row[2:]):
-            tokens = re.search(r"(\d+\.\d)M", title)
-            tp = re.search(r"saving, tp=(\d)", title)
-            if tokens:
-                budgets = [b for b in entries["ladder"]["budgets"] if round(b["tokens"] / 1e6, 1) == float(tokens[1])]
-                assert len(budgets) == 1, (doc, title)
-                per_param = re.search(r"(\d\.\d+)/param", title)
-                if per_param:
-                    places = len(per_param[1].split(".")[1])
-                    assert round(budgets[0]["tokens"] / params, places) == float(per_param[1]), (doc, title)
-                if policy == "baseline":
-                    assert cell == "reference", (doc, cell)
-                    continue
-                [b] = [b for b in entries[policy]["budgets"] if b["tokens"] == budgets[0]["tokens"]]
-                m = re.fullmatch(r"([−+]\d+\.\d\d)% ± (\d+\.\d\d) (better|worse|inconclusive|keeps the loss)( \(fragile\))?",
-                                 cell)
-                assert m, (doc, policy, cell)
-                assert float(m[1].replace("−", "-")) == round(b["gap"], 2) and float(m[2]) == round(b["gap_ci"], 2), \
-                    (doc, policy, cell, b["gap"], b["gap_ci"])
-                assert m[3] == b["verdict"], (doc, policy, cell, b["verdict"])
-                assert f"{m[1]}% ± {m[2]} (3) {m[3]}" in budget_table, (doc, policy, cell)
-                checked += 1
-            elif tp:
-                for item in cell.split("; "):
-                    if policy == "baseline":
-                        m = re.fullmatch(r"0 \((\d+\.\d\d) ms (step|b8), (H\d00)\) \[(\d)\]", item)
-                        assert m, (doc, item)
-                        _, base, device, kind = step_saving(sources[m[4]], "baseline", int(tp[1]))
-                        assert (round(base, 2), kind, device) == (float(m[1]), m[2], m[3]), (doc, item, base, device)
-                    else:
-                        m = re.fullmatch(r"(\d+\.\d)% (step|b8), (H\d00) \[(\d)\]", item)
-                        assert m, (doc, policy, item)
-                        saving, _, device, kind = step_saving(sources[m[4]], policy, int(tp[1]))
-                        assert (round(saving, 1), kind, device) == (float(m[1]), m[2], m[3]), \
-                            (doc, policy, item, round(saving, 2), kind, device)
-                    checked += 1
-    return checked
-
-
-def test_readme_first_screen_is_the_answer():
-    """README's first screen holds what the tool is, the answer table, the figure and the quick start's commands."""
-    screen = "\n".join(read("README.md").splitlines()[:FIRST_SCREEN])
-    assert "| policy | syncs/fwd |" in screen and "saving, tp=4" in screen
-    assert "](experiments/docs_study/budgets/budget.png)" in screen
-    block = re.search(r"## Quick start\s+```bash\n(.*?)```", screen, re.S)
-    assert block and "bash scripts/quickstart.sh" in block[1] and "bash scripts/test.sh" in block[1]
-    assert "±1% margin" in screen and "0.68 tokens per parameter" in screen
-
-
-@pytest.mark.parametrize("doc,cells", [("README.md", 34), ("EXPERIMENT_SUMMARY.md", 19)])
-def test_answer_table_numbers_are_the_stored_tables(doc, cells):
-    """README's answer table and the summary's saving table: every loss and saving cell is the stored tables'."""
-    assert check_answer_table(doc) == cells  # 5 policies x 4 budgets + 14 savings; 5 gaps + 14 savings
-
-
-def test_readme_cosine_and_crossover_numbers_are_the_stored_ones():
-    """The first screen's cosine gaps are cosine_check.md's, and its crossovers stats.json's (in millions of tokens)."""
-    screen = "\n".join(read("README.md").splitlines()[:FIRST_SCREEN])
-    cosine = read(f"{BUDGETS_DIR}/cosine_check.md").replace("-", "−")
-    sentence = re.search(r"One cosine run of the whole 83\.9M budget gives (.*?)\.\n", screen.replace("\n  ", " "), re.S)
-    found = re.findall(r"(ladder|spd|grouped:12) ([−+]\d+\.\d\d% ± \d+\.\d\d)", sentence[1])
-    assert len(found) == 3, found
-    for policy, gap in found:
-        assert re.search(rf"\| {re.escape(policy)} \|[^\n]*\| {re.escape(gap)} \(3\)", cosine), (policy, gap)
-    entries, _ = budget_study()
-    crossing = re.search(r"cross to worse at (\d+)M and (\d+)M tokens", screen.replace("\n  ", " "))
-    assert crossing and [int(c) for c in crossing.groups()] == \
-        [round(entries[p]["crossover_tokens"] / 1e6) for p in ("grouped:12", "grouped:4")]
-
-
-def pooled_tost_holm():
-    """Holm-adjusted TOST p (±1% margin) of every policy at the largest budget, parallel's seed SD replaced by the SD
-    pooled over the three 12/24-sync policies (ladder, spd, parallel: 6 df); the others as stored."""
-    import math
-    import statistics
-    from analysis.compare import MARGIN, holm, t_cdf
-    entries, _ = budget_study()
-    last = {p: list(e["budgets"][-1]["gaps"].values()) for p, e in entries.items()}
-    pool = ("ladder", "spd", "parallel")
-    df = sum(len(last[p]) - 1 for p in pool)
-    sd = math.sqrt(sum(sum((g - statistics.fmean(last[p])) ** 2 for g in last[p]) for p in pool) / df)
-
-    def tost(gaps, sd, df):
-        mean, se = statistics.fmean(gaps), sd / math.sqrt(len(gaps))
-        return max(1.0 - t_cdf((mean + MARGIN) / se, df), t_cdf((mean - MARGIN) / se, df))
-    p = {k: tost(g, sd, df) if k == "parallel" else tost(g, statistics.stdev(g), len(g) - 1) for k, g in last.items()}
-    return dict(zip(p, holm(list(p.values())))), entries["parallel"]["budgets"][-1]["p_tost_holm"]
-
-
-def test_parallel_verdict_with_pooled_seed_sd():
-    """Parallel's "keeps the loss" at 83.9M is fragile: README and the summary state its stored Holm p and the p with
-    its seed SD pooled over the three 12/24-sync policies, which crosses 0.05."""
-    pooled, stored = pooled_tost_holm()
-    assert stored < 0.05 <= pooled["parallel"], (stored, pooled)
-    for doc in ("README.md", "EXPERIMENT_SUMMARY.md"):
-        text = " ".join(read(doc).split())
-        assert f"p = {stored:.3f}" in text and f"p = {pooled['parallel']:.3f}" in text, doc
 
 
 def test_summary_stays_a_summary():
@@ -440,12 +179,6 @@ def test_summary_stays_a_summary():
         title = section.splitlines()[0]
         if title != "GPU time":
             assert re.search(r"README\.md|docs/", section), f"section {title!r} links no detail"
-
-
-def test_config_families_hold_the_stated_number_of_policies():
-    stated = re.search(r"the same (\d+) policies", read("docs/configs.md"))
-    families = [glob.glob(os.path.join(REPO, "config", f"{prefix}_*sync.py")) for prefix in ("train", "shakespeare")]
-    assert stated and all(len(f) == int(stated.group(1)) for f in families), [len(f) for f in families]
 
 
 MODULE_DIRS = ("bench",)  # folders whose scripts run as modules from the repository root (python -m bench.x)

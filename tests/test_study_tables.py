@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO, Started
-from tests.test_docs import code_blocks, command_lines, read
+from tests.doc_text import code_blocks, command_lines, read
 
 ONE = "experiments/docs_study/one_budget"
 BUDGETS = "experiments/docs_study/budgets"
