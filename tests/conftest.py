@@ -56,6 +56,15 @@ def workdir(tmp_path_factory):
     return str(root)
 
 
+@pytest.fixture(scope="session")
+def fuzz_root(workdir, tmp_path_factory):
+    """A cwd holding data/syn (the session's dataset) and every bad file the fuzz cases name (tests/fuzz_common.py).
+    One per session: tests/test_fuzz.py and tests/test_fuzz_issues.py share it, as they did as one module, so that its
+    training run and checkpoints are made once; no case changes it (test_fuzz.py's mains check so after each case)."""
+    from tests.fuzz_common import plant_fuzz_root  # torch and the trainer: imported only where a fuzz test runs
+    return plant_fuzz_root(workdir, str(tmp_path_factory.mktemp("fuzz")))
+
+
 def run_env():
     env = dict(os.environ)
     # One thread per process: 2-core CI machines, and bit-exact repeatability between runs.
