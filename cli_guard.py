@@ -14,7 +14,8 @@ before importing torch).
                                  SystemExit from argparse or a check -> as raised (one line, exit 2 or 1)
     OneLineArgumentParser      argparse whose errors are one line naming the problem and pointing to --help
     exit_now(code)             sys.exit(code) for a command whose work is written: the atexit handlers run, the
-                                 interpreter's finalization does not (REDUCED_SYNC_EXIT=normal: sys.exit)
+                                 interpreter's finalization does not (REDUCED_SYNC_EXIT=normal: sys.exit);
+                                 exits_fast() says which it will be
     HelpFormatter              --help with the description's line breaks and each option's default
     positive_int, non_negative_int, fraction, ascii_int, ascii_float
                                argparse types: a bad value is one line naming it and what is allowed, before
@@ -142,6 +143,12 @@ def guarded(main, *args, **kwargs):
 
 
 EXIT_ENV = "REDUCED_SYNC_EXIT"
+
+
+def exits_fast():
+    """Whether exit_now will end the process through os._exit (REDUCED_SYNC_EXIT unset, 'fast' or unknown): a
+    script may then leave what the process's end frees anyway (parallel/mesh.py's leave_on_exit)."""
+    return os.environ.get(EXIT_ENV, "") != "normal"
 
 
 def exit_now(code):

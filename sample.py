@@ -29,7 +29,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from training.cli import exit_now, guarded
+from training.cli import exit_now, exits_fast, guarded
 from training.config import HelpFormatter, OneLineArgumentParser, ascii_float, ascii_int
 from model.compile_modes import COMPILE_MODES  # no torch: the options are checked before torch's import
 
@@ -113,7 +113,7 @@ from data.loader import DATA_DIR, read_plain_pickle  # noqa: E402
 from training.checkpoint import MODEL_KEYS, load_weights, read_checkpoint  # noqa: E402
 import model.generate as generation  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
-from parallel.mesh import close_process_groups, end_process, init_mesh  # noqa: E402
+from parallel.mesh import close_process_groups, end_process, init_mesh, leave_on_exit  # noqa: E402
 
 
 def load_codec(checkpoint, ckpt_path):
@@ -425,4 +425,5 @@ if __name__ == "__main__":
     for _s, _handler in _handlers.items():  # the imports are done: the handlers as they were (the guard's next)
         signal.signal(_s, _handler)
     # Ctrl-C, SIGTERM and a closed stdout end in one line (issue 53); no interpreter finalization (cli_guard.py)
+    leave_on_exit(exits_fast())  # the teardown leaves to os._exit what the process's end frees (parallel/mesh.py)
     exit_now(guarded(main, sys.argv[1:]))

@@ -79,7 +79,7 @@ if __name__ == "__main__":
     _answer_before_torch(sys.argv[1:])
 
 import torch
-from cli_guard import exit_now
+from cli_guard import exit_now, exits_fast
 
 from training.checkpoint import (MODEL_KEYS, RESUME_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
                         restore_rng_states, set_aside)
@@ -93,7 +93,7 @@ from model.gpt import GPT
 from parallel import comm
 from parallel.ddp import BucketedDDP
 from parallel.overlap import enable_async_tp
-from parallel.mesh import (RendezvousError, close_process_groups, end_process, env_int, init_mesh,
+from parallel.mesh import (RendezvousError, close_process_groups, end_process, env_int, init_mesh, leave_on_exit,
                            record_error_for_torchrun)
 from training.records import best_eval_iter, log_eval, log_train, run_conditions, say_summary, start_wandb
 from training.run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
@@ -576,4 +576,5 @@ def main(argv):
 if __name__ == "__main__":
     install_signal_handlers()  # SIGINT/SIGTERM: at once until the first step is done, then after a step with a checkpoint
     watch_parent()  # kill -9 of torchrun: its workers stop too, instead of training on as orphans
+    leave_on_exit(exits_fast())  # the teardown leaves to os._exit what the process's end frees (parallel/mesh.py)
     exit_now(report_fatal(main, sys.argv[1:]))  # after the teardown: no interpreter finalization (cli_guard.py)

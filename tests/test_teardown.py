@@ -71,9 +71,52 @@ def test_the_stages_run_in_order_each_traced_with_its_seconds(tmp_path, monkeypa
     assert [line.split()[3] for line in lines] == [key for key, _, _ in mesh.TEARDOWN_STAGES]
     for line, (key, name, _) in zip(lines, mesh.TEARDOWN_STAGES):
         assert line.startswith(f"rank 0: teardown {key} ({name}): ")
-        if key != "sync":  # no CUDA here: nothing to synchronize
+        if key not in ("sync", "arrivals"):  # no CUDA here: nothing to synchronize; arrivals: only when leaving
             assert re.fullmatch(r"[0-9]+\.[0-9]{3} s", line.split("): ", 1)[1]), line
     assert lines[4].endswith("synchronizing the device): nothing to do")
+    assert lines[5].endswith("counted in the store): nothing to do")
+
+
+def test_a_process_that_leaves_through_os_exit_keeps_its_groups_for_the_exit(tmp_path, monkeypatch, capsys):
+    """leave_on_exit: barrier, sync and the arrivals' count run; the graphs, caches and communicators are left to
+    the process's end (os._exit runs no destructor: nothing waits in ncclCommDestroy)."""
+    monkeypatch.setenv(mesh.TRACE_ENV, "1")
+    monkeypatch.delenv(mesh.SKIP_ENV, raising=False)
+    start_one_rank_group(tmp_path)
+    mesh.leave_on_exit(True)
+    try:
+        assert mesh.close_process_groups() is None
+        assert dist.is_initialized()  # left for the exit
+        after_error = mesh._stage_calls(barrier=False)  # a run that failed tears everything down, leaving or not
+        assert all(after_error[key] is not None for key in mesh.LEFT_TO_EXIT)
+    finally:
+        mesh.leave_on_exit(False)
+        dist.destroy_process_group()
+    lines = {line.split()[3]: line.split("): ", 1)[1] for line in stage_lines(capsys.readouterr().err)}
+    assert list(lines) == [key for key, _, _ in mesh.TEARDOWN_STAGES]
+    for key in ("barrier", "arrivals"):
+        assert re.fullmatch(r"[0-9]+\.[0-9]{3} s", lines[key]), lines[key]
+    assert all(lines[key] == "left to the process's exit" for key in mesh.LEFT_TO_EXIT)
+
+
+def test_the_arrivals_wait_for_every_rank_then_give_up_at_their_deadline(tmp_path):
+    start_one_rank_group(tmp_path)
+    try:
+        started = time.monotonic()
+        mesh._count_arrivals(deadline_s=5)  # one rank of one: counted at once
+        assert time.monotonic() - started < 1
+        store = dist.distributed_c10d._get_default_store()
+        assert store.add("reduced_sync/teardown_arrivals", 0) == 1
+        real = dist.get_world_size
+        dist.get_world_size = lambda *a: 3  # counted 2 of 3: a peer that never arrives, the wait ends at its deadline
+        try:
+            started = time.monotonic()
+            mesh._count_arrivals(deadline_s=0.3)
+            assert 0.3 <= time.monotonic() - started < 5
+        finally:
+            dist.get_world_size = real
+    finally:
+        dist.destroy_process_group()
 
 
 def test_without_the_trace_variable_the_teardown_says_nothing(tmp_path, monkeypatch, capsys):
@@ -125,7 +168,7 @@ def test_the_skip_list_is_parsed_and_a_bad_value_named_with_the_allowed_ones():
     with pytest.raises(ValueError) as e:
         mesh.teardown_skip("dynamo,gcc")
     assert str(e.value) == ("REDUCED_SYNC_TEARDOWN_SKIP='dynamo,gcc': 'gcc' is not a teardown stage; allowed "
-                            "(comma-separated): barrier, graphs, dynamo, gc, sync, subgroups, destroy")
+                            "(comma-separated): barrier, graphs, dynamo, gc, sync, arrivals, subgroups, destroy")
 
 
 def test_a_bad_skip_list_stops_the_launch_before_the_rendezvous(monkeypatch):
