@@ -138,7 +138,8 @@ def _launched(collective, x, work, out):
         # no Python) from two live tensors at one address
         raise RuntimeError(f"reduced_sync::{collective}_start: a {collective} of this tensor is already in flight "
                            f"(input {tuple(x.shape)} {x.dtype} at {x.data_ptr():#x}; in flight: "
-                           f"{dict(Counter(c for c, _ in _in_flight))})")
+                           f"{dict(Counter(c for c, _ in _in_flight))}; capturing a CUDA graph: "
+                           f"{x.is_cuda and torch.cuda.is_current_stream_capturing()})")
     _in_flight[key] = (work, out)
 
 

@@ -280,7 +280,7 @@ def test_a_second_start_on_an_address_in_flight_names_the_input_and_the_table():
     comm._launched("all_gather", x, None, None)
     try:
         with pytest.raises(RuntimeError, match=r"already in flight \(input \(3, 2\) torch.float32 at 0x[0-9a-f]+; "
-                                               r"in flight: \{'all_gather': 1\}\)"):
+                                               r"in flight: \{'all_gather': 1\}; capturing a CUDA graph: False\)"):
             comm._launched("all_gather", x, None, None)
     finally:
         comm._in_flight.clear()
