@@ -16,6 +16,7 @@ import pytest
 
 from data import text_clean
 from data.debian_docs import prepare
+from tests.archives import tar_bytes
 from tests.conftest import REPO
 
 
@@ -56,13 +57,7 @@ def test_asciidoc_markup_is_stripped():
 
 def fake_deb(path, files):
     """A minimal .deb: an ar archive whose data.tar.xz holds files ({'./usr/...': bytes})."""
-    tar_buf = io.BytesIO()
-    with tarfile.open(fileobj=tar_buf, mode="w:xz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    members = [("debian-binary", b"2.0\n"), ("control.tar.xz", b"x"), ("data.tar.xz", tar_buf.getvalue())]
+    members = [("debian-binary", b"2.0\n"), ("control.tar.xz", b"x"), ("data.tar.xz", tar_bytes(files, "w:xz"))]
     with open(path, "wb") as f:
         f.write(b"!<arch>\n")
         for name, data in members:

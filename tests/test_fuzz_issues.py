@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from tests.archives import tar_bytes
 from tests.checkpoint_cases import tree_state
 from tests.conftest import REPO, TINY, run_env, run_train
 from tests.fuzz_common import NEW_OUT, TRAIN, assert_clean_error, run_in_process
@@ -146,17 +147,9 @@ def test_fatal_errors_of_one_rank_are_one_line(capsys, monkeypatch, tmp_path):
 
 # ----------------------------------------------------------------------------- issue 40's closing fuzz pass
 def _pack(path, members):
-    import io
     import lzma
-    import tarfile
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
     with open(path, "wb") as f:
-        f.write(lzma.compress(buffer.getvalue()))
+        f.write(lzma.compress(tar_bytes(members)))
 
 
 def test_closing_fuzz_cases_are_one_line_before_any_work(fuzz_root, tmp_path):

@@ -10,7 +10,6 @@
 """
 import glob
 import gzip
-import io
 import json
 import lzma
 import os
@@ -19,13 +18,13 @@ import resource
 import signal
 import subprocess
 import sys
-import tarfile
 import textwrap
 import time
 
 import pytest
 
 from data.debian_docs import prepare
+from tests.archives import tar_bytes
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
@@ -47,14 +46,8 @@ def write_pack(path, member=None, index=None):
                                                                   f"{DIGITS[len(entry) % 64]}".encode()}
     for _, package, *_ in prepare.PACKAGES[1:-1]:
         files[f"{package}/usr/share/doc/{package}.txt"] = text + package.encode()
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
     with open(path, "wb") as f:
-        f.write(lzma.compress(buf.getvalue(), preset=1))
+        f.write(lzma.compress(tar_bytes(files), preset=1))
 
 
 def run_script(args, file_size_limit=None, timeout=60):
