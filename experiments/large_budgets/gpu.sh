@@ -14,6 +14,9 @@
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
 S=/root/study; mkdir -p $S; OUT=${OUT:-$S/out}; mkdir -p $OUT
+# SCRATCH=/dev/shm/scratch keeps the runs' checkpoints in memory: a 124M run writes 1.5 GB at each of its 32 evals
+# (the first call that sets it names it for the machine's later calls: collect packs the logs from there)
+[ -z "$SCRATCH" ] && [ -f $S/scratch.path ] && SCRATCH=$(cat $S/scratch.path); SCRATCH=${SCRATCH:-$S/scratch}; echo $SCRATCH > $S/scratch.path
 T0=$(date +%s)
 log() { echo "== $* $(date +%T) (+$(( $(date +%s) - T0 )) s)"; }
 alive() { for pid in $(cat $S/sweeps.pid 2>/dev/null); do kill -0 "$pid" 2>/dev/null && return 0; done; return 1; }
@@ -53,7 +56,7 @@ case $verb in
       nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -l 30 > $S/smi-$width.csv 2>&1 & echo $! > $S/smi.pid; }
     # GPUS, when set, narrows the sweep to those GPUs (the runner then spreads its runs over what it sees)
     setsid nohup env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} python3 -m experiments.docs_study.run run --config $cfg \
-      --sweep experiments/large_budgets/w$width --jobs 4 --scratch $S/scratch --status-every 120 \
+      --sweep experiments/large_budgets/w$width --jobs 4 --scratch $SCRATCH --status-every 120 \
       --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 ${PREFIX:+--set data_dir=$S/data$PREFIX} "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
     echo $! >> $S/sweeps.pid; sleep "${START_WAIT:-180}"; tail -n 30 $S/sweep-$width-$$.log ;;
   watch)
@@ -67,7 +70,7 @@ case $verb in
     while alive && [ "$(date +%s)" -lt $end ]; do sleep 5; done
     for pid in $(cat $S/sweeps.pid 2>/dev/null); do kill -- -"$pid" 2>/dev/null && log "sweep $pid stopped" || log "sweep $pid ended"; done
     # each run's three logs (checkpoints stay behind), and the stdout of any run that did not finish
-    (cd $S/scratch && find . \( -name config.json -o -name log.txt -o -name metrics.jsonl -o -name "*.out" \) -print \
+    (cd $SCRATCH && find . \( -name config.json -o -name log.txt -o -name metrics.jsonl -o -name "*.out" \) -print \
       | tar czf $OUT/scratch-logs.tgz -T -)
     cp $S/sweep-*.log $S/smi-*.csv $S/stage.log $OUT/ 2>/dev/null; ls -la $OUT ;;
   *) echo "error: unknown verb '$verb'; allowed: stage, prefix, probe, start, watch, collect" >&2; exit 2 ;;
