@@ -160,6 +160,30 @@ def test_across_widths_with_one_width_names_the_widths_instead(tmp_path, monkeyp
     monkeypatch.setattr(report, "plot_headline", lambda *args: None)
     assert report.main([]) == 0
     section = (tmp_path / "answer.md").read_text().split("## Across widths (the width is the unit)\n\n")[1]
+    section = section.split("\n## ")[0]
     assert section == ("Not fitted: needs 3 widths with WSD branches; have 1: 256 (WSD branches); 768: cosine runs "
                        "only, not counted.\n")
     assert json.loads((tmp_path / "trend.json").read_text())["across_widths"]["widths"] == [256]
+
+
+def test_stability_reads_late_grad_norms_and_a_loss_that_rises():
+    train = [{"type": "train", "iter": i, "grad_norm": 30.0 if i == 0 else (5.0 if i >= 300 else 0.5)}
+             for i in range(0, 401, 10)]
+    train[20]["grad_norm"] = 90.0  # iteration 200: the largest after the first 5%
+    evals = [{"type": "eval", "iter": it, "val_loss": v} for it, v in ((0, 10.0), (200, 2.0), (300, 1.5), (400, 1.6))]
+    s = report.stability(train + evals)
+    assert s["late_median_grad_norm"] == 5.0  # iterations 300-400 only
+    assert (s["max_grad_norm"], s["max_at"]) == (90.0, 200)  # iteration 0's 30 is left out
+    assert (s["three_quarters_iter"], s["val_at_three_quarters"], s["val_final"]) == (300, 1.5, 1.6)
+    assert report.stability(evals) is None  # no train records: nothing to say
+
+
+def test_the_stability_table_lists_each_cosine_run(study):
+    text = report.render_stability(report.load(str(study)))
+    rows = [line for line in text.splitlines() if line.startswith("| 256 |")]
+    assert len(rows) == 0  # the fixture's runs log evals only: no train records, no rows
+    run = study / "w256" / "cosine" / "d256-b224-baseline-s1"
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"type": "train", "iter": 200, "grad_norm": 0.25}) + "\n")
+    text = report.render_stability(report.load(str(study)))
+    assert "| 256 | d256-b224-baseline-s1 | 0.25 | 0.2 (200) | 5.0000 (112) | 4.0000 |" in text

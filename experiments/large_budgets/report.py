@@ -15,6 +15,9 @@ first study, issue 26), Holm-adjusted over the policies of the cell. Verdict: "k
 at 5% after Holm, else "worse" / "better" when the difference test does, else "inconclusive". The per-domain
 rows (val_prose, val_code) run the same tests on those losses, as a second family per domain.
 
+A last table gives each cosine run's steadiness (gradient norms late in the run, the val loss at 3/4 and at the
+end): stability().
+
 The trend over the budget per width (slope, curvature test, crossover or bound, held-out and cosine checks), the
 fit across widths with the width as the unit (from three widths with WSD branches) and the headline figure:
 trend.py.
@@ -59,8 +62,10 @@ def load(root=None, skipped=None):
                     continue
                 if not run["complete"] or run["diverged"] or "-trunk" in name:
                     continue
-                evals = [r for r in read_records(os.path.join(folder, name, "metrics.jsonl")) if r.get("type") == "eval"]
+                records = read_records(os.path.join(folder, name, "metrics.jsonl"))
+                evals = [r for r in records if r.get("type") == "eval"]
                 last = max(evals, key=lambda r: r["iter"])
+                run["stability"] = stability(records)
                 for metric, key in METRICS.items():
                     run[f"final_{metric}"] = last.get(key)
                 with open(os.path.join(folder, name, "config.json")) as f:
@@ -68,6 +73,47 @@ def load(root=None, skipped=None):
                 run["n_params"], run["device"] = derived["n_params"], derived.get("device_name")
                 groups.setdefault((int(width_dir[1:]), schedule), []).append(run)
     return groups
+
+
+def stability(records):
+    """How steady one run trained: the median gradient norm (before clipping) over its last quarter of iterations,
+    its largest after the first 5% (where every run starts high), and the val loss at 3/4 of the run and at its
+    end (a loss that rises while the learning rate decays is an instability, not the policy's cost at its best)."""
+    train = [r for r in records if r.get("type") == "train" and r.get("grad_norm") is not None]
+    evals = sorted((r["iter"], r["val_loss"]) for r in records if r.get("type") == "eval")
+    if not train or not evals:
+        return None
+    end = evals[-1][0]
+    late = sorted(r["grad_norm"] for r in train if r["iter"] >= 0.75 * end)
+    steady = [r for r in train if r["iter"] >= 0.05 * end] or train
+    peak = max(steady, key=lambda r: r["grad_norm"])
+    three_quarters = min(evals, key=lambda e: abs(e[0] - 0.75 * end))
+    median = (late[(len(late) - 1) // 2] + late[len(late) // 2]) / 2 if late else None
+    return {"late_median_grad_norm": median, "max_grad_norm": peak["grad_norm"], "max_at": peak["iter"],
+            "val_at_three_quarters": three_quarters[1], "three_quarters_iter": three_quarters[0],
+            "val_final": evals[-1][1], "iters": end}
+
+
+def render_stability(groups):
+    """The stability table of the cosine runs (stability()), one row per run."""
+    lines = ["## How steadily the cosine runs trained", "",
+             "Per run, from its metrics.jsonl: the median gradient norm (before clipping at 1.0) over the last "
+             "quarter of the iterations, the largest after the first 5%, and the val loss at 3/4 of the run and at "
+             "its end. A late median far above the baseline's, or a val loss that rises while the learning rate "
+             "decays, marks an unsteady run: its gap includes the instability.", "",
+             "| width | run | late median grad norm | largest grad norm (iter) | val at 3/4 (iter) | val at end |",
+             "|---:|---|---:|---:|---:|---:|"]
+    for (width, schedule), runs in sorted(groups.items()):
+        if schedule != "cosine":
+            continue
+        for run in runs:
+            s = run.get("stability")
+            if s is None:
+                continue
+            lines.append(f"| {width} | {run['name']} | {s['late_median_grad_norm']:.2f} | {s['max_grad_norm']:.1f} "
+                         f"({s['max_at']}) | {s['val_at_three_quarters']:.4f} ({s['three_quarters_iter']}) | "
+                         f"{s['val_final']:.4f} |")
+    return "\n".join(lines) + "\n"
 
 
 def cell_stats(runs, metric):
@@ -147,7 +193,7 @@ def main(argv=None):
         print(f"note: skipped {why}", file=sys.stderr)
     across = across_widths(trend, sorted({w for w, schedule in groups if schedule == "cosine"} - set(trend)))
     answer = render(rows) + ("\n" + render_trend(trend, ("baseline",) + POLICY_ORDER) + "\n"
-                             + render_across(across, POLICY_ORDER) if trend else "")
+                             + render_across(across, POLICY_ORDER) if trend else "") + "\n" + render_stability(groups)
     widths = {str(w): {"n_params": n, "policies": r} for w, (r, n) in trend.items()}
     outputs = {"answer.md": answer, "stats.json": json.dumps(rows, indent=1) + "\n",
                "trend.json": json.dumps(dict(widths, across_widths=across) if trend else widths, indent=1) + "\n"}
