@@ -444,10 +444,13 @@ def set_lr(optimizer, iter_num, cfg):
     return lr
 
 
-def say_stopped(log, signum, iter_num, ckpt_path):
+def say_stopped(log, signum, iter_num, ckpt_path, saved=None):
+    """The stop line; `saved` (save_checkpoint's seconds and size, rank 0's) says what the checkpoint took."""
     name = signal.Signals(signum).name
-    stopped = f"stopped by {name} at iter {iter_num}: saved {ckpt_path}; continue with --init_from=resume"
-    log.write(stopped, {"type": "stop", "iter": iter_num, "signal": name})
+    took = "" if not saved else (f" ({saved['bytes'] / 1e9:.2f} GB in {saved['gather_s'] + saved['write_s']:.1f} s: "
+                                 f"{saved['gather_s']:.1f} s gathering, {saved['write_s']:.1f} s writing)")
+    stopped = f"stopped by {name} at iter {iter_num}: saved {ckpt_path}{took}; continue with --init_from=resume"
+    log.write(stopped, {"type": "stop", "iter": iter_num, "signal": name, **({"checkpoint": saved} if saved else {})})
     record_error_for_torchrun(stopped)  # torchrun's summary of the exit code 128+signum names it
 
 
@@ -507,13 +510,15 @@ def main(argv):
 
     def save(paths, links=()):
         """save_checkpoint on every rank; a write that fails (a full disk) stops every rank, in one line."""
-        error = None
+        error = saved = None
         try:
-            save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num, best_val_loss, links)
+            saved = save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num,
+                                    best_val_loss, links)
         except CheckpointError as e:
             error = str(e)
         if control.any_error(error is not None):
             fail(error or "rank 0 could not write the checkpoint", mesh)
+        return saved
 
     signum, losses, syncs, final, best_iter = 0, None, None, None, None
     run_start = time.time()
@@ -555,8 +560,7 @@ def main(argv):
             control.start()
         signum = control.agreed_stop()  # SIGINT/SIGTERM: every rank stops after the same step
         if signum:
-            save([ckpt_path])
-            say_stopped(log, signum, iter_num, ckpt_path)
+            say_stopped(log, signum, iter_num, ckpt_path, save([ckpt_path]))
             break
 
     if not cfg.eval_only:  # finished, or stopped by a signal (with a checkpoint): the last block and record

@@ -93,7 +93,11 @@ def test_stopped_run_ends_with_the_summary_block_and_record(workdir):
     assert first.startswith(f"summary: stopped by SIGTERM at iter {stopped} ({stopped} iterations in this process")
     assert val.startswith(f"val loss: final {last['final_val']:.4f} (iter {last['final_iter']}), best ")
     assert "python sample.py" in nxt and "python compare_runs.py" in nxt
-    assert any(line.startswith(f"stopped by SIGTERM at iter {stopped}") for line in stdout.splitlines())
+    (line,) = [line for line in stdout.splitlines() if line.startswith(f"stopped by SIGTERM at iter {stopped}")]
+    size = os.path.getsize(os.path.join(out, "ckpt.pt")) / 1e9  # the stop line says what its checkpoint took
+    assert re.search(rf"ckpt\.pt \({size:.2f} GB in [0-9.]+ s: [0-9.]+ s gathering, [0-9.]+ s writing\); continue", line)
+    stop = [r for r in read_metrics(out) if r["type"] == "stop"][-1]
+    assert stop["checkpoint"]["bytes"] == os.path.getsize(os.path.join(out, "ckpt.pt"))
     assert runner.finished(out, 100000) is None  # stopped: to be resumed, not complete
 
 
