@@ -35,6 +35,7 @@ from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as _funcol
 from torch.distributed.distributed_c10d import _resolve_process_group
 
 
@@ -549,17 +550,28 @@ def wait_rows(handle, after=()):
     return x
 
 
+def functional_collective(name, module=None):
+    """torch's functional all_gather or reduce_scatter of one tensor: `<name>_single` where torch has it (2.13
+    deprecates the older name), else `<name>_tensor`, the same op under its older name. (On a GPU machine with
+    torch 2.11, async_tp's compile failed with dynamo's AttributeError where the traced code called
+    `all_gather_single`; a torch without that name is the suspect, not yet confirmed there.)"""
+    new = getattr(module or _funcol, f"{name}_single", None)
+    return new if new is not None else getattr(module or _funcol, f"{name}_tensor")
+
+
+_functional_all_gather = functional_collective("all_gather")  # resolved once, outside any traced code
+_functional_reduce_scatter = functional_collective("reduce_scatter")
+
+
 def gather_rows_functional(x, group):
     """all_gather_rows as torch's functional collective: all_gather_into_tensor, then wait_tensor where it is read."""
     if not _runs(group):
         return all_gather_rows(x, group)
-    import torch.distributed._functional_collectives as funcol
-    return funcol.all_gather_single(x.contiguous(), 0, group)
+    return _functional_all_gather(x.contiguous(), 0, group)
 
 
 def scatter_rows_functional(x, group):
     """reduce_scatter_rows as torch's functional collective (sum, along rows)."""
     if not _runs(group):
         return reduce_scatter_rows(x, group)
-    import torch.distributed._functional_collectives as funcol
-    return funcol.reduce_scatter_single(x.contiguous(), "sum", 0, group)
+    return _functional_reduce_scatter(x.contiguous(), "sum", 0, group)

@@ -36,3 +36,23 @@ def test_barrier_waits_and_skipped_collectives_skip_every_kind():
         assert r["local"] == own and r["reduced"] == own  # nothing crossed ranks
         assert r["counts"] == {"test": 3, "tp_fwd": 1}
         assert r["summed"] == [3.0] * 3
+
+
+def test_functional_collectives_take_the_name_this_torch_has():
+    """The functional all_gather / reduce_scatter: `<name>_single` where torch has it, else the older `<name>_tensor`
+    (a torch without the new name must not fail inside the traced model)."""
+    import types
+
+    def new(*args):
+        return "new"
+
+    def old(*args):
+        return "old"
+    both = types.SimpleNamespace(all_gather_single=new, all_gather_tensor=old,
+                                 reduce_scatter_single=new, reduce_scatter_tensor=old)
+    older = types.SimpleNamespace(all_gather_tensor=old, reduce_scatter_tensor=old)
+    for name in ("all_gather", "reduce_scatter"):
+        assert comm.functional_collective(name, both) is new
+        assert comm.functional_collective(name, older) is old
+    import torch.distributed._functional_collectives as funcol
+    assert comm._functional_all_gather in (getattr(funcol, "all_gather_single", None), funcol.all_gather_tensor)
