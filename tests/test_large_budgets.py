@@ -187,3 +187,18 @@ def test_the_stability_table_lists_each_cosine_run(study):
         f.write(json.dumps({"type": "train", "iter": 200, "grad_norm": 0.25}) + "\n")
     text = report.render_stability(report.load(str(study)))
     assert "| 256 | d256-b224-baseline-s1 | 0.25 | 0.2 (200) | 5.0000 (112) | 4.0000 |" in text
+
+
+def test_stability_of_any_folder_prints_its_runs_and_names_a_bad_one(study, capsys):
+    run = study / "w256" / "cosine" / "d256-b224-grouped4-s2"
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"type": "train", "iter": 220, "grad_norm": 7.5}) + "\n")
+    assert report.main(["--stability", str(study / "w256" / "cosine")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("| width | run |") and out[2:] == ["| 256 | d256-b224-grouped4-s2 | 7.50 | 7.5 (220) | "
+                                                                 "5.3070 (112) | 4.3070 |"]
+    assert not (study / "answer.md").exists()  # it writes nothing
+    for bad in (str(study / "nothing-here"), str(study)):
+        with pytest.raises(SystemExit):
+            report.main(["--stability", bad])
+        assert f"--stability {bad!r}" in capsys.readouterr().err

@@ -3,6 +3,7 @@ the baseline's final val loss, overall and per domain (prose, code), with its ve
 
     python -m experiments.large_budgets.report          # writes answer.md, stats.json, trend.json, headline.png here
     python -m experiments.large_budgets.report --check  # regenerates the text in memory; exit 1 if a stored byte differs
+    python -m experiments.large_budgets.report --stability experiments/docs_study/budgets/cosine  # any runs' steadiness
 
 The runs: experiments/large_budgets/w<width>/{cosine,runs}/<run>/ (config.json, log.txt, metrics.jsonl), trained by
 `python -m experiments.docs_study.run run --config config/large_w<width>.py ...` (README.md beside this file).
@@ -88,7 +89,9 @@ def stability(records):
     steady = [r for r in train if r["iter"] >= 0.05 * end] or train
     peak = max(steady, key=lambda r: r["grad_norm"])
     three_quarters = min(evals, key=lambda e: abs(e[0] - 0.75 * end))
-    median = (late[(len(late) - 1) // 2] + late[len(late) // 2]) / 2 if late else None
+    if not late:  # a run stopped before its last quarter was logged
+        return None
+    median = (late[(len(late) - 1) // 2] + late[len(late) // 2]) / 2
     return {"late_median_grad_norm": median, "max_grad_norm": peak["grad_norm"], "max_at": peak["iter"],
             "val_at_three_quarters": three_quarters[1], "three_quarters_iter": three_quarters[0],
             "val_final": evals[-1][1], "iters": end}
@@ -100,20 +103,34 @@ def render_stability(groups):
              "Per run, from its metrics.jsonl: the median gradient norm (before clipping at 1.0) over the last "
              "quarter of the iterations, the largest after the first 5%, and the val loss at 3/4 of the run and at "
              "its end. A late median far above the baseline's, or a val loss that rises while the learning rate "
-             "decays, marks an unsteady run: its gap includes the instability.", "",
-             "| width | run | late median grad norm | largest grad norm (iter) | val at 3/4 (iter) | val at end |",
+             "decays, marks an unsteady run: its gap includes the instability.", ""]
+    rows = [(width, run["name"], run.get("stability")) for (width, schedule), runs in sorted(groups.items())
+            if schedule == "cosine" for run in runs]
+    return "\n".join(lines + stability_table(rows)) + "\n"
+
+
+def stability_table(rows):
+    """Markdown lines of (width, run name, stability() or None) rows; a run without train records is left out."""
+    lines = ["| width | run | late median grad norm | largest grad norm (iter) | val at 3/4 (iter) | val at end |",
              "|---:|---|---:|---:|---:|---:|"]
-    for (width, schedule), runs in sorted(groups.items()):
-        if schedule != "cosine":
-            continue
-        for run in runs:
-            s = run.get("stability")
-            if s is None:
-                continue
-            lines.append(f"| {width} | {run['name']} | {s['late_median_grad_norm']:.2f} | {s['max_grad_norm']:.1f} "
+    for width, name, s in rows:
+        if s is not None:
+            lines.append(f"| {width} | {name} | {s['late_median_grad_norm']:.2f} | {s['max_grad_norm']:.1f} "
                          f"({s['max_at']}) | {s['val_at_three_quarters']:.4f} ({s['three_quarters_iter']}) | "
                          f"{s['val_final']:.4f} |")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def folder_stability(folder):
+    """stability_table's rows for every run folder (one holding metrics.jsonl and config.json) under folder."""
+    rows = []
+    for name in sorted(os.listdir(folder)):
+        run = os.path.join(folder, name)
+        if os.path.isfile(os.path.join(run, "metrics.jsonl")) and os.path.isfile(os.path.join(run, "config.json")):
+            with open(os.path.join(run, "config.json")) as f:
+                width = json.load(f).get("n_embd", "?")
+            rows.append((width, name, stability(read_records(os.path.join(run, "metrics.jsonl")))))
+    return rows
 
 
 def cell_stats(runs, metric):
@@ -185,7 +202,18 @@ def main(argv=None):
                                    description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="compare with the stored files instead of writing")
     parser.add_argument("--force", action="store_true", help="write even when stored rows would be lost")
+    parser.add_argument("--stability", metavar="FOLDER",
+                        help="print the steadiness table of the runs under FOLDER (any study's) and write nothing")
     args = parser.parse_args(argv)
+    if args.stability is not None:
+        if not os.path.isdir(args.stability):
+            parser.error(f"--stability {args.stability!r} is not a folder; give one that holds run folders")
+        rows = folder_stability(args.stability)
+        if not any(s for _, _, s in rows):
+            parser.error(f"--stability {args.stability!r} holds no run folder with train records (metrics.jsonl "
+                         f"and config.json)")
+        print("\n".join(stability_table(rows)))
+        return 0
     skipped = []
     groups = load(skipped=skipped)
     rows, trend = analyse(groups), trends(groups)
