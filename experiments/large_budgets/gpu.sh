@@ -14,7 +14,8 @@
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
 S=/root/study; mkdir -p $S; OUT=${OUT:-$S/out}; mkdir -p $OUT
-# SCRATCH=/dev/shm/scratch keeps the runs' checkpoints in memory: a 124M run writes 1.5 GB at each of its 32 evals
+# SCRATCH names where the runs write (default $S/scratch; /dev/shm/scratch keeps the 1.5 GB checkpoints of 124M runs
+# in memory, which did not shorten them: w768/calls/README.md)
 # (the first call that sets it names it for the machine's later calls: collect packs the logs from there)
 [ -z "$SCRATCH" ] && [ -f $S/scratch.path ] && SCRATCH=$(cat $S/scratch.path); SCRATCH=${SCRATCH:-$S/scratch}; echo $SCRATCH > $S/scratch.path
 T0=$(date +%s)
