@@ -123,54 +123,66 @@ def _(x, n, group_name):
     return x.new_empty((n * x.shape[0], *x.shape[1:]))
 
 
-# Traced async all-reduce: all_reduce_start(x) reduces a copy of x in the background and returns a
-# ticket (an empty tensor on x's device: a data dependency for the wait, no kernel); all_reduce_wait
-# (ticket, x, after) waits and returns the reduced copy (a tensor no input aliases). Keyed by x's
-# address: x is alive until the wait, which takes it. `after`: tensors the wait is scheduled after (the
-# weight gradients computed while the all-reduce travels); inductor orders kernels by data only.
-_in_flight = {}  # (collective, the input's address) -> (Work, output), for every traced start/wait pair below
+# Traced async collectives: a start (all_reduce_start, reduce_scatter_start, all_gather_start) launches the
+# collective and returns a ticket, one element on x's device (no kernel); its wait takes the ticket and returns the
+# result (a tensor no input aliases), scheduled after the tensors of `after` (inductor orders kernels by data only).
+# The table pairs them by the ticket's address, the start's own output, which inductor passes to the wait as it is.
+# Not by the input's: a pure value that inductor may compute twice (a buffer for the start, another for the wait)
+# and whose start buffer it may reuse for the next start while the first is in flight (under bf16 autocast, the
+# output gradient's cast split in pieces by 'chunked': two starts at one address). So a start's collective reads a
+# buffer it owns or one its wait reads: all_reduce_start reduces a copy of x, all_gather_start copies x into its own
+# rows of the output and gathers in place, reduce_scatter_wait takes x (a GEMM's output) and checks it is the start's.
+_in_flight = {}  # (collective, the ticket's address) -> (Work, output, the input's address the wait checks, or None)
 
 
-def _launched(collective, x, work, out):
-    """Keep a traced start's (work, out) until its wait; one collective of a tensor at a time."""
-    key = (collective, x.data_ptr())
-    if key in _in_flight:
-        # what a GPU log needs to tell a start whose wait never ran (e.g. a wait replayed in a CUDA graph, which runs
-        # no Python) from two live tensors at one address
-        raise RuntimeError(f"reduced_sync::{collective}_start: a {collective} of this tensor is already in flight "
-                           f"(input {tuple(x.shape)} {x.dtype} at {x.data_ptr():#x}; in flight: "
-                           f"{dict(Counter(c for c, _ in _in_flight))}; capturing a CUDA graph: "
-                           f"{x.is_cuda and torch.cuda.is_current_stream_capturing()})")
-    _in_flight[key] = (work, out)
+def _ticket(x):
+    """A start's ticket: one element, so that every live ticket has its own address."""
+    return x.new_empty(1)
 
 
-def _landed(collective, x):
-    """The output of the traced start of `collective` on x, once its work is done."""
+def _launched(collective, x, ticket, work, out, check_input=False):
+    """Keep a traced start's (work, out) until the wait that takes its ticket; check_input: the wait checks it takes
+    the buffer the start read."""
+    key = (collective, ticket.data_ptr())
+    if key in _in_flight:  # e.g. a wait replayed in a CUDA graph, which runs no Python; its ticket since freed
+        raise RuntimeError(f"reduced_sync::{collective}_start: a {collective} is already in flight at this ticket's "
+                           f"address: an earlier start's wait never ran (input {tuple(x.shape)} {x.dtype} at "
+                           f"{x.data_ptr():#x}; in flight: {dict(Counter(c for c, _ in _in_flight))}; capturing a CUDA "
+                           f"graph: {x.is_cuda and torch.cuda.is_current_stream_capturing()})")
+    _in_flight[key] = (work, out, x.data_ptr() if check_input else None)
+
+
+def _landed(collective, ticket, x=None):
+    """The output of the traced start whose ticket this is, once its work is done (x: the input, where checked)."""
     try:
-        work, out = _in_flight.pop((collective, x.data_ptr()))
+        work, out, address = _in_flight.pop((collective, ticket.data_ptr()))
     except KeyError:
-        raise RuntimeError(f"reduced_sync::{collective}_wait: no {collective} in flight for this tensor "
-                           "(the compiled graph passed another buffer than the start's)") from None
+        raise RuntimeError(f"reduced_sync::{collective}_wait: no {collective} in flight for this ticket "
+                           "(the compiled graph passed another tensor than the start's ticket)") from None
     work.wait()
+    if address is not None and x.data_ptr() != address:
+        raise RuntimeError(f"reduced_sync::{collective}_wait: the input {tuple(x.shape)} {x.dtype} at "
+                           f"{x.data_ptr():#x} is not the buffer the start read ({address:#x}): the compiled graph "
+                           "computed it twice, and the start's may have been overwritten while the collective read it")
     return out
 
 
 @torch.library.custom_op("reduced_sync::all_reduce_start", mutates_args=())
 def _traced_all_reduce_start(x: torch.Tensor, group_name: str) -> torch.Tensor:
-    out = x.clone(memory_format=torch.contiguous_format)
-    _launched("all_reduce", x, dist.all_reduce(out, op=dist.ReduceOp.SUM, group=_resolve_process_group(group_name),
-                                               async_op=True), out)
-    return x.new_empty(0)
+    out, ticket = x.clone(memory_format=torch.contiguous_format), _ticket(x)
+    _launched("all_reduce", x, ticket, dist.all_reduce(out, op=dist.ReduceOp.SUM,
+                                                       group=_resolve_process_group(group_name), async_op=True), out)
+    return ticket
 
 
 @_traced_all_reduce_start.register_fake
 def _(x, group_name):
-    return x.new_empty(0)
+    return _ticket(x)
 
 
 @torch.library.custom_op("reduced_sync::all_reduce_wait", mutates_args=())
 def _traced_all_reduce_wait(ticket: torch.Tensor, x: torch.Tensor, after: list[torch.Tensor]) -> torch.Tensor:
-    return _landed("all_reduce", x)
+    return _landed("all_reduce", ticket)
 
 
 @_traced_all_reduce_wait.register_fake
@@ -409,8 +421,8 @@ def reduce_from_tp_region(x, group, kind="tp_fwd"):
 # The raw collectives of parallel/sequence.py, which holds their autograd and counts them: rows [N, C] of the
 # flattened tokens, all-gathered or reduce-scattered along dim 0. Traced, custom ops that return new tensors, as the
 # all-reduce above. The ladder's reduce-scatter is launched without waiting: reduce_scatter_start(x) returns a
-# ticket, reduce_scatter_wait(ticket, x, after) waits and returns the chunk (keyed by x's address, as
-# all_reduce_start: x is alive until the wait, which takes it).
+# ticket, reduce_scatter_wait(ticket, x, after) waits and returns the chunk (paired by the ticket, as
+# all_reduce_start; the wait takes x, so the buffer the collective reads is alive until then).
 
 
 @torch.library.custom_op("reduced_sync::reduce_scatter", mutates_args=())
@@ -428,19 +440,20 @@ def _(x, n, group_name):
 @torch.library.custom_op("reduced_sync::reduce_scatter_start", mutates_args=())
 def _traced_reduce_scatter_start(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
     out, work = _start_reduce_scatter(x, n, _resolve_process_group(group_name))
-    _launched("reduce_scatter", x, work, out)
-    return x.new_empty(0)
+    ticket = _ticket(x)
+    _launched("reduce_scatter", x, ticket, work, out, check_input=True)
+    return ticket
 
 
 @_traced_reduce_scatter_start.register_fake
 def _(x, n, group_name):
-    return x.new_empty(0)
+    return _ticket(x)
 
 
 @torch.library.custom_op("reduced_sync::reduce_scatter_wait", mutates_args=())
 def _traced_reduce_scatter_wait(ticket: torch.Tensor, x: torch.Tensor, n: int,
                                 after: list[torch.Tensor]) -> torch.Tensor:
-    return _landed("reduce_scatter", x)
+    return _landed("reduce_scatter", ticket, x)
 
 
 @_traced_reduce_scatter_wait.register_fake
@@ -492,7 +505,7 @@ def reduce_scatter_rows_start(x, group):
 # ---------------------------------------------------------------- overlapped token chunks (parallel/overlap.py)
 # tp_comm_overlap='chunked' launches several all-gathers / reduce-scatters of row pieces and waits for each where
 # its GEMM needs it: start_rows / wait_rows. Traced, the reduce-scatter is the start/wait pair above and the
-# all-gather the pair below (keyed by the piece's address, as the others: the wait takes the piece).
+# all-gather the pair below (paired by the ticket, as the others; the start gathers its own copy of the piece).
 # tp_comm_overlap='async_tp' uses torch's functional collectives instead, the form inductor's micro-pipeline TP
 # pass matches (gather_rows_functional, scatter_rows_functional); not the form the rest of the module traces
 # (the module docstring's fusion fault, seen on CPU only), so only that opt-in, CUDA-only mode uses them.
@@ -500,25 +513,27 @@ def reduce_scatter_rows_start(x, group):
 
 @torch.library.custom_op("reduced_sync::all_gather_start", mutates_args=())
 def _traced_all_gather_start(x: torch.Tensor, n: int, group_name: str) -> torch.Tensor:
-    out = x.new_empty((n * x.shape[0], *x.shape[1:]))
-    _launched("all_gather", x, dist.all_gather_into_tensor(out, x, group=_resolve_process_group(group_name),
-                                                           async_op=True), out)
-    return x.new_empty(0)
+    group = _resolve_process_group(group_name)
+    out, ticket = x.new_empty((n * x.shape[0], *x.shape[1:])), _ticket(x)
+    mine = out[dist.get_rank(group) * x.shape[0]:][:x.shape[0]]
+    mine.copy_(x)  # the collective reads its own copy of x (above): gathered in place, as NCCL allows
+    _launched("all_gather", x, ticket, dist.all_gather_into_tensor(out, mine, group=group, async_op=True), out)
+    return ticket
 
 
 @_traced_all_gather_start.register_fake
 def _(x, n, group_name):
-    return x.new_empty(0)
+    return _ticket(x)
 
 
 @torch.library.custom_op("reduced_sync::all_gather_wait", mutates_args=())
-def _traced_all_gather_wait(ticket: torch.Tensor, x: torch.Tensor, n: int, after: list[torch.Tensor]) -> torch.Tensor:
-    return _landed("all_gather", x)
+def _traced_all_gather_wait(ticket: torch.Tensor, shape: list[int], after: list[torch.Tensor]) -> torch.Tensor:
+    return _landed("all_gather", ticket)
 
 
 @_traced_all_gather_wait.register_fake
-def _(ticket, x, n, after):
-    return x.new_empty((n * x.shape[0], *x.shape[1:]))
+def _(ticket, shape, after):
+    return ticket.new_empty(shape)
 
 
 def start_rows(x, group, op):
@@ -544,8 +559,10 @@ def wait_rows(handle, after=()):
     if pending is None:
         return x
     if torch.compiler.is_compiling():
-        wait = torch.ops.reduced_sync.all_gather_wait if op == "gather" else torch.ops.reduced_sync.reduce_scatter_wait
-        return wait(pending, x, n, [t for t in after if t is not None])
+        after = [t for t in after if t is not None]
+        if op == "gather":  # the start gathers its own copy of x: the wait takes the shape, not x
+            return torch.ops.reduced_sync.all_gather_wait(pending, [n * x.shape[0], *x.shape[1:]], after)
+        return torch.ops.reduced_sync.reduce_scatter_wait(pending, x, n, after)
     pending.wait()
     return x
 

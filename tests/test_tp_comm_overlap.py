@@ -3,14 +3,15 @@
 2 and 3, for every policy sequence parallelism supports, forward and gradients (fp64, dropout on; bf16 autocast at
 tp=2), with the counts of sequence parallelism without overlap; the traced 'async_tp' graphs hold the all-gather ->
 mm and mm -> reduce-scatter patterns that inductor's micro-pipeline TP pass matches, found by that pass's own
-matchers; bad values are one line (model, config, benchmark). Slow: tp=3; 'chunked' compiled with fullgraph=True
-equals eager, and inductor's code overlaps each piece's collective with a GEMM."""
+matchers; bad values are one line (model, config, benchmark); a start whose input buffer is reused before its wait
+still gathers its piece. Slow: tp=3; 'chunked' compiled with fullgraph=True equals eager, inductor's code overlaps
+each piece's collective with a GEMM, and inductor under bf16 autocast computes plain TP's loss and gradients."""
 import pytest
 import torch
 
 from parallel import comm
 from tests.conftest import run_gloo_scenarios, scenario_outcome
-from tests.test_model import batch, make
+from tests.test_model import batch, full_grads, make
 from tests.test_sequence_parallel import SP_POLICIES, TP3, loss_and_grads
 
 MODES = ["chunked", "chunked:3", "async_tp"]
@@ -273,14 +274,85 @@ def test_compiled_chunked_overlaps_each_piece_with_a_gemm():
                 assert all("gemm" in calls[a:b] for a, b in zip(starts, starts[1:])), calls
 
 
-def test_a_second_start_on_an_address_in_flight_names_the_input_and_the_table():
-    """The first 4x H200 run's chunked baseline stopped here; the message now says what a GPU log needs to tell a
-    start whose wait never ran from two live tensors at one address (bench/results/tp4_comm_h200/README.md)."""
-    x = torch.zeros(3, 2)
-    comm._launched("all_gather", x, None, None)
+def _reused_buffer_worker(rank, world_size):
+    """The traced ops called as inductor's code called them: piece 0's start reads a buffer that is then reused for
+    piece 1 (overwritten, then passed to piece 1's start), and the waits come after both starts. The gathered
+    pieces, and the error of a reduce-scatter wait given another buffer than its start's input."""
+    import torch.distributed as dist
+    ops, name = torch.ops.reduced_sync, dist.group.WORLD.group_name
+    pieces = [torch.full((2, 3), 10.0 * rank + i) for i in range(2)]
+    buf = pieces[0].clone()
+    tickets = [ops.all_gather_start(buf, 2, name)]
+    buf.copy_(pieces[1])  # inductor's "buf30 = buf27  # reuse": the next piece written into the start's input
+    tickets.append(ops.all_gather_start(buf, 2, name))
+    gathered = [ops.all_gather_wait(t, [4, 3], []) for t in tickets]
+    z = torch.ones(4, 3)
+    ticket = ops.reduce_scatter_start(z, 2, name)
     try:
-        with pytest.raises(RuntimeError, match=r"already in flight \(input \(3, 2\) torch.float32 at 0x[0-9a-f]+; "
-                                               r"in flight: \{'all_gather': 1\}; capturing a CUDA graph: False\)"):
-            comm._launched("all_gather", x, None, None)
+        ops.reduce_scatter_wait(ticket, z.clone(), 2, [])
+        error = None
+    except RuntimeError as e:
+        error = str(e)
+    return [g[:, 0].tolist() for g in gathered], error, len(comm._in_flight)
+
+
+def test_a_start_whose_input_buffer_is_reused_before_its_wait_gathers_its_own_copy():
+    """The table pairs a start with its wait by the ticket, not by the input's address (a second start on a reused
+    buffer raised "already in flight"), and each all-gather reads its own copy of the piece; a reduce-scatter's wait
+    checks it was given the buffer its start read."""
+    for gathered, error, in_flight in scenario_outcome(run_gloo_scenarios({"r": _reused_buffer_worker}), "r"):
+        assert gathered == [[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 11.0, 11.0]]
+        assert error is not None and "is not the buffer the start read" in error, error
+        assert in_flight == 0
+
+
+def _chunked_inductor_bf16_worker(rank, world_size):
+    """Baseline, one layer, tp=2: the loss and full gradients of plain TP (tp_comm off) in eager, and of sequence
+    parallelism + chunked compiled by inductor (fullgraph), both under bf16 autocast; what is left in flight."""
+    import torch.distributed as dist
+    group = dist.new_group([0, 1])
+    idx, targets = batch()
+    model = make("baseline", n_tracks=2, tp_group=group, n_layer=1).float()
+    plain = loss_and_grads(model, idx, targets, autocast=True)
+    model.zero_grad(set_to_none=True)
+    model.set_sequence_parallel(True)
+    model.set_tp_comm_overlap("chunked")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="inductor")
+    torch.manual_seed(123)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = compiled(idx, targets)[1]
+    loss.backward()
+    grads = full_grads(model)
+    return ((loss - plain[0]).abs().item(), {k: (grads[k] - plain[2][k]).abs().max().item() for k in grads},
+            len(comm._in_flight))
+
+
+@pytest.mark.slow
+def test_chunked_compiled_by_inductor_under_bf16_autocast_equals_plain_tp():
+    """Slow (about 10 s): inductor on CPU, two ranks. Under bf16 autocast the output gradient's cast to bf16, split in
+    pieces, is a value inductor computed twice (one buffer for the all-gather's start, one for its wait) and the
+    start's buffer was reused for the next piece's start while the first was in flight: the table, keyed by the
+    input's address, raised "already in flight" (the baseline's chunked rows on 4x H200). Paired by the ticket, and
+    each start gathering its own copy, the step runs and computes plain TP's loss and gradients (bf16 tolerance)."""
+    for loss_diff, grad_diffs, in_flight in scenario_outcome(run_gloo_scenarios({"b": _chunked_inductor_bf16_worker}),
+                                                             "b"):
+        assert loss_diff < 5e-2, loss_diff
+        for name, diff in grad_diffs.items():
+            assert diff < 5e-2, (name, diff)
+        assert in_flight == 0
+
+
+def test_a_second_start_on_a_ticket_address_in_flight_names_the_input_and_the_table():
+    """A live ticket has its own address, so a start finding its ticket's address in the table follows a start whose
+    wait never ran (e.g. a wait replayed in a CUDA graph, which runs no Python): the message names the input, what is
+    in flight and whether a CUDA graph is being captured (bench/results/tp4_comm_h200/README.md)."""
+    x, ticket = torch.zeros(3, 2), torch.zeros(1)
+    comm._launched("all_gather", x, ticket, None, None)
+    try:
+        with pytest.raises(RuntimeError, match=r"already in flight at this ticket's address: an earlier start's wait "
+                                               r"never ran \(input \(3, 2\) torch.float32 at 0x[0-9a-f]+; in flight: "
+                                               r"\{'all_gather': 1\}; capturing a CUDA graph: False\)"):
+            comm._launched("all_gather", x, ticket, None, None)
     finally:
         comm._in_flight.clear()
