@@ -158,8 +158,11 @@ sys.exit(guarded(main))
 def test_a_stop_inside_a_finalizer_ends_the_process(sig, code, name):
     """A SIGTERM that landed in a callback Python cannot raise out of (bench.compile_check, inside torch.compile)
     printed "Exception ignored ... Stopped" and the process went on; the same happens in a __del__."""
+    # SIGINT as a terminal's Ctrl-C finds it: a shell's background job (`pytest ... &`) ignores SIGINT, and a Python
+    # started with it ignored installs no KeyboardInterrupt handler
     proc = subprocess.Popen([sys.executable, "-c", SLOW_FINALIZER], cwd=REPO, env=run_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline() == "ready\n"
     time.sleep(0.5)  # inside the finalizer's sleep
     proc.send_signal(sig)
