@@ -202,3 +202,14 @@ def test_stability_of_any_folder_prints_its_runs_and_names_a_bad_one(study, caps
         with pytest.raises(SystemExit):
             report.main(["--stability", bad])
         assert f"--stability {bad!r}" in capsys.readouterr().err
+
+
+def test_each_cell_gives_its_late_grad_norm_over_the_baselines(study):
+    cosine = study / "w256" / "cosine"
+    for name, norm in (("baseline-s1", 0.4), ("baseline-s2", 0.5), ("baseline-s3", 0.6),
+                       ("grouped4-s1", 0.5), ("grouped4-s2", 6.0)):
+        with open(cosine / f"d256-b224-{name}" / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"type": "train", "iter": 200, "grad_norm": norm}) + "\n")
+    rows = report.analyse(report.load(str(study)))
+    assert {r["late_grad_norm_ratio"] for r in rows} == {12.0}  # seed 2's 6.0 over the baselines' median 0.5
+    assert report.render(rows).splitlines()[6].endswith("| worse | ×12.0 |")
