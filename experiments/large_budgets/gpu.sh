@@ -9,7 +9,8 @@
 #   bash experiments/large_budgets/gpu.sh watch SECONDS    # its progress until it ends or SECONDS pass
 #   bash experiments/large_budgets/gpu.sh collect [SECONDS]  # wait for it (or stop it), then pack the runs' logs into $OUT
 # ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds, --jobs; GPUS=1 puts
-# the sweep on GPU 1 alone; PREFIX=N reads $S/data<N> instead of data/). watch and collect wait for every sweep started on the machine. Everything the
+# the sweep on GPU 1 alone; PREFIX=N reads $S/data<N> instead of data/; SWEEP=<folder> keeps a side check's runs,
+# e.g. another learning rate, out of w<width>/, whose runs report.py reads). watch and collect wait for every sweep started on the machine. Everything the
 # machine keeps between calls is under /root/study (scratch, logs) and data/debian_large (the staged corpus).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
@@ -57,7 +58,7 @@ case $verb in
       nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -l 30 > $S/smi-$width.csv 2>&1 & echo $! > $S/smi.pid; }
     # GPUS, when set, narrows the sweep to those GPUs (the runner then spreads its runs over what it sees)
     setsid nohup env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} python3 -m experiments.docs_study.run run --config $cfg \
-      --sweep experiments/large_budgets/w$width --jobs 4 --scratch $SCRATCH --status-every 120 \
+      --sweep ${SWEEP:-experiments/large_budgets/w$width} --jobs 4 --scratch $SCRATCH --status-every 120 \
       --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 ${PREFIX:+--set data_dir=$S/data$PREFIX} "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
     echo $! >> $S/sweeps.pid; sleep "${START_WAIT:-180}"; tail -n 30 $S/sweep-$width-$$.log ;;
   watch)
