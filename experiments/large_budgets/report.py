@@ -42,6 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEDULES = ("cosine", "runs")  # runs/: the WSD trunks' cooldown branches
 METRICS = {"val": "val_loss", "val_prose": "val_prose_loss", "val_code": "val_code_loss"}
 POLICY_ORDER = ("ladder", "spd", "parallel", "grouped:4", "grouped:12")
+UNSTEADY = 3.0  # the figure marks a cosine cell whose late grad norm is this many times the baseline's (WSD: <= 2.7)
 
 
 def load(root=None, skipped=None):
@@ -266,7 +267,9 @@ def main(argv=None):
         print(f"wrote {os.path.relpath(os.path.join(HERE, name))}")
     if trend:
         cosine_only = [r for r in rows if r["schedule"] == "cosine" and r["metric"] == "val" and r["width"] not in trend]
-        plot_headline(trend, POLICY_ORDER, os.path.join(HERE, "headline.png"), cosine_only)
+        unsteady = {(r["width"], r["policy"]): r["late_grad_norm_ratio"] for r in rows if r["schedule"] == "cosine"
+                    and r["metric"] == "val" and (r.get("late_grad_norm_ratio") or 0) >= UNSTEADY}
+        plot_headline(trend, POLICY_ORDER, os.path.join(HERE, "headline.png"), cosine_only, unsteady)
         print(f"wrote {os.path.relpath(os.path.join(HERE, 'headline.png'))}")
     return 0
 

@@ -181,11 +181,13 @@ def cosine_text(r):
             + ("inside" if c["inside"] else "**outside**"))
 
 
-def plot_headline(trends, order, path, cosine_only=()):
+def plot_headline(trends, order, path, cosine_only=(), unsteady=None):
     """Gap to baseline against tokens per parameter: one panel per policy, one line per width (the WSD branches'
     mean over seeds with its 95% t band), the cosine runs as squares with their 95% interval. cosine_only: the
     cosine cells (report.py's rows of metric val) of widths without WSD branches yet, drawn as squares alone (a
-    single seed has no interval)."""
+    single seed has no interval). unsteady: {(width, policy): late grad norm over the baseline's} of the cosine
+    cells to mark as unsteadily trained (written beside their marker)."""
+    unsteady = unsteady or {}
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -212,6 +214,10 @@ def plot_headline(trends, order, path, cosine_only=()):
             if c is not None:
                 ax.errorbar([c["tokens"] / n_params], [c["measured"]], yerr=[c["ci"] or 0.0], fmt="s", color=color,
                             mfc="white", ms=7, capsize=3, label=f"width {width}, cosine ({c['seeds']} seeds)")
+                if (width, policy) in unsteady:
+                    ax.annotate(f"unsteady: grad norm ×{unsteady[width, policy]:.0f}", (c["tokens"] / n_params,
+                                c["measured"]), textcoords="offset points", xytext=(-8, 7), ha="right", fontsize=7,
+                                color=color)
         for k, width in enumerate(sorted({c["width"] for c in cosine_only}), start=len(trends)):
             for c in (c for c in cosine_only if c["width"] == width and c["policy"] == policy):
                 n = len(c["seeds"])
@@ -220,8 +226,11 @@ def plot_headline(trends, order, path, cosine_only=()):
                             label=f"width {width}, cosine ({n} seed{'' if n == 1 else 's'}"
                                   f"{', no interval' if n == 1 else ''})")
                 # labelled at the marker, not as a tick: it would crowd the WSD budgets' ticks
-                ax.annotate(f"{c['tokens_per_param']:.2g}", (c["tokens_per_param"], c["gap"]), textcoords="offset points",
-                            xytext=(7, 4), fontsize=7, color=colors[k % len(colors)])
+                note = (f", unsteady: grad norm ×{unsteady[width, policy]:.0f}" if (width, policy) in unsteady else "")
+                ax.annotate(f"{c['tokens_per_param']:.2g}{note}", (c["tokens_per_param"], c["gap"]),
+                            textcoords="offset points", fontsize=7,
+                            xytext=(-60 if note else 7, (-13 if c["gap"] > CLIP - 5 else 6) if note else 4),
+                            color=colors[k % len(colors)])
         ax.set_xscale("log", base=2)
         ticks = sorted({b["per_param"] for rows, _ in trends.values() if policy in rows for b in rows[policy]["budgets"]}
                        | {rows[policy]["cosine"]["tokens"] / n for rows, n in trends.values()
