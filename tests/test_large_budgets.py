@@ -95,12 +95,17 @@ def test_a_width_with_cosine_runs_only_is_tabled_and_drawn(tmp_path, monkeypatch
     cosine = tmp_path / "w768" / "cosine"
     fake_run(cosine, "baseline", 1, 2.0, 2.0, 2.0, width=768, max_iters=9216)
     fake_run(cosine, "grouped:4", 1, 2.2, 2.0, 2.0, width=768, max_iters=9216)
+    for name, norm in (("baseline", 0.5), ("grouped4", 5.0)):  # grouped:4 trained unsteadily: marked in the figure
+        with open(cosine / f"d768-b9216-{name}-s1" / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"type": "train", "iter": 9000, "grad_norm": norm}) + "\n")
     monkeypatch.setattr(report, "HERE", str(tmp_path))
     drawn = {}
     real_plot = report.plot_headline
-    monkeypatch.setattr(report, "plot_headline", lambda t, o, p, c=(): drawn.update(cells=c) or real_plot(t, o, p, c))
+    monkeypatch.setattr(report, "plot_headline",
+                        lambda t, o, p, c=(), u=None: drawn.update(cells=c, unsteady=u) or real_plot(t, o, p, c, u))
     assert report.main([]) == 0
-    assert "| 768 | cosine | 302.0M (13.53) | val | grouped:4 | 3 | 1 | +10.00 |  |  |  |" in \
+    assert drawn["unsteady"] == {(768, "grouped:4"): 10.0}
+    assert "| 768 | cosine | 302.0M (13.53) | val | grouped:4 | 3 | 1 | +10.00 |  |  |  | ×10.0 |" in \
         (tmp_path / "answer.md").read_text()
     assert [(c["width"], c["policy"], c["gap_ci95"]) for c in drawn["cells"]] == [(768, "grouped:4", None)]
     assert (tmp_path / "headline.png").stat().st_size > 10_000
