@@ -30,3 +30,27 @@ def test_table_pairs_each_time_with_its_gap(tmp_path, capsys):
     assert "| parallel | 2 | 19.00 (20.00) | +5.0% | -2.00% ± 1.00 | 320 it (10.5M tokens), n_tracks 4 |" in table  # same at any n_tracks
     assert "grouped:4" not in table and "+50.0%" not in table  # no loss cell; the async row is not the default
     assert (tmp_path / "fig.png").stat().st_size > 10_000
+
+
+def test_against_the_strongest_baseline_takes_each_side_fastest_row(tmp_path):
+    """Rows of several modes and tp_comm settings: 'same' pairs each with the baseline row of its own mode and
+    tp_comm; 'strongest' takes each policy's fastest row and the baseline's fastest (here with sequence parallelism)."""
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"stats": {"cells": [cell("baseline", 640, None, None), cell("grouped:4", 640, 1.5, 1.0)]}}))
+
+    def tp4(policy, ms, tp_comm, mode="compiled-graphs"):
+        return dict(row(policy, 4, ms), tp=4, tp_comm=tp_comm, mode=mode)
+    times = tmp_path / "t.json"
+    times.write_text(json.dumps({"rows": [
+        tp4("baseline", 16.0, "off"), tp4("baseline", 15.0, "sp"), tp4("baseline", 40.0, "off", "compiled"),
+        tp4("grouped:4", 12.0, "off"), tp4("grouped:4", 13.0, "sp"), tp4("grouped:4", 30.0, "off", "compiled"),
+        dict(tp4("baseline", 1.0, "chunked"), error="RuntimeError: ...")]}))  # a failed row is no baseline
+    for against, expected in (("same", ["| grouped:4 | 4 | 12.00 (16.00) | +25.0% |", "| grouped:4 | 4 | 13.00 (15.00) |",
+                                        "| grouped:4 | 4 | 30.00 (40.00) | +25.0% |"]),
+                              ("strongest", ["| grouped:4 | 4 | 12.00 (15.00) | +20.0% | +1.50% ± 1.00 | 640 it (21.0M "
+                                             "tokens), n_tracks 4 | compiled-graphs / compiled-graphs, sp |"])):
+        out = tmp_path / against
+        assert loss_vs_time.main(["--stats", str(stats), "--iters", "640", "--times", str(times), "--out", str(out),
+                                  "--against", against]) == 0
+        table = (tmp_path / f"{against}.md").read_text()
+        assert all(line in table for line in expected) and table.count("| grouped:4 |") == len(expected), table
