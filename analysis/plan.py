@@ -49,6 +49,8 @@ from training.cli import guarded, positive_int
 from training.config import REPO, HelpFormatter, OneLineArgumentParser
 
 SIZE_FIT = os.path.join("experiments", "docs_study", "sizes", "size_fit.json")  # under the repository root
+REAL_BUDGETS = os.path.join("experiments", "large_budgets", "stats.json")  # the study at a corpus read once
+UNSTEADY = 3.0  # a cell whose late gradient norm is this many times the baseline's (experiments/large_budgets)
 FIT_KEYS = ("policies", "level", "measured", "widths", "size_measured")  # what the table and summary read
 TOKENS_PER_STEP = 12 * 1024  # the step model's train_b12 (bench/steptime/shapes.py): 12 x 1024 tokens per iteration
 CHINCHILLA = dict(E=1.69, A=406.4, B=410.7, a=0.34, b=0.28)  # arXiv 2203.15556, its fitted parametric loss
@@ -270,6 +272,33 @@ def summary(fit, args, shape, n_params, cells):
     return lines
 
 
+def real_budget_lines(path=REAL_BUDGETS):
+    """The measured gaps at each width's largest cosine budget of the study at real budgets (a corpus read once),
+    which the fit does not use yet (it needs three widths there): one sentence, or none without that study."""
+    try:
+        with open(os.path.join(REPO, path)) as f:
+            rows = [r for r in json.load(f) if r["schedule"] == "cosine" and r["metric"] == "val"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    parts = []
+    for width in sorted({r["width"] for r in rows}):
+        cells = [r for r in rows if r["width"] == width]
+        last = max(r["tokens"] for r in cells)
+        gaps = []
+        for r in (r for r in cells if r["tokens"] == last):
+            spread = f" ± {r['gap_ci95']:.2f}" if r["gap_ci95"] is not None else ""
+            ratio = r.get("late_grad_norm_ratio") or 0
+            note = [f"{len(r['seeds'])} seed{'' if len(r['seeds']) == 1 else 's'}"] + (
+                [f"unsteady, grad norm x{ratio:.0f}"] if ratio >= UNSTEADY else [])
+            gaps.append(f"{r['policy']} {r['gap']:+.2f}{spread} ({', '.join(note)})")
+        parts.append(f"Width {width} at {cells[0]['tokens_per_param']:.3g} tokens per parameter "
+                     f"({last / 1e6:.0f}M tokens): {'; '.join(gaps)}")
+    if not parts:
+        return []
+    return [f"Measured nearer real budgets, on a corpus read once (cosine; gap %, mean ± 95% half-width over seeds; "
+            f"experiments/large_budgets/answer.md), not yet in the fit above. {'. '.join(parts)}."]
+
+
 def main(argv=None):
     ap = OneLineArgumentParser(prog="python -m analysis.plan", formatter_class=HelpFormatter,
                                description=__doc__.split("\n\n")[0],
@@ -312,7 +341,7 @@ def main(argv=None):
     print(wrap(f"{label} ({n_params / 1e9:.3g}B parameters{timed}), tp={args.tp}, {args.device}, {args.tokens:.3g} "
                f"tokens: the loss gaps are {extrapolation_label(fit, n_params, args.tokens)}") + "\n")
     print("\n".join(tables(cells, args.tokens, bool(measured_at(fit, n_params, args.tokens)[1]), args.wide)) + "\n")
-    print("\n".join(wrap(line) for line in summary(fit, args, shape, n_params, cells)))
+    print("\n".join(wrap(line) for line in summary(fit, args, shape, n_params, cells) + real_budget_lines()))
     return 0
 
 

@@ -417,3 +417,19 @@ def test_planner_refuses_n_tracks_out_of_range(monkeypatch, capsys):
     err = capsys.readouterr().err.splitlines()
     assert stop.value.code == 2 and len(err) == 1, err
     assert err[0].startswith("error: --n_tracks 8192: allowed: a multiple of --tp 8 up to 25, the n_head of xl"), err
+
+
+def test_the_planner_names_the_gaps_measured_nearer_real_budgets(tmp_path):
+    """analysis.plan's last paragraph: each width's largest cosine budget from the real-budget study's stats.json,
+    with the seeds and the unsteady cells; nothing without that file."""
+    rows = [{"schedule": "cosine", "metric": "val", "width": 768, "tokens": 301989888, "tokens_per_param": 2.44,
+             "policy": policy, "gap": gap, "gap_ci95": ci, "seeds": seeds, "late_grad_norm_ratio": ratio}
+            for policy, gap, ci, seeds, ratio in (("ladder", 10.53, None, [1337], 17.1),
+                                                  ("parallel", -0.58, 8.98, [1337, 1338], 1.0))]
+    rows.append(dict(rows[0], tokens=100, gap=99.0))  # a smaller budget: not the one named
+    rows.append(dict(rows[0], metric="val_code", gap=55.0))  # a per-domain row: not named
+    (tmp_path / "stats.json").write_text(json.dumps(rows))
+    (line,) = plan.real_budget_lines(str(tmp_path / "stats.json"))
+    assert line.endswith("Width 768 at 2.44 tokens per parameter (302M tokens): ladder +10.53 (1 seed, unsteady, "
+                         "grad norm x17); parallel -0.58 ± 8.98 (2 seeds).")
+    assert plan.real_budget_lines(str(tmp_path / "missing.json")) == []
