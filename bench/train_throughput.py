@@ -323,8 +323,9 @@ def build_variant(v, args, env):
         return BucketedDDP(inner, process_group=env.solo_group, bucket_cap_mb=args.bucket_cap_mb), raw, None, None
     tp_group = env.tp_group if v["tp"] > 1 else None
     tp_comm = v.get("tp_comm", "off")
-    if async_tp_problem(tp_comm, env.cuda, compiled):  # as the trainer refuses it: the row holds this error
-        raise ValueError(async_tp_problem(tp_comm, env.cuda, compiled))
+    problem = async_tp_problem(tp_comm, env.cuda, compiled)
+    if problem:  # as the trainer refuses it: the row holds this error
+        raise ValueError(problem)
     if tp_comm == "async_tp":
         enable_async_tp(tp_group)
     raw = GPT(GPTConfig(**shape, n_tracks=v["n_tracks"], sync_policy=v["policy"]), tp_group=tp_group,

@@ -110,4 +110,6 @@ if __name__ == "__main__":
     code = main(sys.argv[1:])
     # after torch's launcher ran: no interpreter finalization (cli_guard.py, 0.55 s of the launcher's exit on 4 H200s);
     # --help and a refused option leave sys.exit to a caller that runs this module in process (tests/test_docs.py)
-    exit_now(code) if _launched else sys.exit(code)
+    if _launched:
+        exit_now(code)
+    sys.exit(code)

@@ -226,11 +226,12 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None):
                             label=f"width {width}, cosine ({n} seed{'' if n == 1 else 's'}"
                                   f"{', no interval' if n == 1 else ''})")
                 # labelled at the marker, not as a tick: it would crowd the WSD budgets' ticks
-                note = (f", unsteady: grad norm ×{unsteady[width, policy]:.0f}" if (width, policy) in unsteady else "")
-                ax.annotate(f"{c['tokens_per_param']:.2g}{note}", (c["tokens_per_param"], c["gap"]),
-                            textcoords="offset points", fontsize=7,
-                            xytext=(-60 if note else 7, (-13 if c["gap"] > CLIP - 5 else 6) if note else 4),
-                            color=colors[k % len(colors)])
+                label, offset = f"{c['tokens_per_param']:.2g}", (7, 4)
+                if (width, policy) in unsteady:  # a longer label: left of the marker, below it near the top edge
+                    label += f", unsteady: grad norm ×{unsteady[width, policy]:.0f}"
+                    offset = (-60, -13 if c["gap"] > CLIP - 5 else 6)
+                ax.annotate(label, (c["tokens_per_param"], c["gap"]), textcoords="offset points", xytext=offset,
+                            fontsize=7, color=colors[k % len(colors)])
         ax.set_xscale("log", base=2)
         ticks = sorted({b["per_param"] for rows, _ in trends.values() if policy in rows for b in rows[policy]["budgets"]}
                        | {rows[policy]["cosine"]["tokens"] / n for rows, n in trends.values()
