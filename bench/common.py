@@ -16,29 +16,16 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import time
 
 from atomic_files import folder_problem
 from training.config import REPO, write_text
+from training.records import source_commit  # noqa: F401  (the benchmarks record it; one definition)
 
 GPT2_VOCAB = 50304  # GPT-2's 50257 tokens padded to a multiple of 64, as nanoGPT trains it
 
 
 # ----------------------------------------------------------------------------- what ran
-def source_commit():
-    """The commit the benchmark ran from: $BENCH_COMMIT (the device machines get a copy of the
-    working tree without .git), else `git rev-parse`, else 'unknown'."""
-    if os.environ.get("BENCH_COMMIT"):
-        return os.environ["BENCH_COMMIT"]
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=REPO)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def command_line(script, argv):
     """The command that ran `script` (its __file__) with `argv`, as typed from the repository root:
     results record it so that a run can be repeated. A script in a folder ran as a module

@@ -9,12 +9,12 @@ import pytest
 from experiments.large_budgets import report
 
 
-def fake_run(folder, policy, seed, val, prose, code, width=256, max_iters=224, n_params=22_321_408):
+def fake_run(folder, policy, seed, val, prose, code, width=256, max_iters=224, n_params=22_321_408, lr=6e-4):
     run = folder / f"d{width}-b{max_iters}-{policy.replace(':', '')}-s{seed}"
     run.mkdir(parents=True)
     config = {"sync_policy": policy, "seed": seed, "dataset": "debian_large", "n_layer": 12, "n_embd": width,
               "n_tracks": 4, "max_iters": max_iters, "batch_size": 32, "block_size": 1024,
-              "gradient_accumulation_steps": 1, "derived": {"n_params": n_params, "device_name": "NVIDIA H100"}}
+              "gradient_accumulation_steps": 1, "learning_rate": lr, "derived": {"n_params": n_params, "device_name": "NVIDIA H100"}}
     (run / "config.json").write_text(json.dumps(config))
     evals = [{"type": "eval", "iter": it, "train_loss": v, "val_loss": v, "val_prose_loss": p, "val_code_loss": c,
               "syncs_per_fwd": 24 if policy == "baseline" else 3}
@@ -218,3 +218,21 @@ def test_each_cell_gives_its_late_grad_norm_over_the_baselines(study):
     rows = report.analyse(report.load(str(study)))
     assert {r["late_grad_norm_ratio"] for r in rows} == {12.0}  # seed 2's 6.0 over the baselines' median 0.5
     assert report.render(rows).splitlines()[6].endswith("| worse | ×12.0 |")
+
+
+def test_a_learning_rate_check_sits_beside_the_sweeps_runs(study, capsys):
+    check = study / "checks" / "w256-lr3e-4" / "cosine"
+    fake_run(check, "baseline", 1, 4.20, 3.7, 4.7, lr=3e-4)
+    fake_run(check, "grouped:4", 1, 4.20 * 1.02, 3.7, 4.7, lr=3e-4)
+    fake_run(check, "grouped:4", 9, 5.0, 4.5, 5.5, lr=3e-4)  # no sweep twin, no baseline of its seed: blanks
+    assert report.main([]) == 0
+    answer = (study / "answer.md").read_text()
+    rows = [line for line in answer.splitlines() if line.startswith("| w256-lr3e-4 |")]
+    assert rows[0] == "| w256-lr3e-4 | 256 | 7.3M | baseline | 1 | 0.0003 | 4.2000 |  |  | 0.0006 | 4.0000 |  |  |  |"
+    # its own gap +2.00; the sweep's seed 1: 4.201 / 4.0 = +5.03%; better of the two: 4.201 / 4.0
+    assert rows[1] == ("| w256-lr3e-4 | 256 | 7.3M | grouped:4 | 1 | 0.0003 | 4.2840 | +2.00 |  | 0.0006 | 4.2010 | "
+                       "+5.03 |  | +5.03 |")
+    assert rows[2] == "| w256-lr3e-4 | 256 | 7.3M | grouped:4 | 9 | 0.0003 | 5.0000 |  |  |  |  |  |  |  |"
+    stats = json.loads((study / "stats.json").read_text())
+    assert {r["seeds"] == [1, 2, 3] for r in stats} == {True}  # the check's runs stay out of the sweep's cells
+    assert report.main(["--check"]) == 0

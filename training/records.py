@@ -4,6 +4,7 @@ block that ends the run. train_reduced_sync.py calls these; the records' fields 
 import json
 import os
 import platform
+import subprocess
 import time
 
 import torch
@@ -32,9 +33,28 @@ def load_average():
         return None
 
 
+def source_commit():
+    """The code a run or benchmark ran: $BENCH_COMMIT when set, else the checkout's short commit, with '+changes'
+    when its tracked files differ from that commit (a device machine gets the working tree, whose git metadata
+    may be older than the files), else 'unknown'."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=repo).stdout.strip()
+        if not head:
+            return "unknown"
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                 text=True, timeout=10, cwd=repo).stdout.strip()
+        return head + ("+changes" if changed else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def run_conditions(device):
     """What a timing depends on besides the policy (rank 0's view, in the layout record): the device's name,
-    the CPU cores this process may run on and the load average when the run starts."""
+    the CPU cores this process may run on, the load average when the run starts, and the code (source_commit)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -42,7 +62,7 @@ def run_conditions(device):
     cuda = device.startswith("cuda")
     return {"device_type": device.split(":")[0],
             "device_name": torch.cuda.get_device_name(torch.device(device)) if cuda else cpu_model(),
-            "cpu_cores": cores, "load_avg_start": load_average()}
+            "cpu_cores": cores, "load_avg_start": load_average(), "code": source_commit()}
 
 
 def best_eval_iter(metrics_path, best_val, up_to):

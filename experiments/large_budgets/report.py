@@ -46,36 +46,46 @@ UNSTEADY = 3.0  # the figure marks a cosine cell whose late grad norm is this ma
 
 
 def load(root=None, skipped=None):
-    """{(width, schedule): [run dicts]} of the finished runs under root (load_run's dicts, with the last eval's
-    per-domain losses under 'final_<metric>'); a run folder that cannot be read is named in `skipped`."""
+    """{(width, schedule): [run dicts]} of the finished runs under root (load_folder's dicts); a run folder that
+    cannot be read is named in `skipped`."""
     groups, root = {}, root or HERE
     for width_dir in sorted(os.listdir(root)):
         if not re.fullmatch(r"w[0-9]+", width_dir):
             continue
         for schedule in SCHEDULES:
             folder = os.path.join(root, width_dir, schedule)
-            if not os.path.isdir(folder):
-                continue
-            for name in sorted(os.listdir(folder)):
-                try:
-                    run = load_run(os.path.join(folder, name))
-                except RunError as e:
-                    if skipped is not None:
-                        skipped.append(str(e))
-                    continue
-                if not run["complete"] or run["diverged"] or "-trunk" in name:
-                    continue
-                records = read_records(os.path.join(folder, name, "metrics.jsonl"))
-                evals = [r for r in records if r.get("type") == "eval"]
-                last = max(evals, key=lambda r: r["iter"])
-                run["stability"] = stability(records)
-                for metric, key in METRICS.items():
-                    run[f"final_{metric}"] = last.get(key)
-                with open(os.path.join(folder, name, "config.json")) as f:
-                    derived = json.load(f)["derived"]
-                run["n_params"], run["device"] = derived["n_params"], derived.get("device_name")
-                groups.setdefault((int(width_dir[1:]), schedule), []).append(run)
+            if os.path.isdir(folder):
+                runs = load_folder(folder, skipped)
+                if runs:
+                    groups.setdefault((int(width_dir[1:]), schedule), []).extend(runs)
     return groups
+
+
+def load_folder(folder, skipped=None):
+    """The finished runs in one folder: load_run's dicts, with the last eval's per-domain losses under
+    'final_<metric>', stability(), the parameter count, the device and the learning rate."""
+    runs = []
+    for name in sorted(os.listdir(folder)):
+        try:
+            run = load_run(os.path.join(folder, name))
+        except RunError as e:
+            if skipped is not None:
+                skipped.append(str(e))
+            continue
+        if not run["complete"] or run["diverged"] or "-trunk" in name:
+            continue
+        records = read_records(os.path.join(folder, name, "metrics.jsonl"))
+        evals = [r for r in records if r.get("type") == "eval"]
+        last = max(evals, key=lambda r: r["iter"])
+        run["stability"] = stability(records)
+        for metric, key in METRICS.items():
+            run[f"final_{metric}"] = last.get(key)
+        with open(os.path.join(folder, name, "config.json")) as f:
+            config = json.load(f)
+        run["n_params"], run["device"] = config["derived"]["n_params"], config["derived"].get("device_name")
+        run["learning_rate"], run["width"] = config.get("learning_rate"), config.get("n_embd")
+        runs.append(run)
+    return runs
 
 
 def stability(records):
@@ -133,6 +143,71 @@ def folder_stability(folder):
                 width = json.load(f).get("n_embd", "?")
             rows.append((width, name, stability(read_records(os.path.join(run, "metrics.jsonl")))))
     return rows
+
+
+def load_checks(root=None, skipped=None):
+    """{check name: [run dicts]} of the side checks under root/checks/<name>/cosine/ (a learning rate other than the
+    sweep's, say), which the tables above leave out."""
+    root = os.path.join(root or HERE, "checks")
+    checks = {}
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        folder = os.path.join(root, name, "cosine")
+        if os.path.isdir(folder):
+            checks[name] = load_folder(folder, skipped)
+    return {name: runs for name, runs in checks.items() if runs}
+
+
+def render_checks(checks, groups):
+    """Each check run beside the sweep's run of the same width, policy, seed and budget: the gap to the baseline of
+    its own learning rate (same seed), the late gradient norm over that baseline's, and the gap that each policy's
+    better learning rate of the two leaves against the baseline's better one. One seed a run: a check of how much
+    of a gap the learning rate explains, not a verdict (no interval)."""
+    lines = ["## Checks beside the sweep: the learning rate", "",
+             "Runs under experiments/large_budgets/checks/<check>/cosine/, each beside the sweep's run of the same "
+             "width, policy, seed and budget at the sweep's learning rate. Gap: final val loss over the baseline's "
+             "at the same learning rate and seed, in %. Grad norm: the late median over that baseline's. Better "
+             "of the two: the policy's lower final val loss of the two learning rates over the baseline's lower "
+             "one. One seed each: no interval, no verdict.", "",
+             "| check | width | tokens | policy | seed | lr | final val | gap % | grad norm | sweep lr | sweep val | "
+             "sweep gap % | sweep grad norm | better of the two: gap % |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def find(runs, policy, seed, tokens):
+        return next((r for r in runs if (r["policy"], r["seed"], r["tokens"]) == (policy, seed, tokens)), None)
+
+    def late(run):
+        return run["stability"]["late_median_grad_norm"] if run and run.get("stability") else None
+
+    def gap(run, base):
+        return 100 * (run["final_val"] / base["final_val"] - 1) if run and base else None
+
+    def fmt(value, spec):
+        return "" if value is None else format(value, spec)
+    order = {p: i for i, p in enumerate(("baseline",) + POLICY_ORDER)}
+    for check, runs in checks.items():
+        for run in sorted(runs, key=lambda r: (r["width"], r["tokens"], order.get(r["policy"], 99), r["seed"])):
+            sweep_runs = groups.get((run["width"], "cosine"), [])
+            base = find(runs, "baseline", run["seed"], run["tokens"])
+            twin = find(sweep_runs, run["policy"], run["seed"], run["tokens"])
+            twin_base = find(sweep_runs, "baseline", run["seed"], run["tokens"])
+            ratio = late(run) / late(base) if late(run) and late(base) else None
+            twin_ratio = late(twin) / late(twin_base) if late(twin) and late(twin_base) else None
+            better = None
+            if twin and base and twin_base:
+                better = 100 * (min(run["final_val"], twin["final_val"])
+                                / min(base["final_val"], twin_base["final_val"]) - 1)
+            is_base = run["policy"] == "baseline"
+            lines.append(f"| {check} | {run['width']} | {run['tokens'] / 1e6:.1f}M | {run['policy']} | {run['seed']} | "
+                         f"{fmt(run['learning_rate'], 'g')} | {run['final_val']:.4f} | "
+                         f"{'' if is_base else fmt(gap(run, base), '+.2f')} | "
+                         f"{'' if is_base else fmt(ratio, '.1f')} | "
+                         f"{'' if twin is None else fmt(twin['learning_rate'], 'g')} | "
+                         f"{'' if twin is None else format(twin['final_val'], '.4f')} | "
+                         f"{'' if is_base else fmt(gap(twin, twin_base), '+.2f')} | "
+                         f"{'' if is_base else fmt(twin_ratio, '.1f')} | {'' if is_base else fmt(better, '+.2f')} |")
+        lines += ["", f"How steadily {check}'s runs trained (as the table above):", ""]
+        lines += stability_table([(r["width"], r["name"], r.get("stability")) for r in runs])
+    return "\n".join(lines) + "\n"
 
 
 def cell_stats(runs, metric):
@@ -233,13 +308,15 @@ def main(argv=None):
         print("\n".join(stability_table(rows)))
         return 0
     skipped = []
-    groups = load(skipped=skipped)
+    groups, checks = load(skipped=skipped), load_checks(skipped=skipped)
     rows, trend = analyse(groups), trends(groups)
     for why in skipped:
         print(f"note: skipped {why}", file=sys.stderr)
     across = across_widths(trend, sorted({w for w, schedule in groups if schedule == "cosine"} - set(trend)))
     answer = render(rows) + ("\n" + render_trend(trend, ("baseline",) + POLICY_ORDER) + "\n"
                              + render_across(across, POLICY_ORDER) if trend else "") + "\n" + render_stability(groups)
+    if checks:
+        answer += "\n" + render_checks(checks, groups)
     widths = {str(w): {"n_params": n, "policies": r} for w, (r, n) in trend.items()}
     outputs = {"answer.md": answer, "stats.json": json.dumps(rows, indent=1) + "\n",
                "trend.json": json.dumps(dict(widths, across_widths=across) if trend else widths, indent=1) + "\n"}
