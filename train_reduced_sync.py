@@ -474,7 +474,7 @@ def main(argv):
     raw_model = build_model(cfg, vocab_size, init, mesh)
     plan = resolve_compile(cfg, device.split(":")[0])  # compile='auto': compiled + CUDA graphs on CUDA, eager on CPU
     try:  # async_tp's device and compile, now that both are resolved
-        check_tp_comm_overlap(cfg, device.split(":")[0], plan.compiled)
+        check_tp_comm_overlap(cfg, device.split(":")[0], plan.compiled, plan.mode == "reduce-overhead")
     except ConfigError as e:
         fail(str(e), mesh)
     log, derived = open_run(cfg, layout, mesh, control, raw_model, dtype, plan)

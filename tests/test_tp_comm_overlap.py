@@ -193,6 +193,10 @@ def test_async_tp_graphs_hold_the_patterns_the_pass_fuses():
     (["--tp_comm_overlap=async_tp", "--sequence_parallel=True", "--compile=False"],
      "tp_comm_overlap='async_tp' needs a run compiled with inductor (its micro-pipeline TP pass fuses the "
      "collectives); got compile=False, compile_backend='inductor'"),
+    (["--tp_comm_overlap=async_tp", "--sequence_parallel=True", "--compile=True", "--compile_mode=reduce-overhead"],
+     "tp_comm_overlap='async_tp' cannot run under CUDA graphs (cudagraph trees found symmetric-memory tensors it did "
+     "not track, on torch 2.11); use compile='auto' (compiled without them for async_tp) or compile_mode='default', "
+     "not compile_mode='reduce-overhead'"),
 ])
 def test_config_refuses_an_overlap_that_cannot_run(args, message):
     from training.config import ConfigError, parse
@@ -210,6 +214,8 @@ def test_trainer_refuses_async_tp_once_the_device_resolves_to_cpu():
     with pytest.raises(ConfigError, match="needs a run compiled with inductor"):
         check_tp_comm_overlap(cfg, "cuda", False)
     check_tp_comm_overlap(cfg, "cuda", True)  # CUDA, compiled: accepted
+    with pytest.raises(ConfigError, match="cannot run under CUDA graphs"):
+        check_tp_comm_overlap(cfg, "cuda", True, graphs=True)
     assert parse(["--tp_comm_overlap=chunked:4", "--sequence_parallel=True", "--device=cpu"]).tp_comm_overlap == "chunked:4"
 
 

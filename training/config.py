@@ -239,11 +239,16 @@ def validate(cfg):
         raise ConfigError(f"dtype={cfg.dtype!r} is only supported on CUDA; use float32 or auto on CPU")
 
 
-def check_tp_comm_overlap(cfg, device_type=None, compiled=None):
+# what async TP did under CUDA graphs on 4x H200 (torch 2.11): bench/results/tp4_comm_h200/README.md, invocation 4
+ASYNC_TP_GRAPHS = "cudagraph trees found symmetric-memory tensors it did not track, on torch 2.11"
+
+
+def check_tp_comm_overlap(cfg, device_type=None, compiled=None, graphs=None):
     """ConfigError, in one line, for a tp_comm_overlap that cannot run: a bad value; any overlap without
     sequence_parallel (nothing to overlap); 'async_tp' off CUDA (device_type once resolved, else cfg.device), not
-    compiled (compile=False, or compiled=False: the resolved plan) or compiled by another backend than inductor,
-    whose micro-pipeline TP pass does the fusing."""
+    compiled (compile=False, or compiled=False: the resolved plan), compiled by another backend than inductor,
+    whose micro-pipeline TP pass does the fusing, or with CUDA graphs (graphs=True: the resolved plan's
+    reduce-overhead; compile='auto' leaves them out for async_tp)."""
     try:
         parsed = parse_tp_comm_overlap(cfg.tp_comm_overlap)
     except ValueError as e:
@@ -262,6 +267,10 @@ def check_tp_comm_overlap(cfg, device_type=None, compiled=None):
     if cfg.compile is False or compiled is False or cfg.compile_backend != "inductor":
         raise ConfigError(f"tp_comm_overlap='async_tp' needs a run compiled with inductor (its micro-pipeline TP pass "
                           f"fuses the collectives); got compile={cfg.compile!r}, compile_backend={cfg.compile_backend!r}")
+    if graphs or (graphs is None and cfg.compile is True and cfg.compile_mode == "reduce-overhead"):
+        raise ConfigError(f"tp_comm_overlap='async_tp' cannot run under CUDA graphs ({ASYNC_TP_GRAPHS}); use "
+                          f"compile='auto' (compiled without them for async_tp) or compile_mode='default', not "
+                          f"compile_mode={cfg.compile_mode!r}")
 
 
 def save_iter_set(cfg):
@@ -512,6 +521,9 @@ def resolve_compile(cfg, device_type):
     if cfg.compile_backend != "inductor":
         return CompilePlan(True, "default", f"compile: auto -> compiled, no CUDA graphs (cuda; compile_backend="
                                             f"{cfg.compile_backend!r}: CUDA graphs are inductor's)")
+    if cfg.tp_comm_overlap == "async_tp":
+        return CompilePlan(True, "default", "compile: auto -> compiled, no CUDA graphs (cuda; tp_comm_overlap="
+                                            "'async_tp' fails under them: " + ASYNC_TP_GRAPHS + ")")
     return CompilePlan(True, "reduce-overhead", "compile: auto -> compiled + CUDA graphs (cuda)")
 
 

@@ -10,6 +10,7 @@ import time
 import torch
 
 from parallel import comm
+from training.config import REPO
 from training.step import get_lr
 
 
@@ -39,14 +40,13 @@ def source_commit():
     may be older than the files), else 'unknown'."""
     if os.environ.get("BENCH_COMMIT"):
         return os.environ["BENCH_COMMIT"]
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=repo).stdout.strip()
+                              cwd=REPO).stdout.strip()
         if not head:
             return "unknown"
         changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                 text=True, timeout=10, cwd=repo).stdout.strip()
+                                 text=True, timeout=10, cwd=REPO).stdout.strip()
         return head + ("+changes" if changed else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"

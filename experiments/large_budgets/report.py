@@ -178,6 +178,9 @@ def render_checks(checks, groups):
     def late(run):
         return run["stability"]["late_median_grad_norm"] if run and run.get("stability") else None
 
+    def ratio(run, base):
+        return late(run) / late(base) if late(run) and late(base) else None
+
     def gap(run, base):
         return 100 * (run["final_val"] / base["final_val"] - 1) if run and base else None
 
@@ -190,21 +193,19 @@ def render_checks(checks, groups):
             base = find(runs, "baseline", run["seed"], run["tokens"])
             twin = find(sweep_runs, run["policy"], run["seed"], run["tokens"])
             twin_base = find(sweep_runs, "baseline", run["seed"], run["tokens"])
-            ratio = late(run) / late(base) if late(run) and late(base) else None
-            twin_ratio = late(twin) / late(twin_base) if late(twin) and late(twin_base) else None
             better = None
             if twin and base and twin_base:
                 better = 100 * (min(run["final_val"], twin["final_val"])
                                 / min(base["final_val"], twin_base["final_val"]) - 1)
-            is_base = run["policy"] == "baseline"
+            # (value, format) per column; the baseline's own row leaves the gaps and ratios blank
+            gaps = [(gap(run, base), "+.2f"), (ratio(run, base), ".1f")]
+            sweep_gaps = [(gap(twin, twin_base), "+.2f"), (ratio(twin, twin_base), ".1f"), (better, "+.2f")]
+            if run["policy"] == "baseline":
+                gaps, sweep_gaps = [(None, "")] * 2, [(None, "")] * 3
+            cells = [(run["learning_rate"], "g"), (run["final_val"], ".4f"), *gaps,
+                     (twin and twin["learning_rate"], "g"), (twin and twin["final_val"], ".4f"), *sweep_gaps]
             lines.append(f"| {check} | {run['width']} | {run['tokens'] / 1e6:.1f}M | {run['policy']} | {run['seed']} | "
-                         f"{fmt(run['learning_rate'], 'g')} | {run['final_val']:.4f} | "
-                         f"{'' if is_base else fmt(gap(run, base), '+.2f')} | "
-                         f"{'' if is_base else fmt(ratio, '.1f')} | "
-                         f"{'' if twin is None else fmt(twin['learning_rate'], 'g')} | "
-                         f"{'' if twin is None else format(twin['final_val'], '.4f')} | "
-                         f"{'' if is_base else fmt(gap(twin, twin_base), '+.2f')} | "
-                         f"{'' if is_base else fmt(twin_ratio, '.1f')} | {'' if is_base else fmt(better, '+.2f')} |")
+                         + " | ".join(fmt(value, spec) for value, spec in cells) + " |")
         lines += ["", f"How steadily {check}'s runs trained (as the table above):", ""]
         lines += stability_table([(r["width"], r["name"], r.get("stability")) for r in runs])
     return "\n".join(lines) + "\n"
