@@ -50,6 +50,7 @@ from training.config import REPO, HelpFormatter, OneLineArgumentParser
 
 SIZE_FIT = os.path.join("experiments", "docs_study", "sizes", "size_fit.json")  # under the repository root
 REAL_BUDGETS = os.path.join("experiments", "large_budgets", "stats.json")  # the study at a corpus read once
+CHECKS = os.path.join("experiments", "large_budgets", "checks.json")  # its runs at another learning rate
 UNSTEADY = 3.0  # a cell whose late gradient norm is this many times the baseline's (experiments/large_budgets)
 FIT_KEYS = ("policies", "level", "measured", "widths", "size_measured")  # what the table and summary read
 TOKENS_PER_STEP = 12 * 1024  # the step model's train_b12 (bench/steptime/shapes.py): 12 x 1024 tokens per iteration
@@ -299,6 +300,25 @@ def real_budget_lines(path=REAL_BUDGETS):
             f"experiments/large_budgets/answer.md), not yet in the fit above. {'. '.join(parts)}."]
 
 
+def learning_rate_lines(path=CHECKS):
+    """The study's learning-rate checks (experiments/large_budgets/checks.json): per check, each policy's gap at the
+    check's learning rate and its better rate's gap against the baseline's better one; one sentence, or none."""
+    try:
+        with open(os.path.join(REPO, path)) as f:
+            rows = [r for r in json.load(f) if r["gap"] is not None]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    parts = []
+    for check in dict.fromkeys(r["check"] for r in rows):
+        mine = [r for r in rows if r["check"] == check]
+        gaps = "; ".join(f"{r['policy']} {r['gap']:+.2f}" + ("" if r["better_gap"] is None else
+                                                            f" (better rate {r['better_gap']:+.2f})") for r in mine)
+        parts.append(f"width {mine[0]['width']} at learning rate {mine[0]['lr']:g} against {mine[0]['sweep_lr']:g} "
+                     f"(seed {', '.join(sorted({str(r['seed']) for r in mine}))}; {check}): {gaps}")
+    return [f"The learning rate's share (one seed, gap %; better rate: each policy's lower loss of the two rates over "
+            f"the baseline's lower one): {'. '.join(parts)}."] if parts else []
+
+
 def main(argv=None):
     ap = OneLineArgumentParser(prog="python -m analysis.plan", formatter_class=HelpFormatter,
                                description=__doc__.split("\n\n")[0],
@@ -341,7 +361,8 @@ def main(argv=None):
     print(wrap(f"{label} ({n_params / 1e9:.3g}B parameters{timed}), tp={args.tp}, {args.device}, {args.tokens:.3g} "
                f"tokens: the loss gaps are {extrapolation_label(fit, n_params, args.tokens)}") + "\n")
     print("\n".join(tables(cells, args.tokens, bool(measured_at(fit, n_params, args.tokens)[1]), args.wide)) + "\n")
-    print("\n".join(wrap(line) for line in summary(fit, args, shape, n_params, cells) + real_budget_lines()))
+    print("\n".join(wrap(line) for line in summary(fit, args, shape, n_params, cells) + real_budget_lines()
+                                               + learning_rate_lines()))
     return 0
 
 

@@ -433,3 +433,17 @@ def test_the_planner_names_the_gaps_measured_nearer_real_budgets(tmp_path):
     assert line.endswith("Width 768 at 2.44 tokens per parameter (302M tokens): ladder +10.53 (1 seed, unsteady, "
                          "grad norm x17); parallel -0.58 ± 8.98 (2 seeds).")
     assert plan.real_budget_lines(str(tmp_path / "missing.json")) == []
+
+
+def test_the_planner_names_the_learning_rate_checks(tmp_path):
+    """analysis.plan's last sentence: each learning-rate check's gaps from the study's checks.json (the baseline's
+    own row, with no gap, left out); nothing without that file."""
+    row = {"check": "w768-lr3e-4", "width": 768, "seed": 1337, "lr": 3e-4, "sweep_lr": 6e-4}
+    rows = [dict(row, policy="baseline", gap=None, better_gap=None),
+            dict(row, policy="ladder", gap=4.336, better_gap=6.047),
+            dict(row, policy="grouped:4", gap=5.11, better_gap=None)]  # no sweep twin: no better rate
+    (tmp_path / "checks.json").write_text(json.dumps(rows))
+    (line,) = plan.learning_rate_lines(str(tmp_path / "checks.json"))
+    assert line.endswith("width 768 at learning rate 0.0003 against 0.0006 (seed 1337; w768-lr3e-4): ladder +4.34 "
+                         "(better rate +6.05); grouped:4 +5.11.")
+    assert plan.learning_rate_lines(str(tmp_path / "missing.json")) == []

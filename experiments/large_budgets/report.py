@@ -1,7 +1,7 @@
 """The budget study on data/debian_large (issue 68): per width, budget and schedule, each policy's paired gap to
 the baseline's final val loss, overall and per domain (prose, code), with its verdict.
 
-    python -m experiments.large_budgets.report          # writes answer.md, stats.json, trend.json, headline.png here
+    python -m experiments.large_budgets.report          # answer.md, stats.json, trend.json, checks.json, headline.png
     python -m experiments.large_budgets.report --check  # regenerates the text in memory; exit 1 if a stored byte differs
     python -m experiments.large_budgets.report --stability experiments/docs_study/budgets/cosine  # any runs' steadiness
 
@@ -16,8 +16,9 @@ first study, issue 26), Holm-adjusted over the policies of the cell. Verdict: "k
 at 5% after Holm, else "worse" / "better" when the difference test does, else "inconclusive". The per-domain
 rows (val_prose, val_code) run the same tests on those losses, as a second family per domain.
 
-A last table gives each cosine run's steadiness (gradient norms late in the run, the val loss at 3/4 and at the
-end): stability().
+A table gives each cosine run's steadiness (gradient norms late in the run, the val loss at 3/4 and at the end):
+stability(). The side checks under checks/<check>/cosine/ (another learning rate) stay out of the cells; the last
+section sets each beside the sweep's run of its seed (check_rows(), also in checks.json).
 
 The trend over the budget per width (slope, curvature test, crossover or bound, held-out and cosine checks), the
 fit across widths with the width as the unit (from three widths with WSD branches) and the headline figure:
@@ -157,11 +158,45 @@ def load_checks(root=None, skipped=None):
     return {name: runs for name, runs in checks.items() if runs}
 
 
-def render_checks(checks, groups):
+def check_rows(checks, groups):
     """Each check run beside the sweep's run of the same width, policy, seed and budget: the gap to the baseline of
-    its own learning rate (same seed), the late gradient norm over that baseline's, and the gap that each policy's
-    better learning rate of the two leaves against the baseline's better one. One seed a run: a check of how much
-    of a gap the learning rate explains, not a verdict (no interval)."""
+    its own learning rate (same seed), the late gradient norm over that baseline's, the same two of the sweep's
+    twin, and the gap that each policy's better learning rate of the two leaves against the baseline's better one
+    ('better_gap'). One seed a run: a check of how much of a gap the learning rate explains, not a verdict."""
+    def find(runs, policy, seed, tokens):
+        return next((r for r in runs if (r["policy"], r["seed"], r["tokens"]) == (policy, seed, tokens)), None)
+
+    def late(run):
+        return run["stability"]["late_median_grad_norm"] if run and run.get("stability") else None
+
+    def ratio(run, base):
+        return round(late(run) / late(base), 2) if late(run) and late(base) and run is not base else None
+
+    def gap(run, base):
+        return round(100 * (run["final_val"] / base["final_val"] - 1), 4) if run and base and run is not base else None
+    order = {p: i for i, p in enumerate(("baseline",) + POLICY_ORDER)}
+    rows = []
+    for check, runs in checks.items():
+        for run in sorted(runs, key=lambda r: (r["width"], r["tokens"], order.get(r["policy"], 99), r["seed"])):
+            sweep_runs = groups.get((run["width"], "cosine"), [])
+            base = find(runs, "baseline", run["seed"], run["tokens"])
+            twin = find(sweep_runs, run["policy"], run["seed"], run["tokens"])
+            twin_base = find(sweep_runs, "baseline", run["seed"], run["tokens"])
+            better = None
+            if twin and base and twin_base and run is not base:
+                better = round(100 * (min(run["final_val"], twin["final_val"])
+                                      / min(base["final_val"], twin_base["final_val"]) - 1), 4)
+            rows.append({"check": check, "width": run["width"], "tokens": run["tokens"], "policy": run["policy"],
+                         "seed": run["seed"], "lr": run["learning_rate"], "final_val": run["final_val"],
+                         "gap": gap(run, base), "grad_norm_ratio": ratio(run, base),
+                         "sweep_lr": twin and twin["learning_rate"], "sweep_final_val": twin and twin["final_val"],
+                         "sweep_gap": gap(twin, twin_base), "sweep_grad_norm_ratio": ratio(twin, twin_base),
+                         "better_gap": better})
+    return rows
+
+
+def render_checks(rows, checks):
+    """check_rows as a table per check, each followed by its runs' stability table."""
     lines = ["## Checks beside the sweep: the learning rate", "",
              "Runs under experiments/large_budgets/checks/<check>/cosine/, each beside the sweep's run of the same "
              "width, policy, seed and budget at the sweep's learning rate. Gap: final val loss over the baseline's "
@@ -171,41 +206,13 @@ def render_checks(checks, groups):
              "| check | width | tokens | policy | seed | lr | final val | gap % | grad norm | sweep lr | sweep val | "
              "sweep gap % | sweep grad norm | better of the two: gap % |",
              "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-
-    def find(runs, policy, seed, tokens):
-        return next((r for r in runs if (r["policy"], r["seed"], r["tokens"]) == (policy, seed, tokens)), None)
-
-    def late(run):
-        return run["stability"]["late_median_grad_norm"] if run and run.get("stability") else None
-
-    def ratio(run, base):
-        return late(run) / late(base) if late(run) and late(base) else None
-
-    def gap(run, base):
-        return 100 * (run["final_val"] / base["final_val"] - 1) if run and base else None
-
-    def fmt(value, spec):
-        return "" if value is None else format(value, spec)
-    order = {p: i for i, p in enumerate(("baseline",) + POLICY_ORDER)}
+    columns = [("lr", "g"), ("final_val", ".4f"), ("gap", "+.2f"), ("grad_norm_ratio", ".1f"), ("sweep_lr", "g"),
+               ("sweep_final_val", ".4f"), ("sweep_gap", "+.2f"), ("sweep_grad_norm_ratio", ".1f"),
+               ("better_gap", "+.2f")]
     for check, runs in checks.items():
-        for run in sorted(runs, key=lambda r: (r["width"], r["tokens"], order.get(r["policy"], 99), r["seed"])):
-            sweep_runs = groups.get((run["width"], "cosine"), [])
-            base = find(runs, "baseline", run["seed"], run["tokens"])
-            twin = find(sweep_runs, run["policy"], run["seed"], run["tokens"])
-            twin_base = find(sweep_runs, "baseline", run["seed"], run["tokens"])
-            better = None
-            if twin and base and twin_base:
-                better = 100 * (min(run["final_val"], twin["final_val"])
-                                / min(base["final_val"], twin_base["final_val"]) - 1)
-            # (value, format) per column; the baseline's own row leaves the gaps and ratios blank
-            gaps = [(gap(run, base), "+.2f"), (ratio(run, base), ".1f")]
-            sweep_gaps = [(gap(twin, twin_base), "+.2f"), (ratio(twin, twin_base), ".1f"), (better, "+.2f")]
-            if run["policy"] == "baseline":
-                gaps, sweep_gaps = [(None, "")] * 2, [(None, "")] * 3
-            cells = [(run["learning_rate"], "g"), (run["final_val"], ".4f"), *gaps,
-                     (twin and twin["learning_rate"], "g"), (twin and twin["final_val"], ".4f"), *sweep_gaps]
-            lines.append(f"| {check} | {run['width']} | {run['tokens'] / 1e6:.1f}M | {run['policy']} | {run['seed']} | "
-                         + " | ".join(fmt(value, spec) for value, spec in cells) + " |")
+        for r in (r for r in rows if r["check"] == check):
+            lines.append(f"| {check} | {r['width']} | {r['tokens'] / 1e6:.1f}M | {r['policy']} | {r['seed']} | "
+                         + " | ".join("" if r[key] is None else format(r[key], spec) for key, spec in columns) + " |")
         lines += ["", f"How steadily {check}'s runs trained (as the table above):", ""]
         lines += stability_table([(r["width"], r["name"], r.get("stability")) for r in runs])
     return "\n".join(lines) + "\n"
@@ -316,11 +323,13 @@ def main(argv=None):
     across = across_widths(trend, sorted({w for w, schedule in groups if schedule == "cosine"} - set(trend)))
     answer = render(rows) + ("\n" + render_trend(trend, ("baseline",) + POLICY_ORDER) + "\n"
                              + render_across(across, POLICY_ORDER) if trend else "") + "\n" + render_stability(groups)
+    checked = check_rows(checks, groups)
     if checks:
-        answer += "\n" + render_checks(checks, groups)
+        answer += "\n" + render_checks(checked, checks)
     widths = {str(w): {"n_params": n, "policies": r} for w, (r, n) in trend.items()}
     outputs = {"answer.md": answer, "stats.json": json.dumps(rows, indent=1) + "\n",
-               "trend.json": json.dumps(dict(widths, across_widths=across) if trend else widths, indent=1) + "\n"}
+               "trend.json": json.dumps(dict(widths, across_widths=across) if trend else widths, indent=1) + "\n",
+               "checks.json": json.dumps(checked, indent=1) + "\n"}
     if args.check:
         stale = []
         for name, text in outputs.items():
@@ -330,7 +339,7 @@ def main(argv=None):
         if stale:
             print(f"stale: {', '.join(stale)}; regenerate with python -m experiments.large_budgets.report")
             return 1
-        print("answer.md, stats.json and trend.json match the stored runs")
+        print("answer.md, stats.json, trend.json and checks.json match the stored runs")
         return 0
     stored = os.path.join(HERE, "stats.json")
     if os.path.exists(stored) and not args.force:
