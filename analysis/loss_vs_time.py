@@ -49,7 +49,8 @@ def measured_savings(paths, against="same"):
     out = []
     for path in paths:
         with open(path) as f:
-            rows = [r for r in json.load(f)["rows"] if r["group"] == "tp2" and r["async_grad"] == "off" and not r["error"]]
+            rows = [r for r in json.load(f)["rows"] if r["group"] == "tp2" and r["async_grad"] == "off" and not r["error"]
+                    and not r.get("floor")]  # a --floors twin: no communication, not the row
 
         def key(r):  # tp and tp_comm: rows of files written before they were recorded have neither
             return (r.get("tp", 2), r["n_tracks"]) + ((r["mode"], r.get("tp_comm", "off")) if against == "same" else ())

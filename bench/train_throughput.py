@@ -54,7 +54,15 @@ the peak bf16 FLOP/s of the GPUs the variant uses (989e12 each for H100/H200; 'n
 syncs/fwd: the model's declared sync points per forward (model.syncs_per_forward); for tp=1
 rows they are identities (one rank), listed so the rows can be matched with their tp=2 twins.
 
-Key ratios (all as throughput ratios, > 1: the first is faster):
+No-sync floors (--floors). After every tp2 row comes its floor, named as the row plus " [floor]" (JSON floor: true):
+the same variant built, compiled, warmed up and timed (and profiled) inside parallel.comm.skipped_collectives(), so
+every collective of parallel/comm.py is skipped; compiled floors are traced inside it too, so their graphs hold no
+collectives (bench/tp_latency.py's floors). Each rank keeps its own values: a floor's numbers are wrong, only its time
+counts, the row's computation without communication. The row's ms minus its floor's is what the communication left in
+the row costs. A floor row's syncs/fwd is the plan's count, though nothing communicates. plain, tp1 and dp2 rows have
+no floor.
+
+Key ratios (throughput ratios, > 1: the first is faster; all but the floor's):
     ours tp1 / plain                 plain ms / ours ms, same mode (mainly compiled)
     tp2 baseline / tp1 baseline      tokens/s, same n_tracks and mode (2.00 would be perfect scaling;
                                      labelled tp4 and 4.00 on 4 processes)
@@ -62,6 +70,9 @@ Key ratios (all as throughput ratios, > 1: the first is faster):
     tp2 sp, alone or + overlap / tp2 tokens/s, same n_tracks, policy and mode (--tp_comm)
     tp2 sp + overlap / tp2 sp        tokens/s, same n_tracks, policy and mode
     ours dp2 / torch DDP dp2         tokens/s, same mode
+    tp2 row / its no-sync floor      --floors; an ms ratio, the exception: row ms / floor ms (= floor tokens/s /
+                                     row tokens/s, >= 1; 1.00: communication costs nothing), with row ms - floor ms
+Floor rows enter no other ratio.
 
 A variant that raises (e.g. a compile failure) becomes a row holding the error, on every rank (the
 ranks exchange a failure flag; a failure is assumed to hit all ranks alike, so none is left inside
@@ -80,16 +91,14 @@ grouped:4 are valid) for CPU smoke runs. --no_bias: nanoGPT's bias=False (the st
 CPU smoke run (gloo, tiny model, never into bench/results):
 
     torchrun --standalone --nproc_per_node=2 -m bench.train_throughput --size tiny --device cpu \\
-        --warmup 1 --iters 2 --modes eager --policies baseline,grouped:2 --out_dir /tmp/tt
+        --warmup 1 --iters 2 --modes eager --policies baseline,grouped:2 --out_dir /tmp/tt     # add --floors for floors
 """
 import argparse
 import gc
-import json
 import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 from contextlib import nullcontext
 from types import SimpleNamespace
@@ -112,7 +121,8 @@ from parallel import comm  # noqa: E402
 from parallel.mesh import close_process_groups, end_process  # noqa: E402
 from bench.throughput.plain import PlainGPT, TorchDDPAdapter  # noqa: E402
 from bench.throughput import errors  # noqa: E402
-from bench.throughput.report import key_ratios, markdown, row_cells  # noqa: E402
+from bench.throughput.profile import PROFILE_ITERS, profile_table  # noqa: E402
+from bench.throughput.report import FLOOR_TAG, key_ratios, markdown, row_cells  # noqa: E402
 
 multicast_off()  # before any NCCL communicator exists
 
@@ -132,7 +142,6 @@ GROUPS = ["plain", "tp1", "tp2", "dp2"]
 # compiled-graphs: torch.compile's reduce-overhead mode (forward and backward replayed as CUDA graphs)
 MODES = ["eager", "compiled", "compiled-overlap", "compiled-graphs"]
 OVERLAP_PASSES = ["sink_waits", "raise_comms", "reorder_compute_for_overlap"]
-PROFILE_ITERS = 3
 
 
 class ArgError(Exception):
@@ -194,6 +203,8 @@ def build_parser():
                    help="models without biases (nanoGPT's bias=False, as config/docs_124m.py trains)")
     p.add_argument("--bucket_cap_mb", type=float, default=25, help="for BucketedDDP and torch DDP")
     p.add_argument("--device", default="auto", help="auto, cuda or cpu")
+    p.add_argument("--floors", action="store_true", help="after every tp row, its no-sync floor twin ('[floor]'): the "
+                   "same variant with every collective of parallel/comm.py skipped (see No-sync floors)")
     p.add_argument("--profile", default=None, metavar="VARIANT_SUBSTRING",
                    help="profile 3 iterations of every variant whose name holds this")
     p.add_argument("--out_dir", default=None, help="default: a fresh folder under bench/results/local/")
@@ -259,14 +270,15 @@ def parse_args(argv):
 # ----------------------------------------------------------------------------- variants
 def variant_plan(args, world):
     """Every variant, in the order all ranks run them: dicts with group, impl, tp, dp, n_tracks,
-    policy, mode and name. Groups needing 2 ranks are left out when world == 1, and dp2 unless world == 2."""
+    policy, mode, name and floor (--floors: a tp row's no-sync twin follows it). Groups needing 2 ranks
+    are left out when world == 1, and dp2 unless world == 2."""
     extra = [m for m in args.mode_list if m != "eager"]
     base_modes = ["eager"] + extra  # plain, tp1, dp2: eager always, compiled when asked
     plan = []
 
     def add(group, impl, tp, dp, n_tracks, policy, mode, name, async_grad="off", tp_comm="off"):
         plan.append(dict(group=group, impl=impl, tp=tp, dp=dp, n_tracks=n_tracks, policy=policy, mode=mode,
-                         name=name, gpus=tp * dp, async_grad=async_grad, tp_comm=tp_comm))
+                         name=name, gpus=tp * dp, async_grad=async_grad, tp_comm=tp_comm, floor=False))
 
     for group in args.groups:
         if group == "plain":
@@ -289,6 +301,8 @@ def variant_plan(args, world):
                                     f"ours tp{world} n{n} {policy} {mode}" + (" async" if on == "on" else "")
                                     + (" " + tp_comm_tag(tp_comm)).rstrip(),
                                     on, tp_comm)
+                                if args.floors:
+                                    plan.append(dict(plan[-1], name=plan[-1]["name"] + FLOOR_TAG, floor=True))
         elif group == "dp2" and world == 2:
             for mode in base_modes:
                 add("dp2", "ours", 1, 2, 1, "baseline", mode, f"ours dp2 {mode}")
@@ -340,64 +354,17 @@ def build_variant(v, args, env):
             raw.syncs_per_forward, tp_group)
 
 
-def union_ms(intervals):
-    """Total length (ms) of the union of [start, end) intervals given in us."""
-    total, end = 0.0, None
-    for a, b in sorted(intervals):
-        if end is None or a > end:
-            total, end = total + (b - a), b
-        elif b > end:
-            total, end = total + (b - end), b
-    return total / 1e3
-
-
-def device_timeline(events, iters):
-    """Per iteration, from a chrome trace's device kernels (events with cat 'kernel', ts and dur in us): the span from
-    the first kernel's start to the last one's end, the time some kernel runs (busy), the idle rest, and how the
-    all-reduce kernels (name holding 'nccl', any stream) sit against the others: their busy time, the compute's, and
-    the time both run at once. None without kernels (a CPU run)."""
-    kernels = [(e["ts"], e["ts"] + e["dur"], "nccl" in e["name"].lower()) for e in events
-               if e.get("cat") == "kernel" and "dur" in e]
-    if not kernels:
-        return None
-    comm = [(a, b) for a, b, is_comm in kernels if is_comm]
-    comp = [(a, b) for a, b, is_comm in kernels if not is_comm]
-    span = (max(b for _, b, _ in kernels) - min(a for a, _, _ in kernels)) / 1e3
-    busy = union_ms([(a, b) for a, b, _ in kernels])
-    comm_ms, comp_ms = union_ms(comm), union_ms(comp)
-    return {k: v / iters for k, v in dict(span=span, busy=busy, idle=span - busy, allreduce=comm_ms, compute=comp_ms,
-                                          both=comm_ms + comp_ms - busy).items()}
-
-
-def profile_table(step, cuda):
-    """key_averages of PROFILE_ITERS iterations, top 40 by device time (CPU time off CUDA), and on CUDA the device
-    timeline per iteration (device_timeline, from the same profile's chrome trace)."""
-    from torch.profiler import ProfilerActivity, profile
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        for _ in range(PROFILE_ITERS):
-            step()
-        if cuda:
-            torch.cuda.synchronize()
-    timeline = None
-    if cuda:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "trace.json")
-            prof.export_chrome_trace(path)
-            with open(path) as f:
-                timeline = device_timeline(json.load(f).get("traceEvents", []), PROFILE_ITERS)
-    averages = prof.key_averages()
-    for key in (("device_time_total", "cuda_time_total") if cuda else ("cpu_time_total",)):
-        try:
-            return key, averages.table(sort_by=key, row_limit=40), timeline
-        except (AttributeError, KeyError, ValueError):
-            continue
-    return "cpu_time_total", averages.table(sort_by="cpu_time_total", row_limit=40), timeline
-
-
 def run_variant(v, args, env):
     """Build, warm up and time one variant on this rank: (per-iteration ms, syncs/fwd, n_params,
     profile or None). Raises whatever the variant raises."""
+    # a floor is built and compiled inside the context too: its graph is traced without collectives (as
+    # bench/tp_latency.py's floors); the with-statement restores them even when the variant raises
+    with comm.skipped_collectives() if v["floor"] else nullcontext():
+        return time_variant(v, args, env)
+
+
+def time_variant(v, args, env):
+    """run_variant's work, with the collectives as run_variant set them."""
     from training.step import configure_optimizer, train_step
     env.t_build = time.perf_counter()
     model, raw, syncs, tp_group = build_variant(v, args, env)

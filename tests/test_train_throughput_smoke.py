@@ -1,6 +1,7 @@
 """Smoke test of bench/train_throughput.py: a 2-process CPU (gloo) run at the tiny size, eager only,
 gives a timed row for every variant group (plain, ours tp1, ours tp2 at n_tracks 2 and 4, ours and
-torch DDP at dp2), the key ratios, and a profile table; bad arguments stop it with one line."""
+torch DDP at dp2), the key ratios, and a profile table; with --floors, a no-sync twin of every tp2 row; bad arguments
+stop it with one line."""
 import json
 import subprocess
 import sys
@@ -135,3 +136,26 @@ def test_tp_comm_times_plain_tp_sp_and_overlap_side_by_side(tmp_path):
     assert labels == {("tp2 sequence parallel, alone or + overlap / tp2", "sp baseline n_tracks 2 eager"),
                       ("tp2 sequence parallel, alone or + overlap / tp2", "chunked baseline n_tracks 2 eager"),
                       ("tp2 sequence parallel + overlap / tp2 sequence parallel", "chunked baseline n_tracks 2 eager")}
+
+
+def test_floors_time_a_no_sync_twin_of_every_tp_row(tmp_path):
+    """--floors: each tp2 row is followed by its '[floor]' twin, timed with every collective skipped; the floor
+    section has one ratio per tp2 row (row ms / floor ms), and no other ratio names a floor."""
+    proc = torchrun(["--size", "tiny", "--device", "cpu", "--warmup", "1", "--iters", "2", "--modes", "eager",
+                     "--policies", "baseline,grouped:2", "--floors", "--out_dir", str(tmp_path)])
+    assert proc.returncode == 0, f"rc {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-3000:]}"
+    data = json.loads((tmp_path / "train_throughput.json").read_text())
+    names = [r["name"] for r in data["rows"]]
+    tp_rows = [r for r in data["rows"] if r["group"] == "tp2" and not r["floor"]]
+    assert len(tp_rows) == 4 and all(not r["floor"] for r in data["rows"] if r["group"] != "tp2")
+    for r in tp_rows:
+        floor = data["rows"][names.index(r["name"]) + 1]
+        assert (floor["name"], floor["floor"], floor["error"]) == (r["name"] + " [floor]", True, None), floor
+        assert floor["ms"] > 0 and floor["syncs_per_forward"] == r["syncs_per_forward"]  # the plan's count
+    floor_names = {r["name"] for r in data["rows"] if r["floor"]}
+    floor_ratios = [q for q in data["ratios"] if q["section"].startswith("tp2 row / its no-sync floor")]
+    assert [(q["a"], q["b"]) for q in floor_ratios] == [(r["name"], r["name"] + " [floor]") for r in tp_rows]
+    assert all(q["value"] > 0 and set(q) == {"section", "label", "value", "a", "b"} for q in floor_ratios)
+    assert not [q for q in data["ratios"] if q not in floor_ratios and {q["a"], q["b"]} & floor_names]
+    md = (tmp_path / "train_throughput.md").read_text()
+    assert "| ours tp2 n2 grouped:2 eager [floor] | 2 | 1 | 2 | 2 | grouped:2 | eager | 2 |" in md

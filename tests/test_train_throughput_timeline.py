@@ -1,7 +1,8 @@
-"""bench/train_throughput.py's device timeline of a --profile run (device_timeline), on made kernel events."""
+"""bench/throughput/profile.py's device timeline of a bench/train_throughput.py --profile run (device_timeline), on made
+kernel events."""
 import pytest
 
-from bench.train_throughput import device_timeline, union_ms
+from bench.throughput.profile import device_timeline, union_ms
 
 
 def test_device_timeline_by_hand():

@@ -336,7 +336,8 @@ def train_throughput_rows(d, source):
     if (m.get("batch_size", 12), m.get("seq_len", 1024)) != (12, 1024) or m.get("bias") is False:
         return
     for r in d["rows"]:
-        if r["impl"] != "ours" or r["dp"] != 1 or r.get("error") or r.get("async_grad") == "on":
+        # a --floors twin (no communication) is not a row of the step
+        if r["impl"] != "ours" or r["dp"] != 1 or r.get("error") or r.get("async_grad") == "on" or r.get("floor"):
             continue
         yield dict(size=m.get("size", "124m"), workload="train_b12", mode=r["mode"], tp=r["tp"],
                    n_tracks=int(r["n_tracks"]), policy=r["policy"], ms=r["ms"], floor_ms=None, device=m["device"],

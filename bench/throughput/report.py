@@ -3,21 +3,27 @@ each ratio compares)."""
 from bench.common import md_row
 from bench.throughput import errors
 
+FLOOR_TAG = " [floor]"  # a --floors twin's name: its row's name and this
+
 
 def _ok(row):
     return row is not None and isinstance(row.get("ms"), float) and row["ms"] > 0
 
 
 def key_ratios(rows):
-    """[{section, label, value or None}], each value a throughput ratio (> 1: the first is faster)."""
+    """[{section, label, value or None, a, b}], each value a throughput ratio (> 1: the first is faster), but for the
+    no-sync floor section's, which are ms ratios (row ms / floor ms, >= 1)."""
     out = []
+    floors = {r["name"]: r for r in rows if r.get("floor")}
+    rows = [r for r in rows if not r.get("floor")]  # a floor is only ever compared with its own row
     by = {(r["group"], r["impl"], r["n_tracks"], r["policy"], r["mode"]): r for r in rows
           if r.get("async_grad", "off") == "off" and r.get("tp_comm", "off") == "off"}
     sp_rows = {(r["n_tracks"], r["policy"], r["mode"]): r for r in rows
                if r.get("async_grad", "off") == "off" and r.get("tp_comm") == "sp"}
 
-    def add(section, label, a, b):
-        value = a["tok_s"] / b["tok_s"] if _ok(a) and _ok(b) else None
+    def add(section, label, a, b, value=None):
+        if value is None and _ok(a) and _ok(b):
+            value = a["tok_s"] / b["tok_s"]
         out.append(dict(section=section, label=label, value=value,
                         a=a["name"] if a else None, b=b["name"] if b else None))
 
@@ -43,22 +49,29 @@ def key_ratios(rows):
             add(f"tp{r['tp']} sequence parallel + overlap / tp{r['tp']} sequence parallel (tokens/s, same n_tracks, "
                 "policy and mode)", f"{r['tp_comm']} {r['policy']} n_tracks {r['n_tracks']} {r['mode']}", r, sp)
     # the other ratios: the default rows
-    rows = [r for r in rows if r.get("async_grad", "off") == "off" and r.get("tp_comm", "off") == "off"]
-    for r in (r for r in rows if r["group"] == "tp2" and r["policy"] == "baseline"):
+    defaults = [r for r in rows if r.get("async_grad", "off") == "off" and r.get("tp_comm", "off") == "off"]
+    for r in (r for r in defaults if r["group"] == "tp2" and r["policy"] == "baseline"):
         base1 = by.get(("tp1", "ours", r["n_tracks"], "baseline", r["mode"]))
         if base1 is not None:
             add(f"tp{r['tp']} baseline / tp1 baseline (tokens/s, same n_tracks and mode; {r['tp']:.2f} = perfect "
                 "scaling)",
                 f"n_tracks {r['n_tracks']} {r['mode']}", r, base1)
-    for r in (r for r in rows if r["group"] == "tp2" and r["policy"] != "baseline"):
+    for r in (r for r in defaults if r["group"] == "tp2" and r["policy"] != "baseline"):
         base = by.get(("tp2", "ours", r["n_tracks"], "baseline", r["mode"]))
         if base is not None:
             add(f"tp{r['tp']} policy / tp{r['tp']} baseline (tokens/s, same n_tracks and mode)",
                 f"{r['policy']} n_tracks {r['n_tracks']} {r['mode']}", r, base)
-    for r in (r for r in rows if r["group"] == "dp2" and r["impl"] == "ours"):
+    for r in (r for r in defaults if r["group"] == "dp2" and r["impl"] == "ours"):
         torch_row = by.get(("dp2", "torch_ddp", 1, "baseline", r["mode"]))
         if torch_row is not None:
             add("ours dp2 / torch DDP dp2 (tokens/s, same mode)", r["mode"], r, torch_row)
+    for r in (r for r in rows if r["group"] == "tp2" and r["name"] + FLOOR_TAG in floors):
+        floor = floors[r["name"] + FLOOR_TAG]
+        both = _ok(r) and _ok(floor)
+        add(f"tp{r['tp']} row / its no-sync floor (ms ratio, not throughput: row ms / floor ms = floor tokens/s / "
+            "row tokens/s, >= 1 up to noise; 1.00 = communication costs nothing)",
+            r["name"] + (f" (communication {r['ms'] - floor['ms']:.3f} ms = row ms - floor ms)" if both else ""),
+            r, floor, r["ms"] / floor["ms"] if both else None)
     return out
 
 
@@ -91,11 +104,16 @@ def markdown(meta, rows, ratios):
            f"tp{max(2, meta['world_size'])}: one replica on {max(2, meta['world_size'])} GPUs; "
            "dp2: 2 replicas on 2 GPUs. MFU over the GPUs the row uses.",
            ""]
+    if any(r.get("floor") for r in rows):
+        out.insert(-1, "- [floor] rows (--floors): the row above with every collective skipped "
+                   "(parallel.comm.skipped_collectives); their syncs/fwd is the plan's, though nothing communicates.")
     if meta.get("note"):
         out += [f"Note: {meta['note']}", ""]
     out += [md_row(COLUMNS), "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|"]
     out += [md_row(row_cells(r)) for r in rows]
-    out += ["", "## Key ratios", "", "Throughput ratios: > 1 means the first named is faster."]
+    out += ["", "## Key ratios", "", "Throughput ratios: > 1 means the first named is faster."
+            + (" The no-sync floor section is the exception: ms ratios, row / floor." if any(
+                "no-sync floor" in q["section"] for q in ratios) else "")]
     section = None
     for q in ratios:
         if q["section"] != section:

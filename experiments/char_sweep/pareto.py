@@ -32,7 +32,8 @@ def load_points(stats_path, throughput_path, mode, metric):
         bench = json.load(f)
     meta = bench["meta"]
     ms = {(r["n_tracks"], r["policy"]): r["ms"] for r in bench["rows"]
-          if r["group"] == "tp2" and r["mode"] == mode and r.get("error") is None and r.get("ms") is not None}
+          if r["group"] == "tp2" and r["mode"] == mode and r.get("error") is None and r.get("ms") is not None
+          and not r.get("floor")}  # a --floors twin: no communication, not the row
     points, missing = [], []
     for cell in cells:
         _, n_layer, n_embd, n_tracks, _ = cell["setting"]

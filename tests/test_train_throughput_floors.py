@@ -1,0 +1,76 @@
+"""bench/train_throughput.py --floors without processes: the plan puts a no-sync twin after every tp row only, a
+variant that raises leaves the collectives on, and the report compares a floor with its own row and nothing else.
+(The 2-process run: tests/test_train_throughput_smoke.py, slow tier.)"""
+import pytest
+
+from bench import train_throughput
+from bench.throughput.report import key_ratios, markdown
+from parallel import comm
+
+TOKENS = 768
+
+
+def row(name, group="tp2", tp=2, policy="baseline", ms=10.0, floor=False, tp_comm="off", async_grad="off"):
+    return dict(name=name, group=group, impl="ours", tp=tp, dp=1, gpus=tp, n_tracks=2, policy=policy, mode="eager",
+                tp_comm=tp_comm, async_grad=async_grad, floor=floor, syncs_per_forward=8, ms=ms,
+                tok_s=TOKENS / (ms / 1e3), mfu=None, error=None, error_detail=None)
+
+
+def test_a_floor_is_compared_with_its_own_row_only():
+    """Each floor comes right after its row with the same fields (the plan's order) and is faster: were floors not
+    filtered out, the later one of a (group, n_tracks, policy, mode) would stand in for the row in every ratio."""
+    rows = [row("ours tp1 n2 baseline eager", group="tp1", tp=1, ms=12.0)]
+    for name, extra in (("baseline eager", {}), ("grouped:2 eager", dict(policy="grouped:2")),
+                        ("baseline eager sp", dict(tp_comm="sp")), ("baseline eager async", dict(async_grad="on"))):
+        rows += [row(f"ours tp2 n2 {name}", ms=8.0, **extra),
+                 row(f"ours tp2 n2 {name} [floor]", ms=4.0, floor=True, **extra)]
+    ratios = key_ratios(rows)
+    floor_names = {r["name"] for r in rows if r["floor"]}
+    floor_ratios = [q for q in ratios if "no-sync floor" in q["section"]]
+    others = [q for q in ratios if q not in floor_ratios]
+    assert {q["section"].split(" (")[0] for q in others} == {
+        "tp2 baseline / tp1 baseline", "tp2 policy / tp2 baseline", "tp2 async grad / tp2",
+        "tp2 sequence parallel, alone or + overlap / tp2"}
+    assert all(q["a"] not in floor_names and q["b"] not in floor_names for q in others)
+    assert all(q["value"] == pytest.approx(1.0) for q in others if q["b"] != "ours tp1 n2 baseline eager")
+    # one per tp row, in row order: a the row, b its floor, row ms / floor ms
+    assert [(q["a"], q["b"]) for q in floor_ratios] == [(n.removesuffix(" [floor]"), n) for n in
+                                                        [r["name"] for r in rows if r["floor"]]]
+    assert all(q["value"] == pytest.approx(2.0) and "communication 4.000 ms" in q["label"] for q in floor_ratios)
+    meta = dict(device="CPU", n_gpus=0, world_size=2, torch="t", commit="c", command="cmd", size="tiny", n_layer=4,
+                n_head=4, n_embd=64, vocab_size=512, batch_size=12, seq_len=64, micro_steps=1, dtype="float32",
+                warmup=1, iters=2)
+    md = markdown(meta, rows, ratios)
+    assert "| ours tp2 n2 grouped:2 eager [floor] | 2 |" in md and "ms ratios, row / floor" in md
+    # a floor without its row, or a row without a floor, gives no floor ratio
+    assert not [q for q in key_ratios(rows[:1] + rows[2:4]) if "no-sync floor" in q["section"]]
+
+
+def test_floors_twin_every_tp_row_and_no_other():
+    args = train_throughput.parse_args(["--size", "tiny", "--device", "cpu", "--modes", "eager", "--policies",
+                                        "baseline,grouped:2", "--tp2_n_tracks", "2", "--floors"])
+    plan = train_throughput.variant_plan(args, 2)
+    tp = [v for v in plan if v["group"] == "tp2"]
+    assert [(v["name"], v["floor"]) for v in tp] == [
+        ("ours tp2 n2 baseline eager", False), ("ours tp2 n2 baseline eager [floor]", True),
+        ("ours tp2 n2 grouped:2 eager", False), ("ours tp2 n2 grouped:2 eager [floor]", True)]
+    assert tp[1] == dict(tp[0], name=tp[1]["name"], floor=True)  # the same variant but for its name
+    assert {v["group"] for v in plan if not v["floor"]} == {"plain", "tp1", "tp2", "dp2"}
+    assert len(plan) == 5 + len(tp)  # plain, 2 tp1 and 2 dp2 rows: none with a floor
+    args.floors = False
+    assert not any(v["floor"] for v in train_throughput.variant_plan(args, 2))
+
+
+def test_a_floor_that_raises_leaves_the_collectives_on(monkeypatch):
+    seen = []
+
+    def failing(v, args, env):
+        seen.append(comm._skip_collectives)
+        raise RuntimeError("compile failed")
+
+    monkeypatch.setattr(train_throughput, "time_variant", failing)
+    for floor in (True, False):
+        with pytest.raises(RuntimeError, match="compile failed"):
+            train_throughput.run_variant(dict(floor=floor), None, None)
+        assert comm._skip_collectives is False
+    assert seen == [True, False]
