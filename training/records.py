@@ -45,9 +45,12 @@ def source_commit():
                               cwd=REPO).stdout.strip()
         if not head:
             return "unknown"
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                 text=True, timeout=10, cwd=REPO).stdout.strip()
-        return head + ("+changes" if changed else "")
+        # no index lock: every rank of a launch asks at once
+        status = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10, cwd=REPO)
+        if status.returncode:
+            return head + "+changes unknown"
+        return head + ("+changes" if status.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
