@@ -569,9 +569,9 @@ def wait_rows(handle, after=()):
 
 def functional_collective(name, module=None):
     """torch's functional all_gather or reduce_scatter of one tensor: `<name>_single` where torch has it (2.13
-    deprecates the older name), else `<name>_tensor`, the same op under its older name. (On a GPU machine with
-    torch 2.11, async_tp's compile failed with dynamo's AttributeError where the traced code called
-    `all_gather_single`; a torch without that name is the suspect, not yet confirmed there.)"""
+    deprecates the older name), else `<name>_tensor`, the same op under its older name. (With torch 2.11 on 4x
+    H200, async_tp's compile failed with dynamo's AttributeError where the traced code called `all_gather_single`;
+    with this choice it compiled there: bench/results/tp4_comm_h200/README.md, invocations 4-5.)"""
     new = getattr(module or _funcol, f"{name}_single", None)
     return new if new is not None else getattr(module or _funcol, f"{name}_tensor")
 

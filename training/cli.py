@@ -4,8 +4,8 @@ and check_policies, the one guard that needs the model's sync-policy parser.
     check_policies(parser, specs, n_layers)    every sync-policy spec parses for every n_layer, or
                                  parser.error names the first that does not
 """
-from cli_guard import (EXIT_SIGINT, EXIT_SIGTERM, Stopped, exit_now, exits_fast, fraction, guarded,  # noqa: F401 -- re-exported
-                       non_negative_int, positive_int)
+from cli_guard import (EXIT_SIGINT, EXIT_SIGTERM, Stopped, exit_now, exits_fast,  # noqa: F401 -- re-exported
+                       fraction, guarded, non_negative_int, positive_int)
 from model.sync_policy import parse_sync_policy
 
 

@@ -10,8 +10,9 @@
 #   bash experiments/large_budgets/gpu.sh collect [SECONDS]  # wait for it (or stop it), then pack the runs' logs into $OUT
 # ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds, --jobs; GPUS=1 puts
 # the sweep on GPU 1 alone; PREFIX=N reads $S/data<N> instead of data/; SWEEP=<folder> keeps a side check's runs,
-# e.g. another learning rate, out of w<width>/, whose runs report.py reads). watch and collect wait for every sweep started on the machine. Everything the
-# machine keeps between calls is under /root/study (scratch, logs) and data/debian_large (the staged corpus).
+# e.g. another learning rate, out of w<width>/, whose runs report.py reads as the sweep's). watch and collect wait
+# for every sweep started on the machine. Everything the machine keeps between calls is under /root/study (scratch,
+# logs) and data/debian_large (the staged corpus).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
 S=/root/study; mkdir -p $S; OUT=${OUT:-$S/out}; mkdir -p $OUT
