@@ -301,22 +301,32 @@ def real_budget_lines(path=REAL_BUDGETS):
 
 
 def learning_rate_lines(path=CHECKS):
-    """The study's learning-rate checks (experiments/large_budgets/checks.json): per check, each policy's gap at the
-    check's learning rate and its better rate's gap against the baseline's better one; one sentence, or none."""
+    """The study's learning-rate checks (experiments/large_budgets/checks.json, its "cells"): per check, each
+    policy's mean gap over seeds at the check's learning rate, and at that rate against the baseline's better rate
+    of the two, with 95% t-intervals; one sentence, or none."""
     try:
         with open(os.path.join(REPO, path)) as f:
-            rows = [r for r in json.load(f) if r["gap"] is not None]
-    except (OSError, ValueError, KeyError, TypeError):
+            cells = json.load(f)["cells"]
+        parts = []
+        for check in dict.fromkeys(m["check"] for m in cells):
+            mine = [m for m in cells if m["check"] == check]
+            first = mine[0]
+            seeds = sorted({s for m in mine for s in m["seeds"]})
+
+            def text(m):
+                return f"{m['gap']:+.2f}" + ("" if m["gap_ci95"] is None else f" ± {m['gap_ci95']:.2f}")
+            by_policy = {}
+            for m in mine:
+                by_policy.setdefault(m["policy"], {})[m["comparison"]] = m
+            gaps = "; ".join(f"{policy} {text(c['at_check_lr'])}" + (
+                f" (against the better baseline {text(c['vs_better_baseline'])})" if "vs_better_baseline" in c else "")
+                for policy, c in by_policy.items() if "at_check_lr" in c)
+            parts.append(f"width {first['width']} at learning rate {first['lr']:g} against {first['sweep_lr']:g} "
+                         f"({len(seeds)} seed{'s' if len(seeds) > 1 else ''}; {check}): {gaps}")
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
         return []
-    parts = []
-    for check in dict.fromkeys(r["check"] for r in rows):
-        mine = [r for r in rows if r["check"] == check]
-        gaps = "; ".join(f"{r['policy']} {r['gap']:+.2f}" + ("" if r["better_gap"] is None else
-                                                            f" (better rate {r['better_gap']:+.2f})") for r in mine)
-        parts.append(f"width {mine[0]['width']} at learning rate {mine[0]['lr']:g} against {mine[0]['sweep_lr']:g} "
-                     f"(seed {', '.join(sorted({str(r['seed']) for r in mine}))}; {check}): {gaps}")
-    return [f"The learning rate's share (one seed, gap %; better rate: each policy's lower loss of the two rates over "
-            f"the baseline's lower one): {'. '.join(parts)}."] if parts else []
+    return [f"The learning rate's share (gap %, 95% t-interval over seeds; against the better baseline: the policy at "
+            f"the check's rate over the baseline's lower loss of the two rates): {'. '.join(parts)}."] if parts else []
 
 
 def main(argv=None):

@@ -318,10 +318,26 @@ def sweep(runs, args):
         _, ms = progress_final(r, root)
         print(f"   {r.name:40} {state[0]:22} " + (f"{state[1]:6.0f} s" if state[1] else "        ")
               + (f"  median {ms:.1f} ms/iter (concurrent runs)" if ms else ""))
-    left = [r.name for r in runs if finished(r.final_dir(root), planned_config(r, scratch)["max_iters"]) is None]
+    left = unfinished(runs, root, scratch)
     if any(s.startswith(("failed", "blocked")) for s, _ in results.values()):
         return 1
     return 3 if left else 0
+
+
+def unfinished(runs, root, scratch):
+    """The names of runs not finished in their sweep dir, after collecting again each one that finished in scratch:
+    a command that ends while a sweep still runs on the lent machine sends a fresh working tree, which drops the
+    sweep dirs of the runs that had finished by then (their logs stay in scratch)."""
+    left = []
+    for r in runs:
+        planned = planned_config(r, scratch)
+        if finished(r.final_dir(root), planned["max_iters"]) is None:
+            tmp = r.scratch_dir(scratch)
+            if finished(tmp, planned["max_iters"]) and not config_mismatch(tmp, planned):
+                collect(r, root, scratch)
+            else:
+                left.append(r.name)
+    return left
 
 
 def progress_final(run, root):

@@ -171,6 +171,22 @@ def test_pack_collects_runs_whose_logs_left_the_sweep_dir(smoke):
         assert sorted(tar.getnames()) == sorted(first.getnames())
 
 
+def test_the_sweeps_end_collects_runs_whose_logs_left_the_sweep_dir(smoke):
+    """The sweep's last check, unfinished(), counts a run whose sweep dir a fresh working tree removed while the
+    sweep ran as finished once it has collected it again from scratch (a 4-run sweep on 4x H200 ended 'incomplete'
+    with all four runs complete so); a run that did not finish anywhere stays unfinished."""
+    import shutil
+    workdir, _, _ = smoke
+    root = os.path.join(workdir, "out-sweep-smoke")
+    runs = char_sweep.runs_of("w384-n6-s1337", sets=["--dataset=syn"], smoke=True, policies={"baseline", "grouped6"})
+    gone = runs[1].final_dir(root)
+    shutil.rmtree(gone)
+    assert runner.unfinished(runs, root, os.path.join(root, "scratch")) == []
+    assert sorted(os.listdir(gone)) == ["config.json", "log.txt", "metrics.jsonl"] and sorted(evals(gone)) == [0, 2, 4]
+    elsewhere = os.path.join(workdir, "nowhere")
+    assert runner.unfinished(runs, elsewhere, os.path.join(elsewhere, "scratch")) == [r.name for r in runs]
+
+
 def test_finished_runs_are_skipped_and_a_changed_plan_is_refused(smoke):
     workdir, _, _ = smoke
     run = os.path.join(workdir, "out-sweep-smoke", "experiments", "char_sweep", "runs", SMOKE_RUNS[0], "metrics.jsonl")

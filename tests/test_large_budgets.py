@@ -236,3 +236,22 @@ def test_a_learning_rate_check_sits_beside_the_sweeps_runs(study, capsys):
     stats = json.loads((study / "stats.json").read_text())
     assert {r["seeds"] == [1, 2, 3] for r in stats} == {True}  # the check's runs stay out of the sweep's cells
     assert report.main(["--check"]) == 0
+
+
+def test_a_checks_seeds_give_intervals_at_its_rate_and_against_the_better_baseline(study):
+    """Two seeds of a check: per policy the mean gap with its t-interval (1 df: t = 12.706) at the check's rate,
+    and at that rate against the baseline's lower loss of the two rates, in checks.json's cells and answer.md."""
+    check = study / "checks" / "w256-lr3e-4" / "cosine"
+    for seed, base, gap in ((1, 4.20, 0.02), (2, 4.30, 0.04)):
+        fake_run(check, "baseline", seed, base, 3.7, 4.7, lr=3e-4)
+        fake_run(check, "grouped:4", seed, base * (1 + gap), 3.7, 4.7, lr=3e-4)
+    assert report.main([]) == 0
+    cells = {m["comparison"]: m for m in json.loads((study / "checks.json").read_text())["cells"]}
+    at_rate = cells["at_check_lr"]
+    assert at_rate["seeds"] == [1, 2] and at_rate["gap"] == pytest.approx(3.0)
+    assert at_rate["gap_ci95"] == pytest.approx(12.706 * 2 ** 0.5 / 2 ** 0.5, abs=1e-3)  # sd of (2, 4) is sqrt(2)
+    # the sweep's baselines are 4.0 and 4.1 (seeds 1, 2), lower than the check's: 4.284 / 4.0 and 4.472 / 4.1
+    better = [100 * (4.284 / 4.0 - 1), 100 * (4.472 / 4.1 - 1)]
+    assert cells["vs_better_baseline"]["gaps"] == pytest.approx(better, abs=1e-3)
+    assert cells["vs_better_baseline"]["verdict"] == "inconclusive"  # one policy: Holm leaves p as it is
+    assert "| w256-lr3e-4 | at the check's rate | grouped:4 | 2 | +3.00 ± 12.71 |" in (study / "answer.md").read_text()

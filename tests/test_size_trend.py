@@ -436,14 +436,17 @@ def test_the_planner_names_the_gaps_measured_nearer_real_budgets(tmp_path):
 
 
 def test_the_planner_names_the_learning_rate_checks(tmp_path):
-    """analysis.plan's last sentence: each learning-rate check's gaps from the study's checks.json (the baseline's
-    own row, with no gap, left out); nothing without that file."""
-    row = {"check": "w768-lr3e-4", "width": 768, "seed": 1337, "lr": 3e-4, "sweep_lr": 6e-4}
-    rows = [dict(row, policy="baseline", gap=None, better_gap=None),
-            dict(row, policy="ladder", gap=4.336, better_gap=6.047),
-            dict(row, policy="grouped:4", gap=5.11, better_gap=None)]  # no sweep twin: no better rate
-    (tmp_path / "checks.json").write_text(json.dumps(rows))
+    """analysis.plan's last sentence: each learning-rate check's per-policy cells from the study's checks.json,
+    the comparison against the better baseline beside the gap at the check's rate; nothing without that file or
+    from the older list of rows."""
+    cell = {"check": "w768-lr3e-4", "width": 768, "lr": 3e-4, "sweep_lr": 6e-4, "seeds": [1337, 1338]}
+    cells = [dict(cell, policy="ladder", comparison="at_check_lr", gap=3.573, gap_ci95=9.702),
+             dict(cell, policy="ladder", comparison="vs_better_baseline", gap=4.747, gap_ci95=16.53),
+             dict(cell, policy="grouped:4", comparison="at_check_lr", gap=5.11, gap_ci95=None, seeds=[1337])]
+    (tmp_path / "checks.json").write_text(json.dumps({"runs": [], "cells": cells}))
     (line,) = plan.learning_rate_lines(str(tmp_path / "checks.json"))
-    assert line.endswith("width 768 at learning rate 0.0003 against 0.0006 (seed 1337; w768-lr3e-4): ladder +4.34 "
-                         "(better rate +6.05); grouped:4 +5.11.")
+    assert line.endswith("width 768 at learning rate 0.0003 against 0.0006 (2 seeds; w768-lr3e-4): ladder +3.57 ± 9.70 "
+                         "(against the better baseline +4.75 ± 16.53); grouped:4 +5.11.")
+    (tmp_path / "old.json").write_text(json.dumps([{"check": "w768-lr3e-4", "gap": 4.3}]))
+    assert plan.learning_rate_lines(str(tmp_path / "old.json")) == []
     assert plan.learning_rate_lines(str(tmp_path / "missing.json")) == []

@@ -34,6 +34,7 @@ if __name__ == "__main__" and not __package__:
     sys.exit("run it from the repository root as: python -m experiments.large_budgets.report " + " ".join(sys.argv[1:]))
 
 from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
+from analysis.stats import MARGIN, decide, holm, mean_ci, paired_tests  # noqa: E402
 from experiments.large_budgets.trend import (across_widths, plot_headline, render_across, render_trend,  # noqa: E402
                                              width_trend)
 from experiments.runner import read_records  # noqa: E402
@@ -195,6 +196,67 @@ def check_rows(checks, groups):
     return rows
 
 
+def check_cells(rows):
+    """Per check and policy, the seed statistics of two paired gaps (%, one per seed, as the sweep's cells):
+    'at_check_lr', the policy over the baseline at the check's learning rate; 'vs_better_baseline', the policy at
+    the check's rate over the baseline's lower final val loss of the two rates (the baseline tuned between them).
+    Mean, 95% t-interval (n - 1 df), Holm over the check's policies per comparison, TOST against MARGIN, verdict."""
+    cells = []
+    for check in dict.fromkeys(r["check"] for r in rows):
+        mine = [r for r in rows if r["check"] == check]
+        base = {(r["seed"], r["tokens"]): r for r in mine if r["policy"] == "baseline"}
+        policies = list(dict.fromkeys(r["policy"] for r in mine if r["policy"] != "baseline"))
+        found = {}
+        for policy in policies:
+            runs = [r for r in mine if r["policy"] == policy and (r["seed"], r["tokens"]) in base]
+            better = {}
+            for r in runs:
+                b = base[(r["seed"], r["tokens"])]
+                floor = min(v for v in (b["final_val"], b["sweep_final_val"]) if v is not None)
+                better[r["seed"]] = 100 * (r["final_val"] / floor - 1) if b["sweep_final_val"] is not None else None
+            found[policy] = {"at_check_lr": {r["seed"]: r["gap"] for r in runs},
+                             "vs_better_baseline": {s: g for s, g in better.items() if g is not None}}
+        for kind in ("at_check_lr", "vs_better_baseline"):
+            stats = {}
+            for policy in policies:
+                gaps = [g for _, g in sorted(found[policy][kind].items())]
+                if not gaps:
+                    continue
+                mean, half, _ = mean_ci(gaps)
+                m = {"check": check, "comparison": kind, "policy": policy, "width": mine[0]["width"],
+                     "tokens": mine[0]["tokens"], "lr": mine[0]["lr"], "sweep_lr": mine[0]["sweep_lr"],
+                     "seeds": sorted(found[policy][kind]), "gaps": [round(g, 4) for g in gaps], "gap": round(mean, 3),
+                     "gap_ci95": None if half is None else round(half, 3), "p_diff": None, "p_tost": None}
+                if len(gaps) > 1:
+                    m["p_diff"], m["p_tost"] = paired_tests(gaps, MARGIN)[:2]
+                stats[policy] = m
+            tested = [m for m in stats.values() if m["p_diff"] is not None]
+            for m, p_diff, p_tost in zip(tested, holm([m["p_diff"] for m in tested]), holm([m["p_tost"] for m in tested])):
+                m["p_diff_holm"], m["p_tost_holm"] = round(p_diff, 4), round(p_tost, 4)
+            for m in stats.values():
+                m["verdict"] = decide(dict(m, p_diff_holm=m.get("p_diff_holm")))
+                m.pop("p_diff"), m.pop("p_tost")
+                cells.append(m)
+    return cells
+
+
+def render_check_cells(cells):
+    """check_cells as one table."""
+    lines = ["Per policy over the seeds (the sweep's statistics: paired by seed, 95% t-interval with n - 1 degrees "
+             "of freedom, Holm over the check's policies per comparison, TOST against ±1%). At the check's rate: "
+             "the policy over the baseline, both at the check's learning rate. Against the better baseline: the "
+             "policy at the check's rate over the baseline's lower final val loss of the two rates.", "",
+             "| check | comparison | policy | seeds | gap % (95% CI) | Holm p | TOST p | verdict |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
+    names = {"at_check_lr": "at the check's rate", "vs_better_baseline": "against the better baseline"}
+    for m in cells:
+        ci = "" if m["gap_ci95"] is None else f" ± {m['gap_ci95']:.2f}"
+        p = lambda key: "" if m.get(key) is None else f"{m[key]:.3f}"  # noqa: E731
+        lines.append(f"| {m['check']} | {names[m['comparison']]} | {m['policy']} | {len(m['seeds'])} | "
+                     f"{m['gap']:+.2f}{ci} | {p('p_diff_holm')} | {p('p_tost_holm')} | {m['verdict'] or ''} |")
+    return lines
+
+
 def render_checks(rows, checks):
     """check_rows as a table per check, each followed by its runs' stability table."""
     lines = ["## Checks beside the sweep: the learning rate", "",
@@ -202,7 +264,7 @@ def render_checks(rows, checks):
              "width, policy, seed and budget at the sweep's learning rate. Gap: final val loss over the baseline's "
              "at the same learning rate and seed, in %. Grad norm: the late median over that baseline's. Better "
              "of the two: the policy's lower final val loss of the two learning rates over the baseline's lower "
-             "one. One seed each: no interval, no verdict.", "",
+             "one (blank where the sweep lacks the policy's run of that seed).", "",
              "| check | width | tokens | policy | seed | lr | final val | gap % | grad norm | sweep lr | sweep val | "
              "sweep gap % | sweep grad norm | better of the two: gap % |",
              "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -213,7 +275,8 @@ def render_checks(rows, checks):
         for r in (r for r in rows if r["check"] == check):
             lines.append(f"| {check} | {r['width']} | {r['tokens'] / 1e6:.1f}M | {r['policy']} | {r['seed']} | "
                          + " | ".join("" if r[key] is None else format(r[key], spec) for key, spec in columns) + " |")
-        lines += ["", f"How steadily {check}'s runs trained (as the table above):", ""]
+        lines += [""] + render_check_cells([m for m in check_cells(rows) if m["check"] == check])
+        lines += ["", f"How steadily {check}'s runs trained (as the first table):", ""]
         lines += stability_table([(r["width"], r["name"], r.get("stability")) for r in runs])
     return "\n".join(lines) + "\n"
 
@@ -329,7 +392,7 @@ def main(argv=None):
     widths = {str(w): {"n_params": n, "policies": r} for w, (r, n) in trend.items()}
     outputs = {"answer.md": answer, "stats.json": json.dumps(rows, indent=1) + "\n",
                "trend.json": json.dumps(dict(widths, across_widths=across) if trend else widths, indent=1) + "\n",
-               "checks.json": json.dumps(checked, indent=1) + "\n"}
+               "checks.json": json.dumps({"runs": checked, "cells": check_cells(checked)}, indent=1) + "\n"}
     if args.check:
         stale = []
         for name, text in outputs.items():
