@@ -126,9 +126,9 @@ ALLOWED = "off, sp, chunked, chunked:K (K in 1-64) or async_tp"
 ASYNC_TP_NEEDS = "tp_comm async_tp needs CUDA and a compiled mode (inductor's micro-pipeline TP pass)"
 
 
-def parse_tp_comm(text):
+def parse_tp_comm(text, flag="--tp_comm"):
     """'off,sp,chunked:4' -> ['off', 'sp', 'chunked:4'] (each once, in order). A bad value raises ValueError, one line
-    naming it and what is allowed."""
+    naming the flag, the value and what is allowed."""
     values = list(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
     for value in values or [""]:
         if value in ("off", "sp"):
@@ -137,7 +137,7 @@ def parse_tp_comm(text):
         try:
             parse_tp_comm_overlap(value)
         except ValueError:
-            raise ValueError(f"--tp_comm={text!r}: {value!r} is not {ALLOWED}") from None
+            raise ValueError(f"{flag}={text!r}: {value!r} is not {ALLOWED}") from None
     return values
 
 

@@ -32,7 +32,8 @@ sp, Megatron's sequence parallelism (GPT's sequence_parallel: a reduce-scatter a
 or a tp_comm_overlap value, sequence parallelism with that overlap (parallel/overlap.py): chunked or chunked:K (our
 pieces), async_tp (torch's async TP: inductor's micro-pipeline TP pass and symmetric memory on the TP group; CUDA
 and a compiled mode only, elsewhere its rows hold the error). --tp_comm off,sp,chunked,async_tp thus times plain TP,
-TP + SP and TP + SP + overlap side by side, the same function in each row.
+TP + SP and TP + SP + overlap side by side, the same function in each row. --baseline_tp_comm gives the baseline's
+rows their own values (say sp, the strongest baseline at tp=4, beside policies run with off), to compile fewer rows.
 
 The loop. Every variant calls training.train_step, the trainer's step (bf16 autocast on CUDA, fp32
 on CPU; fused AdamW from configure_optimizer; gradient clipping at --grad_clip through parallel/grad.py;
@@ -69,6 +70,8 @@ Key ratios (throughput ratios, > 1: the first is faster; all but the floor's):
     tp2 policy / tp2 baseline        tokens/s, same n_tracks and mode
     tp2 sp, alone or + overlap / tp2 tokens/s, same n_tracks, policy and mode (--tp_comm)
     tp2 sp + overlap / tp2 sp        tokens/s, same n_tracks, policy and mode
+    tp2 policy's fastest row /       tokens/s, same n_tracks and mode, each the fastest of its --tp_comm rows (the
+      baseline's fastest row         saving against the strongest baseline measured; when a row is not off)
     ours dp2 / torch DDP dp2         tokens/s, same mode
     tp2 row / its no-sync floor      --floors; an ms ratio, the exception: row ms / floor ms (= floor tokens/s /
                                      row tokens/s, >= 1; 1.00: communication costs nothing), with row ms - floor ms
@@ -188,6 +191,9 @@ def build_parser():
     p.add_argument("--tp_comm", default="off",
                    help="comma-separated: tp rows with off (plain TP), sp (+ sequence parallelism) or a tp_comm_overlap "
                         "value (sp + that overlap: chunked, chunked:K, async_tp); see TP communication")
+    p.add_argument("--baseline_tp_comm", default=None,
+                   help="the baseline's tp rows' values of --tp_comm instead of --tp_comm's (e.g. sp, its fastest at "
+                        "tp=4, beside policies timed with off): fewer rows to compile on a large model")
     p.add_argument("--modes", default="compiled", help="comma-separated of " + ", ".join(MODES) + " (see Modes)")
     p.add_argument("--inductor_defaults", action="store_true", help="compile at tp=2 with inductor's defaults, not "
                    "the trainer's settings (model/compile_modes.py: mix-order reduction off), to time what they cost")
@@ -231,6 +237,8 @@ def parse_args(argv):
     args.async_list = list(dict.fromkeys(choice_list("tp_async_grad", args.tp_async_grad, ("off", "on"))))
     try:
         args.tp_comm_list = parse_tp_comm(args.tp_comm)
+        args.baseline_tp_comm_list = (args.tp_comm_list if args.baseline_tp_comm is None
+                                      else parse_tp_comm(args.baseline_tp_comm, "--baseline_tp_comm"))
     except ValueError as e:
         raise ArgError(str(e))
     args.policy_list = split_policies(args.policies)
@@ -296,7 +304,7 @@ def variant_plan(args, world):
                 for n in args.tp2_tracks:
                     for policy in args.policy_list:
                         for on in args.async_list:  # tp1 rows have no tp all-reduce: the flag does nothing there
-                            for tp_comm in args.tp_comm_list:
+                            for tp_comm in (args.baseline_tp_comm_list if policy == "baseline" else args.tp_comm_list):
                                 add("tp2", "ours", world, 1, n, policy, mode,
                                     f"ours tp{world} n{n} {policy} {mode}" + (" async" if on == "on" else "")
                                     + (" " + tp_comm_tag(tp_comm)).rstrip(),

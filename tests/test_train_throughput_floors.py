@@ -74,3 +74,29 @@ def test_a_floor_that_raises_leaves_the_collectives_on(monkeypatch):
             train_throughput.run_variant(dict(floor=floor), None, None)
         assert comm._skip_collectives is False
     assert seen == [True, False]
+
+
+def test_each_policys_fastest_row_against_the_baselines_fastest():
+    """The strongest-baseline section: per (n_tracks, policy, mode) the fastest row over its --tp_comm values, set
+    against the baseline's fastest (here its sp row, 8 ms, against grouped:2's plain row, 6 ms: 8 / 6 in tokens/s);
+    floors and failed rows never count as fastest; no section when every row is plain TP."""
+    rows = [row("b", ms=10.0), row("b sp", ms=8.0, tp_comm="sp"), row("b sp [floor]", ms=1.0, tp_comm="sp", floor=True),
+            row("g", policy="grouped:2", ms=6.0), row("g sp", policy="grouped:2", ms=7.0, tp_comm="sp"),
+            dict(row("g chunked", policy="grouped:2", ms=1.0, tp_comm="chunked"), ms=None, error="RuntimeError: x")]
+    (q,) = [q for q in key_ratios(rows) if "fastest row" in q["section"]]
+    assert (q["a"], q["b"], q["label"]) == ("g", "b sp", "grouped:2 (off) vs baseline (sp) n_tracks 2 eager")
+    assert q["value"] == pytest.approx(8.0 / 6.0)
+    assert not [q for q in key_ratios([rows[0], rows[3]]) if "fastest row" in q["section"]]
+
+
+def test_the_baseline_can_take_its_own_tp_comm_values():
+    """--baseline_tp_comm sp beside --tp_comm off: the baseline's one row is sequence parallel, the policies' plain;
+    a bad value names the flag."""
+    args = train_throughput.parse_args(["--size", "tiny", "--device", "cpu", "--modes", "eager", "--variants", "tp2",
+                                        "--policies", "baseline,grouped:2", "--tp2_n_tracks", "2",
+                                        "--tp_comm", "off", "--baseline_tp_comm", "sp"])
+    plan = train_throughput.variant_plan(args, 2)
+    assert [(v["name"], v["tp_comm"]) for v in plan] == [("ours tp2 n2 baseline eager sp", "sp"),
+                                                         ("ours tp2 n2 grouped:2 eager", "off")]
+    with pytest.raises(train_throughput.ArgError, match=r"^--baseline_tp_comm='sp,fast': 'fast' is not "):
+        train_throughput.parse_args(["--baseline_tp_comm", "sp,fast"])

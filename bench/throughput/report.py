@@ -65,6 +65,19 @@ def key_ratios(rows):
         torch_row = by.get(("dp2", "torch_ddp", 1, "baseline", r["mode"]))
         if torch_row is not None:
             add("ours dp2 / torch DDP dp2 (tokens/s, same mode)", r["mode"], r, torch_row)
+    fastest = {}  # per (n_tracks, policy, mode) its fastest row over --tp_comm's values: each one's best exact mode
+    for r in (r for r in rows if r["group"] == "tp2" and r.get("async_grad", "off") == "off" and _ok(r)):
+        key = (r["n_tracks"], r["policy"], r["mode"])
+        if key not in fastest or r["ms"] < fastest[key]["ms"]:
+            fastest[key] = r
+    if any(r.get("tp_comm", "off") != "off" for r in fastest.values()):  # else the same as policy / baseline
+        for (n, policy, mode), r in fastest.items():
+            base = fastest.get((n, "baseline", mode))
+            if policy != "baseline" and base is not None:
+                add(f"tp{r['tp']} policy's fastest row / baseline's fastest row (tokens/s, same n_tracks and mode, "
+                    "each over its --tp_comm rows: against the strongest baseline measured; saving = 1 - 1 / ratio)",
+                    f"{policy} ({r.get('tp_comm', 'off')}) vs baseline ({base.get('tp_comm', 'off')}) n_tracks {n} "
+                    f"{mode}", r, base)
     for r in (r for r in rows if r["group"] == "tp2" and r["name"] + FLOOR_TAG in floors):
         floor = floors[r["name"] + FLOOR_TAG]
         both = _ok(r) and _ok(floor)
