@@ -37,6 +37,8 @@ BAD_VALUES = [  # (module, argv, the value the error line must name)
     ("bench.compile_check", ["--policies", "grouped:4"], "grouped:4"),  # 6 layers: G must divide 6
     ("bench.train_throughput", ["--iters", "0"], "'0'"),
     ("bench.train_throughput", ["--tp_comm", "sp,chunked:0"], "'chunked:0'"),
+    ("bench.train_throughput", ["--baseline_tp_comm", "fast"], "'fast'"),
+    ("bench.comm_table", ["/nonexistent/inv.json"], "/nonexistent/inv.json"),
     ("bench.sync_frequency", ["--repeats", "0"], "'0'"),
     ("bench.decode_gemm", ["--repeats", "0"], "'0'"),
     ("bench.hbm_bandwidth", ["--iters", "0"], "'0'"),

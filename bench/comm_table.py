@@ -1,0 +1,142 @@
+"""Every policy's saving against three baselines, from bench.train_throughput's JSON files: plain TP, TP with sequence
+parallelism (SP), and TP with SP and overlapped communication (chunked or async_tp, the faster that ran).
+
+    python -m bench.comm_table bench/results/tp4_comm_h200/invocation4_four_policies_graphs.json ...
+    python -m bench.comm_table FILES... --out table.md     # also writes the table (never over a file: --force)
+
+Each file is one invocation: its rows were timed side by side on the same GPUs, so a ratio is only ever taken
+inside one file. Per file, n_tracks and mode, from the tp rows (no floors, no async-grad rows, no failed rows):
+
+    ms(p, c)    the policy p's median ms per iteration with communication c (off, sp, sp+chunked, sp+async_tp)
+    best(p)     min over c of ms(p, c): the policy's fastest exact mode
+    saving(p, B) = 1 - best(p) / B, for B each baseline row: ms(baseline, off), ms(baseline, sp),
+                 the faster of ms(baseline, sp+chunked) and ms(baseline, sp+async_tp), and best(baseline), the
+                 strongest baseline measured in that file
+
+A cell is blank where the file has no such row (not run, or failed: the file's markdown keeps the error). With
+--floors rows in a file (bench.train_throughput --floors), the last column is the policy's fastest row minus its
+no-sync floor: what the communication it keeps still costs, in ms.
+"""
+import json
+import os
+import sys
+
+if __name__ == "__main__" and not __package__:
+    sys.exit("run it from the repository root as: python -m bench.comm_table " + " ".join(sys.argv[1:]))
+
+from bench.throughput.report import FLOOR_TAG  # noqa: E402
+from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
+
+OVERLAPS = ("chunked", "async_tp")
+
+
+def _ms(row):
+    return row["ms"] if not row.get("error") and isinstance(row.get("ms"), (int, float)) and row["ms"] > 0 else None
+
+
+def read_invocation(path):
+    """(meta, rows) of one bench.train_throughput JSON; ValueError, one line, for a file that is not one."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        meta, rows = data["meta"], data["rows"]
+        if not isinstance(rows, list):
+            raise TypeError
+    except OSError as e:
+        raise ValueError(f"{path}: cannot be read ({e.strerror})") from None
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{path}: not a bench.train_throughput JSON (no meta and rows)") from None
+    return meta, rows
+
+
+def invocation_rows(path):
+    """The table's rows of one file: one per (n_tracks, mode, policy) with its ms per communication mode."""
+    meta, rows = read_invocation(path)
+    floors = {r["name"]: _ms(r) for r in rows if r.get("floor")}
+    cells = {}
+    for r in rows:
+        if r.get("group") != "tp2" or r.get("floor") or r.get("async_grad", "off") != "off":
+            continue
+        key = (r["n_tracks"], r["mode"], r["policy"])
+        cell = cells.setdefault(key, {"syncs": r.get("syncs_per_forward"), "ms": {}, "floor": {}})
+        comm = r.get("tp_comm", "off")
+        cell["ms"][comm] = _ms(r)
+        cell["floor"][comm] = floors.get(r["name"] + FLOOR_TAG)
+    out = []
+    for (n_tracks, mode, policy), cell in cells.items():
+        base = cells.get((n_tracks, mode, "baseline"))
+        ok = {c: ms for c, ms in cell["ms"].items() if ms is not None}
+        best = min(ok, key=ok.get) if ok else None
+        row = {"file": path, "size": meta.get("size"), "tp": meta.get("world_size"), "device": meta.get("device"),
+               "commit": meta.get("commit"), "n_tracks": n_tracks, "mode": mode, "policy": policy,
+               "syncs": cell["syncs"], "ms": cell["ms"], "best": best, "best_ms": ok.get(best),
+               "comm_ms": None, "savings": {}}
+        if best is not None and cell["floor"].get(best) is not None:
+            row["comm_ms"] = ok[best] - cell["floor"][best]
+        if base is not None and best is not None:
+            b = {c: ms for c, ms in base["ms"].items() if ms is not None}
+            overlapped = [b[c] for c in OVERLAPS if c in b]
+            for name, ms in (("plain TP", b.get("off")), ("TP + SP", b.get("sp")),
+                             ("TP + SP + overlap", min(overlapped) if overlapped else None),
+                             ("strongest", min(b.values()) if b else None)):
+                if ms is not None:
+                    row["savings"][name] = 1 - ok[best] / ms
+        out.append(row)
+    return out
+
+
+def render(rows):
+    lines = ["| size | tp | file | mode | policy | syncs/fwd | ms: plain TP / + SP / + SP + overlap | fastest | saving "
+             "against plain TP | against TP + SP | against TP + SP + overlap | against the strongest | communication "
+             "ms (fastest - floor) |", "|---|---:|---|---|---|---:|---|---|---:|---:|---:|---:|---:|"]
+
+    def timed(r, comm):  # '-' not run, 'error' failed (the file's markdown has the error)
+        return "-" if comm not in r["ms"] else "error" if r["ms"][comm] is None else f"{r['ms'][comm]:.3f}"
+
+    def pct(value):
+        return "" if value is None else f"{100 * value:.1f}%"
+    for r in rows:
+        ran = [c for c in OVERLAPS if r["ms"].get(c) is not None]
+        overlap = min(ran, key=lambda c: r["ms"][c]) if ran else None
+        over = f"{r['ms'][overlap]:.3f} ({overlap})" if overlap else (
+            "error" if any(c in r["ms"] for c in OVERLAPS) else "-")
+        fastest = {None: "", "off": "plain TP", "sp": "TP + SP"}.get(r["best"], f"TP + SP + {r['best']}")
+        savings = [pct(r["savings"].get(k)) for k in ("plain TP", "TP + SP", "TP + SP + overlap", "strongest")]
+        comm = "" if r["comm_ms"] is None else f"{r['comm_ms']:.3f}"
+        lines.append(f"| {r['size']} | {r['tp']} | {os.path.basename(r['file'])} | {r['mode']} | {r['policy']} | {r['syncs']} | "
+                     f"{timed(r, 'off')} / {timed(r, 'sp')} / {over} | {fastest} | {' | '.join(savings)} | {comm} |")
+    devices = sorted({f"{r['device']} x {r['tp']}" for r in rows})
+    commits = sorted({str(r["commit"]) for r in rows})
+    lines += ["", f"Devices: {', '.join(devices)}; code: {', '.join(commits)}. Each saving is 1 - the policy's fastest "
+              "row / the baseline's row of the same file, n_tracks and mode (the baseline's own row: what its fastest mode "
+              "gains over each); blank where that row was not run or failed (`python -m bench.comm_table`)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = OneLineArgumentParser(prog="python -m bench.comm_table", formatter_class=HelpFormatter,
+                                   description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", help="bench.train_throughput JSON files, one invocation each")
+    parser.add_argument("--out", default=None, help="also write the table to this markdown file")
+    parser.add_argument("--force", action="store_true", help="let --out replace an existing file")
+    args = parser.parse_args(argv)
+    if args.out and os.path.exists(args.out) and not args.force:
+        parser.error(f"--out {args.out!r} exists; give a new path, or --force to replace it")
+    rows = []
+    for path in args.files:
+        try:
+            rows += invocation_rows(path)
+        except ValueError as e:
+            parser.error(str(e))
+    if not rows:
+        parser.error(f"no tp rows in {', '.join(args.files)}: give bench.train_throughput JSONs of a tp run")
+    text = render(rows)
+    print(text, end="")
+    if args.out:
+        write_text(args.out, text)
+    return 0
+
+
+if __name__ == "__main__":
+    from cli_guard import guarded
+    sys.exit(guarded(main))
