@@ -304,6 +304,8 @@ def learning_rate_lines(path=CHECKS):
     """The study's learning-rate checks (experiments/large_budgets/checks.json, its "cells"): per check, each
     policy's mean gap over seeds at the check's learning rate, and at that rate against the baseline's better rate
     of the two, with 95% t-intervals; one sentence, or none."""
+    def text(m):
+        return f"{m['gap']:+.2f}" + ("" if m["gap_ci95"] is None else f" ± {m['gap_ci95']:.2f}")
     try:
         with open(os.path.join(REPO, path)) as f:
             cells = json.load(f)["cells"]
@@ -312,9 +314,6 @@ def learning_rate_lines(path=CHECKS):
             mine = [m for m in cells if m["check"] == check]
             first = mine[0]
             seeds = sorted({s for m in mine for s in m["seeds"]})
-
-            def text(m):
-                return f"{m['gap']:+.2f}" + ("" if m["gap_ci95"] is None else f" ± {m['gap_ci95']:.2f}")
             by_policy = {}
             for m in mine:
                 by_policy.setdefault(m["policy"], {})[m["comparison"]] = m

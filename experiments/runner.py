@@ -312,13 +312,13 @@ def sweep(runs, args):
             proc.wait()
             log.close()
 
+    left = unfinished(runs, root, scratch)  # first: it collects again what a fresh tree dropped, for the table
     print(f"== {time.strftime('%H:%M:%S')}, {time.time() - t0:.0f} s:")
     for r in runs:
         state = results.get(r.name, ("done" if states[r.name] == "done" else "not started", 0))
         _, ms = progress_final(r, root)
         print(f"   {r.name:40} {state[0]:22} " + (f"{state[1]:6.0f} s" if state[1] else "        ")
               + (f"  median {ms:.1f} ms/iter (concurrent runs)" if ms else ""))
-    left = unfinished(runs, root, scratch)
     if any(s.startswith(("failed", "blocked")) for s, _ in results.values()):
         return 1
     return 3 if left else 0
