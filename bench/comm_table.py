@@ -21,7 +21,7 @@ import json
 import os
 import sys
 
-if __name__ == "__main__" and not __package__:
+if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.comm_table " + " ".join(sys.argv[1:]))
 
 from bench.throughput.report import FLOOR_TAG  # noqa: E402

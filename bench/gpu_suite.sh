@@ -23,6 +23,13 @@
 #                                                 # tp=1 miscompile's bisection
 #   bash bench/gpu_suite.sh pareto2 OUT_DIR [char384|char192|char768]   # 2 GPUs: issue 15's loss-vs-time timings
 #                                                 # (tp2 rows of the char shapes; then python -m experiments.char_sweep.pareto)
+#   bash bench/gpu_suite.sh comm4 OUT_DIR PART     # 4 GPUs (sequence parallelism and overlap at tp=4), one PART a
+#                                                 # call: floors124m (the strongest baseline and each policy's
+#                                                 # fastest mode, with no-sync floors), large (parallel and spd
+#                                                 # beside it), latency (tp_latency off/sp, 124m and large),
+#                                                 # chunkprof (a profile of the chunked baseline)
+#   bash bench/gpu_suite.sh comm2 OUT_DIR         # 4 GPUs as two tp=2 pairs at once (GPUs 0,1: 124m; 2,3: medium),
+#                                                 # each pair one invocation of plain TP and TP + SP with floors
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python -m bench.tp_latency --merge`.
@@ -31,7 +38,7 @@
 # nothing (tests/test_gpu_suite.py checks every mode that way).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-modes="tp1, tp2, tp4, train2, decode2, decode2b, decode4, gemm1, check2, pareto2"
+modes="tp1, tp2, tp4, train2, decode2, decode2b, decode4, gemm1, check2, pareto2, comm4, comm2"
 usage="usage: bash bench/gpu_suite.sh MODE OUT_DIR [PARTS]; MODE is one of $modes (this file's header says what each runs)"
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then echo "$usage"; exit 0; fi
 if [ $# -lt 2 ]; then echo "$usage" >&2; exit 2; fi
@@ -65,9 +72,40 @@ case $mode in
   decode4) launch=(torchrun --standalone --nproc_per_node=4); parts=decode4 ;;
   check2) launch=(torchrun --standalone --nproc_per_node=2); parts=check ;;
   pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
+  comm4) launch=(torchrun --standalone --nproc_per_node=4); parts=${3:-floors124m} ;;
+  comm2) launch=(torchrun --standalone --nproc_per_node=2); parts=comm2 ;;
   *) echo "gpu_suite.sh: mode '$mode' is not one of $modes" >&2
      exit 2 ;;
 esac
+comm=(-m bench.train_throughput --variants tp2 --modes compiled-graphs --tp_comm off)
+if has floors124m; then  # 8 compiled rows of about 30 s each on a fresh machine
+  step 560 comm_floors_124m "${launch[@]}" "${comm[@]}" --baseline_tp_comm sp --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 4 \
+    --warmup 10 --iters 30 --floors --out_dir "$out/floors124m"
+fi
+if has large; then  # 3 rows of 36 layers: 80-160 s of compile each on a fresh machine
+  step 560 comm_large "${launch[@]}" "${comm[@]}" --baseline_tp_comm sp --size large --policies baseline,parallel,spd --tp2_n_tracks 4 \
+    --warmup 8 --iters 20 --out_dir "$out/large"
+fi
+if has latency; then
+  step 560 comm_latency "${launch[@]}" -m bench.tp_latency --sizes 124m,large --n_tracks 4 \
+    --policies "baseline;grouped:4;parallel;spd" --tp_comm off,sp --modes graph --warmup 5 --repeats 30 \
+    --out_dir "$out/latency"
+fi
+if has chunkprof; then
+  step 300 comm_chunked_profile "${launch[@]}" -m bench.train_throughput --variants tp2 --modes compiled-graphs \
+    --policies baseline --tp2_n_tracks 4 --tp_comm sp,chunked --warmup 10 --iters 30 --profile baseline \
+    --out_dir "$out/chunkprof"
+fi
+if has comm2; then  # two invocations at once, one per pair of GPUs: each ratio is taken inside its own invocation;
+  # baseline in plain TP and TP + SP, the policies in plain TP (their fastest at tp=4); 124m with floors (10 rows of
+  # about 30 s of compile), medium without (5 rows of about 60 s)
+  CUDA_VISIBLE_DEVICES=0,1 step 560 comm2_124m "${launch[@]}" "${comm[@]}" --baseline_tp_comm off,sp --size 124m \
+    --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 --iters 30 --floors \
+    --out_dir "$out/comm2_124m" &
+  CUDA_VISIBLE_DEVICES=2,3 step 560 comm2_medium "${launch[@]}" "${comm[@]}" --baseline_tp_comm off,sp --size medium \
+    --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 --iters 30 --out_dir "$out/comm2_medium" &
+  wait
+fi
 if has train; then
   step 380 train_throughput "${launch[@]}" -m bench.train_throughput --warmup 10 --iters 30 \
     --policies "baseline;spd;parallel;ladder;grouped:2;grouped:4;grouped:6" --tp2_n_tracks 2,4 \

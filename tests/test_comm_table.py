@@ -8,8 +8,7 @@ import re
 import pytest
 
 from bench import comm_table
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.conftest import REPO
 
 
 def invocation(tmp_path, rows, name="inv.json"):

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import REPO
 
-MODES = ["tp1", "tp2", "tp4", "train2", "decode2", "decode2b", "decode4", "gemm1", "check2", "pareto2"]
+MODES = ["tp1", "tp2", "tp4", "train2", "decode2", "decode2b", "decode4", "gemm1", "check2", "pareto2", "comm4", "comm2"]
 
 
 def planned_steps(mode, tmp_path):
@@ -32,7 +32,9 @@ def test_every_mode_plans_runnable_steps(mode, tmp_path):
         scripts += [m.replace(".", os.sep) + ".py" for m in ours]
         assert scripts and all(os.path.exists(os.path.join(REPO, s)) for s in scripts), (name, command)
         assert not any(s.startswith("bench" + os.sep) for s in argv), ("run bench scripts as modules", command)
-    if mode not in ("tp1", "tp2", "tp4"):  # the old latency suites run as several calls by PARTS
+    if mode == "comm2":  # its two steps run at once, one per pair of GPUs
+        assert len(steps) == 2 and all(int(limit) <= 600 for limit, _, _ in steps)
+    elif mode not in ("tp1", "tp2", "tp4"):  # the old latency suites run as several calls by PARTS
         assert sum(int(limit) for limit, _, _ in steps) <= 600, (mode, [(l, n) for l, n, _ in steps])
 
 
