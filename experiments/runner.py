@@ -91,7 +91,11 @@ def finished(run_dir, max_iters):
     """'complete' (eval at max_iters logged, or an end record that finished there: 'summary' with finished true,
     or a 'done' of a run logged before issue 42), 'diverged' (the trainer stopped it), or None. A run stopped by a
     signal ends with a 'summary' record too (finished false, iter < max_iters): not complete, it is resumed."""
-    records = read_records(os.path.join(run_dir, "metrics.jsonl"))
+    return finished_records(read_records(os.path.join(run_dir, "metrics.jsonl")), max_iters)
+
+
+def finished_records(records, max_iters):
+    """finished() of a run's metrics records."""
     if any(r.get("type") == "eval" and r.get("iter") == max_iters for r in records):
         return "complete"
     if any(r.get("type") in ("summary", "done") and r.get("finished", True) is True and r.get("iter") == max_iters
@@ -137,6 +141,19 @@ def run_state(run, root, scratch):
 
 
 RUN_LOGS = ("config.json", "log.txt", "metrics.jsonl")
+SWEEP_MARK = "SWEEP_DIR"  # in each scratch folder: the sweep dir (repository-relative) its runs belong to
+
+
+def mark_sweep_dir(run, scratch):
+    """Make the run's scratch folder and name in it the sweep dir its runs belong to, for a pack of scratch's logs
+    unpacked elsewhere (experiments/unpack_logs.py): the folder's name flattens the path's separators."""
+    folder = os.path.dirname(run.scratch_dir(scratch))
+    os.makedirs(folder, exist_ok=True)
+    mark = os.path.join(folder, SWEEP_MARK)
+    if not os.path.exists(mark):
+        with open(mark + ".tmp", "w") as f:
+            f.write(run.sweep_dir + "\n")
+        os.replace(mark + ".tmp", mark)
 
 
 def collect(run, root, scratch):
@@ -236,7 +253,7 @@ def sweep(runs, args):
                     break
                 pending.remove(r)
                 tmp = r.scratch_dir(scratch)
-                os.makedirs(os.path.dirname(tmp), exist_ok=True)
+                mark_sweep_dir(r, scratch)
                 if run_state(r, root, scratch) == "resume":
                     extra = ["--init_from=resume"]
                 else:  # a fresh start: no stale checkpoint of an earlier attempt may be resumed later

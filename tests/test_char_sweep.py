@@ -141,7 +141,9 @@ def test_smoke_runs_keep_logs_only(smoke):
             cfg = json.load(f)
         assert (cfg["seed"], cfg["n_tracks"], cfg["dataset"]) == (1337, 6, "syn")
     scratch = os.path.join(root, "scratch", "experiments_char_sweep_runs")
-    assert sorted(os.listdir(scratch)) == sorted([*SMOKE_RUNS, *(f"{n}.out" for n in SMOKE_RUNS)])
+    assert sorted(os.listdir(scratch)) == sorted([*SMOKE_RUNS, *(f"{n}.out" for n in SMOKE_RUNS), runner.SWEEP_MARK])
+    with open(os.path.join(scratch, runner.SWEEP_MARK)) as f:  # where a pack of scratch's logs unpacks them
+        assert f.read() == os.path.join("experiments", "char_sweep", "runs") + "\n"
     for name in SMOKE_RUNS:  # the checkpoints are gone; the logs stay, for a command that gets a fresh tree
         assert sorted(os.listdir(os.path.join(scratch, name))) == ["config.json", "log.txt", "metrics.jsonl"]
     # the sweep's own folders (the session's workdir also holds other tests' training runs)

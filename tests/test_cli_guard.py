@@ -39,6 +39,7 @@ BAD_VALUES = [  # (module, argv, the value the error line must name)
     ("bench.train_throughput", ["--tp_comm", "sp,chunked:0"], "'chunked:0'"),
     ("bench.train_throughput", ["--baseline_tp_comm", "fast"], "'fast'"),
     ("bench.comm_table", ["/nonexistent/inv.json"], "/nonexistent/inv.json"),
+    ("experiments.unpack_logs", ["/nonexistent/scratch-logs.tgz"], "/nonexistent/scratch-logs.tgz"),
     ("bench.sync_frequency", ["--repeats", "0"], "'0'"),
     ("bench.decode_gemm", ["--repeats", "0"], "'0'"),
     ("bench.hbm_bandwidth", ["--iters", "0"], "'0'"),

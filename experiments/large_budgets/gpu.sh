@@ -73,7 +73,7 @@ case $verb in
     while alive && [ "$(date +%s)" -lt $end ]; do sleep 5; done
     for pid in $(cat $S/sweeps.pid 2>/dev/null); do kill -- -"$pid" 2>/dev/null && log "sweep $pid stopped" || log "sweep $pid ended"; done
     # each run's three logs (checkpoints stay behind), and the stdout of any run that did not finish
-    (cd $SCRATCH && find . \( -name config.json -o -name log.txt -o -name metrics.jsonl -o -name "*.out" \) -print \
+    (cd $SCRATCH && find . \( -name config.json -o -name log.txt -o -name metrics.jsonl -o -name "*.out" -o -name SWEEP_DIR \) -print \
       | tar czf $OUT/scratch-logs.tgz -T -)
     cp $S/sweep-*.log $S/smi-*.csv $S/stage.log $OUT/ 2>/dev/null; ls -la $OUT ;;
   *) echo "error: unknown verb '$verb'; allowed: stage, prefix, probe, start, watch, collect" >&2; exit 2 ;;
