@@ -98,13 +98,21 @@ def test_a_width_with_cosine_runs_only_is_tabled_and_drawn(tmp_path, monkeypatch
     for name, norm in (("baseline", 0.5), ("grouped4", 5.0)):  # grouped:4 trained unsteadily: marked in the figure
         with open(cosine / f"d768-b9216-{name}-s1" / "metrics.jsonl", "a") as f:
             f.write(json.dumps({"type": "train", "iter": 9000, "grad_norm": norm}) + "\n")
+    check = tmp_path / "checks" / "w768-lr3e-4" / "cosine"  # a learning-rate check: drawn beside the sweep's point
+    for seed, gap in ((1, 0.04), (2, 0.06)):
+        fake_run(check, "baseline", seed, 2.1, 2.0, 2.0, width=768, max_iters=9216, lr=3e-4)
+        fake_run(check, "grouped:4", seed, 2.1 * (1 + gap), 2.0, 2.0, width=768, max_iters=9216, lr=3e-4)
     monkeypatch.setattr(report, "HERE", str(tmp_path))
     drawn = {}
     real_plot = report.plot_headline
-    monkeypatch.setattr(report, "plot_headline",
-                        lambda t, o, p, c=(), u=None: drawn.update(cells=c, unsteady=u) or real_plot(t, o, p, c, u))
+    monkeypatch.setattr(report, "plot_headline", lambda t, o, p, c=(), u=None, k=(): drawn.update(
+        cells=c, unsteady=u, checks=k) or real_plot(t, o, p, c, u, k))
     assert report.main([]) == 0
     assert drawn["unsteady"] == {(768, "grouped:4"): 10.0}
+    (k,) = drawn["checks"]
+    assert (k["policy"], k["lr"], k["seeds"], k["tokens_per_param"]) == ("grouped:4", 3e-4, [1, 2],
+                                                                          pytest.approx(13.53, abs=0.01))
+    assert k["gap"] == pytest.approx(5.0) and k["gap_ci95"] == pytest.approx(12.706, abs=1e-3)  # sd of (4, 6): sqrt(2)
     assert "| 768 | cosine | 302.0M (13.53) | val | grouped:4 | 3 | 1 | +10.00 |  |  |  | ×10.0 |" in \
         (tmp_path / "answer.md").read_text()
     assert [(c["width"], c["policy"], c["gap_ci95"]) for c in drawn["cells"]] == [(768, "grouped:4", None)]

@@ -419,7 +419,10 @@ def main(argv=None):
         cosine_only = [r for r in rows if r["schedule"] == "cosine" and r["metric"] == "val" and r["width"] not in trend]
         unsteady = {(r["width"], r["policy"]): r["late_grad_norm_ratio"] for r in rows if r["schedule"] == "cosine"
                     and r["metric"] == "val" and (r.get("late_grad_norm_ratio") or 0) >= UNSTEADY}
-        plot_headline(trend, POLICY_ORDER, os.path.join(HERE, "headline.png"), cosine_only, unsteady)
+        params = {r["width"]: r["n_params"] for r in rows}
+        at_rate = [dict(m, tokens_per_param=m["tokens"] / params[m["width"]]) for m in check_cells(checked)
+                   if m["comparison"] == "at_check_lr" and m["width"] in params]
+        plot_headline(trend, POLICY_ORDER, os.path.join(HERE, "headline.png"), cosine_only, unsteady, at_rate)
         print(f"wrote {os.path.relpath(os.path.join(HERE, 'headline.png'))}")
     return 0
 

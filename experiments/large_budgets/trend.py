@@ -181,12 +181,13 @@ def cosine_text(r):
             + ("inside" if c["inside"] else "**outside**"))
 
 
-def plot_headline(trends, order, path, cosine_only=(), unsteady=None):
+def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=()):
     """Gap to baseline against tokens per parameter: one panel per policy, one line per width (the WSD branches'
     mean over seeds with its 95% t band), the cosine runs as squares with their 95% interval. cosine_only: the
     cosine cells (report.py's rows of metric val) of widths without WSD branches yet, drawn as squares alone (a
     single seed has no interval). unsteady: {(width, policy): late grad norm over the baseline's} of the cosine
-    cells to mark as unsteadily trained (written beside their marker)."""
+    cells to mark as unsteadily trained (written beside their marker). checks: report.py's check cells at the
+    check's learning rate (with tokens_per_param), drawn as triangles just right of the sweep's marker."""
     unsteady = unsteady or {}
     import matplotlib
     matplotlib.use("Agg")
@@ -232,6 +233,16 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None):
                     offset = (-60, -13 if c["gap"] > CLIP - 5 else 6)
                 ax.annotate(label, (c["tokens_per_param"], c["gap"]), textcoords="offset points", xytext=offset,
                             fontsize=7, color=colors[k % len(colors)])
+        check_colors = {}
+        for c in (c for c in checks if c["policy"] == policy):
+            color = check_colors.setdefault((c["width"], c["lr"]), colors[(len(trends) + len(
+                {x["width"] for x in cosine_only}) + len(check_colors)) % len(colors)])
+            n = len(c["seeds"])
+            lr = f"{c['lr']:.0e}".replace("e-0", "e-")  # 3e-4, as the configs write it
+            # left of the sweep's marker: to its right stand the next width's WSD budgets
+            ax.errorbar([c["tokens_per_param"] / 1.15], [c["gap"]], yerr=[c["gap_ci95"] or 0.0], fmt="^", color=color,
+                        mfc="white", ms=7, capsize=3, elinewidth=1,
+                        label=f"width {c['width']}, cosine at learning rate {lr} ({n} seed{'' if n == 1 else 's'})")
         ax.set_xscale("log", base=2)
         ticks = sorted({b["per_param"] for rows, _ in trends.values() if policy in rows for b in rows[policy]["budgets"]}
                        | {rows[policy]["cosine"]["tokens"] / n for rows, n in trends.values()
