@@ -25,7 +25,7 @@ import time
 from tqdm import tqdm
 
 from atomic_files import folder_problem, replace_problem, replace_target
-from training.config import REPO, ConfigError, TrainConfig, parse  # (no torch import)
+from training.config import REPO, ConfigError, TrainConfig, parse, write_text  # (no torch import)
 
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
 # config.json keys that may differ between a done run and the plan (they do not change what is computed)
@@ -151,9 +151,7 @@ def mark_sweep_dir(run, scratch):
     os.makedirs(folder, exist_ok=True)
     mark = os.path.join(folder, SWEEP_MARK)
     if not os.path.exists(mark):
-        with open(mark + ".tmp", "w") as f:
-            f.write(run.sweep_dir + "\n")
-        os.replace(mark + ".tmp", mark)
+        write_text(mark, run.sweep_dir + "\n")
 
 
 def collect(run, root, scratch):

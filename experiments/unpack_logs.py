@@ -22,6 +22,7 @@ import tarfile
 if __name__ == "__main__" and not __package__:
     sys.exit("run it from the repository root as: python -m experiments.unpack_logs " + " ".join(sys.argv[1:]))
 
+from atomic_files import atomic_write  # noqa: E402
 from experiments.runner import RUN_LOGS, SWEEP_MARK, finished_records  # noqa: E402
 from training.config import REPO, HelpFormatter, OneLineArgumentParser  # noqa: E402
 
@@ -107,9 +108,7 @@ def unpack(path, root=REPO, dry_run=False, say=print):
                 continue
             os.makedirs(target, exist_ok=True)
             for name in new:
-                with open(os.path.join(target, name + ".tmp"), "wb") as f:
-                    f.write(logs[name])
-                os.replace(os.path.join(target, name + ".tmp"), os.path.join(target, name))
+                atomic_write(os.path.join(target, name), lambda f, data=logs[name]: f.write(data))
     return conflicts
 
 
