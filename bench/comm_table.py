@@ -1,5 +1,5 @@
 """Every policy's saving against three baselines, from bench.train_throughput's JSON files: plain TP, TP with sequence
-parallelism (SP), and TP with SP and overlapped communication (chunked or async_tp, the faster that ran).
+parallelism (SP), and TP with SP and overlapped communication (chunked, chunked:K or async_tp, the fastest that ran).
 
     python -m bench.comm_table bench/results/tp4_comm_h200/invocation4_four_policies_graphs.json ...
     python -m bench.comm_table FILES... --out table.md     # also writes the table (never over a file: --force)
@@ -10,8 +10,8 @@ inside one file. Per file, n_tracks and mode, from the tp rows (no floors, no as
     ms(p, c)    the policy p's median ms per iteration with communication c (off, sp, sp+chunked, sp+async_tp)
     best(p)     min over c of ms(p, c): the policy's fastest exact mode
     saving(p, B) = 1 - best(p) / B, for B each baseline row: ms(baseline, off), ms(baseline, sp),
-                 the faster of ms(baseline, sp+chunked) and ms(baseline, sp+async_tp), and best(baseline), the
-                 strongest baseline measured in that file
+                 the fastest of its rows with an overlap (sp+chunked, sp+chunked:K, sp+async_tp), and
+                 best(baseline), the strongest baseline measured in that file
 
 A cell is blank where the file has no such row (not run, or failed: the file's markdown keeps the error). With
 --floors rows in a file (bench.train_throughput --floors), the last column is the policy's fastest row minus its
@@ -27,7 +27,7 @@ if not __package__:  # run as a file, the repository root is not on sys.path
 from bench.throughput.report import FLOOR_TAG  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 
-OVERLAPS = ("chunked", "async_tp")
+PLAIN = ("off", "sp")  # every other tp_comm value is SP with an overlap (chunked, chunked:K, async_tp)
 
 
 def _ms(row):
@@ -75,7 +75,7 @@ def invocation_rows(path):
             row["comm_ms"] = ok[best] - cell["floor"][best]
         if base is not None and best is not None:
             b = {c: ms for c, ms in base["ms"].items() if ms is not None}
-            overlapped = [b[c] for c in OVERLAPS if c in b]
+            overlapped = [ms for c, ms in b.items() if c not in PLAIN]
             for name, ms in (("plain TP", b.get("off")), ("TP + SP", b.get("sp")),
                              ("TP + SP + overlap", min(overlapped) if overlapped else None),
                              ("strongest", min(b.values()) if b else None)):
@@ -96,20 +96,21 @@ def render(rows):
     def pct(value):
         return "" if value is None else f"{100 * value:.1f}%"
     for r in rows:
-        ran = [c for c in OVERLAPS if r["ms"].get(c) is not None]
+        ran = [c for c, ms in r["ms"].items() if c not in PLAIN and ms is not None]
         overlap = min(ran, key=lambda c: r["ms"][c]) if ran else None
         over = f"{r['ms'][overlap]:.3f} ({overlap})" if overlap else (
-            "error" if any(c in r["ms"] for c in OVERLAPS) else "-")
+            "error" if any(c not in PLAIN for c in r["ms"]) else "-")
         fastest = {None: "", "off": "plain TP", "sp": "TP + SP"}.get(r["best"], f"TP + SP + {r['best']}")
         savings = [pct(r["savings"].get(k)) for k in ("plain TP", "TP + SP", "TP + SP + overlap", "strongest")]
         comm = "" if r["comm_ms"] is None else f"{r['comm_ms']:.3f}"
-        lines.append(f"| {r['size']} | {r['tp']} | {os.path.basename(r['file'])} | {r['mode']} | {r['policy']} | {r['syncs']} | "
-                     f"{timed(r, 'off')} / {timed(r, 'sp')} / {over} | {fastest} | {' | '.join(savings)} | {comm} |")
+        lines.append(f"| {r['size']} | {r['tp']} | {os.path.basename(r['file'])} | {r['mode']} | {r['policy']} | "
+                     f"{r['syncs']} | {timed(r, 'off')} / {timed(r, 'sp')} / {over} | {fastest} | "
+                     f"{' | '.join(savings)} | {comm} |")
     devices = sorted({f"{r['device']} x {r['tp']}" for r in rows})
     commits = sorted({str(r["commit"]) for r in rows})
-    lines += ["", f"Devices: {', '.join(devices)}; code: {', '.join(commits)}. Each saving is 1 - the policy's fastest "
-              "row / the baseline's row of the same file, n_tracks and mode (the baseline's own row: what its fastest mode "
-              "gains over each); blank where that row was not run or failed (`python -m bench.comm_table`)."]
+    lines += ["", f"Devices: {', '.join(devices)}; code: {', '.join(commits)}. Each saving is 1 - the policy's "
+              "fastest row / the baseline's row of the same file, n_tracks and mode (the baseline's own row: what its "
+              "fastest mode gains over each); blank where that row was not run or failed (`python -m bench.comm_table`)."]
     return "\n".join(lines) + "\n"
 
 

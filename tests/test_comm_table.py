@@ -74,3 +74,12 @@ def test_the_stored_table_is_the_committed_files():
     rows = [r for f in files for r in comm_table.invocation_rows(os.path.join(REPO, f))]
     assert len(files) == 4 and all(f.startswith("bench/results/") for f in files)
     assert comm_table.render(rows) in doc
+
+
+def test_every_overlap_value_counts_as_an_overlap_baseline(tmp_path):
+    """chunked:K rows are overlaps too: the fastest overlap row of the baseline is the one a policy is set against."""
+    path = invocation(tmp_path, [("baseline", "sp", 16.0), ("baseline", "chunked:4", 18.0),
+                                 ("baseline", "chunked", 20.0), ("spd", "off", 15.0)])
+    rows = {r["policy"]: r for r in comm_table.invocation_rows(path)}
+    assert rows["spd"]["savings"]["TP + SP + overlap"] == pytest.approx(1 - 15 / 18)
+    assert "| baseline | 24 | - / 16.000 / 18.000 (chunked:4) | TP + SP |" in comm_table.render(list(rows.values()))

@@ -280,10 +280,13 @@ def test_a_config_that_raises_keyboardinterrupt_is_one_line(tmp_path, monkeypatc
     from training.config import read_config_file
     config = tmp_path / "kbi.py"
     config.write_text("n_layer = 2\nraise KeyboardInterrupt\n")
-    with pytest.raises(KeyboardInterrupt):
-        read_config_file(str(config))  # pytest runs with Python's default SIGINT handler
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)  # as the trainer's stop.py does
+    # Python's default handler, set here: a process started in the background by a non-interactive shell inherits
+    # SIGINT ignored, and Python then keeps it so (a CI run started that way failed here)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        with pytest.raises(KeyboardInterrupt):
+            read_config_file(str(config))
+        signal.signal(signal.SIGINT, lambda signum, frame: None)  # as the trainer's stop.py does
         with pytest.raises(ConfigError, match=f"^error in config file {config}: it raised KeyboardInterrupt$"):
             read_config_file(str(config))
     finally:

@@ -231,7 +231,8 @@ def check_cells(rows):
                     m["p_diff"], m["p_tost"] = paired_tests(gaps, MARGIN)[:2]
                 stats[policy] = m
             tested = [m for m in stats.values() if m["p_diff"] is not None]
-            for m, p_diff, p_tost in zip(tested, holm([m["p_diff"] for m in tested]), holm([m["p_tost"] for m in tested])):
+            adjusted = zip(holm([m["p_diff"] for m in tested]), holm([m["p_tost"] for m in tested]))
+            for m, (p_diff, p_tost) in zip(tested, adjusted):
                 m["p_diff_holm"], m["p_tost_holm"] = round(p_diff, 4), round(p_tost, 4)
             for m in stats.values():
                 m["verdict"] = decide(dict(m, p_diff_holm=m.get("p_diff_holm")))
