@@ -55,8 +55,10 @@ case $verb in
     (cd $S && tar czf $OUT/probe-$width.tgz probe-$width-*.log) ;;
   start)
     width=$1; shift; cfg=config/large_w$width.py; [ "$width" = 768 ] && cfg=config/large_124m.py
+    # the sampler in its own session, as the sweep: started plainly, it ended with the call that started it
     [ -f $S/smi.pid ] && kill -0 "$(cat $S/smi.pid)" 2>/dev/null || {
-      nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -l 30 > $S/smi-$width.csv 2>&1 & echo $! > $S/smi.pid; }
+      setsid nohup nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -l 30 > $S/smi-$width.csv \
+        2>&1 < /dev/null & echo $! > $S/smi.pid; }
     # GPUS, when set, narrows the sweep to those GPUs (the runner then spreads its runs over what it sees)
     setsid nohup env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} python3 -m experiments.docs_study.run run --config $cfg \
       --sweep ${SWEEP:-experiments/large_budgets/w$width} --jobs 4 --scratch $SCRATCH --status-every 120 \
