@@ -46,7 +46,7 @@ def read_pack(path):
                 continue  # links, folders, anything outside <flat>/...: never written
             folder = folders.setdefault(parts[0], {"mark": None, "runs": {}})
             if len(parts) == 2 and parts[1] == SWEEP_MARK:
-                folder["mark"] = tar.extractfile(member).read().decode().strip()
+                folder["mark"] = tar.extractfile(member).read().decode(errors="replace").strip()
             elif len(parts) == 3 and parts[2] in RUN_LOGS:
                 folder["runs"].setdefault(parts[1], {})[parts[2]] = tar.extractfile(member).read()
     return {flat: f for flat, f in folders.items() if f["runs"]}
