@@ -5,7 +5,8 @@ The numbers the documents state are the repository's (the other checks of the do
 - README's policy table states each policy's syncs, and docs/configs.md the number of configs per family;
 - README's first screen is the answer, a figure and the quick start, and its answer table (and the summary's) holds
   the numbers of the stored study and benchmark tables it names, recomputed here from those files, as are the first
-  screen's cosine gaps and crossovers and parallel's verdict with a pooled seed SD.
+  screen's cosine gaps and crossovers and parallel's verdict with a pooled seed SD, its gaps on the corpus read once
+  (with the learning-rate check's) and its savings against TP + sequence parallelism.
 """
 import glob
 import os
@@ -249,3 +250,52 @@ def test_config_families_hold_the_stated_number_of_policies():
     stated = re.search(r"the same (\d+) policies", read("docs/configs.md"))
     families = [glob.glob(os.path.join(REPO, "config", f"{prefix}_*sync.py")) for prefix in ("train", "shakespeare")]
     assert stated and all(len(f) == int(stated.group(1)) for f in families), [len(f) for f in families]
+
+
+def first_screen_sentence():
+    return " ".join(line.strip() for line in read("README.md").splitlines()[:FIRST_SCREEN])
+
+
+def test_readme_real_budget_and_learning_rate_gaps_are_the_stored_ones():
+    """The first screen's gaps on the corpus read once are experiments/large_budgets/stats.json's (cosine, val) and
+    its learning-rate check's are checks.json's cells, to the printed decimals."""
+    import json
+    screen = first_screen_sentence().replace("−", "-")
+    rows = {(r["width"], r["policy"]): r for r in json.loads(read("experiments/large_budgets/stats.json"))
+            if r["schedule"] == "cosine" and r["metric"] == "val"}
+
+    def mean_gap(r):
+        return sum(r["gaps"]) / len(r["gaps"])
+    at_256 = re.search(r"at 10\.5 every mean gap is ≥ 0, \+(\d+\.\d+)% \(ladder\) to \+(\d+\.\d+)% \(grouped:12\)", screen)
+    assert at_256 and all(mean_gap(r) >= 0 for (w, _), r in rows.items() if w == 256)
+    assert [float(x) for x in at_256.groups()] == [round(mean_gap(rows[256, p]), d) for p, d in
+                                                    (("ladder", 2), ("grouped:12", 1))]
+    at_768 = re.search(r"124M at 2\.4 per parameter, [^:]*: (.*?); those three", screen)[1]
+    found = re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) ([-+]\d+\.\d\d)%(?: ± (\d+\.\d\d))?", at_768)
+    assert len(found) == 5, found
+    for policy, gap, ci in found:
+        r = rows[768, policy]
+        assert float(gap) == pytest.approx(mean_gap(r), abs=0.005), policy
+        assert (float(ci) if ci else None) == (None if r["gap_ci95"] is None else round(r["gap_ci95"], 2)), policy
+    cells = {m["policy"]: m for m in json.loads(read("experiments/large_budgets/checks.json"))["cells"]
+             if m["comparison"] == "at_check_lr"}
+    half = re.search(r"At half the learning rate, (\d) seeds: (.*?), every run", screen)
+    found = re.findall(r"(ladder|grouped:4|grouped:12) \+(\d+\.\d\d)% ± (\d+\.\d\d)", half[2])
+    assert len(found) == 3 and {len(m["seeds"]) for m in cells.values()} == {int(half[1])}
+    for policy, gap, ci in found:
+        assert (float(gap), float(ci)) == (round(cells[policy]["gap"], 2), round(cells[policy]["gap_ci95"], 2))
+
+
+def test_readme_savings_against_sequence_parallelism_are_the_comm_tables():
+    """The first screen's savings against TP + sequence parallelism are bench.comm_table's 'against the strongest'
+    on the tp=4 invocations docs/benchmarks.md tables (each policy's fastest row, the baseline's in the same file)."""
+    from bench import comm_table
+    block = re.search(r"```bash\n(python -m bench\.comm_table .*?)```", read("docs/benchmarks.md"), re.S)[1]
+    rows = [r for f in block.replace("\\\n", " ").split()[3:] for r in comm_table.invocation_rows(os.path.join(REPO, f))]
+    strongest = {(r["size"], r["policy"]): round(100 * r["savings"]["strongest"], 1) for r in rows
+                 if r["policy"] != "baseline" and "strongest" in r["savings"]}
+    sentence = re.search(r"Against TP \+ sequence parallelism\*\* \([^)]*\): 124M, (.*?); large \(774M\), (.*?) \(",
+                         first_screen_sentence())
+    for size, text in (("124m", sentence[1]), ("large", sentence[2])):
+        found = re.findall(r"(grouped:4|parallel|spd)(?: saves)? (\d+\.\d)%", text)
+        assert found and all(float(v) == strongest[size, p] for p, v in found), (size, found)
