@@ -188,3 +188,18 @@ def test_long_functions_are_found():
     assert long_functions("m.py", "def f():\n" + body) == [f"m.py:1 f ({MAX_FUNCTION_LINES + 1} lines)"]
     assert long_functions("m.py", f"{LONG_REASON} a table\ndef f():\n" + body) == []
     assert long_functions("m.py", "def f():\n" + body[:-len("    x79 = 79\n")]) == []
+
+
+def test_every_shell_script_of_the_tools_parses():
+    """bash -n on each tracked .sh outside bench/results/ (those are records of calls made): a syntax error in a GPU
+    script (gpu.sh, gpu_suite.sh) shows only on the lent machine, at the price of its device time."""
+    import subprocess
+    listed = subprocess.run(["git", "ls-files", "*.sh"], cwd=REPO, capture_output=True, text=True)
+    scripts = [p for p in listed.stdout.split() if not p.startswith("bench/results/")]
+    if listed.returncode or not scripts:  # not a git checkout: every .sh under the tree
+        scripts = [str(p.relative_to(REPO)) for p in Path(REPO).rglob("*.sh")
+                   if "bench/results" not in str(p) and ".venv" not in p.parts]
+    assert "experiments/large_budgets/gpu.sh" in scripts and "bench/gpu_suite.sh" in scripts
+    bad = [(p, r.stderr.strip()) for p in scripts
+           if (r := subprocess.run(["bash", "-n", os.path.join(REPO, p)], capture_output=True, text=True)).returncode]
+    assert not bad, bad
