@@ -241,13 +241,17 @@ def summary(fit, args, shape, n_params, cells):
     k = len(fit["widths"])
     trend = ("across widths" if fit["size_measured"] else
              "at one width: the size trend is NOT measured; assumed 0 (the gap follows tokens per parameter)")
-    lines = [f"Measured: loss gaps of 12-layer GPTs at widths {widths}, {r_lo:.2g}-{r_hi:.2g} tokens per parameter, "
-             f"n_tracks 4, WSD schedule, paired seeds per cell as each width's budget_table.md says ({trend}). "
+    corpus = f" on {fit['corpus']}" if fit.get("corpus") else ""
+    tables = fit.get("tables") or "each width's budget_table.md"
+    lines = [f"Measured: loss gaps of 12-layer GPTs{corpus} at widths {widths}, {r_lo:.2g}-{r_hi:.2g} tokens per "
+             f"parameter, n_tracks 4, WSD schedule, paired seeds per cell as {tables} says ({trend}). "
              f"Extrapolated: the gap to N = {n_params / 1e9:.3g}B and {args.tokens / n_params:.3g} tokens per "
              f"parameter. Modeled: every step time (bench/step_model.py, {shape} at tp={args.tp}, n_tracks "
              f"{args.n_tracks}, {args.device}); the baseline's loss against tokens (Chinchilla's law, assumed).",
              "Gap: % of the baseline's final val loss, [95% prediction interval for a new width's seed-mean gap: the "
-             f"width is the unit, one seed-mean line per width, {k} widths - 2 parameters = {k - 2} df]. Wall-clock: "
+             "width is the unit, one seed-mean line per width, " + (f"{k} widths - 2 parameters = {k - 2} df" if k > 2
+                                                                     else f"none from {k} width{'s' if k > 1 else ''}")
+             + "]. Wall-clock: "
              f"one tp group at {TOKENS_PER_STEP:,} tokens per step, [interval: the gap's bounds x the step-time "
              "interval]."]
     unmeasured = [p for p, c in cells.items() if p != "baseline" and not c["size_measured"]]
@@ -267,8 +271,9 @@ def summary(fit, args, shape, n_params, cells):
                          f"is not carried past the measured {r_lo:.2g}-{r_hi:.2g} tokens per parameter.")
     width, measured = measured_at(fit, n_params, args.tokens)
     if measured:
+        where = fit.get("tables") or f"{width['sweep']}/budget_table.md"
         lines.append(f"Measured at this point: width {width['width']} ({width['n_params'] / 1e6:.1f}M), the seeds' "
-                     f"mean paired gap ± its 95% t half-width (seeds), as {width['sweep']}/budget_table.md; inside? "
+                     f"mean paired gap ± its 95% t half-width (seeds), as {where}; inside? "
                      "says whether it lies in the fit's 95% prediction interval.")
     return lines
 

@@ -84,6 +84,33 @@ def test_trend_slope_crossover_heldout_and_figure(tmp_path, monkeypatch):
     assert "crosses 0 at" in (tmp_path / "answer.md").read_text() and report.main(["--check"]) == 0
 
 
+def test_the_planner_reads_this_corpus_fit(tmp_path, monkeypatch, capsys):
+    """size_fit.json from the WSD widths (analysis/size_trend.py's size_fit: one width here, so no size trend and
+    no interval), and `analysis.plan --fit` on it names this corpus and its tables; no WSD width, no file."""
+    import math
+    from analysis import plan
+    wsd = tmp_path / "w256" / "runs"
+    for seed, base in {1: 4.0, 2: 4.1, 3: 3.9}.items():
+        for b in (224, 448, 896, 1792):
+            gap = 1.0 * (math.log2(b / 448)) + 0.01 * seed
+            fake_run(wsd, "baseline", seed, base, base, base, max_iters=b)
+            fake_run(wsd, "grouped:4", seed, base * (1 + gap / 100), base, base, max_iters=b)
+    monkeypatch.setattr(report, "HERE", str(tmp_path))
+    assert report.main([]) == 0
+    fit = json.loads((tmp_path / "size_fit.json").read_text())
+    assert [w["width"] for w in fit["widths"]] == [256] and not fit["size_measured"]
+    assert fit["policies"]["grouped:4"]["lines"][0]["b"] == pytest.approx(1.0, abs=1e-6)  # points per doubling
+    capsys.readouterr()
+    argv = ["--size", "1.5b", "--tp", "8", "--tokens", "3e10", "--fit", str(tmp_path / "size_fit.json")]
+    assert plan.main(argv) in (0, None)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "on data/debian_large (every token read once) at widths 256" in text
+    assert "as experiments/large_budgets/answer.md says" in text and "none from 1 width]" in text
+    (tmp_path / "w256" / "runs").rename(tmp_path / "w256" / "cosine")
+    (tmp_path / "size_fit.json").unlink()
+    assert report.main(["--force"]) == 0 and not (tmp_path / "size_fit.json").exists()
+
+
 def test_a_width_with_cosine_runs_only_is_tabled_and_drawn(tmp_path, monkeypatch):
     """Width 768's first cosine runs (one seed, no WSD branches yet) beside a width with a trend: its cell is in
     answer.md with its gap and no interval or verdict, and the figure draws it, calling on plot_headline with it."""

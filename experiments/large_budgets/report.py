@@ -1,7 +1,8 @@
 """The budget study on data/debian_large (issue 68): per width, budget and schedule, each policy's paired gap to
 the baseline's final val loss, overall and per domain (prose, code), with its verdict.
 
-    python -m experiments.large_budgets.report          # answer.md, stats.json, trend.json, checks.json, headline.png
+    python -m experiments.large_budgets.report          # answer.md, stats.json, trend.json, checks.json, size_fit.json,
+                                                        # headline.png
     python -m experiments.large_budgets.report --check  # regenerates the text in memory; exit 1 if a stored byte differs
     python -m experiments.large_budgets.report --stability experiments/docs_study/budgets/cosine  # any runs' steadiness
 
@@ -34,7 +35,7 @@ if __name__ == "__main__" and not __package__:
     sys.exit("run it from the repository root as: python -m experiments.large_budgets.report " + " ".join(sys.argv[1:]))
 
 from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
-from analysis.stats import MARGIN, decide, holm, mean_ci, paired_tests  # noqa: E402
+from analysis.stats import MARGIN, budget_analysis, decide, holm, mean_ci, paired_tests  # noqa: E402
 from experiments.large_budgets.trend import (across_widths, plot_headline, render_across, render_trend,  # noqa: E402
                                              width_trend)
 from experiments.runner import read_records  # noqa: E402
@@ -44,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEDULES = ("cosine", "runs")  # runs/: the WSD trunks' cooldown branches
 METRICS = {"val": "val_loss", "val_prose": "val_prose_loss", "val_code": "val_code_loss"}
 POLICY_ORDER = ("ladder", "spd", "parallel", "grouped:4", "grouped:12")
+VOCAB = 50304  # GPT-2's, padded (the configs' vocab_size): the embedding's share of the parameters
 UNSTEADY = 3.0  # the figure marks a cosine cell whose late grad norm is this many times the baseline's (WSD: <= 2.7)
 
 
@@ -326,6 +328,27 @@ def analyse(groups):
     return rows
 
 
+def planner_fit(groups):
+    """size_fit.json for analysis.plan from this corpus (`--fit experiments/large_budgets/size_fit.json`): the same
+    model as the earlier study's (analysis/size_trend.py's size_fit: per width the line of its WSD cells' seed-mean
+    gaps in log2 tokens, regressed on log2 N with the width as the unit), from every width with WSD branches; None
+    while there is none. With one width the size trend is not measured and the planner says so."""
+    from analysis.size_trend import size_fit
+    widths = []
+    for (width, schedule), runs in sorted(groups.items()):
+        if schedule != "runs":
+            continue
+        n_params = runs[0]["n_params"]
+        widths.append(dict(width=width, n_params=n_params, non_embedding=n_params - VOCAB * width, runs=len(runs),
+                           sweep=f"experiments/large_budgets/w{width}",
+                           analysis=budget_analysis(seed_statistics(runs))))
+    if not widths:
+        return None
+    return dict(size_fit(widths), made_by="python -m experiments.large_budgets.report (analysis/size_trend.py's "
+                "size_fit over this study's WSD branches)", corpus="data/debian_large (every token read once)",
+                tables="experiments/large_budgets/answer.md")
+
+
 def trends(groups):
     """{width: ({policy: trend row}, n_params)} of every width with WSD branches (trend.width_trend)."""
     out = {}
@@ -394,6 +417,9 @@ def main(argv=None):
     outputs = {"answer.md": answer, "stats.json": json.dumps(rows, indent=1) + "\n",
                "trend.json": json.dumps(dict(widths, across_widths=across) if trend else widths, indent=1) + "\n",
                "checks.json": json.dumps({"runs": checked, "cells": check_cells(checked)}, indent=1) + "\n"}
+    fit = planner_fit(groups)
+    if fit is not None:
+        outputs["size_fit.json"] = json.dumps(fit, indent=1) + "\n"
     if args.check:
         stale = []
         for name, text in outputs.items():
@@ -403,7 +429,7 @@ def main(argv=None):
         if stale:
             print(f"stale: {', '.join(stale)}; regenerate with python -m experiments.large_budgets.report")
             return 1
-        print("answer.md, stats.json, trend.json and checks.json match the stored runs")
+        print(f"{', '.join(outputs)} match the stored runs")
         return 0
     stored = os.path.join(HERE, "stats.json")
     if os.path.exists(stored) and not args.force:
