@@ -33,7 +33,9 @@ long to reach the baseline's loss); --wide prints them as one table, one row per
 measured (N within 1% of a measured width's and T of one of its budgets: --size 124m --tokens 8.4e7), the loss table
 shows the measured gap beside the fit's (mean and 95% t half-width over the seeds, as the width's budget_table.md)
 and whether it lies inside the fit's prediction interval.
-Everything printed is modeled or extrapolated unless a column says measured; the last lines say what was measured.
+Everything printed is modeled or extrapolated unless a column says measured; the last lines say what was measured,
+and how the fit did on held-out budgets (size_fit.json's heldout: each width's largest budget left out, then
+predicted; with --fit experiments/large_budgets/size_fit.json, the corpus read once).
 """
 import argparse
 import json
@@ -235,6 +237,27 @@ def extrapolation_label(fit, n_params, tokens):
     return f"extrapolation ({'; '.join(why)})" if why else "within the measured range"
 
 
+def heldout_lines(fit):
+    """The fit's own check (size_fit.json's heldout: each width's largest budget left out of every width's line, then
+    predicted at that width): how many truths its 95% prediction intervals hold, for the policies it extrapolates
+    (no significant bend) and for all; where it gives no interval, each prediction beside its truth."""
+    rows = [(p, h, bool(fit["policies"].get(p, {}).get("curved"))) for p, hs in fit.get("heldout", {}).items()
+            for h in hs]
+    tested = [(h, curved) for _, h, curved in rows if h.get("inside") is not None]
+    parts = []
+    if tested:
+        straight = [h for h, curved in tested if not curved]
+        parts.append(f"{sum(h['inside'] for h in straight)} of {len(straight)} truths inside their 95% prediction "
+                     f"intervals for the policies it extrapolates ({sum(h['inside'] for h, _ in tested)} of "
+                     f"{len(tested)} with those whose gap bends)")
+    bare = [(p, h) for p, h, _ in rows if h.get("inside") is None]
+    if bare:
+        parts.append("no interval for " + "; ".join(f"{p} at width {h['width']}: {h['gap']:+.2f} predicted, "
+                                                    f"{h['truth']:+.2f} measured" for p, h in bare))
+    return [f"Held out (each width's largest budget left out of the fit, then predicted, one doubling of tokens "
+            f"out): {'; '.join(parts)}."] if parts else []
+
+
 def summary(fit, args, shape, n_params, cells):
     widths = ", ".join(f"{w['width']} ({w['n_params'] / 1e6:.1f}M)" for w in fit["widths"])
     r_lo, r_hi = fit["measured"]["tokens_per_param"]
@@ -269,6 +292,7 @@ def summary(fit, args, shape, n_params, cells):
                               if r["curvature"] and r["curvature"]["significant"])
             lines.append(f"{policy}: not extrapolated: its gap bends in log2 tokens ({bends}), so its straight line "
                          f"is not carried past the measured {r_lo:.2g}-{r_hi:.2g} tokens per parameter.")
+    lines += heldout_lines(fit)
     width, measured = measured_at(fit, n_params, args.tokens)
     if measured:
         where = fit.get("tables") or f"{width['sweep']}/budget_table.md"
