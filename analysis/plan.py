@@ -51,6 +51,19 @@ from training.cli import guarded, positive_int
 from training.config import REPO, HelpFormatter, OneLineArgumentParser
 
 SIZE_FIT = os.path.join("experiments", "docs_study", "sizes", "size_fit.json")  # under the repository root
+LARGE_FIT = os.path.join("experiments", "large_budgets", "size_fit.json")  # the corpus read once
+MIN_FIT_WIDTHS = 3  # the first number of widths whose fit has an interval (widths - 2 df)
+
+
+def default_fit():
+    """The corpus read once's fit once it has MIN_FIT_WIDTHS widths (an interval), else the earlier study's."""
+    try:
+        with open(os.path.join(REPO, LARGE_FIT)) as f:
+            if len(json.load(f)["widths"]) >= MIN_FIT_WIDTHS:
+                return LARGE_FIT
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return SIZE_FIT
 REAL_BUDGETS = os.path.join("experiments", "large_budgets", "stats.json")  # the study at a corpus read once
 CHECKS = os.path.join("experiments", "large_budgets", "checks.json")  # its runs at another learning rate
 UNSTEADY = 3.0  # a cell whose late gradient norm is this many times the baseline's (experiments/large_budgets)
@@ -264,7 +277,7 @@ def summary(fit, args, shape, n_params, cells):
     k = len(fit["widths"])
     trend = ("across widths" if fit["size_measured"] else
              "at one width: the size trend is NOT measured; assumed 0 (the gap follows tokens per parameter)")
-    corpus = f" on {fit['corpus']}" if fit.get("corpus") else ""
+    corpus = f" on {fit.get('corpus', 'data/debian_docs (25M tokens, read up to 3.3 times)')}"
     tables = fit.get("tables") or "each width's budget_table.md"
     lines = [f"Measured: loss gaps of 12-layer GPTs{corpus} at widths {widths}, {r_lo:.2g}-{r_hi:.2g} tokens per "
              f"parameter, n_tracks 4, WSD schedule, paired seeds per cell as {tables} says ({trend}). "
@@ -368,7 +381,8 @@ def main(argv=None):
     ap.add_argument("--device", choices=("H100", "H200"), default="H100", help="the step model's datasheet")
     ap.add_argument("--n_tracks", type=positive_int, default=None,
                     help="default: max(tp, 4); a multiple of tp, at most the n_head of the size timed")
-    ap.add_argument("--fit", default=SIZE_FIT, help="the study's committed fit, relative to the repository root")
+    ap.add_argument("--fit", default=None, help=f"a committed fit, relative to the repository root (default: "
+                    f"{LARGE_FIT} once it has {MIN_FIT_WIDTHS} widths, else {SIZE_FIT}: now {default_fit()})")
     ap.add_argument("--wide", action="store_true", help=f"one table, one row per policy (wider than {COLUMNS} columns)")
     args = ap.parse_args(argv)
     try:
@@ -383,6 +397,7 @@ def main(argv=None):
     if problem:
         ap.error(problem)
     try:
+        args.fit = args.fit or default_fit()
         with open(os.path.join(REPO, args.fit)) as f:
             fit = json.load(f)
     except (OSError, ValueError) as e:

@@ -463,3 +463,17 @@ def test_the_planner_prints_its_held_out_check():
     assert ("1 of 2 truths inside their 95% prediction intervals for the policies it extrapolates (2 of 4 with those "
             "whose gap bends); no interval for parallel at width 768: -3.63 predicted, -0.81 measured.") in line
     assert plan.heldout_lines({"policies": {}, "heldout": {}}) == []
+
+
+def test_the_planner_takes_the_corpus_read_once_from_three_widths(tmp_path, monkeypatch):
+    """analysis.plan's default fit: experiments/large_budgets/size_fit.json once it has 3 widths (an interval),
+    the earlier study's before that, or when the file is missing or unreadable."""
+    large = tmp_path / "large.json"
+    monkeypatch.setattr(plan, "REPO", str(tmp_path))
+    monkeypatch.setattr(plan, "LARGE_FIT", "large.json")
+    assert plan.default_fit() == plan.SIZE_FIT  # missing
+    for widths, expected in ((2, plan.SIZE_FIT), (3, "large.json")):
+        large.write_text(json.dumps({"widths": [{"width": 256 * (k + 1)} for k in range(widths)]}))
+        assert plan.default_fit() == expected, widths
+    large.write_text("{not json")
+    assert plan.default_fit() == plan.SIZE_FIT
