@@ -11,7 +11,8 @@ One row per policy:
   other than 12 layers a grouped:G policy is timed as the spec with the nearest syncs per forward
   (bench/steptime/pareto.py's nearest_sync_spec, as its --pareto does): the loss was measured with the 12-layer spec.
 - loss gap to baseline at N parameters and T tokens, % of the baseline's final val loss, with the 95% prediction
-  interval for a new width's seed-mean gap: the surface of experiments/docs_study/sizes/size_fit.json
+  interval for a new width's seed-mean gap: the surface of experiments/docs_study/sizes/size_fit.json, or of
+  experiments/large_budgets/size_fit.json (the corpus read once) from its third width on, or --fit's
   (analysis/size_trend.py, 2): per measured width the line of its budget cells' seed-mean gaps in log2 tokens,
   evaluated at T / N tokens per parameter and regressed on log2 N across the widths. The width is the unit of
   replication: k widths give k - 2 degrees of freedom, and below 1 (one or two widths) no interval is printed and
@@ -53,17 +54,6 @@ from training.config import REPO, HelpFormatter, OneLineArgumentParser
 SIZE_FIT = os.path.join("experiments", "docs_study", "sizes", "size_fit.json")  # under the repository root
 LARGE_FIT = os.path.join("experiments", "large_budgets", "size_fit.json")  # the corpus read once
 MIN_FIT_WIDTHS = 3  # the first number of widths whose fit has an interval (widths - 2 df)
-
-
-def default_fit():
-    """The corpus read once's fit once it has MIN_FIT_WIDTHS widths (an interval), else the earlier study's."""
-    try:
-        with open(os.path.join(REPO, LARGE_FIT)) as f:
-            if len(json.load(f)["widths"]) >= MIN_FIT_WIDTHS:
-                return LARGE_FIT
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return SIZE_FIT
 REAL_BUDGETS = os.path.join("experiments", "large_budgets", "stats.json")  # the study at a corpus read once
 CHECKS = os.path.join("experiments", "large_budgets", "checks.json")  # its runs at another learning rate
 UNSTEADY = 3.0  # a cell whose late gradient norm is this many times the baseline's (experiments/large_budgets)
@@ -75,6 +65,17 @@ COUNT = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)([kmb]?)$", re.IGNORECASE
 COLUMNS = 100  # the widest line the default layout prints
 CURVED = "not extrapolated: curvature"
 MEASURED_TOL = 0.01  # N and T within 1% of a measured width's and budget's: the point the study measured
+
+
+def default_fit():
+    """The corpus read once's fit once it has MIN_FIT_WIDTHS widths (an interval), else the earlier study's."""
+    try:
+        with open(os.path.join(REPO, LARGE_FIT)) as f:
+            if len(json.load(f)["widths"]) >= MIN_FIT_WIDTHS:
+                return LARGE_FIT
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return SIZE_FIT
 
 
 def parse_size(text):
