@@ -24,14 +24,10 @@ import sys
 if not __package__:  # run as a file, the repository root is not on sys.path
     sys.exit("run it from the repository root as: python -m bench.comm_table " + " ".join(sys.argv[1:]))
 
-from bench.throughput.report import FLOOR_TAG  # noqa: E402
+from bench.throughput.report import FLOOR_TAG, fastest_rows, timed_ms  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 
 PLAIN = ("off", "sp")  # every other tp_comm value is SP with an overlap (chunked, chunked:K, async_tp)
-
-
-def _ms(row):
-    return row["ms"] if not row.get("error") and isinstance(row.get("ms"), (int, float)) and row["ms"] > 0 else None
 
 
 def read_invocation(path):
@@ -52,7 +48,8 @@ def read_invocation(path):
 def invocation_rows(path):
     """The table's rows of one file: one per (n_tracks, mode, policy) with its ms per communication mode."""
     meta, rows = read_invocation(path)
-    floors = {r["name"]: _ms(r) for r in rows if r.get("floor")}
+    floors = {r["name"]: timed_ms(r) for r in rows if r.get("floor")}
+    fastest = fastest_rows(rows)
     cells = {}
     for r in rows:
         if r.get("group") != "tp2" or r.get("floor") or r.get("async_grad", "off") != "off":
@@ -60,27 +57,27 @@ def invocation_rows(path):
         key = (r["n_tracks"], r["mode"], r["policy"])
         cell = cells.setdefault(key, {"syncs": r.get("syncs_per_forward"), "ms": {}, "floor": {}})
         comm = r.get("tp_comm", "off")
-        cell["ms"][comm] = _ms(r)
+        cell["ms"][comm] = timed_ms(r)
         cell["floor"][comm] = floors.get(r["name"] + FLOOR_TAG)
     out = []
     for (n_tracks, mode, policy), cell in cells.items():
         base = cells.get((n_tracks, mode, "baseline"))
-        ok = {c: ms for c, ms in cell["ms"].items() if ms is not None}
-        best = min(ok, key=ok.get) if ok else None
+        best_row, strongest = fastest.get((n_tracks, policy, mode)), fastest.get((n_tracks, "baseline", mode))
+        best = best_row.get("tp_comm", "off") if best_row else None
         row = {"file": path, "size": meta.get("size"), "tp": meta.get("world_size"), "device": meta.get("device"),
                "commit": meta.get("commit"), "n_tracks": n_tracks, "mode": mode, "policy": policy,
-               "syncs": cell["syncs"], "ms": cell["ms"], "best": best, "best_ms": ok.get(best),
+               "syncs": cell["syncs"], "ms": cell["ms"], "best": best, "best_ms": best_row and best_row["ms"],
                "comm_ms": None, "savings": {}}
         if best is not None and cell["floor"].get(best) is not None:
-            row["comm_ms"] = ok[best] - cell["floor"][best]
+            row["comm_ms"] = best_row["ms"] - cell["floor"][best]
         if base is not None and best is not None:
             b = {c: ms for c, ms in base["ms"].items() if ms is not None}
             overlapped = [ms for c, ms in b.items() if c not in PLAIN]
             for name, ms in (("plain TP", b.get("off")), ("TP + SP", b.get("sp")),
                              ("TP + SP + overlap", min(overlapped) if overlapped else None),
-                             ("strongest", min(b.values()) if b else None)):
+                             ("strongest", strongest and strongest["ms"])):
                 if ms is not None:
-                    row["savings"][name] = 1 - ok[best] / ms
+                    row["savings"][name] = 1 - best_row["ms"] / ms
         out.append(row)
     return out
 

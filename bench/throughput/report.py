@@ -10,6 +10,23 @@ def _ok(row):
     return row is not None and isinstance(row.get("ms"), float) and row["ms"] > 0
 
 
+def timed_ms(row):
+    """The row's median ms, or None for a row that failed or holds no time."""
+    return row["ms"] if _ok(row) else None
+
+
+def fastest_rows(rows):
+    """{(n_tracks, policy, mode): the fastest timed tp row of that policy over its --tp_comm values}: each policy's
+    best exact mode (floors and async-grad rows left out)."""
+    fastest = {}
+    for r in rows:
+        if r["group"] == "tp2" and not r.get("floor") and r.get("async_grad", "off") == "off" and _ok(r):
+            key = (r["n_tracks"], r["policy"], r["mode"])
+            if key not in fastest or r["ms"] < fastest[key]["ms"]:
+                fastest[key] = r
+    return fastest
+
+
 def key_ratios(rows):
     """[{section, label, value or None, a, b}], each value a throughput ratio (> 1: the first is faster), but for the
     no-sync floor section's, which are ms ratios (row ms / floor ms, >= 1)."""
@@ -65,11 +82,7 @@ def key_ratios(rows):
         torch_row = by.get(("dp2", "torch_ddp", 1, "baseline", r["mode"]))
         if torch_row is not None:
             add("ours dp2 / torch DDP dp2 (tokens/s, same mode)", r["mode"], r, torch_row)
-    fastest = {}  # per (n_tracks, policy, mode) its fastest row over --tp_comm's values: each one's best exact mode
-    for r in (r for r in rows if r["group"] == "tp2" and r.get("async_grad", "off") == "off" and _ok(r)):
-        key = (r["n_tracks"], r["policy"], r["mode"])
-        if key not in fastest or r["ms"] < fastest[key]["ms"]:
-            fastest[key] = r
+    fastest = fastest_rows(rows)
     if any(r.get("tp_comm", "off") != "off" for r in fastest.values()):  # else the same as policy / baseline
         for (n, policy, mode), r in fastest.items():
             base = fastest.get((n, "baseline", mode))
