@@ -72,18 +72,23 @@ def planned_config(run, scratch):
 
 
 def read_records(path):
-    records = []
     try:
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a killed run
-                if isinstance(record, dict):
-                    records.append(record)
+            return parse_records(f)
     except OSError:
-        pass
+        return []
+
+
+def parse_records(lines):
+    """The JSON objects of a metrics.jsonl's lines; a line cut short by a killed run is skipped."""
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
     return records
 
 

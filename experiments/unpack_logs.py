@@ -23,7 +23,7 @@ if __name__ == "__main__" and not __package__:
     sys.exit("run it from the repository root as: python -m experiments.unpack_logs " + " ".join(sys.argv[1:]))
 
 from atomic_files import atomic_write  # noqa: E402
-from experiments.runner import RUN_LOGS, SWEEP_MARK, finished_records  # noqa: E402
+from experiments.runner import RUN_LOGS, SWEEP_MARK, finished_records, parse_records  # noqa: E402
 from training.config import REPO, HelpFormatter, OneLineArgumentParser  # noqa: E402
 
 
@@ -72,15 +72,8 @@ def run_finished(logs):
         max_iters = json.loads(logs["config.json"])["max_iters"]
     except (KeyError, ValueError, TypeError):
         return None
-    records = []
-    for line in logs.get("metrics.jsonl", b"").decode(errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return finished_records(records, max_iters)
+    return finished_records(parse_records(logs.get("metrics.jsonl", b"").decode(errors="replace").splitlines()),
+                            max_iters)
 
 
 def unpack(path, root=REPO, dry_run=False, say=print):
