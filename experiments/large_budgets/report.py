@@ -45,7 +45,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEDULES = ("cosine", "runs")  # runs/: the WSD trunks' cooldown branches
 METRICS = {"val": "val_loss", "val_prose": "val_prose_loss", "val_code": "val_code_loss"}
 POLICY_ORDER = ("ladder", "spd", "parallel", "grouped:4", "grouped:12")
-VOCAB = 50304  # GPT-2's, padded (the configs' vocab_size): the embedding's share of the parameters
 UNSTEADY = 3.0  # the figure marks a cosine cell whose late grad norm is this many times the baseline's (WSD: <= 2.7)
 
 
@@ -87,6 +86,7 @@ def load_folder(folder, skipped=None):
         with open(os.path.join(folder, name, "config.json")) as f:
             config = json.load(f)
         run["n_params"], run["device"] = config["derived"]["n_params"], config["derived"].get("device_name")
+        run["vocab_size"] = config["derived"].get("vocab_size")
         run["learning_rate"], run["width"] = config.get("learning_rate"), config.get("n_embd")
         runs.append(run)
     return runs
@@ -338,8 +338,9 @@ def planner_fit(groups):
     for (width, schedule), runs in sorted(groups.items()):
         if schedule != "runs":
             continue
-        n_params = runs[0]["n_params"]
-        widths.append(dict(width=width, n_params=n_params, non_embedding=n_params - VOCAB * width, runs=len(runs),
+        n_params, vocab = runs[0]["n_params"], runs[0]["vocab_size"]
+        widths.append(dict(width=width, n_params=n_params, non_embedding=vocab and n_params - vocab * width,
+                           runs=len(runs),
                            sweep=f"experiments/large_budgets/w{width}",
                            analysis=budget_analysis(seed_statistics(runs))))
     if not widths:
