@@ -35,7 +35,7 @@ if __name__ == "__main__" and not __package__:
     sys.exit("run it from the repository root as: python -m experiments.large_budgets.report " + " ".join(sys.argv[1:]))
 
 from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
-from analysis.stats import MARGIN, budget_analysis, decide, holm, mean_ci, paired_tests  # noqa: E402
+from analysis.stats import budget_analysis  # noqa: E402
 from experiments.large_budgets.trend import (across_widths, plot_headline, render_across, render_trend,  # noqa: E402
                                              width_trend)
 from experiments.runner import read_records  # noqa: E402
@@ -198,48 +198,37 @@ def check_rows(checks, groups):
     return rows
 
 
-def check_cells(rows):
-    """Per check and policy, the seed statistics of two paired gaps (%, one per seed, as the sweep's cells):
-    'at_check_lr', the policy over the baseline at the check's learning rate; 'vs_better_baseline', the policy at
-    the check's rate over the baseline's lower final val loss of the two rates (the baseline tuned between them).
-    Mean, 95% t-interval (n - 1 df), Holm over the check's policies per comparison, TOST against MARGIN, verdict."""
+def check_cells(checks, groups):
+    """Per check and policy, the sweep's seed statistics (analysis/stats.py's seed_statistics: paired gaps, 95%
+    t-interval with n - 1 df, Holm over the check's policies, TOST against the margin, verdict) of two comparisons:
+    'at_check_lr', the check's runs among themselves (the policy over the baseline at the check's learning rate);
+    'vs_better_baseline', the same policy runs over, per seed, the baseline's run of lower final val loss of the
+    two rates (the check's or the sweep's twin: the baseline tuned between them)."""
+    def pick(runs, seed, tokens):
+        return next((r for r in runs if (r["policy"], r["seed"], r["tokens"]) == ("baseline", seed, tokens)), None)
     cells = []
-    for check in dict.fromkeys(r["check"] for r in rows):
-        mine = [r for r in rows if r["check"] == check]
-        base = {(r["seed"], r["tokens"]): r for r in mine if r["policy"] == "baseline"}
-        policies = list(dict.fromkeys(r["policy"] for r in mine if r["policy"] != "baseline"))
-        found = {}
-        for policy in policies:
-            runs = [r for r in mine if r["policy"] == policy and (r["seed"], r["tokens"]) in base]
-            better = {}
-            for r in runs:
-                b = base[(r["seed"], r["tokens"])]
-                floor = min(v for v in (b["final_val"], b["sweep_final_val"]) if v is not None)
-                better[r["seed"]] = 100 * (r["final_val"] / floor - 1) if b["sweep_final_val"] is not None else None
-            found[policy] = {"at_check_lr": {r["seed"]: r["gap"] for r in runs},
-                             "vs_better_baseline": {s: g for s, g in better.items() if g is not None}}
-        for kind in ("at_check_lr", "vs_better_baseline"):
-            stats = {}
-            for policy in policies:
-                gaps = [g for _, g in sorted(found[policy][kind].items())]
-                if not gaps:
+    for check, runs in checks.items():
+        sweep = groups.get((runs[0]["width"], "cosine"), [])
+        better = []
+        for r in runs:
+            if r["policy"] != "baseline":
+                better.append(r)
+            elif pick(sweep, r["seed"], r["tokens"]):
+                twin = pick(sweep, r["seed"], r["tokens"])
+                better.append(min((r, dict(twin, setting=r["setting"])), key=lambda b: b["final_val"]))
+        sweep_lr = next((r["learning_rate"] for r in sweep if r["policy"] == "baseline"), None)
+        for kind, compared in (("at_check_lr", runs), ("vs_better_baseline", better)):
+            for c in seed_statistics(compared)["cells"]:
+                m = c["final_val"]
+                if c["policy"] == "baseline" or "gap" not in m:
                     continue
-                mean, half, _ = mean_ci(gaps)
-                m = {"check": check, "comparison": kind, "policy": policy, "width": mine[0]["width"],
-                     "tokens": mine[0]["tokens"], "lr": mine[0]["lr"], "sweep_lr": mine[0]["sweep_lr"],
-                     "seeds": sorted(found[policy][kind]), "gaps": [round(g, 4) for g in gaps], "gap": round(mean, 3),
-                     "gap_ci95": None if half is None else round(half, 3), "p_diff": None, "p_tost": None}
-                if len(gaps) > 1:
-                    m["p_diff"], m["p_tost"] = paired_tests(gaps, MARGIN)[:2]
-                stats[policy] = m
-            tested = [m for m in stats.values() if m["p_diff"] is not None]
-            adjusted = zip(holm([m["p_diff"] for m in tested]), holm([m["p_tost"] for m in tested]))
-            for m, (p_diff, p_tost) in zip(tested, adjusted):
-                m["p_diff_holm"], m["p_tost_holm"] = round(p_diff, 4), round(p_tost, 4)
-            for m in stats.values():
-                m["verdict"] = decide(dict(m, p_diff_holm=m.get("p_diff_holm")))
-                m.pop("p_diff"), m.pop("p_tost")
-                cells.append(m)
+                cells.append({"check": check, "comparison": kind, "policy": c["policy"], "width": runs[0]["width"],
+                              "tokens": c["tokens"], "lr": runs[0]["learning_rate"], "sweep_lr": sweep_lr,
+                              "seeds": m["paired_seeds"], "gaps": [round(g, 4) for g in m["gaps"]],
+                              "gap": round(m["gap"], 3),
+                              "gap_ci95": None if m["gap_ci"] is None else round(m["gap_ci"], 3),
+                              **{k: round(m[k], 4) for k in ("p_diff_holm", "p_tost_holm") if m.get(k) is not None},
+                              "verdict": m.get("verdict")})
     return cells
 
 
@@ -260,8 +249,8 @@ def render_check_cells(cells):
     return lines
 
 
-def render_checks(rows, checks):
-    """check_rows as a table per check, each followed by its runs' stability table."""
+def render_checks(rows, checks, cells):
+    """check_rows as a table per check, then its check_cells, then its runs' stability table."""
     lines = ["## Checks beside the sweep: the learning rate", "",
              "Runs under experiments/large_budgets/checks/<check>/cosine/, each beside the sweep's run of the same "
              "width, policy, seed and budget at the sweep's learning rate. Gap: final val loss over the baseline's "
@@ -278,7 +267,7 @@ def render_checks(rows, checks):
         for r in (r for r in rows if r["check"] == check):
             lines.append(f"| {check} | {r['width']} | {r['tokens'] / 1e6:.1f}M | {r['policy']} | {r['seed']} | "
                          + " | ".join("" if r[key] is None else format(r[key], spec) for key, spec in columns) + " |")
-        lines += [""] + render_check_cells([m for m in check_cells(rows) if m["check"] == check])
+        lines += [""] + render_check_cells([m for m in cells if m["check"] == check])
         lines += ["", f"How steadily {check}'s runs trained (as the first table):", ""]
         lines += stability_table([(r["width"], r["name"], r.get("stability")) for r in runs])
     return "\n".join(lines) + "\n"
@@ -411,13 +400,13 @@ def main(argv=None):
     across = across_widths(trend, sorted({w for w, schedule in groups if schedule == "cosine"} - set(trend)))
     answer = render(rows) + ("\n" + render_trend(trend, ("baseline",) + POLICY_ORDER) + "\n"
                              + render_across(across, POLICY_ORDER) if trend else "") + "\n" + render_stability(groups)
-    checked = check_rows(checks, groups)
+    checked, cells = check_rows(checks, groups), check_cells(checks, groups)
     if checks:
-        answer += "\n" + render_checks(checked, checks)
+        answer += "\n" + render_checks(checked, checks, cells)
     widths = {str(w): {"n_params": n, "policies": r} for w, (r, n) in trend.items()}
     outputs = {"answer.md": answer, "stats.json": json.dumps(rows, indent=1) + "\n",
                "trend.json": json.dumps(dict(widths, across_widths=across) if trend else widths, indent=1) + "\n",
-               "checks.json": json.dumps({"runs": checked, "cells": check_cells(checked)}, indent=1) + "\n"}
+               "checks.json": json.dumps({"runs": checked, "cells": cells}, indent=1) + "\n"}
     fit = planner_fit(groups)
     if fit is not None:
         outputs["size_fit.json"] = json.dumps(fit, indent=1) + "\n"
@@ -448,7 +437,7 @@ def main(argv=None):
         unsteady = {(r["width"], r["policy"]): r["late_grad_norm_ratio"] for r in rows if r["schedule"] == "cosine"
                     and r["metric"] == "val" and (r.get("late_grad_norm_ratio") or 0) >= UNSTEADY}
         params = {r["width"]: r["n_params"] for r in rows}
-        at_rate = [dict(m, tokens_per_param=m["tokens"] / params[m["width"]]) for m in check_cells(checked)
+        at_rate = [dict(m, tokens_per_param=m["tokens"] / params[m["width"]]) for m in cells
                    if m["comparison"] == "at_check_lr" and m["width"] in params]
         plot_headline(trend, POLICY_ORDER, os.path.join(HERE, "headline.png"), cosine_only, unsteady, at_rate)
         print(f"wrote {os.path.relpath(os.path.join(HERE, 'headline.png'))}")
