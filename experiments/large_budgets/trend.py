@@ -187,7 +187,7 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
     cosine cells (report.py's rows of metric val) of widths without WSD branches yet, drawn as squares alone (a
     single seed has no interval). unsteady: {(width, policy): late grad norm over the baseline's} of the cosine
     cells to mark as unsteadily trained (written beside their marker). checks: report.py's check cells at the
-    check's learning rate (with tokens_per_param), drawn as triangles just right of the sweep's marker."""
+    check's learning rate (with tokens_per_param), drawn as triangles just left of the sweep's marker."""
     unsteady = unsteady or {}
     import matplotlib
     matplotlib.use("Agg")
