@@ -28,8 +28,9 @@
 #                                                 # fastest mode, with no-sync floors), large (parallel and spd
 #                                                 # beside it), latency (tp_latency off/sp, 124m and large),
 #                                                 # chunkprof (a profile of the chunked baseline)
-#   bash bench/gpu_suite.sh comm2 OUT_DIR         # 4 GPUs as two tp=2 pairs at once (GPUs 0,1: 124m; 2,3: medium),
-#                                                 # each pair one invocation of plain TP and TP + SP with floors
+#   bash bench/gpu_suite.sh comm2 OUT_DIR [SIZE]  # tp=2, plain TP and TP + SP, 124m with floors, medium without:
+#                                                 # 4 GPUs as two pairs at once (GPUs 0,1: 124m; 2,3: medium), or
+#                                                 # SIZE (124m or medium) alone on GPUs 0,1 of a 2-GPU machine
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python -m bench.tp_latency --merge`.
@@ -73,7 +74,9 @@ case $mode in
   check2) launch=(torchrun --standalone --nproc_per_node=2); parts=check ;;
   pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
   comm4) launch=(torchrun --standalone --nproc_per_node=4); parts=${3:-floors124m} ;;
-  comm2) launch=(torchrun --standalone --nproc_per_node=2); parts=comm2 ;;
+  comm2) launch=(torchrun --standalone --nproc_per_node=2); parts=comm2; comm2_sizes=${3:-124m,medium}
+    case $comm2_sizes in 124m|medium|124m,medium) ;; *)
+      echo "gpu_suite.sh: comm2 size '$comm2_sizes' is not one of 124m, medium (default: both, on 4 GPUs)" >&2; exit 2 ;; esac ;;
   *) echo "gpu_suite.sh: mode '$mode' is not one of $modes" >&2
      exit 2 ;;
 esac
@@ -96,14 +99,16 @@ if has chunkprof; then
     --policies baseline --tp2_n_tracks 4 --tp_comm sp,chunked --warmup 10 --iters 30 --profile baseline \
     --out_dir "$out/chunkprof"
 fi
-if has comm2; then  # two invocations at once, one per pair of GPUs: each ratio is taken inside its own invocation;
-  # baseline in plain TP and TP + SP, the policies in plain TP (their fastest at tp=4); 124m with floors (10 rows of
-  # about 30 s of compile), medium without (5 rows of about 60 s)
-  CUDA_VISIBLE_DEVICES=0,1 step 560 comm2_124m "${launch[@]}" "${comm[@]}" --baseline_tp_comm off,sp --size 124m \
-    --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 --iters 30 --floors \
-    --out_dir "$out/comm2_124m" &
-  CUDA_VISIBLE_DEVICES=2,3 step 560 comm2_medium "${launch[@]}" "${comm[@]}" --baseline_tp_comm off,sp --size medium \
-    --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 --iters 30 --out_dir "$out/comm2_medium" &
+if has comm2; then  # each ratio is taken inside its own invocation; baseline in plain TP and TP + SP, the policies
+  # in plain TP (their fastest at tp=4); 124m with floors (10 rows of about 30 s of compile), medium without (5 rows
+  # of about 60 s). Both sizes: two invocations at once, one per pair of GPUs
+  second_pair=0,1; [ "$comm2_sizes" = 124m,medium ] && second_pair=2,3
+  [[ $comm2_sizes == *124m* ]] && CUDA_VISIBLE_DEVICES=0,1 step 560 comm2_124m "${launch[@]}" "${comm[@]}" \
+    --baseline_tp_comm off,sp --size 124m --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 \
+    --iters 30 --floors --out_dir "$out/comm2_124m" &
+  [[ $comm2_sizes == *medium* ]] && CUDA_VISIBLE_DEVICES=$second_pair step 560 comm2_medium "${launch[@]}" "${comm[@]}" \
+    --baseline_tp_comm off,sp --size medium --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 \
+    --iters 30 --out_dir "$out/comm2_medium" &
   wait
 fi
 if has train; then
