@@ -286,16 +286,23 @@ def test_readme_real_budget_and_learning_rate_gaps_are_the_stored_ones():
         assert (float(gap), float(ci)) == (round(cells[policy]["gap"], 2), round(cells[policy]["gap_ci95"], 2))
 
 
-def test_readme_savings_against_sequence_parallelism_are_the_comm_tables():
-    """The first screen's savings against TP + sequence parallelism are bench.comm_table's 'against the strongest'
-    on the tp=4 invocations docs/benchmarks.md tables (each policy's fastest row, the baseline's in the same file)."""
+def test_readme_savings_against_the_strongest_baseline_are_the_comm_tables():
+    """The first screen's savings against the strongest baseline are bench.comm_table's 'against the strongest' on
+    the invocations docs/benchmarks.md tables (each policy's fastest row, the baseline's in the same file), per tp and
+    size; and the mode it names as the faster baseline at each tp is the baseline's fastest row in every file."""
     from bench import comm_table
     block = re.search(r"```bash\n(python -m bench\.comm_table .*?)```", read("docs/benchmarks.md"), re.S)[1]
     rows = [r for f in block.replace("\\\n", " ").split()[3:] for r in comm_table.invocation_rows(os.path.join(REPO, f))]
-    strongest = {(r["size"], r["policy"]): round(100 * r["savings"]["strongest"], 1) for r in rows
+    strongest = {(r["tp"], r["size"], r["policy"]): round(100 * r["savings"]["strongest"], 1) for r in rows
                  if r["policy"] != "baseline" and "strongest" in r["savings"]}
-    sentence = re.search(r"Against TP \+ sequence parallelism\*\* \([^)]*\): 124M, (.*?); large \(774M\), (.*?) \(",
-                         first_screen_sentence())
-    for size, text in (("124m", sentence[1]), ("large", sentence[2])):
+    baseline_best = {(r["tp"], r["best"]) for r in rows if r["policy"] == "baseline"}
+    sentence = re.search(r"Against the strongest baseline\*\* \([^)]*\): at tp=4 \(4x H200; (.*?) is faster\) 124M, "
+                         r"(.*?); large \(774M\), (.*?)\. At tp=2 \(2x H200, n_tracks 2; (.*?) is faster, [^)]*\) 124M, "
+                         r"(.*?); medium \(350M\), (.*?) \(", first_screen_sentence())
+    assert sentence, "the first screen's sentence on the strongest baseline"
+    modes = {"TP + SP": "sp", "plain TP": "off"}
+    assert baseline_best == {(4, modes[sentence[1]]), (2, modes[sentence[4]])}, baseline_best
+    for tp, size, text in ((4, "124m", sentence[2]), (4, "large", sentence[3]), (2, "124m", sentence[5]),
+                           (2, "medium", sentence[6])):
         found = re.findall(r"(grouped:4|parallel|spd)(?: saves)? (\d+\.\d)%", text)
-        assert found and all(float(v) == strongest[size, p] for p, v in found), (size, found)
+        assert found and all(float(v) == strongest[tp, size, p] for p, v in found), (tp, size, found)

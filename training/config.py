@@ -89,8 +89,8 @@ class TrainConfig:
                                                    "frozen) before the run ends naming it (training/stall.py)")
     tp_async_grad: bool = option(False, PARALLEL, "tp >= 2: launch f's backward all-reduce before the column GEMM's "
                                               "weight gradient and wait after it (Megatron's async grad all-reduce)")
-    # off by default: exact (tests/test_sequence_parallel.py); at tp=4 with CUDA graphs faster for baseline only
-    # (docs/training.md), the policies' fastest without it
+    # off by default: exact (tests/test_sequence_parallel.py); faster for baseline only at tp=4 with CUDA graphs,
+    # slower at tp=2 (docs/training.md), the policies' fastest without it
     sequence_parallel: bool = option(False, PARALLEL, "tp >= 2: Megatron's sequence parallelism: between syncs the "
                                                       "stream, LayerNorm and dropout act on 1/tp of the tokens; each "
                                                       "all-reduce becomes a reduce-scatter and an all-gather "
