@@ -59,9 +59,11 @@ case $verb in
     [ -f $S/smi.pid ] && kill -0 "$(cat $S/smi.pid)" 2>/dev/null || {
       setsid nohup nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv -l 30 > $S/smi-$width.csv \
         2>&1 < /dev/null & echo $! > $S/smi.pid; }
-    # GPUS, when set, narrows the sweep to those GPUs (the runner then spreads its runs over what it sees)
+    # GPUS, when set, narrows the sweep to those GPUs (the runner then spreads its runs over what it sees); one job a
+    # GPU unless ARGS say --jobs (a second run on a GPU did not add tokens per second: w256/calls/README.md)
+    n_gpus=$(nvidia-smi -L | wc -l); [ -n "$GPUS" ] && n_gpus=$(echo "$GPUS" | tr ',' '\n' | wc -l)
     setsid nohup env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} python3 -m experiments.docs_study.run run --config $cfg \
-      --sweep ${SWEEP:-experiments/large_budgets/w$width} --jobs 4 --scratch $SCRATCH --status-every 120 \
+      --sweep ${SWEEP:-experiments/large_budgets/w$width} --jobs $n_gpus --scratch $SCRATCH --status-every 120 \
       --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 ${PREFIX:+--set data_dir=$S/data$PREFIX} "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
     echo $! >> $S/sweeps.pid; sleep "${START_WAIT:-180}"; tail -n 30 $S/sweep-$width-$$.log ;;
   watch)
