@@ -216,9 +216,8 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
                 ax.errorbar([c["tokens"] / n_params], [c["measured"]], yerr=[c["ci"] or 0.0], fmt="s", color=color,
                             mfc="white", ms=7, capsize=3, label=f"width {width}, cosine ({c['seeds']} seeds)")
                 if (width, policy) in unsteady:
-                    ax.annotate(f"unsteady: grad norm ×{unsteady[width, policy]:.0f}", (c["tokens"] / n_params,
-                                c["measured"]), textcoords="offset points", xytext=(-8, 7), ha="right", fontsize=7,
-                                color=color)
+                    ax.annotate(f"×{unsteady[width, policy]:.0f}", (c["tokens"] / n_params, c["measured"]),
+                                textcoords="offset points", xytext=(-8, 7), ha="right", fontsize=7, color=color)
         for k, width in enumerate(sorted({c["width"] for c in cosine_only}), start=len(trends)):
             for c in (c for c in cosine_only if c["width"] == width and c["policy"] == policy):
                 n = len(c["seeds"])
@@ -226,12 +225,12 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
                             color=colors[k % len(colors)], mfc="white", ms=7, capsize=3,
                             label=f"width {width}, cosine ({n} seed{'' if n == 1 else 's'}"
                                   f"{', no interval' if n == 1 else ''})")
-                # labelled at the marker, not as a tick: it would crowd the WSD budgets' ticks
-                label, offset = f"{c['tokens_per_param']:.2g}", (7, 4)
-                if (width, policy) in unsteady:  # a longer label: left of the marker, below it near the top edge
-                    label += f", unsteady: grad norm ×{unsteady[width, policy]:.0f}"
-                    offset = (-60, -13 if c["gap"] > CLIP - 5 else 6)
-                ax.annotate(label, (c["tokens_per_param"], c["gap"]), textcoords="offset points", xytext=offset,
+                # labelled at the marker, not as a tick: it would crowd the WSD budgets' ticks; kept short, as a
+                # longer one ran into the next width's labels
+                label = f"{c['tokens_per_param']:.2g}"
+                if (width, policy) in unsteady:
+                    label += f" ×{unsteady[width, policy]:.0f}"
+                ax.annotate(label, (c["tokens_per_param"], c["gap"]), textcoords="offset points", xytext=(7, 4),
                             fontsize=7, color=colors[k % len(colors)])
         check_colors = {}
         for c in (c for c in checks if c["policy"] == policy):
@@ -262,7 +261,9 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
             legend.setdefault(label, handle)
     fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=len(legend), fontsize=9, frameon=False)
     fig.suptitle("Loss cost of fewer syncs against the training budget on data/debian_large: mean of paired seeds "
-                 f"(counts in the legends), 95% t bands (clipped at ±{CLIP:.0f}); lower is better", fontsize=11)
+                 f"(counts in the legends), 95% t bands (clipped at ±{CLIP:.0f}); lower is better\n"
+                 "×N beside a cosine marker: trained unsteadily, its late median gradient norm N times the baseline's",
+                 fontsize=11)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     save_figure(fig, path)
     plt.close(fig)
