@@ -72,7 +72,7 @@ def test_the_stored_table_is_the_committed_files():
     block = re.search(r"```bash\n(python -m bench\.comm_table .*?)```", doc, re.S)[1]
     files = block.replace("\\\n", " ").split()[3:]
     rows = [r for f in files for r in comm_table.invocation_rows(os.path.join(REPO, f))]
-    assert len(files) == 6 and all(f.startswith("bench/results/") for f in files)
+    assert len(files) == 8 and all(f.startswith("bench/results/") for f in files)
     assert comm_table.render(rows) in doc
 
 

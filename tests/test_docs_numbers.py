@@ -293,8 +293,10 @@ def test_readme_savings_against_the_strongest_baseline_are_the_comm_tables():
     from bench import comm_table
     block = re.search(r"```bash\n(python -m bench\.comm_table .*?)```", read("docs/benchmarks.md"), re.S)[1]
     rows = [r for f in block.replace("\\\n", " ").split()[3:] for r in comm_table.invocation_rows(os.path.join(REPO, f))]
-    strongest = {(r["tp"], r["size"], r["policy"]): round(100 * r["savings"]["strongest"], 1) for r in rows
-                 if r["policy"] != "baseline" and "strongest" in r["savings"]}
+    strongest = {}  # a (tp, size) timed in two invocations: the sentence may quote either
+    for r in rows:
+        if r["policy"] != "baseline" and "strongest" in r["savings"]:
+            strongest.setdefault((r["tp"], r["size"], r["policy"]), set()).add(round(100 * r["savings"]["strongest"], 1))
     baseline_best = {(r["tp"], r["best"]) for r in rows if r["policy"] == "baseline"}
     sentence = re.search(r"Against the strongest baseline\*\* \([^)]*\): at tp=4 \(4x H200; (.*?) is faster\) 124M, "
                          r"(.*?); large \(774M\), (.*?)\. At tp=2 \(2x H200, n_tracks 2; (.*?) is faster, [^)]*\) 124M, "
@@ -305,4 +307,4 @@ def test_readme_savings_against_the_strongest_baseline_are_the_comm_tables():
     for tp, size, text in ((4, "124m", sentence[2]), (4, "large", sentence[3]), (2, "124m", sentence[5]),
                            (2, "medium", sentence[6])):
         found = re.findall(r"(grouped:4|parallel|spd)(?: saves)? (\d+\.\d)%", text)
-        assert found and all(float(v) == strongest[tp, size, p] for p, v in found), (tp, size, found)
+        assert found and all(float(v) in strongest[tp, size, p] for p, v in found), (tp, size, found)
