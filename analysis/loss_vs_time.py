@@ -4,6 +4,10 @@
     python -m analysis.loss_vs_time --stats experiments/docs_study/budgets/stats.json --iters 2560 \\
         --times bench/results/issue49/final/train_loop/tp2_124m.json bench/results/issue49/final/train_loop/tp2_124m_n4.json \\
         --out bench/results/issue49/final/loss_vs_time_tp2
+    python -m analysis.loss_vs_time --stats experiments/large_budgets/stats.json --width 768 --times ... --out ...
+
+--stats is a compare_runs study's stats.json (its cells at --iters) or the budget study's
+(experiments/large_budgets/stats.json: the cosine cell of --width, the whole budget, each token read once).
 
     y = gap = 100 (loss_policy / loss_baseline - 1), paired over seeds, with its 95% t interval (the stats file's)
     x = saving = 100 (1 - ms_policy / ms_baseline), both ms from one run at one n_tracks (median over iterations);
@@ -24,11 +28,25 @@ from training.config import HelpFormatter, OneLineArgumentParser, save_figure, w
 SAME_AT_ANY_N_TRACKS = ("ladder", "parallel")  # model/gpt.py: every sublayer reads the shared stream
 
 
-def study_gaps(stats_path, iters):
-    """{policy: (gap %, half-width, iterations, n_tracks, tokens or None)} at the largest budget <= iters each policy
-    has."""
+def study_gaps(stats_path, iters=None, width=None):
+    """{policy: (gap %, half-width, budget, n_tracks, tokens or None)}: from a compare_runs stats.json, each policy's
+    cell at the largest budget <= iters (budget in iterations); from the budget study's (a list of rows), the cosine
+    val cell of width (budget: its tokens per parameter, a str)."""
     with open(stats_path) as f:
-        cells = json.load(f)["stats"]["cells"]
+        data = json.load(f)
+    if isinstance(data, list):  # experiments/large_budgets/stats.json
+        if width is None:
+            raise ValueError(f"{stats_path} is the budget study's stats: give --width (one of "
+                             f"{', '.join(str(w) for w in sorted({r['width'] for r in data}))})")
+        rows = [r for r in data if r["width"] == width and r["schedule"] == "cosine" and r["metric"] == "val"]
+        if not rows:
+            raise ValueError(f"{stats_path} has no cosine cell at width {width}; widths: "
+                             f"{', '.join(str(w) for w in sorted({r['width'] for r in data}))}")
+        return {r["policy"]: (r["gap"], r["gap_ci95"], f"{r['tokens_per_param']:.2f} per parameter, {len(r['seeds'])} "
+                              f"seed{'' if len(r['seeds']) == 1 else 's'}", r["n_tracks"], r["tokens"]) for r in rows}
+    if iters is None:
+        raise ValueError(f"{stats_path} is a compare_runs stats.json: give --iters (the budget in iterations)")
+    cells = data["stats"]["cells"]
     found = {}
     for c in cells:
         n_tracks, budget = c["setting"][3], c["setting"][4]
@@ -73,8 +91,10 @@ def measured_savings(paths, against="same"):
 def main(argv=None):
     p = OneLineArgumentParser(prog="python -m analysis.loss_vs_time", description=__doc__.split("\n\n")[0],
                               formatter_class=HelpFormatter)
-    p.add_argument("--stats", required=True, help="a study's stats.json (compare_runs --stats-json)")
-    p.add_argument("--iters", type=positive_int, required=True, help="the study's budget in iterations")
+    p.add_argument("--stats", required=True, help="a study's stats.json (compare_runs --stats-json, or "
+                                                  "experiments/large_budgets/stats.json)")
+    p.add_argument("--iters", type=positive_int, help="the study's budget in iterations (a compare_runs stats.json)")
+    p.add_argument("--width", type=positive_int, help="the width whose cosine cell to read (the budget study's stats)")
     p.add_argument("--times", nargs="+", required=True, help="bench.train_throughput JSON files")
     p.add_argument("--out", required=True, help="output path without suffix: writes .png and .md")
     p.add_argument("--title", default="Loss against measured time", help="the figure's title (say the model, tp, device)")
@@ -83,7 +103,7 @@ def main(argv=None):
                         "row against the fastest baseline row (sequence parallelism and overlap included)")
     args = p.parse_args(argv)
     try:
-        gaps, times = study_gaps(args.stats, args.iters), measured_savings(args.times, args.against)
+        gaps, times = study_gaps(args.stats, args.iters, args.width), measured_savings(args.times, args.against)
     except (OSError, ValueError, KeyError) as e:
         p.error(f"cannot read the inputs: {e}")
     rows = [row for row in times if row[0] in gaps]
@@ -103,20 +123,25 @@ def main(argv=None):
     for pol, n, saving, ms, base, src, (own, base_row) in sorted(rows):
         gap, half, budget, study_n, tokens = gaps[pol]
         # the budget in tokens too: a reader at another batch size compares tokens, not iterations
-        budget_text = f"{budget} it" + (f" ({tokens / 1e6:.1f}M tokens)" if tokens else "")
+        if isinstance(budget, int):
+            budget_text = f"{budget} it" + (f" ({tokens / 1e6:.1f}M tokens)" if tokens else "")
+        else:  # the budget study's cell: its tokens, then tokens per parameter and seeds
+            budget_text = f"{tokens / 1e6:.1f}M tokens ({budget})"
+        half_text = "" if half is None else f" ± {half:.2f}"  # one seed: no interval
         borrowed = "" if n == study_n or pol in SAME_AT_ANY_N_TRACKS else " (borrowed)"
-        lines.append(f"| {pol} | {n} | {ms:.2f} ({base:.2f}) | {saving:+.1f}% | {gap:+.2f}% ± {half:.2f} | "
+        lines.append(f"| {pol} | {n} | {ms:.2f} ({base:.2f}) | {saving:+.1f}% | {gap:+.2f}%{half_text} | "
                      f"{budget_text}, n_tracks {study_n}{borrowed} |" + (f" {own} / {base_row} |" if strongest else ""))
         color = colors.setdefault(pol, f"C{len(colors)}")
-        ax.errorbar(saving, gap, yerr=half, fmt="o", color=color, mfc="white" if borrowed else color,
+        ax.errorbar(saving, gap, yerr=half or 0.0, fmt="o", color=color, mfc="white" if borrowed else color,
                     capsize=3, label=f"{pol}, n_tracks {n}" + (f" (loss from n_tracks {study_n})" if borrowed else "")
-                    + ("" if budget == args.iters else f" (loss at {budget} it)"))
+                    + ("" if budget == args.iters or not isinstance(budget, int) else f" (loss at {budget} it)"))
     ax.axhline(0, color="grey", lw=0.8)
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_xlabel("step-time saving against " + ("baseline's fastest mode" if strongest else "baseline")
                   + ", % (measured; right is faster)")
     ax.set_ylabel("val-loss gap to baseline, % (measured; below is better)")
-    ax.set_title(f"{args.title}\nloss at {args.iters} iterations; hollow: loss borrowed from another n_tracks", fontsize=9)
+    at = f"{args.iters} iterations" if args.iters else f"width {args.width}'s cosine budget ({next(iter(gaps.values()))[2]})"
+    ax.set_title(f"{args.title}\nloss at {at}\nhollow: loss borrowed from another n_tracks", fontsize=9)
     # below the axes: inside, "best" still covered an error bar (the issue-49 figure)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     fig.tight_layout()

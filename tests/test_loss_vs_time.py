@@ -54,3 +54,28 @@ def test_against_the_strongest_baseline_takes_each_side_fastest_row(tmp_path):
                                   "--against", against]) == 0
         table = (tmp_path / f"{against}.md").read_text()
         assert all(line in table for line in expected) and table.count("| grouped:4 |") == len(expected), table
+
+
+def test_the_budget_study_stats_give_the_cosine_cell_of_one_width(tmp_path, capsys):
+    """experiments/large_budgets/stats.json (a list of rows): --width picks that width's cosine val cell (not WSD, not
+    a per-domain metric); one seed has no interval; without --width, or at a width it lacks, one error line."""
+    import pytest
+
+    def large(policy, width=768, schedule="cosine", metric="val", gap=2.0, ci=1.5, seeds=(1, 2)):
+        return {"width": width, "schedule": schedule, "metric": metric, "policy": policy, "tokens": 302_000_000,
+                "tokens_per_param": 2.44, "n_tracks": 4, "seeds": list(seeds), "gap": gap, "gap_ci95": ci}
+    stats = tmp_path / "large.json"
+    stats.write_text(json.dumps([large("spd"), large("spd", schedule="WSD", gap=-5.0), large("spd", metric="val_code", gap=7.0),
+                                 large("spd", width=256, gap=3.0), large("parallel", gap=0.5, ci=None, seeds=(1,))]))
+    times = tmp_path / "t.json"
+    times.write_text(json.dumps({"rows": [row("baseline", 4, 20.0), row("spd", 4, 18.0), row("parallel", 4, 19.0)]}))
+    out = tmp_path / "fig"
+    assert loss_vs_time.main(["--stats", str(stats), "--width", "768", "--times", str(times), "--out", str(out)]) == 0
+    table = (tmp_path / "fig.md").read_text()
+    assert "| spd | 4 | 18.00 (20.00) | +10.0% | +2.00% ± 1.50 | 302.0M tokens (2.44 per parameter, 2 seeds), n_tracks 4 |" in table
+    assert "| parallel | 4 | 19.00 (20.00) | +5.0% | +0.50% | 302.0M tokens (2.44 per parameter, 1 seed), n_tracks 4 |" in table
+    for argv, message in ((["--iters", "640"], "give --width (one of 256, 768)"),
+                          (["--width", "384"], "no cosine cell at width 384; widths: 256, 768")):
+        with pytest.raises(SystemExit):
+            loss_vs_time.main(["--stats", str(stats), "--times", str(times), "--out", str(out)] + argv)
+        assert message in capsys.readouterr().err

@@ -88,6 +88,7 @@ def load_folder(folder, skipped=None):
         run["n_params"], run["device"] = config["derived"]["n_params"], config["derived"].get("device_name")
         run["vocab_size"] = config["derived"].get("vocab_size")
         run["learning_rate"], run["width"] = config.get("learning_rate"), config.get("n_embd")
+        run["n_tracks"] = config.get("n_tracks")
         runs.append(run)
     return runs
 
@@ -303,6 +304,7 @@ def analyse(groups):
                 params = next(r["n_params"] for r in runs)
                 rows.append({"width": width, "schedule": schedule, "metric": metric, "policy": cell["policy"],
                              "syncs": cell["syncs"], "tokens": cell["tokens"], "n_params": params,
+                             "n_tracks": next(r["n_tracks"] for r in runs),
                              "tokens_per_param": round(cell["tokens"] / params, 2), "seeds": m["paired_seeds"],
                              "gaps": [round(g, 4) for g in m["gaps"]], "gap": round(m["gap"], 3),
                              "gap_ci95": None if m["gap_ci"] is None else round(m["gap_ci"], 3),
