@@ -22,6 +22,7 @@ the stats have no cell for at --iters takes its largest budget below it, and the
 import json
 import sys
 
+from bench.throughput.report import fastest_rows
 from training.cli import guarded, positive_int
 from training.config import HelpFormatter, OneLineArgumentParser, save_figure, write_text
 
@@ -64,22 +65,16 @@ def measured_savings(paths, against="same"):
     tp, n_tracks, compile mode and tp_comm; 'strongest': each policy's fastest row (its best mode, sequence
     parallelism and overlap included) against the fastest baseline row of its tp and n_tracks, the baseline a
     Megatron user would run. A row names itself as 'mode' or 'mode, tp_comm'."""
+    def key(r):  # tp and tp_comm: rows of files written before they were recorded have neither
+        return (r["policy"], r.get("tp", 2), r["n_tracks"]) + (
+            (r["mode"], r.get("tp_comm", "off")) if against == "same" else ())
+
+    def name(r):
+        return r["mode"] + ("" if r.get("tp_comm", "off") == "off" else f", {r['tp_comm']}")
     out = []
     for path in paths:
         with open(path) as f:
-            rows = [r for r in json.load(f)["rows"] if r["group"] == "tp2" and r["async_grad"] == "off" and not r["error"]
-                    and not r.get("floor")]  # a --floors twin: no communication, not the row
-
-        def key(r):  # tp and tp_comm: rows of files written before they were recorded have neither
-            return (r.get("tp", 2), r["n_tracks"]) + ((r["mode"], r.get("tp_comm", "off")) if against == "same" else ())
-
-        def name(r):
-            return r["mode"] + ("" if r.get("tp_comm", "off") == "off" else f", {r['tp_comm']}")
-        fastest = {}
-        for r in rows:
-            slot = (r["policy"],) + key(r)
-            if slot not in fastest or r["ms"] < fastest[slot]["ms"]:
-                fastest[slot] = r
+            fastest = fastest_rows(json.load(f)["rows"], key)
         for (policy, *k), r in sorted(fastest.items(), key=lambda item: item[0]):
             base = fastest.get(("baseline", *k))
             if policy != "baseline" and base is not None:

@@ -7,7 +7,7 @@ FLOOR_TAG = " [floor]"  # a --floors twin's name: its row's name and this
 
 
 def _ok(row):
-    return row is not None and isinstance(row.get("ms"), float) and row["ms"] > 0
+    return row is not None and not row.get("error") and isinstance(row.get("ms"), float) and row["ms"] > 0
 
 
 def timed_ms(row):
@@ -15,15 +15,15 @@ def timed_ms(row):
     return row["ms"] if _ok(row) else None
 
 
-def fastest_rows(rows):
-    """{(n_tracks, policy, mode): the fastest timed tp row of that policy over its --tp_comm values}: each policy's
-    best exact mode (floors and async-grad rows left out)."""
+def fastest_rows(rows, key=lambda r: (r["n_tracks"], r["policy"], r["mode"])):
+    """{key(row): the fastest timed tp row among those of that key}, floors and async-grad rows left out. The default
+    key keeps each policy's best exact mode over its --tp_comm values, per n_tracks and compile mode."""
     fastest = {}
     for r in rows:
         if r["group"] == "tp2" and not r.get("floor") and r.get("async_grad", "off") == "off" and _ok(r):
-            key = (r["n_tracks"], r["policy"], r["mode"])
-            if key not in fastest or r["ms"] < fastest[key]["ms"]:
-                fastest[key] = r
+            k = key(r)
+            if k not in fastest or r["ms"] < fastest[k]["ms"]:
+                fastest[k] = r
     return fastest
 
 
