@@ -3,7 +3,7 @@
 # 4 tracks, 40.6M parameters as the trainer counts them. Budgets double from 392 to 12,544 iterations of 32,768
 # tokens: 12.8M to 411M tokens, 0.32 to 10.1 tokens per parameter, every token read at most once (one_pass over
 # the first 25 chunks of the corpus, 419M tokens: python -m data.debian_large.stage). Run by the budget sweep, e.g.:
-#   python -m experiments.docs_study.run run --config config/large_w384.py --sweep experiments/large_budgets/w256 \
+#   python -m experiments.docs_study.run run --config config/large_w384.py --sweep experiments/large_budgets/w384 \
 #       --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 \
 #       --schedule cosine --budgets 12544 --jobs 4 --scratch /tmp/scratch   # one GPU per run
 # or by hand: python train_reduced_sync.py config/large_w384.py --sync_policy=grouped:4 --max_iters=392 --lr_decay_iters=392
