@@ -159,6 +159,33 @@ def test_staging_round_trip_and_a_changed_chunk(fake_packages, tmp_path, monkeyp
         stage.main(["pack", "--chunks", "99", "--out", str(carry)])
 
 
+def test_call_groups_split_the_packed_files_under_the_limit(fake_packages, tmp_path, monkeypatch, capsys):
+    """group: val.xz first, then the chunks in order, as many whole files a call as stay under --max-mb; each call's
+    share replaces the last one's packed files in --out and nothing else there; a bad --index names the range."""
+    assert prepare.main(["--update-manifest", "--workers", "1"]) == 0
+    monkeypatch.setattr(stage, "HERE", str(fake_packages))
+    monkeypatch.setattr(stage, "MANIFEST", str(fake_packages / "corpus.json"))
+    packed = tmp_path / "packed"
+    assert stage.main(["pack", "--chunks", "2", "--out", str(packed)]) == 0
+    sizes = {p.name: p.stat().st_size for p in packed.iterdir()}
+    limit_mb = (sizes["val.xz"] + sizes["train-000.xz"]) / 1e6  # val and chunk 0 fit together, chunk 1 does not
+    assert stage.call_groups(str(packed), 2, limit_mb * 1e6) == [["val.xz", "train-000.xz"], ["train-001.xz"]]
+    carry = tmp_path / "carry"
+    carry.mkdir()
+    (carry / "notes.txt").write_text("mine")
+    for index, expected in ((0, ["notes.txt", "train-000.xz", "val.xz"]), (1, ["notes.txt", "train-001.xz"])):
+        assert stage.main(["group", "--from", str(packed), "--chunks", "2", "--index", str(index), "--out", str(carry),
+                           "--max-mb", str(limit_mb)]) == 0
+        assert sorted(os.listdir(carry)) == expected
+    assert (carry / "train-001.xz").read_bytes() == (packed / "train-001.xz").read_bytes()
+    assert "call 2 of 2, train-001.xz" in capsys.readouterr().out
+    with pytest.raises(prepare.PrepareError, match="--index 2: give 0 to 1 .2 calls of at most"):
+        stage.main(["group", "--from", str(packed), "--chunks", "2", "--index", "2", "--out", str(carry),
+                    "--max-mb", str(limit_mb)])
+    with pytest.raises(prepare.PrepareError, match="lacks train-002.xz"):
+        stage.main(["group", "--from", str(packed), "--chunks", "3", "--index", "0", "--out", str(carry)])
+
+
 @pytest.mark.skipif(not os.path.exists(os.path.join(prepare.HERE, "val.bin")), reason="data/debian_large not built")
 def test_prepared_val_files_match_manifest():
     with open(prepare.MANIFEST) as f:

@@ -7,6 +7,10 @@ with xz (about 8 MB for 32 MiB of tokens), and the val files in one more. Here:
 
     python -m data.debian_large.stage pack --chunks 15 --out .stage      # write .stage/train-000.xz ... and val.xz
 
+Here again, before each call, the call's share of them (hard links in a folder of their own; val.xz in the first):
+
+    python -m data.debian_large.stage group --from .stage_all --chunks 19 --index 0 --out .stage   # 1 of 5
+
 There, one call per group of chunks that fits in a call (carry=[".stage"] or a folder of its own):
 
     python -m data.debian_large.stage unpack --from .stage --chunks 15   # verify, keep, and once all 15 are
@@ -86,6 +90,51 @@ def pack(args, manifest):
     return 0
 
 
+def call_groups(folder, chunks, max_bytes):
+    """[[file name]] of the packed files in folder: val.xz, then chunks 0 .. chunks-1 in order, each group as many
+    whole files as stay under max_bytes (a file larger than that alone in its group)."""
+    names = ["val.xz"] + [chunk_name(k) for k in range(chunks)]
+    missing = [n for n in names if not os.path.exists(os.path.join(folder, n))]
+    if missing:
+        raise PrepareError(f"--from {folder} lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}: "
+                           f"write them with python -m data.debian_large.stage pack --chunks {chunks} --out {folder}")
+    groups, size = [[]], 0
+    for name in names:
+        n = os.path.getsize(os.path.join(folder, name))
+        if groups[-1] and size + n > max_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += n
+    return groups
+
+
+def group(args, manifest):
+    """Put the --index-th call's share of --from's packed files into --out, in place of the ones there."""
+    if os.path.isdir(args.out) and os.path.samefile(args.out, args.source):
+        raise PrepareError(f"--out {args.out}: the same folder as --from; give the folder the call carries")
+    groups = call_groups(args.source, args.chunks, args.max_mb * 1e6)
+    if not 0 <= args.index < len(groups):
+        raise PrepareError(f"--index {args.index}: give 0 to {len(groups) - 1} ({len(groups)} calls of at most "
+                           f"{args.max_mb:g} MB carry val.xz and {args.chunks} chunks)")
+    os.makedirs(args.out, exist_ok=True)
+    packed = {"val.xz"} | {chunk_name(k) for k in range(len(manifest["train_chunk_sha256"]))}
+    for name in os.listdir(args.out):  # only the packed files of an earlier call: nothing else in --out is touched
+        if name in packed:
+            os.remove(os.path.join(args.out, name))
+    for name in groups[args.index]:
+        source, target = os.path.join(args.source, name), os.path.join(args.out, name)
+        try:
+            os.link(source, target)
+        except OSError:  # another file system: a copy, through a temp file
+            with open(source, "rb") as f:
+                write_atomic(target, f.read())
+    size = sum(os.path.getsize(os.path.join(args.out, n)) for n in groups[args.index])
+    print(f"{args.out}: call {args.index + 1} of {len(groups)}, {', '.join(groups[args.index])} "
+          f"({size / 1e6:.1f} MB)", flush=True)
+    return 0
+
+
 def unpack(args, manifest):
     """Verify the carried chunks into chunks/, then write train.bin (the prefix) and the val files."""
     t0 = time.time()
@@ -151,6 +200,15 @@ def main(argv=None):
                        formatter_class=HelpFormatter)
     u.add_argument("--from", dest="source", required=True, help="the folder of carried chunks")
     u.add_argument("--chunks", type=int, required=True, help="how many chunks train.bin should hold")
+    g = sub.add_parser("group", help="put one call's share of the packed files into the folder the call carries",
+                       formatter_class=HelpFormatter)
+    g.add_argument("--from", dest="source", required=True, help="the folder pack wrote")
+    g.add_argument("--chunks", type=int, required=True, help="how many chunks train.bin should hold")
+    g.add_argument("--index", type=int, required=True, help="which call's share, from 0")
+    g.add_argument("--out", required=True, help="the folder the call carries (its packed files are replaced)")
+    # a call carries 64 MiB with the working tree, but five chunks (39 MB) were refused where four (31 MB) went
+    # through (experiments/large_budgets/README.md): 34 MB is four chunks, and val.xz with the first three
+    g.add_argument("--max-mb", type=float, default=34.0, help="the most megabytes of chunks a call carries")
     args = parser.parse_args(argv)
     manifest = load_manifest()
     total = len(manifest["train_chunk_sha256"])
@@ -163,6 +221,10 @@ def main(argv=None):
         return pack(args, manifest)
     if not os.path.isdir(args.source):
         raise PrepareError(f"--from {args.source}: no such folder")
+    if args.verb == "group":
+        if not args.max_mb > 0:
+            raise PrepareError(f"--max-mb {args.max_mb:g}: give a positive number of megabytes")
+        return group(args, manifest)
     return unpack(args, manifest)
 
 
