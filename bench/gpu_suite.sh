@@ -30,7 +30,7 @@
 #                                                 # chunkprof (a profile of the chunked baseline)
 #   bash bench/gpu_suite.sh comm2 OUT_DIR [SIZE]  # tp=2, plain TP and TP + SP, 124m with floors, medium without:
 #                                                 # 4 GPUs as two pairs at once (GPUs 0,1: 124m; 2,3: medium), or
-#                                                 # SIZE (124m or medium) alone on GPUs 0,1 of a 2-GPU machine
+#                                                 # SIZE (124m, medium or large) alone on GPUs 0,1 of a 2-GPU machine
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python -m bench.tp_latency --merge`.
@@ -75,8 +75,9 @@ case $mode in
   pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
   comm4) launch=(torchrun --standalone --nproc_per_node=4); parts=${3:-floors124m} ;;
   comm2) launch=(torchrun --standalone --nproc_per_node=2); parts=comm2; comm2_sizes=${3:-124m,medium}
-    case $comm2_sizes in 124m|medium|124m,medium) ;; *)
-      echo "gpu_suite.sh: comm2 size '$comm2_sizes' is not one of 124m, medium (default: both, on 4 GPUs)" >&2; exit 2 ;; esac ;;
+    case $comm2_sizes in 124m|medium|large|124m,medium) ;; *)
+      echo "gpu_suite.sh: comm2 size '$comm2_sizes' is not one of 124m, medium, large (default: 124m and medium, on 4 GPUs)" >&2
+      exit 2 ;; esac ;;
   *) echo "gpu_suite.sh: mode '$mode' is not one of $modes" >&2
      exit 2 ;;
 esac
@@ -109,6 +110,11 @@ if has comm2; then  # each ratio is taken inside its own invocation; baseline in
   [[ $comm2_sizes == *medium* ]] && CUDA_VISIBLE_DEVICES=$second_pair step 560 comm2_medium "${launch[@]}" "${comm[@]}" \
     --baseline_tp_comm off,sp --size medium --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 \
     --iters 30 --out_dir "$out/comm2_medium" &
+  # large alone: 5 rows of 36 layers, 80-160 s of compile each on a fresh machine, so the limit may cut the last
+  # (the bench saves its rows after every model: the baseline's two modes first, then grouped:4, parallel, spd)
+  [[ $comm2_sizes == large ]] && CUDA_VISIBLE_DEVICES=0,1 step 560 comm2_large "${launch[@]}" "${comm[@]}" \
+    --baseline_tp_comm off,sp --size large --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 8 \
+    --iters 20 --out_dir "$out/comm2_large" &
   wait
 fi
 if has train; then
