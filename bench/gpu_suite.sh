@@ -25,9 +25,11 @@
 #                                                 # (tp2 rows of the char shapes; then python -m experiments.char_sweep.pareto)
 #   bash bench/gpu_suite.sh comm4 OUT_DIR PART     # 4 GPUs (sequence parallelism and overlap at tp=4), one PART a
 #                                                 # call: floors124m (the strongest baseline and each policy's
-#                                                 # fastest mode, with no-sync floors), large (parallel and spd
-#                                                 # beside it), latency (tp_latency off/sp, 124m and large),
-#                                                 # chunkprof (a profile of the chunked baseline)
+#                                                 # fastest mode, with no-sync floors), overlap124m (the baseline
+#                                                 # with Megatron's SP overlap, chunked:1, beside SP and the
+#                                                 # policies), large (spd beside SP and chunked:1), latency
+#                                                 # (tp_latency off/sp, 124m and large), chunkprof (a profile of
+#                                                 # the chunked baseline)
 #   bash bench/gpu_suite.sh comm2 OUT_DIR [SIZE]  # tp=2, plain TP and TP + SP, 124m with floors, medium without:
 #                                                 # 4 GPUs as two pairs at once (GPUs 0,1: 124m; 2,3: medium), or
 #                                                 # SIZE (124m, medium or large) alone on GPUs 0,1 of a 2-GPU machine
@@ -86,8 +88,14 @@ if has floors124m; then  # 8 compiled rows of about 30 s each on a fresh machine
   step 560 comm_floors_124m "${launch[@]}" "${comm[@]}" --baseline_tp_comm sp --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 4 \
     --warmup 10 --iters 30 --floors --out_dir "$out/floors124m"
 fi
-if has large; then  # 3 rows of 36 layers: 80-160 s of compile each on a fresh machine
-  step 560 comm_large "${launch[@]}" "${comm[@]}" --baseline_tp_comm sp --size large --policies baseline,parallel,spd --tp2_n_tracks 4 \
+if has overlap124m; then  # chunked:1 is Megatron's SP overlap: each gathered GEMM's input-gradient reduce-scatter
+  # travels during its weight-gradient GEMM, nothing split (parallel/overlap.py); 5 rows of about 40 s
+  step 560 comm_overlap_124m "${launch[@]}" "${comm[@]}" --baseline_tp_comm sp,chunked:1 --policies baseline,grouped:4,parallel,spd \
+    --tp2_n_tracks 4 --warmup 10 --iters 30 --out_dir "$out/overlap124m"
+fi
+if has large; then  # 3 rows of 36 layers: 80-160 s of compile each on a fresh machine (parallel's and grouped:4's
+  # rows are in bench/results/tp4_comm_h200/, invocations 6-7)
+  step 560 comm_large "${launch[@]}" "${comm[@]}" --baseline_tp_comm sp,chunked:1 --size large --policies baseline,spd --tp2_n_tracks 4 \
     --warmup 8 --iters 20 --out_dir "$out/large"
 fi
 if has latency; then

@@ -19,7 +19,11 @@ dZ^i = AG(dO^i) W, dW += AG(dO^i)^T Z^i wait only for their own. The same functi
 same dot products, summed over the same ranks; dW and db are summed over pieces, and b is added after the sum rather
 than inside rank 0's GEMM, in another order (float rounding). Traced, each wait takes a GEMM's output as `after`
 (all-gather i the GEMM of piece i-1, reduce-scatter i that of piece i+1), so inductor runs that GEMM first
-(tests/test_tp_comm_overlap.py reads the order in inductor's code).
+(tests/test_tp_comm_overlap.py reads the order in inductor's code). With c = 1 nothing is split, and what remains
+is Megatron's own sequence-parallel overlap: the backward launches dX's reduce-scatter, computes dW while it
+travels, then waits (LinearWithGradAccumulationAndAsyncCommunication.backward in
+https://github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/tensor_parallel/layers.py); the forward's collectives
+are waited for at once, as theirs.
 
 'async_tp' (torch's async TP). One piece, written as the pattern inductor's micro-pipeline TP pass
 (torch/_inductor/fx_passes/micro_pipeline_tp.py, torch._inductor.config._micro_pipeline_tp) replaces with its

@@ -14,7 +14,7 @@ from tests.conftest import run_gloo_scenarios, scenario_outcome
 from tests.test_model import batch, full_grads, make
 from tests.test_sequence_parallel import SP_POLICIES, TP3, loss_and_grads
 
-MODES = ["chunked", "chunked:3", "async_tp"]
+MODES = ["chunked", "chunked:1", "chunked:3", "async_tp"]  # chunked:1: Megatron's SP overlap (dX's RS during dW)
 
 
 def overlap_vs_plain(group, n_tracks, overrides, T, modes=MODES, policies=SP_POLICIES, autocast=False):
@@ -56,8 +56,9 @@ def _tp2(rank, world_size):
     import torch.distributed as dist
     group = dist.new_group([0, 1])
     out = dict(fp64=overlap_vs_plain(group, 4, {}, 16))
-    out["bf16"] = overlap_vs_plain(group, 4, {}, 16, ("chunked", "async_tp"), ("baseline", "ladder"), autocast=True)
-    out["counts"] = {mode: counts_and_identical(group, mode) for mode in ("chunked", "async_tp")}
+    out["bf16"] = overlap_vs_plain(group, 4, {}, 16, ("chunked", "chunked:1", "async_tp"), ("baseline", "ladder"),
+                                   autocast=True)
+    out["counts"] = {mode: counts_and_identical(group, mode) for mode in ("chunked", "chunked:1", "async_tp")}
     return out
 
 
@@ -91,7 +92,7 @@ def test_overlap_equals_plain_at_tp2():
 
 @pytest.mark.slow
 def test_overlap_equals_plain_at_tp3():
-    """Slow (about 8 s): 21 models on three ranks."""
+    """Slow (about 10 s): 28 models on three ranks."""
     for rank_out in scenario_outcome(run_gloo_scenarios({"tp3": _tp3}, world_size=3), "tp3"):
         assert len(rank_out) == len(MODES) * len(SP_POLICIES)
         for key, diff in rank_out.items():
@@ -227,8 +228,8 @@ def test_train_throughput_refuses_a_bad_tp_comm_in_one_line():
                             "or async_tp")
 
 
-def _inductor_order_worker(rank, world_size):
-    """One chunked:3 layer compiled by inductor, a training step: the generated code's collective launches, waits and
+def _inductor_order_worker(rank, world_size, spec="chunked:3"):
+    """One `spec` layer compiled by inductor, a training step: the generated code's collective launches, waits and
     GEMMs in the order they run (forward, then backward), and compiled minus eager loss."""
     import re
 
@@ -238,7 +239,7 @@ def _inductor_order_worker(rank, world_size):
     torch._dynamo.reset()
     model = make("baseline", n_tracks=2, tp_group=group, n_layer=1)
     model.set_sequence_parallel(True)
-    model.set_tp_comm_overlap("chunked:3")
+    model.set_tp_comm_overlap(spec)
     compiled = torch.compile(model, fullgraph=True, backend="inductor")
     idx, targets = batch()
     eager = model(idx, targets)[1].item()
@@ -278,6 +279,26 @@ def test_compiled_chunked_overlaps_each_piece_with_a_gemm():
             for starts, waits in _runs_of(calls, "reduce_scatter"):
                 assert len(starts) == len(waits) == 3 and starts[-1] < waits[0], calls
                 assert all("gemm" in calls[a:b] for a, b in zip(starts, starts[1:])), calls
+
+
+def _inductor_order_worker_one_piece(rank, world_size):
+    return _inductor_order_worker(rank, world_size, "chunked:1")
+
+
+@pytest.mark.slow
+def test_compiled_chunked_1_overlaps_each_input_gradient_with_its_weight_gradient():
+    """Slow (about 15 s): chunked:1, Megatron's sequence-parallel overlap. In the backward, the input-gradient
+    reduce-scatter of each gathered GEMM (the two sublayers' entries and the head's) is launched before a GEMM (its
+    weight gradient) and waited for after it; nothing is split: as many collectives as TP + SP (forward: 3
+    all-gathers, 2 reduce-scatters; backward: 2 and 3)."""
+    for diff, (forward, backward) in scenario_outcome(run_gloo_scenarios({"o": _inductor_order_worker_one_piece}), "o"):
+        assert diff < 1e-12, diff
+        starts = [i for i, c in enumerate(backward) if c == "reduce_scatter_start"]
+        waits = [i for i, c in enumerate(backward) if c == "reduce_scatter_wait"]
+        assert len(starts) == len(waits) == 3, backward
+        assert all(a < b and "gemm" in backward[a:b] for a, b in zip(starts, waits)), backward
+        assert (forward.count("all_gather_start"), forward.count("reduce_scatter_start"),
+                backward.count("all_gather_start")) == (3, 2, 2), (forward, backward)
 
 
 def _reused_buffer_worker(rank, world_size):

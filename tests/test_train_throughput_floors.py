@@ -98,5 +98,10 @@ def test_the_baseline_can_take_its_own_tp_comm_values():
     plan = train_throughput.variant_plan(args, 2)
     assert [(v["name"], v["tp_comm"]) for v in plan] == [("ours tp2 n2 baseline eager sp", "sp"),
                                                          ("ours tp2 n2 grouped:2 eager", "off")]
+    args = train_throughput.parse_args(["--size", "tiny", "--device", "cpu", "--modes", "eager", "--variants", "tp2",
+                                        "--policies", "baseline", "--tp2_n_tracks", "2", "--baseline_tp_comm",
+                                        "sp,chunked:1"])  # Megatron's SP overlap beside SP (gpu_suite.sh comm4)
+    assert [v["name"] for v in train_throughput.variant_plan(args, 2)] == [
+        "ours tp2 n2 baseline eager sp", "ours tp2 n2 baseline eager sp+chunked:1"]
     with pytest.raises(train_throughput.ArgError, match=r"^--baseline_tp_comm='sp,fast': 'fast' is not "):
         train_throughput.parse_args(["--baseline_tp_comm", "sp,fast"])
