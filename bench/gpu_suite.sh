@@ -32,7 +32,8 @@
 #                                                 # the chunked baseline)
 #   bash bench/gpu_suite.sh comm2 OUT_DIR [SIZE]  # tp=2, plain TP and TP + SP, 124m with floors, medium without:
 #                                                 # 4 GPUs as two pairs at once (GPUs 0,1: 124m; 2,3: medium), or
-#                                                 # SIZE (124m, medium or large) alone on GPUs 0,1 of a 2-GPU machine
+#                                                 # SIZE (124m, medium or large) alone on GPUs 0,1 of a 2-GPU machine;
+#                                                 # async124m: plain TP with and without --tp_async_grad, 124m
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python -m bench.tp_latency --merge`.
@@ -77,8 +78,8 @@ case $mode in
   pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
   comm4) launch=(torchrun --standalone --nproc_per_node=4); parts=${3:-floors124m} ;;
   comm2) launch=(torchrun --standalone --nproc_per_node=2); parts=comm2; comm2_sizes=${3:-124m,medium}
-    case $comm2_sizes in 124m|medium|large|124m,medium) ;; *)
-      echo "gpu_suite.sh: comm2 size '$comm2_sizes' is not one of 124m, medium, large (default: 124m and medium, on 4 GPUs)" >&2
+    case $comm2_sizes in 124m|medium|large|async124m|124m,medium) ;; *)
+      echo "gpu_suite.sh: comm2 size '$comm2_sizes' is not one of 124m, medium, large, async124m (default: 124m and medium, on 4 GPUs)" >&2
       exit 2 ;; esac ;;
   *) echo "gpu_suite.sh: mode '$mode' is not one of $modes" >&2
      exit 2 ;;
@@ -112,10 +113,10 @@ if has comm2; then  # each ratio is taken inside its own invocation; baseline in
   # in plain TP (their fastest at tp=4); 124m with floors (10 rows of about 30 s of compile), medium without (5 rows
   # of about 60 s). Both sizes: two invocations at once, one per pair of GPUs
   second_pair=0,1; [ "$comm2_sizes" = 124m,medium ] && second_pair=2,3
-  [[ $comm2_sizes == *124m* ]] && CUDA_VISIBLE_DEVICES=0,1 step 560 comm2_124m "${launch[@]}" "${comm[@]}" \
+  [[ ,$comm2_sizes, == *,124m,* ]] && CUDA_VISIBLE_DEVICES=0,1 step 560 comm2_124m "${launch[@]}" "${comm[@]}" \
     --baseline_tp_comm off,sp --size 124m --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 \
     --iters 30 --floors --out_dir "$out/comm2_124m" &
-  [[ $comm2_sizes == *medium* ]] && CUDA_VISIBLE_DEVICES=$second_pair step 560 comm2_medium "${launch[@]}" "${comm[@]}" \
+  [[ ,$comm2_sizes, == *,medium,* ]] && CUDA_VISIBLE_DEVICES=$second_pair step 560 comm2_medium "${launch[@]}" "${comm[@]}" \
     --baseline_tp_comm off,sp --size medium --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 \
     --iters 30 --out_dir "$out/comm2_medium" &
   # large alone: 5 rows of 36 layers, 80-160 s of compile each on a fresh machine, so the limit may cut the last
@@ -123,6 +124,11 @@ if has comm2; then  # each ratio is taken inside its own invocation; baseline in
   [[ $comm2_sizes == large ]] && CUDA_VISIBLE_DEVICES=0,1 step 560 comm2_large "${launch[@]}" "${comm[@]}" \
     --baseline_tp_comm off,sp --size large --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 8 \
     --iters 20 --out_dir "$out/comm2_large" &
+  # plain TP with Megatron's async input-gradient all-reduce (dX's all-reduce during dW), the plain-TP baseline a
+  # Megatron user runs without SP, beside plain TP; the policies too (their best mode may use it): 8 rows of ~35 s
+  [[ $comm2_sizes == async124m ]] && CUDA_VISIBLE_DEVICES=0,1 step 560 comm2_async124m "${launch[@]}" "${comm[@]}" \
+    --tp_async_grad off,on --size 124m --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 \
+    --iters 30 --out_dir "$out/comm2_async124m" &
   wait
 fi
 if has train; then

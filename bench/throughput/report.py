@@ -15,12 +15,23 @@ def timed_ms(row):
     return row["ms"] if _ok(row) else None
 
 
-def fastest_rows(rows, key=lambda r: (r["n_tracks"], r["policy"], r["mode"])):
-    """{key(row): the fastest timed tp row among those of that key}, floors and async-grad rows left out. The default
-    key keeps each policy's best exact mode over its --tp_comm values, per n_tracks and compile mode."""
+def comm_mode(row):
+    """A tp row's communication: its tp_comm ('off', 'sp', or SP's overlap), or 'async_grad' for plain TP with the
+    async input-gradient all-reduce; None for async_grad under SP, which the model turns off (the SP row again)."""
+    comm = row.get("tp_comm", "off")
+    if row.get("async_grad", "off") == "off":
+        return comm
+    return "async_grad" if comm == "off" else None
+
+
+def fastest_rows(rows, key=lambda r: (r["n_tracks"], r["policy"], r["mode"]), with_async=False):
+    """{key(row): the fastest timed tp row among those of that key}, floors left out, and async-grad rows unless
+    with_async. The default key keeps each policy's best exact mode over its --tp_comm values, per n_tracks and
+    compile mode."""
     fastest = {}
     for r in rows:
-        if r["group"] == "tp2" and not r.get("floor") and r.get("async_grad", "off") == "off" and _ok(r):
+        if (r["group"] == "tp2" and not r.get("floor") and _ok(r)
+                and (r.get("async_grad", "off") == "off" or with_async and comm_mode(r) is not None)):
             k = key(r)
             if k not in fastest or r["ms"] < fastest[k]["ms"]:
                 fastest[k] = r
