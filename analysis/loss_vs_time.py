@@ -22,7 +22,7 @@ the stats have no cell for at --iters takes its largest budget below it, and the
 import json
 import sys
 
-from bench.throughput.report import fastest_rows
+from bench.throughput.report import comm_mode, fastest_rows
 from training.cli import guarded, positive_int
 from training.config import HelpFormatter, OneLineArgumentParser, save_figure, write_text
 
@@ -64,17 +64,18 @@ def measured_savings(paths, against="same"):
     (tensor parallel, ours) without the async option. against='same': each row against the baseline row of its own
     tp, n_tracks, compile mode and tp_comm; 'strongest': each policy's fastest row (its best mode, sequence
     parallelism and overlap included) against the fastest baseline row of its tp and n_tracks, the baseline a
-    Megatron user would run. A row names itself as 'mode' or 'mode, tp_comm'."""
+    Megatron user would run (plain TP's async input-gradient all-reduce counted as a mode too). A row names itself
+    as 'mode' or 'mode, tp_comm' ('mode, async_grad')."""
     def key(r):  # tp and tp_comm: rows of files written before they were recorded have neither
         return (r["policy"], r.get("tp", 2), r["n_tracks"]) + (
             (r["mode"], r.get("tp_comm", "off")) if against == "same" else ())
 
     def name(r):
-        return r["mode"] + ("" if r.get("tp_comm", "off") == "off" else f", {r['tp_comm']}")
+        return r["mode"] + ("" if comm_mode(r) == "off" else f", {comm_mode(r)}")
     out = []
     for path in paths:
         with open(path) as f:
-            fastest = fastest_rows(json.load(f)["rows"], key)
+            fastest = fastest_rows(json.load(f)["rows"], key, with_async=against == "strongest")
         for (policy, *k), r in sorted(fastest.items(), key=lambda item: item[0]):
             base = fastest.get(("baseline", *k))
             if policy != "baseline" and base is not None:

@@ -44,7 +44,9 @@ def test_against_the_strongest_baseline_takes_each_side_fastest_row(tmp_path):
     times.write_text(json.dumps({"rows": [
         tp4("baseline", 16.0, "off"), tp4("baseline", 15.0, "sp"), tp4("baseline", 40.0, "off", "compiled"),
         tp4("grouped:4", 12.0, "off"), tp4("grouped:4", 13.0, "sp"), tp4("grouped:4", 30.0, "off", "compiled"),
-        dict(tp4("baseline", 1.0, "chunked"), error="RuntimeError: ...")]}))  # a failed row is no baseline
+        dict(tp4("baseline", 1.0, "chunked"), error="RuntimeError: ..."),  # a failed row is no baseline
+        dict(tp4("baseline", 14.0, "sp"), async_grad="on"),  # SP's row again (the model turns it off there)
+        dict(tp4("grouped:4", 13.5, "off"), async_grad="on")]}))  # plain TP + async_grad: a mode, not the fastest
     for against, expected in (("same", ["| grouped:4 | 4 | 12.00 (16.00) | +25.0% |", "| grouped:4 | 4 | 13.00 (15.00) |",
                                         "| grouped:4 | 4 | 30.00 (40.00) | +25.0% |"]),
                               ("strongest", ["| grouped:4 | 4 | 12.00 (15.00) | +20.0% | +1.50% ± 1.00 | 640 it (21.0M "
@@ -79,3 +81,15 @@ def test_the_budget_study_stats_give_the_cosine_cell_of_one_width(tmp_path, caps
         with pytest.raises(SystemExit):
             loss_vs_time.main(["--stats", str(stats), "--times", str(times), "--out", str(out)] + argv)
         assert message in capsys.readouterr().err
+
+
+def test_plain_tp_with_async_grad_can_be_the_strongest_baseline(tmp_path):
+    """--against strongest counts plain TP with --tp_async_grad on as one of the baseline's modes (bench.comm_table
+    does too): here it is the fastest, and the row names it."""
+    times = tmp_path / "t.json"
+    times.write_text(json.dumps({"rows": [dict(row("baseline", 2, 20.0), tp=2), dict(row("baseline", 2, 18.0), tp=2,
+                                                                                     async_grad="on"),
+                                          dict(row("spd", 2, 15.0), tp=2)]}))
+    saving = loss_vs_time.measured_savings([str(times)], "strongest")
+    assert [(p, round(s, 6), ms, base, names) for p, _, s, ms, base, _, names in saving] == [
+        ("spd", round(100 * (1 - 15 / 18), 6), 15.0, 18.0, ("compiled-graphs", "compiled-graphs, async_grad"))]
