@@ -1,6 +1,8 @@
 #!/bin/bash
 # The budget study's device calls (issue 68), one verb per call, on a machine of 2 or 4 GPUs held across calls:
 #   bash experiments/large_budgets/gpu.sh stage N          # verify the carried .stage/ chunks; train.bin once all N are in
+#                                                          # (here, before call K: python -m data.debian_large.stage
+#                                                          # group --from .stage_all --chunks N --index K --out .stage)
 #   bash experiments/large_budgets/gpu.sh prefix N         # a data root of its own whose train.bin is chunks 0 .. N-1
 #                                                          # ($S/data<N>), so that two widths' prefixes train at once
 #   bash experiments/large_budgets/gpu.sh probe WIDTH      # each policy for 96 iterations: tokens/s, and inductor's cache warm
