@@ -308,3 +308,9 @@ def test_readme_savings_against_the_strongest_baseline_are_the_comm_tables():
                            (2, "medium", sentence[6])):
         found = re.findall(r"(grouped:4|parallel|spd)(?: saves)? (\d+\.\d)%", text)
         assert found and all(float(v) in strongest[tp, size, p] for p, v in found), (tp, size, found)
+    # what the kept syncs cost at tp=4, 124M: each row minus its no-sync floor, in the invocation with floors
+    cost = re.search(r"their syncs cost (\d\.\d), (\d\.\d), (\d\.\d) ms a step, baseline's (\d\.\d) of (\d+\.\d)",
+                     sentence[2])
+    floored = {r["policy"]: r for r in rows if (r["tp"], r["size"]) == (4, "124m") and r["comm_ms"] is not None}
+    assert cost and [float(c) for c in cost.groups()] == [round(floored[p]["comm_ms"], 1) for p in (
+        "grouped:4", "parallel", "spd", "baseline")] + [round(floored["baseline"]["best_ms"], 1)], cost
