@@ -36,13 +36,12 @@ def study_gaps(stats_path, iters=None, width=None):
     with open(stats_path) as f:
         data = json.load(f)
     if isinstance(data, list):  # experiments/large_budgets/stats.json
+        widths = ", ".join(str(w) for w in sorted({r["width"] for r in data}))
         if width is None:
-            raise ValueError(f"{stats_path} is the budget study's stats: give --width (one of "
-                             f"{', '.join(str(w) for w in sorted({r['width'] for r in data}))})")
+            raise ValueError(f"{stats_path} is the budget study's stats: give --width (one of {widths})")
         rows = [r for r in data if r["width"] == width and r["schedule"] == "cosine" and r["metric"] == "val"]
         if not rows:
-            raise ValueError(f"{stats_path} has no cosine cell at width {width}; widths: "
-                             f"{', '.join(str(w) for w in sorted({r['width'] for r in data}))}")
+            raise ValueError(f"{stats_path} has no cosine cell at width {width}; widths: {widths}")
         return {r["policy"]: (r["gap"], r["gap_ci95"], f"{r['tokens_per_param']:.2f} per parameter, {len(r['seeds'])} "
                               f"seed{'' if len(r['seeds']) == 1 else 's'}", r["n_tracks"], r["tokens"]) for r in rows}
     if iters is None:
@@ -67,8 +66,7 @@ def measured_savings(paths, against="same"):
     Megatron user would run (plain TP's async input-gradient all-reduce counted as a mode too). A row names itself
     as 'mode' or 'mode, tp_comm' ('mode, async_grad')."""
     def key(r):  # tp and tp_comm: rows of files written before they were recorded have neither
-        return (r["policy"], r.get("tp", 2), r["n_tracks"]) + (
-            (r["mode"], r.get("tp_comm", "off")) if against == "same" else ())
+        return (r["policy"], r.get("tp", 2), r["n_tracks"]) + ((r["mode"], comm_mode(r)) if against == "same" else ())
 
     def name(r):
         return r["mode"] + ("" if comm_mode(r) == "off" else f", {comm_mode(r)}")
