@@ -113,22 +113,20 @@ if has comm2; then  # each ratio is taken inside its own invocation; baseline in
   # in plain TP (their fastest at tp=4); 124m with floors (10 rows of about 30 s of compile), medium without (5 rows
   # of about 60 s). Both sizes: two invocations at once, one per pair of GPUs
   second_pair=0,1; [ "$comm2_sizes" = 124m,medium ] && second_pair=2,3
-  [[ ,$comm2_sizes, == *,124m,* ]] && CUDA_VISIBLE_DEVICES=0,1 step 560 comm2_124m "${launch[@]}" "${comm[@]}" \
-    --baseline_tp_comm off,sp --size 124m --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 \
-    --iters 30 --floors --out_dir "$out/comm2_124m" &
-  [[ ,$comm2_sizes, == *,medium,* ]] && CUDA_VISIBLE_DEVICES=$second_pair step 560 comm2_medium "${launch[@]}" "${comm[@]}" \
-    --baseline_tp_comm off,sp --size medium --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 \
-    --iters 30 --out_dir "$out/comm2_medium" &
+  comm2_step() {  # comm2_step NAME GPUS SIZE ARGS...: one invocation on a pair of GPUs, the four policies at n_tracks 2
+    local name=$1 gpus=$2 size=$3
+    shift 3
+    CUDA_VISIBLE_DEVICES=$gpus step 560 "comm2_$name" "${launch[@]}" "${comm[@]}" --size "$size" \
+      --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 "$@" --out_dir "$out/comm2_$name" &
+  }
+  [[ ,$comm2_sizes, == *,124m,* ]] && comm2_step 124m 0,1 124m --baseline_tp_comm off,sp --warmup 10 --iters 30 --floors
+  [[ ,$comm2_sizes, == *,medium,* ]] && comm2_step medium "$second_pair" medium --baseline_tp_comm off,sp --warmup 10 --iters 30
   # large alone: 5 rows of 36 layers, 80-160 s of compile each on a fresh machine, so the limit may cut the last
   # (the bench saves its rows after every model: the baseline's two modes first, then grouped:4, parallel, spd)
-  [[ $comm2_sizes == large ]] && CUDA_VISIBLE_DEVICES=0,1 step 560 comm2_large "${launch[@]}" "${comm[@]}" \
-    --baseline_tp_comm off,sp --size large --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 8 \
-    --iters 20 --out_dir "$out/comm2_large" &
+  [[ $comm2_sizes == large ]] && comm2_step large 0,1 large --baseline_tp_comm off,sp --warmup 8 --iters 20
   # plain TP with Megatron's async input-gradient all-reduce (dX's all-reduce during dW), the plain-TP baseline a
   # Megatron user runs without SP, beside plain TP; the policies too (their best mode may use it): 8 rows of ~35 s
-  [[ $comm2_sizes == async124m ]] && CUDA_VISIBLE_DEVICES=0,1 step 560 comm2_async124m "${launch[@]}" "${comm[@]}" \
-    --tp_async_grad off,on --size 124m --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 --warmup 10 \
-    --iters 30 --out_dir "$out/comm2_async124m" &
+  [[ $comm2_sizes == async124m ]] && comm2_step async124m 0,1 124m --tp_async_grad off,on --warmup 10 --iters 30
   wait
 fi
 if has train; then
