@@ -20,6 +20,7 @@ and parallel, whose function does not depend on n_tracks (their tracks never hol
 the stats have no cell for at --iters takes its largest budget below it, and the table names that budget.
 """
 import json
+import os
 import sys
 
 from bench.throughput.report import comm_mode, fastest_rows
@@ -95,6 +96,7 @@ def main(argv=None):
     p.add_argument("--against", choices=("same", "strongest"), default="same",
                    help="same: each row against the baseline row of its own mode; strongest: each policy's fastest "
                         "row against the fastest baseline row (sequence parallelism and overlap included)")
+    p.add_argument("--force", action="store_true", help="let --out replace an existing .png or .md")
     args = p.parse_args(argv)
     try:
         gaps, times = study_gaps(args.stats, args.iters, args.width), measured_savings(args.times, args.against)
@@ -104,6 +106,9 @@ def main(argv=None):
     strongest = args.against == "strongest"
     if not rows:
         p.error(f"no policy is in both --stats ({', '.join(sorted(gaps)) or 'none'}) and --times")
+    existing = [args.out + s for s in (".png", ".md") if os.path.exists(args.out + s)]
+    if existing and not args.force:
+        p.error(f"--out {args.out!r}: {' and '.join(existing)} exist already; give a new path, or --force to replace them")
     command = "python -m analysis.loss_vs_time " + " ".join(sys.argv[1:] if argv is None else argv)
     lines = ["# Loss gap against measured step-time saving\n", f"`{command}`\n",
              "| policy | n_tracks (time) | step ms (baseline ms) | saving | loss gap (95% CI) | loss: budget, n_tracks |"
@@ -128,13 +133,16 @@ def main(argv=None):
         color = colors.setdefault(pol, f"C{len(colors)}")
         ax.errorbar(saving, gap, yerr=half or 0.0, fmt="o", color=color, mfc="white" if borrowed else color,
                     capsize=3, label=f"{pol}, n_tracks {n}" + (f" (loss from n_tracks {study_n})" if borrowed else "")
-                    + ("" if budget == args.iters or not isinstance(budget, int) else f" (loss at {budget} it)"))
+                    + ("" if budget == args.iters or not isinstance(budget, int) else f" (loss at {budget} it)")
+                    + ("" if isinstance(budget, int) else f" ({budget.split(', ')[-1]})"))  # its seeds
     ax.axhline(0, color="grey", lw=0.8)
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_xlabel("step-time saving against " + ("baseline's fastest mode" if strongest else "baseline")
                   + ", % (measured; right is faster)")
     ax.set_ylabel("val-loss gap to baseline, % (measured; below is better)")
-    at = f"{args.iters} iterations" if args.iters else f"width {args.width}'s cosine budget ({next(iter(gaps.values()))[2]})"
+    # the seeds differ between policies: the legend gives each its own
+    at = (f"{args.iters} iterations" if args.iters else
+          f"width {args.width}'s cosine budget ({next(iter(gaps.values()))[2].split(', ')[0].replace('per', 'tokens per')})")
     ax.set_title(f"{args.title}\nloss at {at}\nhollow: loss borrowed from another n_tracks", fontsize=9)
     # below the axes: inside, "best" still covered an error bar (the issue-49 figure)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)

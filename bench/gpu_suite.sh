@@ -33,7 +33,9 @@
 #   bash bench/gpu_suite.sh comm2 OUT_DIR [SIZE]  # tp=2, plain TP and TP + SP, 124m with floors, medium without:
 #                                                 # 4 GPUs as two pairs at once (GPUs 0,1: 124m; 2,3: medium), or
 #                                                 # SIZE (124m, medium or large) alone on GPUs 0,1 of a 2-GPU machine;
-#                                                 # async124m: plain TP with and without --tp_async_grad, 124m
+#                                                 # async124m: plain TP with and without --tp_async_grad, 124m;
+#                                                 # large2: large's parallel and spd beside plain TP (what one
+#                                                 # call's limit left of large)
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
 # only); default all. Set BENCH_COMMIT to the commit being measured: the results record it.
 # Then, here: copy OUT_DIR's files into bench/results/ and run `python -m bench.tp_latency --merge`.
@@ -78,8 +80,8 @@ case $mode in
   pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
   comm4) launch=(torchrun --standalone --nproc_per_node=4); parts=${3:-floors124m} ;;
   comm2) launch=(torchrun --standalone --nproc_per_node=2); parts=comm2; comm2_sizes=${3:-124m,medium}
-    case $comm2_sizes in 124m|medium|large|async124m|124m,medium) ;; *)
-      echo "gpu_suite.sh: comm2 size '$comm2_sizes' is not one of 124m, medium, large, async124m (default: 124m and medium, on 4 GPUs)" >&2
+    case $comm2_sizes in 124m|medium|large|large2|async124m|124m,medium) ;; *)
+      echo "gpu_suite.sh: comm2 size '$comm2_sizes' is not one of 124m, medium, large, large2, async124m (default: 124m and medium, on 4 GPUs)" >&2
       exit 2 ;; esac ;;
   *) echo "gpu_suite.sh: mode '$mode' is not one of $modes" >&2
      exit 2 ;;
@@ -113,17 +115,21 @@ if has comm2; then  # each ratio is taken inside its own invocation; baseline in
   # in plain TP (their fastest at tp=4); 124m with floors (10 rows of about 30 s of compile), medium without (5 rows
   # of about 60 s). Both sizes: two invocations at once, one per pair of GPUs
   second_pair=0,1; [ "$comm2_sizes" = 124m,medium ] && second_pair=2,3
-  comm2_step() {  # comm2_step NAME GPUS SIZE ARGS...: one invocation on a pair of GPUs, the four policies at n_tracks 2
+  comm2_step() {  # comm2_step NAME GPUS SIZE ARGS...: one invocation on a pair of GPUs, at n_tracks 2, of the four
+    # policies (or of comm2_policies, when the caller sets it)
     local name=$1 gpus=$2 size=$3
     shift 3
     CUDA_VISIBLE_DEVICES=$gpus step 560 "comm2_$name" "${launch[@]}" "${comm[@]}" --size "$size" \
-      --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 2 "$@" --out_dir "$out/comm2_$name" &
+      --policies "${comm2_policies:-baseline,grouped:4,parallel,spd}" --tp2_n_tracks 2 "$@" --out_dir "$out/comm2_$name" &
   }
   [[ ,$comm2_sizes, == *,124m,* ]] && comm2_step 124m 0,1 124m --baseline_tp_comm off,sp --warmup 10 --iters 30 --floors
   [[ ,$comm2_sizes, == *,medium,* ]] && comm2_step medium "$second_pair" medium --baseline_tp_comm off,sp --warmup 10 --iters 30
   # large alone: 5 rows of 36 layers, 80-160 s of compile each on a fresh machine, so the limit may cut the last
   # (the bench saves its rows after every model: the baseline's two modes first, then grouped:4, parallel, spd)
   [[ $comm2_sizes == large ]] && comm2_step large 0,1 large --baseline_tp_comm off,sp --warmup 8 --iters 20
+  # on 2x H200 that limit cut large after 3 rows (bench/results/tp2_comm_h200/invocation3_large_partial.*): the other
+  # two policies beside the baseline in plain TP, its faster mode there, in a call of their own
+  [[ $comm2_sizes == large2 ]] && comm2_policies=baseline,parallel,spd comm2_step large2 0,1 large --warmup 8 --iters 20
   # plain TP with Megatron's async input-gradient all-reduce (dX's all-reduce during dW), the plain-TP baseline a
   # Megatron user runs without SP, beside plain TP; the policies too (their best mode may use it): 8 rows of ~35 s
   [[ $comm2_sizes == async124m ]] && comm2_step async124m 0,1 124m --tp_async_grad off,on --warmup 10 --iters 30

@@ -72,7 +72,12 @@ def test_the_stored_table_is_the_committed_files():
     block = re.search(r"```bash\n(python -m bench\.comm_table .*?)```", doc, re.S)[1]
     files = block.replace("\\\n", " ").split()[3:]
     rows = [r for f in files for r in comm_table.invocation_rows(os.path.join(REPO, f))]
-    assert len(files) == 8 and all(f.startswith("bench/results/") for f in files)
+    # every stored sequence-parallelism invocation but tp=4's third (stopped with errors before its graphs rows;
+    # invocation 4 ran them all again)
+    import glob
+    pattern = os.path.join(REPO, "bench/results/tp[24]_comm_h200/invocation*.json")
+    stored = {os.path.relpath(f, REPO) for f in glob.glob(pattern)}
+    assert set(files) == stored - {"bench/results/tp4_comm_h200/invocation3_compiled_and_graphs.json"}, files
     assert comm_table.render(rows) in doc
 
 

@@ -38,7 +38,7 @@ def test_every_mode_plans_runnable_steps(mode, tmp_path):
         assert sum(int(limit) for limit, _, _ in steps) <= 600, (mode, [(l, n) for l, n, _ in steps])
 
 
-@pytest.mark.parametrize("size", ["124m", "medium", "large", "async124m"])
+@pytest.mark.parametrize("size", ["124m", "medium", "large", "large2", "async124m"])
 def test_comm2_runs_one_size_on_the_first_pair(size, tmp_path):
     """comm2 with one SIZE is a 2-GPU call: that size's invocation alone, on GPUs 0 and 1; any other SIZE is refused."""
     env = dict(os.environ, GPU_SUITE_DRY="1")
@@ -46,10 +46,18 @@ def test_comm2_runs_one_size_on_the_first_pair(size, tmp_path):
                           capture_output=True, text=True, timeout=60)
     steps = [line.split(" ", 3) for line in proc.stdout.splitlines() if line.startswith("step ")]
     assert proc.returncode == 0 and [name for _, _, name, _ in steps] == [f"comm2_{size}"], proc
-    assert steps[0][3].startswith("CUDA_VISIBLE_DEVICES=0,1 ") and f"--size {size.replace('async', '')} " in steps[0][3]
+    assert steps[0][3].startswith("CUDA_VISIBLE_DEVICES=0,1 ") and f"--size {size.replace('async', '').rstrip('2')} " in steps[0][3]
     bad = subprocess.run(["bash", "bench/gpu_suite.sh", "comm2", str(tmp_path), "xl"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "comm2 size 'xl' is not one of 124m, medium, large, async124m" in bad.stderr
+    assert bad.returncode == 2 and "comm2 size 'xl' is not one of 124m, medium, large, large2, async124m" in bad.stderr
+
+
+def test_comm2_large2_times_what_large_left_beside_plain_tp(tmp_path):
+    """large2 is the rest of large at tp=2: parallel and spd beside the baseline in plain TP alone (its faster mode)."""
+    proc = subprocess.run(["bash", "bench/gpu_suite.sh", "comm2", str(tmp_path), "large2"], cwd=REPO,
+                          env=dict(os.environ, GPU_SUITE_DRY="1"), capture_output=True, text=True, timeout=60)
+    command = next(line for line in proc.stdout.splitlines() if line.startswith("step "))
+    assert "--policies baseline,parallel,spd " in command and "--baseline_tp_comm" not in command, command
 
 
 def test_unknown_mode_is_refused(tmp_path):

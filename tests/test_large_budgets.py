@@ -290,3 +290,25 @@ def test_a_checks_seeds_give_intervals_at_its_rate_and_against_the_better_baseli
     assert cells["vs_better_baseline"]["gaps"] == pytest.approx(better, abs=1e-3)
     assert cells["vs_better_baseline"]["verdict"] == "inconclusive"  # one policy: Holm leaves p as it is
     assert "| w256-lr3e-4 | at the check's rate | grouped:4 | 2 | +3.00 ± 12.71 |" in (study / "answer.md").read_text()
+
+
+def test_headline_names_each_markers_seeds_when_a_widths_policies_differ(tmp_path, monkeypatch):
+    """A width whose cosine cells have 2 and 3 seeds gets one legend entry ("2-3 seeds"), and each marker says its own
+    n=; where every cell has the same count, the legend says it and the markers do not. A width without WSD
+    branches is drawn alone (the panel's sync count from its cells)."""
+    import training.config
+    from experiments.large_budgets import trend
+    texts = {}
+
+    def keep(fig, path):
+        texts[os.path.basename(path)] = ([t.get_text() for legend in fig.legends for t in legend.get_texts()],
+                                         [t.get_text() for ax in fig.axes for t in ax.texts])
+    monkeypatch.setattr(training.config, "save_figure", keep)
+
+    def cell(policy, seeds):
+        return {"width": 768, "policy": policy, "syncs": 12, "seeds": list(range(seeds)), "tokens_per_param": 2.44,
+                "gap": 1.0, "gap_ci95": 2.0}
+    trend.plot_headline({}, ["spd", "parallel"], str(tmp_path / "mixed.png"), [cell("spd", 3), cell("parallel", 2)])
+    trend.plot_headline({}, ["spd", "parallel"], str(tmp_path / "same.png"), [cell("spd", 2), cell("parallel", 2)])
+    assert texts["mixed.png"] == (["width 768, cosine (2-3 seeds, n= at each marker)"], ["2.4 n=3", "2.4 n=2"])
+    assert texts["same.png"] == (["width 768, cosine (2 seeds)"], ["2.4", "2.4"])

@@ -93,3 +93,20 @@ def test_plain_tp_with_async_grad_can_be_the_strongest_baseline(tmp_path):
     saving = loss_vs_time.measured_savings([str(times)], "strongest")
     assert [(p, round(s, 6), ms, base, names) for p, _, s, ms, base, _, names in saving] == [
         ("spd", round(100 * (1 - 15 / 18), 6), 15.0, 18.0, ("compiled-graphs", "compiled-graphs, async_grad"))]
+
+
+def test_out_is_never_written_over_without_force(tmp_path, capsys):
+    """A second run to the same --out stops with one line naming the files, and leaves them as they were; --force
+    replaces them."""
+    import pytest
+    stats, times, out = tmp_path / "stats.json", tmp_path / "t.json", tmp_path / "fig"
+    stats.write_text(json.dumps({"stats": {"cells": [cell("baseline", 640, None, None), cell("spd", 640, -0.5, 0.25)]}}))
+    times.write_text(json.dumps({"rows": [row("baseline", 4, 20.0), row("spd", 4, 18.0)]}))
+    argv = ["--stats", str(stats), "--iters", "640", "--times", str(times), "--out", str(out)]
+    assert loss_vs_time.main(argv) == 0
+    (tmp_path / "fig.md").write_text("kept")
+    with pytest.raises(SystemExit):
+        loss_vs_time.main(argv)
+    assert "fig.png and " in capsys.readouterr().err and (tmp_path / "fig.md").read_text() == "kept"
+    assert loss_vs_time.main(argv + ["--force"]) == 0
+    assert (tmp_path / "fig.md").read_text().startswith("# Loss gap")

@@ -36,6 +36,7 @@ u_w = log2 N_w (N: parameters) and r = log2 (tokens / N), the planner's surface 
                  how many measured seed-mean gaps lie inside their 95% prediction intervals, overall and for the
                  policies with no significant bend at any width.
 """
+import itertools
 import math
 
 from analysis.size_trend import gap_at, heldout, ols_slope_test, width_line
@@ -219,19 +220,22 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
                     ax.annotate(f"×{unsteady[width, policy]:.0f}", (c["tokens"] / n_params, c["measured"]),
                                 textcoords="offset points", xytext=(-8, 7), ha="right", fontsize=7, color=color)
         for k, width in enumerate(sorted({c["width"] for c in cosine_only}), start=len(trends)):
+            # one legend entry a width: while its policies have different seed counts, each marker names its own
+            counts = sorted({len(c["seeds"]) for c in cosine_only if c["width"] == width})
+            seeds = (f"{counts[0]} seed{'' if counts[0] == 1 else 's'}{', no interval' if counts[0] == 1 else ''}"
+                     if len(counts) == 1 else f"{counts[0]}-{counts[-1]} seeds, n= at each marker")
             for c in (c for c in cosine_only if c["width"] == width and c["policy"] == policy):
-                n = len(c["seeds"])
                 ax.errorbar([c["tokens_per_param"]], [c["gap"]], yerr=[c["gap_ci95"] or 0.0], fmt="D",
                             color=colors[k % len(colors)], mfc="white", ms=7, capsize=3,
-                            label=f"width {width}, cosine ({n} seed{'' if n == 1 else 's'}"
-                                  f"{', no interval' if n == 1 else ''})")
+                            label=f"width {width}, cosine ({seeds})")
                 # labelled at the marker, not as a tick: it would crowd the WSD budgets' ticks; kept short, as a
                 # longer one ran into the next width's labels
-                label = f"{c['tokens_per_param']:.2g}"
+                label = f"{c['tokens_per_param']:.2g}" + (f" n={len(c['seeds'])}" if len(counts) > 1 else "")
                 if (width, policy) in unsteady:
                     label += f" ×{unsteady[width, policy]:.0f}"
                 ax.annotate(label, (c["tokens_per_param"], c["gap"]), textcoords="offset points", xytext=(7, 4),
-                            fontsize=7, color=colors[k % len(colors)])
+                            fontsize=7, color=colors[k % len(colors)],
+                            bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5))  # over the 0 line
         check_colors = {}
         for c in (c for c in checks if c["policy"] == policy):
             color = check_colors.setdefault((c["width"], c["lr"]), colors[(len(trends) + len(
@@ -250,7 +254,8 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
         ax.set_xticklabels([f"{t:.2g}" if t < 10 else f"{t:.1f}" for t in ticks], fontsize=8)
         ax.minorticks_off()
         ax.set_ylim(-CLIP, CLIP)  # a 2-seed band at one budget spans ±28 points: clipped, so the means stay readable
-        syncs = next(rows[policy]["syncs"] for rows, _ in trends.values() if policy in rows)
+        syncs = next(itertools.chain((rows[policy]["syncs"] for rows, _ in trends.values() if policy in rows),
+                                     (c["syncs"] for c in cosine_only if c["policy"] == policy)))
         ax.set_title(f"{policy} ({syncs} sync{'' if syncs == 1 else 's'} per forward)", fontsize=10)
         ax.set_xlabel("tokens per parameter")
         ax.grid(alpha=0.3)
