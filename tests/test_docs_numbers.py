@@ -300,12 +300,12 @@ def test_readme_savings_against_the_strongest_baseline_are_the_comm_tables():
     baseline_best = {(r["tp"], r["best"]) for r in rows if r["policy"] == "baseline"}
     sentence = re.search(r"Against the strongest baseline\*\* \([^)]*\): at tp=4 \(4x H200; (.*?) is faster\) 124M, "
                          r"(.*?); large \(774M\), (.*?)\. At tp=2 \(2x H200, n_tracks 2; (.*?) is faster, [^)]*\) 124M, "
-                         r"(.*?); medium \(350M\), (.*?) \(", first_screen_sentence())
+                         r"(.*?); medium \(350M\), (.*?); large, (.*?) \(", first_screen_sentence())
     assert sentence, "the first screen's sentence on the strongest baseline"
     modes = {"TP + SP": "sp", "plain TP": "off"}
     assert baseline_best == {(4, modes[sentence[1]]), (2, modes[sentence[4]])}, baseline_best
     for tp, size, text in ((4, "124m", sentence[2]), (4, "large", sentence[3]), (2, "124m", sentence[5]),
-                           (2, "medium", sentence[6])):
+                           (2, "medium", sentence[6]), (2, "large", sentence[7])):
         found = re.findall(r"(grouped:4|parallel|spd)(?: saves)? (\d+\.\d)%", text)
         assert found and all(float(v) in strongest[tp, size, p] for p, v in found), (tp, size, found)
     # what the kept syncs cost at tp=4, 124M: each row minus its no-sync floor, in the invocation with floors
