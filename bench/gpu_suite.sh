@@ -87,20 +87,20 @@ case $mode in
      exit 2 ;;
 esac
 comm=(-m bench.train_throughput --variants tp2 --modes compiled-graphs --tp_comm off)
-if has floors124m; then  # 8 compiled rows of about 30 s each on a fresh machine
-  step 560 comm_floors_124m "${launch[@]}" "${comm[@]}" --baseline_tp_comm sp --policies baseline,grouped:4,parallel,spd --tp2_n_tracks 4 \
-    --warmup 10 --iters 30 --floors --out_dir "$out/floors124m"
-fi
-if has overlap124m; then  # chunked:1 is Megatron's SP overlap: each gathered GEMM's input-gradient reduce-scatter
-  # travels during its weight-gradient GEMM, nothing split (parallel/overlap.py); 5 rows of about 40 s
-  step 560 comm_overlap_124m "${launch[@]}" "${comm[@]}" --baseline_tp_comm sp,chunked:1 --policies baseline,grouped:4,parallel,spd \
-    --tp2_n_tracks 4 --warmup 10 --iters 30 --out_dir "$out/overlap124m"
-fi
-if has large; then  # 3 rows of 36 layers: 80-160 s of compile each on a fresh machine (parallel's and grouped:4's
-  # rows are in bench/results/tp4_comm_h200/, invocations 6-7)
-  step 560 comm_large "${launch[@]}" "${comm[@]}" --baseline_tp_comm sp,chunked:1 --size large --policies baseline,spd --tp2_n_tracks 4 \
-    --warmup 8 --iters 20 --out_dir "$out/large"
-fi
+comm4_step() {  # comm4_step NAME PART ARGS...: one tp=4 invocation at n_tracks 4 (one track a GPU), into $out/PART
+  local name=$1 part=$2
+  shift 2
+  step 560 "$name" "${launch[@]}" "${comm[@]}" "$@" --tp2_n_tracks 4 --out_dir "$out/$part"
+}
+four=baseline,grouped:4,parallel,spd
+# 8 compiled rows of about 30 s each on a fresh machine
+has floors124m && comm4_step comm_floors_124m floors124m --baseline_tp_comm sp --policies $four --warmup 10 --iters 30 --floors
+# chunked:1 is Megatron's SP overlap: each gathered GEMM's input-gradient reduce-scatter travels during its
+# weight-gradient GEMM, nothing split (parallel/overlap.py); 5 rows of about 40 s
+has overlap124m && comm4_step comm_overlap_124m overlap124m --baseline_tp_comm sp,chunked:1 --policies $four --warmup 10 --iters 30
+# 3 rows of 36 layers: 80-160 s of compile each on a fresh machine (parallel's and grouped:4's rows are in
+# bench/results/tp4_comm_h200/, invocations 6-7)
+has large && comm4_step comm_large large --baseline_tp_comm sp,chunked:1 --size large --policies baseline,spd --warmup 8 --iters 20
 if has latency; then
   step 560 comm_latency "${launch[@]}" -m bench.tp_latency --sizes 124m,large --n_tracks 4 \
     --policies "baseline;grouped:4;parallel;spd" --tp_comm off,sp --modes graph --warmup 5 --repeats 30 \
