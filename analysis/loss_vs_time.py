@@ -18,6 +18,7 @@ Both axes are measured; neither is modeled. The study fixes one n_tracks (its ce
 another n_tracks is drawn hollow and its loss is the study's, borrowed (the table says so), except for ladder
 and parallel, whose function does not depend on n_tracks (their tracks never hold diverged streams). A policy
 the stats have no cell for at --iters takes its largest budget below it, and the table names that budget.
+--out's .png and .md are never written over unless --force says so.
 """
 import json
 import os
