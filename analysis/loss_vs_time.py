@@ -32,9 +32,10 @@ SAME_AT_ANY_N_TRACKS = ("ladder", "parallel")  # model/gpt.py: every sublayer re
 
 
 def study_gaps(stats_path, iters=None, width=None):
-    """{policy: (gap %, half-width, budget, n_tracks, tokens or None)}: from a compare_runs stats.json, each policy's
-    cell at the largest budget <= iters (budget in iterations); from the budget study's (a list of rows), the cosine
-    val cell of width (budget: its tokens per parameter, a str)."""
+    """{policy: (gap %, half-width, budget, n_tracks, tokens or None, seeds or None)}: from a compare_runs
+    stats.json, each policy's cell at the largest budget <= iters (budget: iterations, an int); from the budget
+    study's (a list of rows), the cosine val cell of width (budget: its tokens per parameter, a float; seeds: how
+    many, which differ between policies there)."""
     with open(stats_path) as f:
         data = json.load(f)
     if isinstance(data, list):  # experiments/large_budgets/stats.json
@@ -44,8 +45,8 @@ def study_gaps(stats_path, iters=None, width=None):
         rows = [r for r in data if r["width"] == width and r["schedule"] == "cosine" and r["metric"] == "val"]
         if not rows:
             raise ValueError(f"{stats_path} has no cosine cell at width {width}; widths: {widths}")
-        return {r["policy"]: (r["gap"], r["gap_ci95"], f"{r['tokens_per_param']:.2f} per parameter, {len(r['seeds'])} "
-                              f"seed{'' if len(r['seeds']) == 1 else 's'}", r["n_tracks"], r["tokens"]) for r in rows}
+        return {r["policy"]: (r["gap"], r["gap_ci95"], float(r["tokens_per_param"]), r["n_tracks"], r["tokens"],
+                              len(r["seeds"])) for r in rows}
     if iters is None:
         raise ValueError(f"{stats_path} is a compare_runs stats.json: give --iters (the budget in iterations)")
     cells = data["stats"]["cells"]
@@ -56,7 +57,7 @@ def study_gaps(stats_path, iters=None, width=None):
         if gap is None or budget > iters:
             continue
         if c["policy"] not in found or budget > found[c["policy"]][2]:
-            found[c["policy"]] = (gap, c["final_val"]["gap_ci"], budget, n_tracks, c.get("tokens"))
+            found[c["policy"]] = (gap, c["final_val"]["gap_ci"], budget, n_tracks, c.get("tokens"), None)
     return found
 
 
@@ -121,12 +122,13 @@ def main(argv=None):
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
     colors = {}
     for pol, n, saving, ms, base, src, (own, base_row) in sorted(rows):
-        gap, half, budget, study_n, tokens = gaps[pol]
+        gap, half, budget, study_n, tokens, seeds = gaps[pol]
+        seeds_text = seeds and f"{seeds} seed{'' if seeds == 1 else 's'}"
         # the budget in tokens too: a reader at another batch size compares tokens, not iterations
-        if isinstance(budget, int):
+        if seeds is None:
             budget_text = f"{budget} it" + (f" ({tokens / 1e6:.1f}M tokens)" if tokens else "")
         else:  # the budget study's cell: its tokens, then tokens per parameter and seeds
-            budget_text = f"{tokens / 1e6:.1f}M tokens ({budget})"
+            budget_text = f"{tokens / 1e6:.1f}M tokens ({budget:.2f} per parameter, {seeds_text})"
         half_text = "" if half is None else f" ± {half:.2f}"  # one seed: no interval
         borrowed = "" if n == study_n or pol in SAME_AT_ANY_N_TRACKS else " (borrowed)"
         lines.append(f"| {pol} | {n} | {ms:.2f} ({base:.2f}) | {saving:+.1f}% | {gap:+.2f}%{half_text} | "
@@ -134,8 +136,8 @@ def main(argv=None):
         color = colors.setdefault(pol, f"C{len(colors)}")
         ax.errorbar(saving, gap, yerr=half or 0.0, fmt="o", color=color, mfc="white" if borrowed else color,
                     capsize=3, label=f"{pol}, n_tracks {n}" + (f" (loss from n_tracks {study_n})" if borrowed else "")
-                    + ("" if budget == args.iters or not isinstance(budget, int) else f" (loss at {budget} it)")
-                    + ("" if isinstance(budget, int) else f" ({budget.split(', ')[-1]})"))  # its seeds
+                    + ("" if budget == args.iters or seeds else f" (loss at {budget} it)")
+                    + (f" ({seeds_text})" if seeds else ""))
     ax.axhline(0, color="grey", lw=0.8)
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_xlabel("step-time saving against " + ("baseline's fastest mode" if strongest else "baseline")
@@ -143,7 +145,7 @@ def main(argv=None):
     ax.set_ylabel("val-loss gap to baseline, % (measured; below is better)")
     # the seeds differ between policies: the legend gives each its own
     at = (f"{args.iters} iterations" if args.iters else
-          f"width {args.width}'s cosine budget ({next(iter(gaps.values()))[2].split(', ')[0].replace('per', 'tokens per')})")
+          f"width {args.width}'s cosine budget ({next(iter(gaps.values()))[2]:.2f} tokens per parameter)")
     ax.set_title(f"{args.title}\nloss at {at}\nhollow: loss borrowed from another n_tracks", fontsize=9)
     # below the axes: inside, "best" still covered an error bar (the issue-49 figure)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
