@@ -431,7 +431,8 @@ def stop_if_eval_nonfinite(log, mesh, iter_num, losses):
 def checkpoint_paths(cfg, iter_num, start_iter, keep_iters, is_best, ckpt_path):
     """(paths to write, hard links to make) at an eval, or None when this eval writes no checkpoint."""
     keep = iter_num in keep_iters and not cfg.eval_only  # a trunk's branch point: also ckpt_<iter>.pt
-    if iter_num <= start_iter or cfg.eval_only or not (is_best or cfg.always_save_checkpoint or keep):
+    due = iter_num >= cfg.max_iters or (iter_num // cfg.eval_interval) % cfg.checkpoint_every == 0
+    if iter_num <= start_iter or cfg.eval_only or not (keep or due and (is_best or cfg.always_save_checkpoint)):
         return None
     best = [os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best and cfg.keep_best else []
     return [ckpt_path] + best, [os.path.join(cfg.out_dir, f"ckpt_{iter_num}.pt")] if keep else []
@@ -528,11 +529,12 @@ def main(argv):
             check_finite(iter_num)
             losses, syncs = estimate_loss(model, raw_model, data_dir, cfg, mesh, autocast_ctx)
             stop_if_eval_nonfinite(log, mesh, iter_num, losses)
-            log_eval(log, wandb, cfg, iter_num, losses, syncs, passes_read(cfg, train_tokens, iter_num))
             is_best = losses["val"] < best_val_loss
+            to_write = checkpoint_paths(cfg, iter_num, start_iter, keep_iters, is_best, ckpt_path)
+            log_eval(log, wandb, cfg, iter_num, losses, syncs, passes_read(cfg, train_tokens, iter_num),
+                     checkpoint=bool(to_write))
             final, best_iter = (iter_num, losses["val"]), iter_num if is_best else best_iter
             best_val_loss = min(best_val_loss, losses["val"])
-            to_write = checkpoint_paths(cfg, iter_num, start_iter, keep_iters, is_best, ckpt_path)
             if to_write:
                 save(*to_write)
             timer_start, timed_iters = time.time(), 0

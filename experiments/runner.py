@@ -29,7 +29,8 @@ from training.config import REPO, ConfigError, TrainConfig, parse, write_text  #
 
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
 # config.json keys that may differ between a done run and the plan (they do not change what is computed)
-IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "branch_from", "overwrite", "always_save_checkpoint", "keep_best", "save_iters", "wandb_log", "wandb_project", "wandb_run_name",
+IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "branch_from", "overwrite", "always_save_checkpoint", "keep_best",
+                "checkpoint_every", "save_iters", "wandb_log", "wandb_project", "wandb_run_name",
                 "stall_timeout"}  # how a run is kept, not what it computes
 PACK_NAME = "sweep-logs.tgz"
 

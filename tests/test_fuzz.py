@@ -53,7 +53,7 @@ CLI_CASES = [  # configurator.parse, as the training script's argv
     ["--learning_rate=1e999"], ["--learning_rate=-1"], [f"--learning_rate=1e-{AR3}"], ["--beta1=1.5"],
     ["--beta2=-0.1"], ["--seed=-1"], ["--seed=99999999999999999999"], ["--tp=0"], ["--device=gpu"],
     ["--dtype=half"], ["--init_from=foo"], ["--out_dir="], ["--out_dir=a\x00b"], ["--bias=1"], ["--n_layr=3"],
-    ["n_layer=3"], ["--n_layer"], ["--dataset="], ["--eval_interval=0"], ["--bucket_cap_mb=0"],
+    ["n_layer=3"], ["--n_layer"], ["--dataset="], ["--eval_interval=0"], ["--checkpoint_every=0"], ["--bucket_cap_mb=0"],
     ["--grad_clip=-1.0"], [f"--sync_policy=grouped:{AR3}"], ["--sync_policy=selective:"],
     ["--sync_policy=baseline:"], ["--n_layer=2", "--sync_policy=selective:1-0"], ["--n_tracks=5"],
     ["--device=cpu", "--dtype=bfloat16"], ["--compile_backend=tvm"], ["--max_iters=-5"],

@@ -48,6 +48,8 @@ class TrainConfig:
     eval_batch_size: int = option(0, IO, "sequences per eval batch; 0: batch_size (the eval windows depend on it)")
     eval_only: bool = option(False, IO, "run one evaluation and exit")
     always_save_checkpoint: bool = option(True, IO, "write ckpt.pt at every eval; False: only when val loss improves")
+    checkpoint_every: int = option(1, IO, "write checkpoints at every Nth eval only, and always at max_iters and "
+                                          "save_iters (a 124M checkpoint takes seconds; a resume redoes at most N evals)")
     keep_best: bool = option(True, IO, "also keep ckpt_best.pt, a copy at the best val loss and the fallback for a "
                                        "damaged ckpt.pt (False: one checkpoint less on disk, for sweeps on scratch)")
     init_from: str = option("scratch", IO, "'scratch', 'resume' (out_dir/ckpt.pt), 'branch' (continue branch_from's run "
@@ -144,7 +146,7 @@ CHOICES = {
 # Integer keys that must be >= 1 and keys that must be >= 0. The model keys are GPTConfig's to check
 # (model_config); block_size is here too because the data checks read it before the model is built.
 AT_LEAST_ONE = ("eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps",
-                "batch_size", "block_size", "tp")
+                "batch_size", "block_size", "tp", "checkpoint_every")
 NON_NEGATIVE = ("eval_batch_size", "max_iters", "warmup_iters", "lr_decay_iters", "learning_rate", "min_lr",
                 "weight_decay", "grad_clip", "seed")
 

@@ -129,14 +129,16 @@ def start_wandb(cfg, mesh, derived):
     return wandb
 
 
-def log_eval(log, wandb, cfg, iter_num, losses, syncs, passes):
+def log_eval(log, wandb, cfg, iter_num, losses, syncs, passes, checkpoint):
+    """The eval line and record; checkpoint: whether this eval writes ckpt.pt (checkpoint_every)."""
     # a dataset of several domains adds its val_<domain> losses at the end of the line, after what parsers read
     parts = {split: loss for split, loss in losses.items() if split not in ("train", "val")}
     log.write(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
               f"syncs/fwd {syncs}, passes {passes:.2f}" + "".join(f", {k} loss {v:.4f}" for k, v in parts.items()),
               {"type": "eval", "iter": iter_num, "train_loss": losses["train"], "val_loss": losses["val"],
                **{f"{k}_loss": v for k, v in parts.items()},
-               "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg), "passes": passes, "time": time.time()})
+               "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg), "passes": passes, "checkpoint": checkpoint,
+               "time": time.time()})
     if wandb is not None:
         wandb.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"],
                    "syncs_per_fwd": syncs, "lr": get_lr(iter_num, cfg)})

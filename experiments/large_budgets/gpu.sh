@@ -66,7 +66,7 @@ case $verb in
     n_gpus=$(nvidia-smi -L | wc -l); [ -n "$GPUS" ] && n_gpus=$(echo "$GPUS" | tr ',' '\n' | wc -l)
     setsid nohup env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} python3 -m experiments.docs_study.run run --config $cfg \
       --sweep ${SWEEP:-experiments/large_budgets/w$width} --jobs $n_gpus --scratch $SCRATCH --status-every 120 \
-      --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 ${PREFIX:+--set data_dir=$S/data$PREFIX} "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
+      --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 --set checkpoint_every=4 ${PREFIX:+--set data_dir=$S/data$PREFIX} "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
     echo $! >> $S/sweeps.pid; sleep "${START_WAIT:-180}"; tail -n 30 $S/sweep-$width-$$.log ;;
   watch)
     end=$(( $(date +%s) + $1 ))
