@@ -14,8 +14,8 @@
 # the sweep on GPU 1 alone; PREFIX=N reads $S/data<N> instead of data/; SWEEP=<folder> keeps a side check's runs,
 # e.g. another learning rate, out of w<width>/, whose runs report.py reads as the sweep's). watch and collect wait
 # for every sweep started on the machine. start adds data_order=one_pass, 1 x 32 sequences an iteration and
-# checkpoint_every=4 (a 124M checkpoint costs 1.7 s: w768/calls/checkpoint_probe/). Everything the machine keeps between calls is under /root/study (scratch,
-# logs) and data/debian_large (the staged corpus).
+# checkpoint_every=4 (a 124M checkpoint costs 1.7 s: w768/calls/checkpoint_probe/). Everything the machine keeps
+# between calls is under /root/study (scratch, logs) and data/debian_large (the staged corpus).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
 S=/root/study; mkdir -p $S; OUT=${OUT:-$S/out}; mkdir -p $OUT
