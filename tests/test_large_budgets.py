@@ -312,3 +312,34 @@ def test_headline_names_each_markers_seeds_when_a_widths_policies_differ(tmp_pat
     trend.plot_headline({}, ["spd", "parallel"], str(tmp_path / "same.png"), [cell("spd", 2), cell("parallel", 2)])
     assert texts["mixed.png"] == (["width 768, cosine (2-3 seeds, n= at each marker)"], ["2.4 n=3", "2.4 n=2"])
     assert texts["same.png"] == (["width 768, cosine (2 seeds)"], ["2.4", "2.4"])
+
+
+def test_coverage_counts_the_designed_runs_and_names_the_missing():
+    """answer.md's first table: per width and schedule, the finished runs of the design's policies, seeds and budgets
+    (a run at another budget does not count) and what is missing, by policy and seed."""
+    cosine = [dict(policy=p, seed=s, final_iter=9216) for p in ("baseline",) + report.POLICY_ORDER
+              for s in report.DESIGN_SEEDS if (p, s) != ("ladder", 1339)]
+    cosine.append(dict(policy="spd", seed=1337, final_iter=4096))
+    wsd = [dict(policy="baseline", seed=1337, final_iter=b) for b in (576, 1152)]
+    rows = report.coverage({(768, "cosine"): cosine, (768, "runs"): wsd})
+    found = {(w, schedule): rest for w, schedule, *rest in rows}
+    assert found[768, "cosine"] == [[9216], 17, 18, {"ladder": {1339: [9216]}}]
+    budgets, stored, designed, missing = found[768, "runs"]
+    assert (budgets, stored, designed) == ([576, 1152, 2304, 4608], 2, 72)
+    assert missing["baseline"] == {1337: [2304, 4608], 1338: budgets, 1339: budgets}
+    assert found[256, "cosine"][1] == 0 and found[384, "runs"][0] == [392, 784, 1568, 3136, 6272]
+    text = "\n".join(report.render_coverage(rows))
+    assert "| 768 | cosine | 9216 | 17 of 18 | ladder 1339 |" in text
+    assert "| 768 | WSD | 576, 1152, 2304, 4608 | 2 of 72 | baseline 1337 at 2304/4608, 1338, 1339; ladder " in text
+    assert "| 256 | cosine | 7168 | 0 of 18 | all |" in text
+
+
+def test_the_design_is_the_configs_and_the_readme_table():
+    """DESIGN's cosine budgets are the width configs' max_iters, and both budgets stand in README.md's design table."""
+    readme = open(os.path.join(report.HERE, "README.md")).read()
+    for width, (first, top) in report.DESIGN.items():
+        name = "large_124m.py" if width == 768 else f"large_w{width}.py"
+        with open(os.path.join(report.HERE, "..", "..", "config", name)) as f:
+            assert f"\nmax_iters = {top}\n" in f.read(), name
+        row = next(line for line in readme.splitlines() if line.startswith(f"| {width} | `config/{name}`"))
+        assert f"{first:,}" in row and f"{top:,}" in row, row
