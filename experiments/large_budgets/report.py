@@ -387,8 +387,9 @@ def missing_text(missing, budgets):
 
 def render_coverage(rows):
     lines = ["## What has been run, against the design", "",
-             "Finished runs per width and schedule (6 policies x 3 seeds at each budget, README.md's design) and the "
-             "ones still missing: policy, seed (and the budgets, where some of them ran).", "",
+             f"Finished runs per width and schedule ({1 + len(POLICY_ORDER)} policies x {len(DESIGN_SEEDS)} seeds at "
+             "each budget, README.md's design) and the ones still missing: policy, seed (and the budgets, where some "
+             "of them ran).", "",
              "| width | schedule | budgets (iterations) | runs | missing |", "|---|---|---|---:|---|"]
     for width, schedule, budgets, stored, designed, missing in rows:
         gone = "all" if stored == 0 else missing_text(missing, budgets) or "none"
@@ -405,7 +406,7 @@ def render(rows, covered=()):
              "Holm over the policies of a cell; verdicts against a ±1% margin. Grad norm: the largest late median "
              "gradient norm of the policy's runs over the baseline's (the last table): far above 1, a run trained "
              "unsteadily and its gap includes that.", ""]
-    if covered:
+    if covered:  # the tests of the gap table call it alone
         lines += render_coverage(covered) + ["## The gap per cell", ""]
     lines += ["| width | schedule | tokens (per param) | loss | policy | syncs | seeds | gap % (95% CI) | Holm p | "
               "TOST p | verdict | grad norm |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---|---:|"]
