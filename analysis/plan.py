@@ -343,32 +343,45 @@ def real_budget_lines(path=REAL_BUDGETS):
             f"experiments/large_budgets/answer.md), not yet in the fit above. {'. '.join(parts)}."]
 
 
-def learning_rate_lines(path=CHECKS):
-    """The study's learning-rate checks (experiments/large_budgets/checks.json, its "cells"): per check, each
-    policy's mean gap over seeds at the check's learning rate, and at that rate against the baseline's better rate
-    of the two, with 95% t-intervals; one sentence, or none."""
+def check_lines(path=CHECKS):
+    """The study's side checks (experiments/large_budgets/checks.json, its "cells"), one sentence a kind, or none.
+    Learning-rate checks: per check, each policy's mean gap over seeds at the check's learning rate, and at that
+    rate against the baseline's better rate of the two, with 95% t-intervals. Schedule checks (cosine runs over one
+    of the WSD budgets): each policy's cosine gap beside the WSD branches' over the same seeds."""
     def text(m):
         return f"{m['gap']:+.2f}" + ("" if m["gap_ci95"] is None else f" ± {m['gap_ci95']:.2f}")
     try:
         with open(os.path.join(REPO, path)) as f:
             cells = json.load(f)["cells"]
-        parts = []
+        rates, schedules = [], []
         for check in dict.fromkeys(m["check"] for m in cells):
             mine = [m for m in cells if m["check"] == check]
             first = mine[0]
             seeds = sorted({s for m in mine for s in m["seeds"]})
+            n_seeds = f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}"
             by_policy = {}
             for m in mine:
                 by_policy.setdefault(m["policy"], {})[m["comparison"]] = m
+            if first.get("sweep_schedule") == "wsd" and first["lr"] == first["sweep_lr"]:
+                gaps = "; ".join(f"{policy} {text(c['at_check_lr'])} cosine" + (
+                    "" if c["at_check_lr"].get("sweep_gap") is None else f", {c['at_check_lr']['sweep_gap']:+.2f} WSD")
+                    for policy, c in by_policy.items() if "at_check_lr" in c)
+                schedules.append(f"width {first['width']} at {first['tokens'] / 1e6:.1f}M tokens ({n_seeds}; {check}): "
+                                 f"{gaps}")
+                continue
             gaps = "; ".join(f"{policy} {text(c['at_check_lr'])}" + (
                 f" (against the better baseline {text(c['vs_better_baseline'])})" if "vs_better_baseline" in c else "")
                 for policy, c in by_policy.items() if "at_check_lr" in c)
-            parts.append(f"width {first['width']} at learning rate {first['lr']:g} against {first['sweep_lr']:g} "
-                         f"({len(seeds)} seed{'s' if len(seeds) > 1 else ''}; {check}): {gaps}")
+            rates.append(f"width {first['width']} at learning rate {first['lr']:g} against {first['sweep_lr']:g} "
+                         f"({n_seeds}; {check}): {gaps}")
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return []
-    return [f"The learning rate's share (gap %, 95% t-interval over seeds; against the better baseline: the policy at "
-            f"the check's rate over the baseline's lower loss of the two rates): {'. '.join(parts)}."] if parts else []
+    lines = [f"The learning rate's share (gap %, 95% t-interval over seeds; against the better baseline: the policy "
+             f"at the check's rate over the baseline's lower loss of the two rates): {'. '.join(rates)}."] if rates else []
+    if schedules:
+        lines.append(f"The schedule's share (gap %: a cosine run over one of the WSD budgets beside the WSD branches "
+                     f"of the same seeds): {'. '.join(schedules)}.")
+    return lines
 
 
 def main(argv=None):
@@ -416,7 +429,7 @@ def main(argv=None):
                f"tokens: the loss gaps are {extrapolation_label(fit, n_params, args.tokens)}") + "\n")
     print("\n".join(tables(cells, args.tokens, bool(measured_at(fit, n_params, args.tokens)[1]), args.wide)) + "\n")
     print("\n".join(wrap(line) for line in summary(fit, args, shape, n_params, cells) + real_budget_lines()
-                                               + learning_rate_lines()))
+                                               + check_lines()))
     return 0
 
 

@@ -9,12 +9,13 @@ import pytest
 from experiments.large_budgets import report
 
 
-def fake_run(folder, policy, seed, val, prose, code, width=256, max_iters=224, n_params=22_321_408, lr=6e-4):
+def fake_run(folder, policy, seed, val, prose, code, width=256, max_iters=224, n_params=22_321_408, lr=6e-4,
+             schedule="cosine"):
     run = folder / f"d{width}-b{max_iters}-{policy.replace(':', '')}-s{seed}"
     run.mkdir(parents=True)
     config = {"sync_policy": policy, "seed": seed, "dataset": "debian_large", "n_layer": 12, "n_embd": width,
               "n_tracks": 4, "max_iters": max_iters, "batch_size": 32, "block_size": 1024,
-              "gradient_accumulation_steps": 1, "learning_rate": lr, "derived": {"n_params": n_params, "device_name": "NVIDIA H100"}}
+              "gradient_accumulation_steps": 1, "learning_rate": lr, "lr_schedule": schedule, "derived": {"n_params": n_params, "device_name": "NVIDIA H100"}}
     (run / "config.json").write_text(json.dumps(config))
     evals = [{"type": "eval", "iter": it, "train_loss": v, "val_loss": v, "val_prose_loss": p, "val_code_loss": c,
               "syncs_per_fwd": 24 if policy == "baseline" else 3}
@@ -263,11 +264,12 @@ def test_a_learning_rate_check_sits_beside_the_sweeps_runs(study, capsys):
     assert report.main([]) == 0
     answer = (study / "answer.md").read_text()
     rows = [line for line in answer.splitlines() if line.startswith("| w256-lr3e-4 |")]
-    assert rows[0] == "| w256-lr3e-4 | 256 | 7.3M | baseline | 1 | 0.0003 | 4.2000 |  |  | 0.0006 | 4.0000 |  |  |  |"
+    assert rows[0] == ("| w256-lr3e-4 | 256 | 7.3M | baseline | 1 | 0.0003 | 4.2000 |  |  | 0.0006 | cosine | 4.0000 "
+                       "|  |  |  |")
     # its own gap +2.00; the sweep's seed 1: 4.201 / 4.0 = +5.03%; better of the two: 4.201 / 4.0
-    assert rows[1] == ("| w256-lr3e-4 | 256 | 7.3M | grouped:4 | 1 | 0.0003 | 4.2840 | +2.00 |  | 0.0006 | 4.2010 | "
-                       "+5.03 |  | +5.03 |")
-    assert rows[2] == "| w256-lr3e-4 | 256 | 7.3M | grouped:4 | 9 | 0.0003 | 5.0000 |  |  |  |  |  |  |  |"
+    assert rows[1] == ("| w256-lr3e-4 | 256 | 7.3M | grouped:4 | 1 | 0.0003 | 4.2840 | +2.00 |  | 0.0006 | cosine | "
+                       "4.2010 | +5.03 |  | +5.03 |")
+    assert rows[2] == "| w256-lr3e-4 | 256 | 7.3M | grouped:4 | 9 | 0.0003 | 5.0000 |  |  |  |  |  |  |  |  |"
     stats = json.loads((study / "stats.json").read_text())
     assert {r["seeds"] == [1, 2, 3] for r in stats} == {True}  # the check's runs stay out of the sweep's cells
     assert report.main(["--check"]) == 0
@@ -289,7 +291,33 @@ def test_a_checks_seeds_give_intervals_at_its_rate_and_against_the_better_baseli
     better = [100 * (4.284 / 4.0 - 1), 100 * (4.472 / 4.1 - 1)]
     assert cells["vs_better_baseline"]["gaps"] == pytest.approx(better, abs=1e-3)
     assert cells["vs_better_baseline"]["verdict"] == "inconclusive"  # one policy: Holm leaves p as it is
-    assert "| w256-lr3e-4 | at the check's rate | grouped:4 | 2 | +3.00 ± 12.71 |" in (study / "answer.md").read_text()
+    assert "| w256-lr3e-4 | at the check's setting | grouped:4 | 2 | +3.00 ± 12.71 |" in (study / "answer.md").read_text()
+
+
+def test_a_cosine_check_at_a_wsd_budget_sits_beside_the_wsd_branch(study):
+    """A check of the schedule: cosine runs over one of the WSD budgets find the sweep's WSD branches of the same
+    policy, seed and budget (not the sweep's cosine runs, which end at the cosine budget), so each row shows the
+    cosine gap beside the WSD one; the figure names the setting, not a learning rate."""
+    branches, check = study / "w256" / "runs", study / "checks" / "w256-cosine448" / "cosine"
+    for seed, base in ((1, 3.50), (2, 3.60)):
+        fake_run(branches, "baseline", seed, base, 3.0, 4.0, max_iters=448, schedule="wsd")
+        fake_run(branches, "grouped:4", seed, base * 0.99, 3.0, 4.0, max_iters=448, schedule="wsd")
+        fake_run(check, "baseline", seed, base + 0.2, 3.0, 4.0, max_iters=448)
+        fake_run(check, "grouped:4", seed, (base + 0.2) * 0.97, 3.0, 4.0, max_iters=448)
+    assert report.main([]) == 0
+    rows = [r for r in json.loads((study / "checks.json").read_text())["runs"] if r["policy"] == "grouped:4"]
+    assert [(r["seed"], r["sweep_schedule"]) for r in rows] == [(1, "wsd"), (2, "wsd")]
+    assert [r["gap"] for r in rows] == pytest.approx([-3.0, -3.0]) and [r["sweep_gap"] for r in rows] == pytest.approx(
+        [-1.0, -1.0])
+    answer = (study / "answer.md").read_text()
+    assert ("| w256-cosine448 | 256 | 14.7M | grouped:4 | 1 | 0.0006 | 3.5890 | -3.00 |  | 0.0006 | WSD | 3.4650 | "
+            "-1.00 |  | -1.00 |") in answer
+    assert "### w256-cosine448" in answer
+    cells = [m for m in json.loads((study / "checks.json").read_text())["cells"] if m["comparison"] == "at_check_lr"]
+    assert [(m["sweep_schedule"], m["gap"]) for m in cells] == [("wsd", pytest.approx(-3.0))]
+    # branches at one budget give no line: the width stays out of the trends and the planner's fit, in the tables
+    assert report.trends(report.load(str(study))) == {} and report.planner_fit(report.load(str(study))) is None
+    assert "| 256 | WSD | 14.7M (0.66) | val | grouped:4 | 3 | 2 | -1.00" in answer
 
 
 def test_headline_names_each_markers_seeds_when_a_widths_policies_differ(tmp_path, monkeypatch):

@@ -435,21 +435,28 @@ def test_the_planner_names_the_gaps_measured_nearer_real_budgets(tmp_path):
     assert plan.real_budget_lines(str(tmp_path / "missing.json")) == []
 
 
-def test_the_planner_names_the_learning_rate_checks(tmp_path):
-    """analysis.plan's last sentence: each learning-rate check's per-policy cells from the study's checks.json,
-    the comparison against the better baseline beside the gap at the check's rate; nothing without that file or
-    from the older list of rows."""
-    cell = {"check": "w768-lr3e-4", "width": 768, "lr": 3e-4, "sweep_lr": 6e-4, "seeds": [1337, 1338]}
+def test_the_planner_names_the_learning_rate_and_schedule_checks(tmp_path):
+    """analysis.plan's last sentences: each learning-rate check's per-policy cells from the study's checks.json,
+    the comparison against the better baseline beside the gap at the check's rate; each schedule check (cosine at
+    a WSD budget, the sweep's learning rate) as the cosine gap beside the WSD branches'; nothing without that file
+    or from the older list of rows."""
+    cell = {"check": "w768-lr3e-4", "width": 768, "lr": 3e-4, "sweep_lr": 6e-4, "seeds": [1337, 1338],
+            "sweep_schedule": "cosine", "tokens": 301_989_888}
     cells = [dict(cell, policy="ladder", comparison="at_check_lr", gap=3.573, gap_ci95=9.702),
              dict(cell, policy="ladder", comparison="vs_better_baseline", gap=4.747, gap_ci95=16.53),
              dict(cell, policy="grouped:4", comparison="at_check_lr", gap=5.11, gap_ci95=None, seeds=[1337])]
+    schedule = dict(cell, check="w256-cosine3584", width=256, lr=6e-4, sweep_schedule="wsd", tokens=117_440_512)
+    cells += [dict(schedule, policy="ladder", comparison="at_check_lr", gap=-3.44, gap_ci95=1.5, sweep_gap=-1.52),
+              dict(schedule, policy="ladder", comparison="vs_better_baseline", gap=7.09, gap_ci95=None)]
     (tmp_path / "checks.json").write_text(json.dumps({"runs": [], "cells": cells}))
-    (line,) = plan.learning_rate_lines(str(tmp_path / "checks.json"))
-    assert line.endswith("width 768 at learning rate 0.0003 against 0.0006 (2 seeds; w768-lr3e-4): ladder +3.57 ± 9.70 "
+    rate, schedule_line = plan.check_lines(str(tmp_path / "checks.json"))
+    assert rate.endswith("width 768 at learning rate 0.0003 against 0.0006 (2 seeds; w768-lr3e-4): ladder +3.57 ± 9.70 "
                          "(against the better baseline +4.75 ± 16.53); grouped:4 +5.11.")
+    assert schedule_line.endswith("width 256 at 117.4M tokens (2 seeds; w256-cosine3584): ladder -3.44 ± 1.50 cosine, "
+                                  "-1.52 WSD.")
     (tmp_path / "old.json").write_text(json.dumps([{"check": "w768-lr3e-4", "gap": 4.3}]))
-    assert plan.learning_rate_lines(str(tmp_path / "old.json")) == []
-    assert plan.learning_rate_lines(str(tmp_path / "missing.json")) == []
+    assert plan.check_lines(str(tmp_path / "old.json")) == []
+    assert plan.check_lines(str(tmp_path / "missing.json")) == []
 
 
 def test_the_planner_prints_its_held_out_check():

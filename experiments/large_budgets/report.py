@@ -21,8 +21,9 @@ answer.md opens with what has been run against the design (DESIGN, README.md's t
 every budget of every width) and what is still missing: coverage().
 
 A table gives each cosine run's steadiness (gradient norms late in the run, the val loss at 3/4 and at the end):
-stability(). The side checks under checks/<check>/cosine/ (another learning rate) stay out of the cells; the last
-section sets each beside the sweep's run of its seed (check_rows(), also in checks.json).
+stability(). The side checks under checks/<check>/cosine/ (another learning rate, or a cosine run over one of the
+WSD budgets) stay out of the cells; the last section sets each beside the sweep's run of its seed and budget
+(check_rows(), also in checks.json).
 
 The trend over the budget per width (slope, curvature test, crossover or bound, held-out and cosine checks), the
 fit across widths with the width as the unit (from three widths with WSD branches) and the headline figure:
@@ -53,6 +54,7 @@ UNSTEADY = 3.0  # the figure marks a cosine cell whose late grad norm is this ma
 # double from the first to half the cosine one; every policy and the baseline at every seed
 DESIGN = {256: (224, 7168), 384: (392, 12544), 768: (576, 9216)}
 DESIGN_SEEDS = (1337, 1338, 1339)
+MIN_WSD_BUDGETS = 3  # a width's line over its WSD budgets, and the same line without the largest to check it
 
 
 def load(root=None, skipped=None):
@@ -95,6 +97,7 @@ def load_folder(folder, skipped=None):
         run["n_params"], run["device"] = config["derived"]["n_params"], config["derived"].get("device_name")
         run["vocab_size"] = config["derived"].get("vocab_size")
         run["learning_rate"], run["width"] = config.get("learning_rate"), config.get("n_embd")
+        run["lr_schedule"] = config.get("lr_schedule")
         run["n_tracks"] = config.get("n_tracks")
         runs.append(run)
     return runs
@@ -159,7 +162,7 @@ def folder_stability(folder):
 
 def load_checks(root=None, skipped=None):
     """{check name: [run dicts]} of the side checks under root/checks/<name>/cosine/ (a learning rate other than the
-    sweep's, say), which the tables above leave out."""
+    sweep's, or a cosine run at a WSD budget), which the tables above leave out."""
     root = os.path.join(root or HERE, "checks")
     checks = {}
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
@@ -169,11 +172,19 @@ def load_checks(root=None, skipped=None):
     return {name: runs for name, runs in checks.items() if runs}
 
 
+def sweep_runs(groups, width):
+    """The sweep's runs of one width under both schedules. Its cosine budget is twice its largest WSD budget
+    (DESIGN), so a check run's policy, seed and budget find at most one twin: the cosine run at the cosine budget,
+    the WSD branch at a WSD budget."""
+    return groups.get((width, "cosine"), []) + groups.get((width, "runs"), [])
+
+
 def check_rows(checks, groups):
     """Each check run beside the sweep's run of the same width, policy, seed and budget: the gap to the baseline of
-    its own learning rate (same seed), the late gradient norm over that baseline's, the same two of the sweep's
-    twin, and the gap that each policy's better learning rate of the two leaves against the baseline's better one
-    ('better_gap'). One seed a run: a check of how much of a gap the learning rate explains, not a verdict."""
+    its own setting (same seed), the late gradient norm over that baseline's, the same two of the sweep's twin
+    (with its learning rate and schedule), and the gap that each policy's better setting of the two leaves against
+    the baseline's better one ('better_gap'). One seed a run: a check of how much of a gap the learning rate or the
+    schedule explains, not a verdict."""
     def find(runs, policy, seed, tokens):
         return next((r for r in runs if (r["policy"], r["seed"], r["tokens"]) == (policy, seed, tokens)), None)
 
@@ -189,10 +200,10 @@ def check_rows(checks, groups):
     rows = []
     for check, runs in checks.items():
         for run in sorted(runs, key=lambda r: (r["width"], r["tokens"], order.get(r["policy"], 99), r["seed"])):
-            sweep_runs = groups.get((run["width"], "cosine"), [])
+            sweep = sweep_runs(groups, run["width"])
             base = find(runs, "baseline", run["seed"], run["tokens"])
-            twin = find(sweep_runs, run["policy"], run["seed"], run["tokens"])
-            twin_base = find(sweep_runs, "baseline", run["seed"], run["tokens"])
+            twin = find(sweep, run["policy"], run["seed"], run["tokens"])
+            twin_base = find(sweep, "baseline", run["seed"], run["tokens"])
             better = None
             if twin and base and twin_base and run is not base:
                 better = round(100 * (min(run["final_val"], twin["final_val"])
@@ -200,7 +211,8 @@ def check_rows(checks, groups):
             rows.append({"check": check, "width": run["width"], "tokens": run["tokens"], "policy": run["policy"],
                          "seed": run["seed"], "lr": run["learning_rate"], "final_val": run["final_val"],
                          "gap": gap(run, base), "grad_norm_ratio": ratio(run, base),
-                         "sweep_lr": twin and twin["learning_rate"], "sweep_final_val": twin and twin["final_val"],
+                         "sweep_lr": twin and twin["learning_rate"], "sweep_schedule": twin and twin["lr_schedule"],
+                         "sweep_final_val": twin and twin["final_val"],
                          "sweep_gap": gap(twin, twin_base), "sweep_grad_norm_ratio": ratio(twin, twin_base),
                          "better_gap": better})
     return rows
@@ -209,14 +221,22 @@ def check_rows(checks, groups):
 def check_cells(checks, groups):
     """Per check and policy, the sweep's seed statistics (analysis/stats.py's seed_statistics: paired gaps, 95%
     t-interval with n - 1 df, Holm over the check's policies, TOST against the margin, verdict) of two comparisons:
-    'at_check_lr', the check's runs among themselves (the policy over the baseline at the check's learning rate);
-    'vs_better_baseline', the same policy runs over, per seed, the baseline's run of lower final val loss of the
-    two rates (the check's or the sweep's twin: the baseline tuned between them)."""
-    def pick(runs, seed, tokens):
-        return next((r for r in runs if (r["policy"], r["seed"], r["tokens"]) == ("baseline", seed, tokens)), None)
+    'at_check_lr', the check's runs among themselves (the policy over the baseline at the check's setting: its
+    learning rate, or the cosine schedule at a WSD budget); 'vs_better_baseline', the same policy runs over, per
+    seed, the baseline's run of lower final val loss of the two settings (the check's or the sweep's twin: the
+    baseline tuned between them). 'sweep_schedule' names the twins' schedule at the check's budget; 'sweep_gap'
+    (at the check's setting only) is the mean gap of the sweep's twins over the same seeds, None where one lacks."""
+    def pick(runs, seed, tokens, policy="baseline"):
+        return next((r for r in runs if (r["policy"], r["seed"], r["tokens"]) == (policy, seed, tokens)), None)
+
+    def sweep_gap(sweep, policy, seeds, tokens):
+        pairs = [(pick(sweep, s, tokens, policy), pick(sweep, s, tokens)) for s in seeds]
+        if not pairs or not all(run and base for run, base in pairs):
+            return None
+        return round(statistics.fmean(100 * (run["final_val"] / base["final_val"] - 1) for run, base in pairs), 3)
     cells = []
     for check, runs in checks.items():
-        sweep = groups.get((runs[0]["width"], "cosine"), [])
+        sweep = sweep_runs(groups, runs[0]["width"])
         better = []
         for r in runs:
             if r["policy"] != "baseline":
@@ -225,6 +245,7 @@ def check_cells(checks, groups):
                 twin = pick(sweep, r["seed"], r["tokens"])
                 better.append(min((r, dict(twin, setting=r["setting"])), key=lambda b: b["final_val"]))
         sweep_lr = next((r["learning_rate"] for r in sweep if r["policy"] == "baseline"), None)
+        schedule = {r["tokens"]: r["lr_schedule"] for r in sweep if r["policy"] == "baseline"}
         for kind, compared in (("at_check_lr", runs), ("vs_better_baseline", better)):
             for c in seed_statistics(compared)["cells"]:
                 m = c["final_val"]
@@ -232,9 +253,12 @@ def check_cells(checks, groups):
                     continue
                 cells.append({"check": check, "comparison": kind, "policy": c["policy"], "width": runs[0]["width"],
                               "tokens": c["tokens"], "lr": runs[0]["learning_rate"], "sweep_lr": sweep_lr,
+                              "sweep_schedule": schedule.get(c["tokens"]),
                               "seeds": m["paired_seeds"], "gaps": [round(g, 4) for g in m["gaps"]],
                               "gap": round(m["gap"], 3),
                               "gap_ci95": None if m["gap_ci"] is None else round(m["gap_ci"], 3),
+                              "sweep_gap": sweep_gap(sweep, c["policy"], m["paired_seeds"], c["tokens"])
+                              if kind == "at_check_lr" else None,
                               **{k: round(m[k], 4) for k in ("p_diff_holm", "p_tost_holm") if m.get(k) is not None},
                               "verdict": m.get("verdict")})
     return cells
@@ -243,38 +267,47 @@ def check_cells(checks, groups):
 def render_check_cells(cells):
     """check_cells as one table."""
     lines = ["Per policy over the seeds (the sweep's statistics: paired by seed, 95% t-interval with n - 1 degrees "
-             "of freedom, Holm over the check's policies per comparison, TOST against ±1%). At the check's rate: "
-             "the policy over the baseline, both at the check's learning rate. Against the better baseline: the "
-             "policy at the check's rate over the baseline's lower final val loss of the two rates.", "",
-             "| check | comparison | policy | seeds | gap % (95% CI) | Holm p | TOST p | verdict |",
-             "|---|---|---|---:|---:|---:|---:|---|"]
-    names = {"at_check_lr": "at the check's rate", "vs_better_baseline": "against the better baseline"}
+             "of freedom, Holm over the check's policies per comparison, TOST against ±1%). At the check's setting: "
+             "the policy over the baseline, both at the check's learning rate and schedule. Against the better "
+             "baseline: the policy at the check's setting over the baseline's lower final val loss of the two "
+             "settings. The sweep's gap: its twins' mean gap over the same seeds (at the sweep's learning rate, or "
+             "the WSD branches').", "",
+             "| check | comparison | policy | seeds | gap % (95% CI) | Holm p | TOST p | verdict | sweep's gap %, same "
+             "seeds |",
+             "|---|---|---|---:|---:|---:|---:|---|---:|"]
+    names = {"at_check_lr": "at the check's setting", "vs_better_baseline": "against the better baseline"}
     for m in cells:
         ci = "" if m["gap_ci95"] is None else f" ± {m['gap_ci95']:.2f}"
         p = lambda key: "" if m.get(key) is None else f"{m[key]:.3f}"  # noqa: E731
         lines.append(f"| {m['check']} | {names[m['comparison']]} | {m['policy']} | {len(m['seeds'])} | "
-                     f"{m['gap']:+.2f}{ci} | {p('p_diff_holm')} | {p('p_tost_holm')} | {m['verdict'] or ''} |")
+                     f"{m['gap']:+.2f}{ci} | {p('p_diff_holm')} | {p('p_tost_holm')} | {m['verdict'] or ''} | "
+                     + ("" if m.get("sweep_gap") is None else f"{m['sweep_gap']:+.2f}") + " |")
     return lines
 
 
 def render_checks(rows, checks, cells):
     """check_rows as a table per check, then its check_cells, then its runs' stability table."""
-    lines = ["## Checks beside the sweep: the learning rate", "",
-             "Runs under experiments/large_budgets/checks/<check>/cosine/, each beside the sweep's run of the same "
-             "width, policy, seed and budget at the sweep's learning rate. Gap: final val loss over the baseline's "
-             "at the same learning rate and seed, in %. Grad norm: the late median over that baseline's. Better "
-             "of the two: the policy's lower final val loss of the two learning rates over the baseline's lower "
-             "one (blank where the sweep lacks the policy's run of that seed).", "",
-             "| check | width | tokens | policy | seed | lr | final val | gap % | grad norm | sweep lr | sweep val | "
-             "sweep gap % | sweep grad norm | better of the two: gap % |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["## Checks beside the sweep: the learning rate and the schedule", "",
+             "Cosine runs under experiments/large_budgets/checks/<check>/cosine/, each beside the sweep's run of the "
+             "same width, policy, seed and budget: at the cosine budget the sweep's cosine run (a check of the "
+             "learning rate), at a WSD budget the sweep's WSD branch (a check of the schedule: how much of the gap "
+             "the WSD branch leaves out). Gap: final val loss over the baseline's of the same setting and seed, in "
+             "%. Grad norm: the late median over that baseline's. Better of the two: the policy's lower final val "
+             "loss of the two settings over the baseline's lower one (blank where the sweep lacks the policy's run "
+             "of that seed)."]
+    header = ["| check | width | tokens | policy | seed | lr | final val | gap % | grad norm | sweep lr | "
+              "sweep schedule | sweep val | sweep gap % | sweep grad norm | better of the two: gap % |",
+              "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     columns = [("lr", "g"), ("final_val", ".4f"), ("gap", "+.2f"), ("grad_norm_ratio", ".1f"), ("sweep_lr", "g"),
-               ("sweep_final_val", ".4f"), ("sweep_gap", "+.2f"), ("sweep_grad_norm_ratio", ".1f"),
-               ("better_gap", "+.2f")]
+               ("sweep_schedule", ""), ("sweep_final_val", ".4f"), ("sweep_gap", "+.2f"),
+               ("sweep_grad_norm_ratio", ".1f"), ("better_gap", "+.2f")]
+    shown = {"wsd": "WSD"}  # the trainer's lr_schedule names, as the tables above write them
     for check, runs in checks.items():
+        lines += ["", f"### {check}", ""] + header
         for r in (r for r in rows if r["check"] == check):
             lines.append(f"| {check} | {r['width']} | {r['tokens'] / 1e6:.1f}M | {r['policy']} | {r['seed']} | "
-                         + " | ".join("" if r[key] is None else format(r[key], spec) for key, spec in columns) + " |")
+                         + " | ".join("" if r[key] is None else shown.get(r[key], format(r[key], spec))
+                                      for key, spec in columns) + " |")
         lines += [""] + render_check_cells([m for m in cells if m["check"] == check])
         lines += ["", f"How steadily {check}'s runs trained (as the first table):", ""]
         lines += stability_table([(r["width"], r["name"], r.get("stability")) for r in runs])
@@ -329,13 +362,11 @@ def analyse(groups):
 def planner_fit(groups):
     """size_fit.json for analysis.plan from this corpus (`--fit experiments/large_budgets/size_fit.json`): the same
     model as the earlier study's (analysis/size_trend.py's size_fit: per width the line of its WSD cells' seed-mean
-    gaps in log2 tokens, regressed on log2 N with the width as the unit), from every width with WSD branches; None
+    gaps in log2 tokens, regressed on log2 N with the width as the unit), from the widths of wsd_widths; None
     while there is none. With one width the size trend is not measured and the planner says so."""
     from analysis.size_trend import size_fit
     widths = []
-    for (width, schedule), runs in sorted(groups.items()):
-        if schedule != "runs":
-            continue
+    for width, runs in wsd_widths(groups).items():
         n_params, vocab = runs[0]["n_params"], runs[0]["vocab_size"]
         widths.append(dict(width=width, n_params=n_params, non_embedding=vocab and n_params - vocab * width,
                            runs=len(runs),
@@ -348,13 +379,17 @@ def planner_fit(groups):
                 tables="experiments/large_budgets/answer.md")
 
 
+def wsd_widths(groups):
+    """{width: its WSD branches} of the widths whose branches span MIN_WSD_BUDGETS budgets or more. A width with
+    fewer (a session's first branches, say) stays in the gap tables, out of the trends and the planner's fit."""
+    return {width: runs for (width, schedule), runs in sorted(groups.items())
+            if schedule == "runs" and len({r["final_iter"] for r in runs}) >= MIN_WSD_BUDGETS}
+
+
 def trends(groups):
-    """{width: ({policy: trend row}, n_params)} of every width with WSD branches (trend.width_trend)."""
-    out = {}
-    for (width, schedule), runs in sorted(groups.items()):
-        if schedule == "runs":
-            out[width] = (width_trend(runs, groups.get((width, "cosine"), []), runs[0]["n_params"]), runs[0]["n_params"])
-    return out
+    """{width: ({policy: trend row}, n_params)} of every width of wsd_widths (trend.width_trend)."""
+    return {width: (width_trend(runs, groups.get((width, "cosine"), []), runs[0]["n_params"]), runs[0]["n_params"])
+            for width, runs in wsd_widths(groups).items()}
 
 
 def coverage(groups):

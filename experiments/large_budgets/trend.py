@@ -188,7 +188,8 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
     cosine cells (report.py's rows of metric val) of widths without WSD branches yet, drawn as squares alone (a
     single seed has no interval). unsteady: {(width, policy): late grad norm over the baseline's} of the cosine
     cells to mark as unsteadily trained (written beside their marker). checks: report.py's check cells at the
-    check's learning rate (with tokens_per_param), drawn as triangles just left of the sweep's marker."""
+    check's setting (with tokens_per_param), drawn as triangles just left of the sweep's marker: another learning
+    rate, or the cosine schedule over a WSD budget."""
     unsteady = unsteady or {}
     import matplotlib
     matplotlib.use("Agg")
@@ -197,8 +198,12 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
 
     policies = [p for p in order if any(p in rows for rows, _ in trends.values())
                 or any(c["policy"] == p for c in cosine_only)]
-    fig, axes = plt.subplots(1, len(policies), figsize=(3.3 * len(policies), 4.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(policies), figsize=(3.3 * len(policies), 4.6), sharey=True, squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    check_colors = {}  # one color a check for every panel, after the widths' colors
+    for c in checks:
+        check_colors.setdefault((c["width"], c["lr"], c.get("sweep_schedule")), colors[(len(trends) + len(
+            {x["width"] for x in cosine_only}) + len(check_colors)) % len(colors)])
     for ax, policy in zip(axes[0], policies):
         ax.axhline(0, color="black", lw=1)
         for k, (width, (rows, n_params)) in enumerate(sorted(trends.items())):
@@ -236,16 +241,16 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
                 ax.annotate(label, (c["tokens_per_param"], c["gap"]), textcoords="offset points", xytext=(7, 4),
                             fontsize=7, color=colors[k % len(colors)],
                             bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5))  # over the 0 line
-        check_colors = {}
         for c in (c for c in checks if c["policy"] == policy):
-            color = check_colors.setdefault((c["width"], c["lr"]), colors[(len(trends) + len(
-                {x["width"] for x in cosine_only}) + len(check_colors)) % len(colors)])
+            color = check_colors[c["width"], c["lr"], c.get("sweep_schedule")]
             n = len(c["seeds"])
             lr = f"{c['lr']:.0e}".replace("e-0", "e-")  # 3e-4, as the configs write it
+            setting = ("cosine over a WSD budget" if c["lr"] == c.get("sweep_lr") and c.get("sweep_schedule") == "wsd"
+                       else f"cosine at learning rate {lr}")
             # left of the sweep's marker: to its right stand the next width's WSD budgets
             ax.errorbar([c["tokens_per_param"] / 1.15], [c["gap"]], yerr=[c["gap_ci95"] or 0.0], fmt="^", color=color,
                         mfc="white", ms=7, capsize=3, elinewidth=1,
-                        label=f"width {c['width']}, cosine at learning rate {lr} ({n} seed{'' if n == 1 else 's'})")
+                        label=f"width {c['width']}, {setting} ({n} seed{'' if n == 1 else 's'})")
         ax.set_xscale("log", base=2)
         ticks = sorted({b["per_param"] for rows, _ in trends.values() if policy in rows for b in rows[policy]["budgets"]}
                        | {rows[policy]["cosine"]["tokens"] / n for rows, n in trends.values()
@@ -264,12 +269,14 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)
-    fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=len(legend), fontsize=9, frameon=False)
+    # at most three entries a row: six in one row ran past the figure's edges
+    rows = -(-len(legend) // 3)
+    fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=min(len(legend), 3), fontsize=9, frameon=False)
     fig.suptitle("Loss cost of fewer syncs against the training budget on data/debian_large: mean of paired seeds "
                  f"(counts in the legends), 95% t bands (clipped at ±{CLIP:.0f}); lower is better\n"
                  "×N beside a cosine marker: trained unsteadily, its late median gradient norm N times the baseline's",
                  fontsize=11)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.tight_layout(rect=(0, 0.035 + 0.045 * rows, 1, 1))
     save_figure(fig, path)
     plt.close(fig)
 
