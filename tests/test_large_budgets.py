@@ -299,22 +299,26 @@ def test_a_cosine_check_at_a_wsd_budget_sits_beside_the_wsd_branch(study):
     policy, seed and budget (not the sweep's cosine runs, which end at the cosine budget), so each row shows the
     cosine gap beside the WSD one; the figure names the setting, not a learning rate."""
     branches, check = study / "w256" / "runs", study / "checks" / "w256-cosine448" / "cosine"
-    for seed, base in ((1, 3.50), (2, 3.60)):
+    for seed, base, cosine in ((1, 3.50, 0.97), (2, 3.60, 0.96)):
         fake_run(branches, "baseline", seed, base, 3.0, 4.0, max_iters=448, schedule="wsd")
         fake_run(branches, "grouped:4", seed, base * 0.99, 3.0, 4.0, max_iters=448, schedule="wsd")
         fake_run(check, "baseline", seed, base + 0.2, 3.0, 4.0, max_iters=448)
-        fake_run(check, "grouped:4", seed, (base + 0.2) * 0.97, 3.0, 4.0, max_iters=448)
+        fake_run(check, "grouped:4", seed, (base + 0.2) * cosine, 3.0, 4.0, max_iters=448)
     assert report.main([]) == 0
     rows = [r for r in json.loads((study / "checks.json").read_text())["runs"] if r["policy"] == "grouped:4"]
     assert [(r["seed"], r["sweep_schedule"]) for r in rows] == [(1, "wsd"), (2, "wsd")]
-    assert [r["gap"] for r in rows] == pytest.approx([-3.0, -3.0]) and [r["sweep_gap"] for r in rows] == pytest.approx(
+    assert [r["gap"] for r in rows] == pytest.approx([-3.0, -4.0]) and [r["sweep_gap"] for r in rows] == pytest.approx(
         [-1.0, -1.0])
     answer = (study / "answer.md").read_text()
     assert ("| w256-cosine448 | 256 | 14.7M | grouped:4 | 1 | 0.0006 | 3.5890 | -3.00 |  | 0.0006 | WSD | 3.4650 | "
             "-1.00 |  | -1.00 |") in answer
     assert "### w256-cosine448" in answer
     cells = [m for m in json.loads((study / "checks.json").read_text())["cells"] if m["comparison"] == "at_check_lr"]
-    assert [(m["sweep_schedule"], m["gap"]) for m in cells] == [("wsd", pytest.approx(-3.0))]
+    assert [(m["sweep_schedule"], m["gap"], m["sweep_gap"]) for m in cells] == [("wsd", pytest.approx(-3.5),
+                                                                              pytest.approx(-1.0))]
+    # the shift, paired by seed: -2 and -3 points, mean -2.5 with t(0.975, 1 df) x sd / sqrt(2) = 12.706 x 0.5
+    assert cells[0]["shift"] == pytest.approx(-2.5) and cells[0]["shift_ci95"] == pytest.approx(6.353, abs=1e-3)
+    assert "| -1.00 | -2.50 ± 6.35 |" in answer
     # branches at one budget give no line: the width stays out of the trends and the planner's fit, in the tables
     assert report.trends(report.load(str(study))) == {} and report.planner_fit(report.load(str(study))) is None
     assert "| 256 | WSD | 14.7M (0.66) | val | grouped:4 | 3 | 2 | -1.00" in answer

@@ -39,7 +39,7 @@ if __name__ == "__main__" and not __package__:
     sys.exit("run it from the repository root as: python -m experiments.large_budgets.report " + " ".join(sys.argv[1:]))
 
 from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
-from analysis.stats import budget_analysis  # noqa: E402
+from analysis.stats import budget_analysis, mean_ci  # noqa: E402
 from experiments.large_budgets.trend import (across_widths, plot_headline, render_across, render_trend,  # noqa: E402
                                              width_trend)
 from experiments.runner import read_records  # noqa: E402
@@ -224,16 +224,21 @@ def check_cells(checks, groups):
     'at_check_lr', the check's runs among themselves (the policy over the baseline at the check's setting: its
     learning rate, or the cosine schedule at a WSD budget); 'vs_better_baseline', the same policy runs over, per
     seed, the baseline's run of lower final val loss of the two settings (the check's or the sweep's twin: the
-    baseline tuned between them). 'sweep_schedule' names the twins' schedule at the check's budget; 'sweep_gap'
-    (at the check's setting only) is the mean gap of the sweep's twins over the same seeds, None where one lacks."""
+    baseline tuned between them). 'sweep_schedule' names the twins' schedule at the check's budget. At the check's
+    setting only, where the sweep has every seed's twins: 'sweep_gap', their mean gap over the same seeds, and
+    'shift', the mean over seeds of the check's gap minus the sweep's (points), with its 95% t half-width (n - 1 df):
+    how far the learning rate or the schedule moves a policy's gap, paired by seed."""
     def pick(runs, seed, tokens, policy="baseline"):
         return next((r for r in runs if (r["policy"], r["seed"], r["tokens"]) == (policy, seed, tokens)), None)
 
-    def sweep_gap(sweep, policy, seeds, tokens):
+    def against_sweep(sweep, policy, seeds, gaps, tokens):
         pairs = [(pick(sweep, s, tokens, policy), pick(sweep, s, tokens)) for s in seeds]
         if not pairs or not all(run and base for run, base in pairs):
-            return None
-        return round(statistics.fmean(100 * (run["final_val"] / base["final_val"] - 1) for run, base in pairs), 3)
+            return dict(sweep_gap=None, shift=None, shift_ci95=None)
+        twins = [100 * (run["final_val"] / base["final_val"] - 1) for run, base in pairs]
+        shift, half, _ = mean_ci([g - t for g, t in zip(gaps, twins)])
+        return dict(sweep_gap=round(statistics.fmean(twins), 3), shift=round(shift, 3),
+                    shift_ci95=None if half is None else round(half, 3))
     cells = []
     for check, runs in checks.items():
         sweep = sweep_runs(groups, runs[0]["width"])
@@ -257,8 +262,8 @@ def check_cells(checks, groups):
                               "seeds": m["paired_seeds"], "gaps": [round(g, 4) for g in m["gaps"]],
                               "gap": round(m["gap"], 3),
                               "gap_ci95": None if m["gap_ci"] is None else round(m["gap_ci"], 3),
-                              "sweep_gap": sweep_gap(sweep, c["policy"], m["paired_seeds"], c["tokens"])
-                              if kind == "at_check_lr" else None,
+                              **(against_sweep(sweep, c["policy"], m["paired_seeds"], m["gaps"], c["tokens"])
+                                 if kind == "at_check_lr" else dict(sweep_gap=None, shift=None, shift_ci95=None)),
                               **{k: round(m[k], 4) for k in ("p_diff_holm", "p_tost_holm") if m.get(k) is not None},
                               "verdict": m.get("verdict")})
     return cells
@@ -271,17 +276,20 @@ def render_check_cells(cells):
              "the policy over the baseline, both at the check's learning rate and schedule. Against the better "
              "baseline: the policy at the check's setting over the baseline's lower final val loss of the two "
              "settings. The sweep's gap: its twins' mean gap over the same seeds (at the sweep's learning rate, or "
-             "the WSD branches').", "",
+             "the WSD branches'). Shift: the check's gap minus the sweep's, paired by seed, mean with its 95% "
+             "t-interval (n - 1 df): how far the check's setting moves the gap.", "",
              "| check | comparison | policy | seeds | gap % (95% CI) | Holm p | TOST p | verdict | sweep's gap %, same "
-             "seeds |",
-             "|---|---|---|---:|---:|---:|---:|---|---:|"]
+             "seeds | shift, points (95% CI) |",
+             "|---|---|---|---:|---:|---:|---:|---|---:|---:|"]
     names = {"at_check_lr": "at the check's setting", "vs_better_baseline": "against the better baseline"}
     for m in cells:
         ci = "" if m["gap_ci95"] is None else f" ± {m['gap_ci95']:.2f}"
         p = lambda key: "" if m.get(key) is None else f"{m[key]:.3f}"  # noqa: E731
         lines.append(f"| {m['check']} | {names[m['comparison']]} | {m['policy']} | {len(m['seeds'])} | "
                      f"{m['gap']:+.2f}{ci} | {p('p_diff_holm')} | {p('p_tost_holm')} | {m['verdict'] or ''} | "
-                     + ("" if m.get("sweep_gap") is None else f"{m['sweep_gap']:+.2f}") + " |")
+                     + ("" if m.get("sweep_gap") is None else f"{m['sweep_gap']:+.2f}") + " | "
+                     + ("" if m.get("shift") is None else f"{m['shift']:+.2f}"
+                        + ("" if m.get("shift_ci95") is None else f" ± {m['shift_ci95']:.2f}")) + " |")
     return lines
 
 
