@@ -362,7 +362,7 @@ def check_lines(path=CHECKS):
             by_policy = {}
             for m in mine:
                 by_policy.setdefault(m["policy"], {})[m["comparison"]] = m
-            if first.get("sweep_schedule") == "wsd" and first["lr"] == first["sweep_lr"]:
+            if first.get("varied") == "schedule":
                 gaps = "; ".join(f"{policy} {text(c['at_check_lr'])} cosine" + (
                     "" if c["at_check_lr"].get("sweep_gap") is None else f", {c['at_check_lr']['sweep_gap']:+.2f} WSD")
                     for policy, c in by_policy.items() if "at_check_lr" in c)

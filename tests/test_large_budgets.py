@@ -314,6 +314,7 @@ def test_a_cosine_check_at_a_wsd_budget_sits_beside_the_wsd_branch(study):
             "-1.00 |  | -1.00 |") in answer
     assert "### w256-cosine448" in answer
     cells = [m for m in json.loads((study / "checks.json").read_text())["cells"] if m["comparison"] == "at_check_lr"]
+    assert [m["varied"] for m in cells] == ["schedule"]
     assert [(m["sweep_schedule"], m["gap"], m["sweep_gap"]) for m in cells] == [("wsd", pytest.approx(-3.5),
                                                                               pytest.approx(-1.0))]
     # the shift, paired by seed: -2 and -3 points, mean -2.5 with t(0.975, 1 df) x sd / sqrt(2) = 12.706 x 0.5

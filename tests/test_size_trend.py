@@ -441,11 +441,12 @@ def test_the_planner_names_the_learning_rate_and_schedule_checks(tmp_path):
     a WSD budget, the sweep's learning rate) as the cosine gap beside the WSD branches'; nothing without that file
     or from the older list of rows."""
     cell = {"check": "w768-lr3e-4", "width": 768, "lr": 3e-4, "sweep_lr": 6e-4, "seeds": [1337, 1338],
-            "sweep_schedule": "cosine", "tokens": 301_989_888}
+            "sweep_schedule": "cosine", "varied": "learning rate", "tokens": 301_989_888}
     cells = [dict(cell, policy="ladder", comparison="at_check_lr", gap=3.573, gap_ci95=9.702),
              dict(cell, policy="ladder", comparison="vs_better_baseline", gap=4.747, gap_ci95=16.53),
              dict(cell, policy="grouped:4", comparison="at_check_lr", gap=5.11, gap_ci95=None, seeds=[1337])]
-    schedule = dict(cell, check="w256-cosine3584", width=256, lr=6e-4, sweep_schedule="wsd", tokens=117_440_512)
+    schedule = dict(cell, check="w256-cosine3584", width=256, lr=6e-4, sweep_schedule="wsd", varied="schedule",
+                    tokens=117_440_512)
     cells += [dict(schedule, policy="ladder", comparison="at_check_lr", gap=-3.44, gap_ci95=1.5, sweep_gap=-1.52),
               dict(schedule, policy="ladder", comparison="vs_better_baseline", gap=7.09, gap_ci95=None)]
     (tmp_path / "checks.json").write_text(json.dumps({"runs": [], "cells": cells}))

@@ -179,15 +179,22 @@ def sweep_runs(groups, width):
     return groups.get((width, "cosine"), []) + groups.get((width, "runs"), [])
 
 
+def find_run(runs, policy, seed, tokens):
+    """The run of that policy, seed and budget among runs, or None."""
+    return next((r for r in runs if (r["policy"], r["seed"], r["tokens"]) == (policy, seed, tokens)), None)
+
+
+def percent_gap(run, base):
+    """run's final val loss over base's, in % (the gap every table here gives)."""
+    return 100 * (run["final_val"] / base["final_val"] - 1)
+
+
 def check_rows(checks, groups):
     """Each check run beside the sweep's run of the same width, policy, seed and budget: the gap to the baseline of
     its own setting (same seed), the late gradient norm over that baseline's, the same two of the sweep's twin
     (with its learning rate and schedule), and the gap that each policy's better setting of the two leaves against
     the baseline's better one ('better_gap'). One seed a run: a check of how much of a gap the learning rate or the
     schedule explains, not a verdict."""
-    def find(runs, policy, seed, tokens):
-        return next((r for r in runs if (r["policy"], r["seed"], r["tokens"]) == (policy, seed, tokens)), None)
-
     def late(run):
         return run["stability"]["late_median_grad_norm"] if run and run.get("stability") else None
 
@@ -195,15 +202,15 @@ def check_rows(checks, groups):
         return round(late(run) / late(base), 2) if late(run) and late(base) and run is not base else None
 
     def gap(run, base):
-        return round(100 * (run["final_val"] / base["final_val"] - 1), 4) if run and base and run is not base else None
+        return round(percent_gap(run, base), 4) if run and base and run is not base else None
     order = {p: i for i, p in enumerate(("baseline",) + POLICY_ORDER)}
     rows = []
     for check, runs in checks.items():
         for run in sorted(runs, key=lambda r: (r["width"], r["tokens"], order.get(r["policy"], 99), r["seed"])):
             sweep = sweep_runs(groups, run["width"])
-            base = find(runs, "baseline", run["seed"], run["tokens"])
-            twin = find(sweep, run["policy"], run["seed"], run["tokens"])
-            twin_base = find(sweep, "baseline", run["seed"], run["tokens"])
+            base = find_run(runs, "baseline", run["seed"], run["tokens"])
+            twin = find_run(sweep, run["policy"], run["seed"], run["tokens"])
+            twin_base = find_run(sweep, "baseline", run["seed"], run["tokens"])
             better = None
             if twin and base and twin_base and run is not base:
                 better = round(100 * (min(run["final_val"], twin["final_val"])
@@ -224,18 +231,16 @@ def check_cells(checks, groups):
     'at_check_lr', the check's runs among themselves (the policy over the baseline at the check's setting: its
     learning rate, or the cosine schedule at a WSD budget); 'vs_better_baseline', the same policy runs over, per
     seed, the baseline's run of lower final val loss of the two settings (the check's or the sweep's twin: the
-    baseline tuned between them). 'sweep_schedule' names the twins' schedule at the check's budget. At the check's
+    baseline tuned between them). 'sweep_schedule' names the twins' schedule at the check's budget, 'varied' what
+    the check changes ('learning rate', or 'schedule': cosine at a WSD budget, the sweep's rate). At the check's
     setting only, where the sweep has every seed's twins: 'sweep_gap', their mean gap over the same seeds, and
     'shift', the mean over seeds of the check's gap minus the sweep's (points), with its 95% t half-width (n - 1 df):
     how far the learning rate or the schedule moves a policy's gap, paired by seed."""
-    def pick(runs, seed, tokens, policy="baseline"):
-        return next((r for r in runs if (r["policy"], r["seed"], r["tokens"]) == (policy, seed, tokens)), None)
-
     def against_sweep(sweep, policy, seeds, gaps, tokens):
-        pairs = [(pick(sweep, s, tokens, policy), pick(sweep, s, tokens)) for s in seeds]
+        pairs = [(find_run(sweep, policy, s, tokens), find_run(sweep, "baseline", s, tokens)) for s in seeds]
         if not pairs or not all(run and base for run, base in pairs):
             return dict(sweep_gap=None, shift=None, shift_ci95=None)
-        twins = [100 * (run["final_val"] / base["final_val"] - 1) for run, base in pairs]
+        twins = [percent_gap(run, base) for run, base in pairs]
         shift, half, _ = mean_ci([g - t for g, t in zip(gaps, twins)])
         return dict(sweep_gap=round(statistics.fmean(twins), 3), shift=round(shift, 3),
                     shift_ci95=None if half is None else round(half, 3))
@@ -246,8 +251,7 @@ def check_cells(checks, groups):
         for r in runs:
             if r["policy"] != "baseline":
                 better.append(r)
-            elif pick(sweep, r["seed"], r["tokens"]):
-                twin = pick(sweep, r["seed"], r["tokens"])
+            elif twin := find_run(sweep, "baseline", r["seed"], r["tokens"]):
                 better.append(min((r, dict(twin, setting=r["setting"])), key=lambda b: b["final_val"]))
         sweep_lr = next((r["learning_rate"] for r in sweep if r["policy"] == "baseline"), None)
         schedule = {r["tokens"]: r["lr_schedule"] for r in sweep if r["policy"] == "baseline"}
@@ -259,6 +263,8 @@ def check_cells(checks, groups):
                 cells.append({"check": check, "comparison": kind, "policy": c["policy"], "width": runs[0]["width"],
                               "tokens": c["tokens"], "lr": runs[0]["learning_rate"], "sweep_lr": sweep_lr,
                               "sweep_schedule": schedule.get(c["tokens"]),
+                              "varied": "schedule" if runs[0]["learning_rate"] == sweep_lr
+                              and schedule.get(c["tokens"]) == "wsd" else "learning rate",
                               "seeds": m["paired_seeds"], "gaps": [round(g, 4) for g in m["gaps"]],
                               "gap": round(m["gap"], 3),
                               "gap_ci95": None if m["gap_ci"] is None else round(m["gap_ci"], 3),

@@ -202,8 +202,8 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     check_colors = {}  # one color a check for every panel, after the widths' colors
     for c in checks:
-        check_colors.setdefault((c["width"], c["lr"], c.get("sweep_schedule")), colors[(len(trends) + len(
-            {x["width"] for x in cosine_only}) + len(check_colors)) % len(colors)])
+        check_colors.setdefault(c["check"], colors[(len(trends) + len({x["width"] for x in cosine_only})
+                                                    + len(check_colors)) % len(colors)])
     for ax, policy in zip(axes[0], policies):
         ax.axhline(0, color="black", lw=1)
         for k, (width, (rows, n_params)) in enumerate(sorted(trends.items())):
@@ -242,11 +242,10 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
                             fontsize=7, color=colors[k % len(colors)],
                             bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5))  # over the 0 line
         for c in (c for c in checks if c["policy"] == policy):
-            color = check_colors[c["width"], c["lr"], c.get("sweep_schedule")]
+            color = check_colors[c["check"]]
             n = len(c["seeds"])
             lr = f"{c['lr']:.0e}".replace("e-0", "e-")  # 3e-4, as the configs write it
-            setting = ("cosine over a WSD budget" if c["lr"] == c.get("sweep_lr") and c.get("sweep_schedule") == "wsd"
-                       else f"cosine at learning rate {lr}")
+            setting = "cosine over a WSD budget" if c["varied"] == "schedule" else f"cosine at learning rate {lr}"
             # left of the sweep's marker: to its right stand the next width's WSD budgets
             ax.errorbar([c["tokens_per_param"] / 1.15], [c["gap"]], yerr=[c["gap_ci95"] or 0.0], fmt="^", color=color,
                         mfc="white", ms=7, capsize=3, elinewidth=1,
