@@ -10,9 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  "") tier=(-m "not slow or gate"); what="the default tier (about 5 minutes on an idle 2-core CPU machine)" ;;
-  --slow) tier=(-m "slow and not gate"); what="the slow tier (about 7 minutes on an idle 2-core CPU machine)" ;;
-  --all) tier=(); what="every test (about 12 minutes on an idle 2-core CPU machine)" ;;
+  "") tier=(-m "not slow or gate"); what="the default tier (about 5-8 minutes on an idle 2-core CPU machine)" ;;
+  --slow) tier=(-m "slow and not gate"); what="the slow tier (about 10 minutes on an idle 2-core CPU machine)" ;;
+  --all) tier=(); what="every test (about 15-18 minutes on an idle 2-core CPU machine)" ;;
   *) echo "error: unknown option ${1}; allowed: none (the default tier), --slow, --all" >&2; exit 2 ;;
 esac
 

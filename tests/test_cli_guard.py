@@ -40,6 +40,8 @@ BAD_VALUES = [  # (module, argv, the value the error line must name)
     ("bench.train_throughput", ["--baseline_tp_comm", "fast"], "'fast'"),
     ("bench.comm_table", ["/nonexistent/inv.json"], "/nonexistent/inv.json"),
     ("experiments.unpack_logs", ["/nonexistent/scratch-logs.tgz"], "/nonexistent/scratch-logs.tgz"),
+    ("experiments.large_budgets.curves", ["--width", "300"], "--width 300"),
+    ("experiments.large_budgets.curves", ["--folder", "/nonexistent/cosine", "--out", "x.png"], "/nonexistent/cosine"),
     ("bench.sync_frequency", ["--repeats", "0"], "'0'"),
     ("bench.decode_gemm", ["--repeats", "0"], "'0'"),
     ("bench.hbm_bandwidth", ["--iters", "0"], "'0'"),

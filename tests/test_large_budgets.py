@@ -376,3 +376,41 @@ def test_the_design_is_the_configs_and_the_readme_table():
             assert f"\nmax_iters = {top}\n" in f.read(), name
         row = next(line for line in readme.splitlines() if line.startswith(f"| {width} | `config/{name}`"))
         assert f"{first:,}" in row and f"{top:,}" in row, row
+
+
+def test_curves_pair_each_eval_with_the_same_seeds_baseline_and_refuse_to_overwrite(tmp_path, capsys):
+    """curves.py: the gap at every eval both runs made (iteration 0 left out), the gradient norms from the train
+    records, where a run's norm leaves its baseline's, the table row, a figure per folder, one line naming a bad
+    --width and an existing --out."""
+    from experiments.large_budgets import curves
+    cosine = tmp_path / "cosine"
+    fake_run(cosine, "baseline", 1, 4.0, 4.0, 4.0)
+    fake_run(cosine, "ladder", 1, 4.4, 4.0, 4.0)  # val 5.4 at 112 and 4.4 at 224 against 5.0 and 4.0
+    fake_run(cosine, "spd", 2, 4.4, 4.0, 4.0)  # seed 2 has no baseline: not drawn
+    for name, norms in (("baseline-s1", (0.5, 0.4)), ("ladder-s1", (0.6, 50.0))):
+        with open(cosine / f"d256-b224-{name}" / "metrics.jsonl", "a") as f:
+            for it, norm in zip((0, 112, 224), (9.0,) + norms):  # iteration 0's norm is left out
+                f.write(json.dumps({"type": "train", "iter": it, "grad_norm": norm}) + "\n")
+    runs = curves.cosine_runs(str(cosine))
+    assert set(runs) == {("baseline", 1), ("ladder", 1), ("spd", 2)}
+    assert runs["ladder", 1]["grad"] == [(112, 0.6), (224, 50.0)]
+    iters, gaps = zip(*curves.gap_curve(runs["ladder", 1], runs["baseline", 1]))
+    assert iters == (112, 224) and gaps == pytest.approx((8.0, 10.0))  # 5.4 / 5.0 and 4.4 / 4.0
+    assert curves.unsteady_from(runs["ladder", 1], runs["baseline", 1], window=1) == 224  # 50 / 0.4; 0.6 / 0.5 is not
+    assert curves.unsteady_from(runs["ladder", 1], runs["baseline", 1]) is None  # 2 norms: no window of 5
+    (row,) = curves.path_rows(256, runs)
+    assert row[:2] == (256, "d256-b224-ladder-s1") and row[2] == (112, pytest.approx(8.0)) and row[3] == 224
+    assert row[4] is None and row[5] == pytest.approx(10.0)
+    assert "| 256 | d256-b224-ladder-s1 | +8.00 (112) | 224 | never | +10.00 |" in curves.render_paths([row])
+    out = tmp_path / "curves.png"
+    assert curves.plot_curves(runs, str(out), "t") == 1 and out.stat().st_size > 10_000
+    assert curves.plot_curves({k: v for k, v in runs.items() if k[0] != "baseline"}, str(tmp_path / "x.png"), "t") == 0
+    for argv, named in ((["--folder", str(cosine), "--out", str(out)], "exists; --force"),
+                        (["--width", "5"], "--width 5: no cosine runs at that width; allowed: "),
+                        (["--folder", str(cosine)], "--folder needs --out"),
+                        ([], "give one of --width")):
+        with pytest.raises(SystemExit) as stop:
+            curves.main(argv)
+        err = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and named in err and "\n" not in err, (argv, err)
+    assert curves.main(["--folder", str(cosine), "--out", str(out), "--force"]) == 0

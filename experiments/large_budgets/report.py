@@ -2,7 +2,7 @@
 the baseline's final val loss, overall and per domain (prose, code), with its verdict.
 
     python -m experiments.large_budgets.report          # answer.md, stats.json, trend.json, checks.json, size_fit.json,
-                                                        # headline.png
+                                                        # headline.png, curves_w<width>.png
     python -m experiments.large_budgets.report --check  # regenerates the text in memory; exit 1 if a stored byte differs
     python -m experiments.large_budgets.report --stability experiments/docs_study/budgets/cosine  # any runs' steadiness
 
@@ -25,6 +25,8 @@ stability(). The side checks under checks/<check>/cosine/ (another learning rate
 WSD budgets) stay out of the cells; the last section sets each beside the sweep's run of its seed and budget
 (check_rows(), also in checks.json).
 
+How each cosine run got to its gap (the gap at every eval, the gradient norm): curves.py's figures.
+
 The trend over the budget per width (slope, curvature test, crossover or bound, held-out and cosine checks), the
 fit across widths with the width as the unit (from three widths with WSD branches) and the headline figure:
 trend.py.
@@ -40,6 +42,8 @@ if __name__ == "__main__" and not __package__:
 
 from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
 from analysis.stats import budget_analysis, mean_ci  # noqa: E402
+from experiments.large_budgets.curves import (cosine_runs, path_rows, plot_curves, render_paths,  # noqa: E402
+                                              width_title)
 from experiments.large_budgets.trend import (across_widths, plot_headline, render_across, render_trend,  # noqa: E402
                                              width_trend)
 from experiments.runner import read_records  # noqa: E402
@@ -501,6 +505,11 @@ def main(argv=None):
     across = across_widths(trend, sorted({w for w, schedule in groups if schedule == "cosine"} - set(trend)))
     answer = render(rows, coverage(groups)) + ("\n" + render_trend(trend, ("baseline",) + POLICY_ORDER) + "\n"
                              + render_across(across, POLICY_ORDER) if trend else "") + "\n" + render_stability(groups)
+    curves = {w: cosine_runs(os.path.join(HERE, f"w{w}", "cosine"))
+              for w in sorted({w for w, schedule in groups if schedule == "cosine"})}
+    paths = [row for w, runs in curves.items() for row in path_rows(w, runs)]
+    if paths:
+        answer += "\n" + render_paths(paths)
     checked, cells = check_rows(checks, groups), check_cells(checks, groups)
     if checks:
         answer += "\n" + render_checks(checked, checks, cells)
@@ -542,6 +551,10 @@ def main(argv=None):
                    if m["comparison"] == "at_check_lr" and m["width"] in params]
         plot_headline(trend, POLICY_ORDER, os.path.join(HERE, "headline.png"), cosine_only, unsteady, at_rate)
         print(f"wrote {os.path.relpath(os.path.join(HERE, 'headline.png'))}")
+    for width, runs in curves.items():
+        path = os.path.join(HERE, f"curves_w{width}.png")
+        if plot_curves(runs, path, width_title(width, runs)):
+            print(f"wrote {os.path.relpath(path)}")
     return 0
 
 
