@@ -99,7 +99,7 @@ from training.records import best_eval_iter, log_eval, log_train, run_conditions
 from training.run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
 from training.stop import Control, install_signal_handlers, report_fatal, waiting, watch_parent
 from training.step import (NonFiniteTracker, RunLog, configure_optimizer, estimate_loss, estimate_mfu, get_lr,
-                      load_full_optimizer_state, peak_flops_total, save_checkpoint, train_step)
+                      layer_groups, load_full_optimizer_state, peak_flops_total, save_checkpoint, train_step)
 
 
 def check_vocab(ckpt_vocab, data_vocab, ckpt_path, data_dir, mesh):
@@ -493,6 +493,7 @@ def main(argv):
 
     # ---- the training loop
     nonfinite = NonFiniteTracker(device)
+    layer_names, layers = layer_groups(raw_model) if cfg.log_layer_grad_norms else ((), None)
     peak_flops = peak_flops_total(device, dtype, mesh.world_size)
     timer_start, timed_iters = time.time(), 0
 
@@ -544,16 +545,18 @@ def main(argv):
         lr = set_lr(optimizer, iter_num, cfg)
         x, y, micro_batches = get_train_batch(data_dir, cfg, iter_num, mesh.dp_rank, micro_steps, device)
         seeds = [dropout_seed(cfg.seed, iter_num, g) for g in micro_batches]
-        train_loss, grad_norm = train_step(model, raw_model, optimizer, scaler, x, y, seeds, cfg.grad_clip,
-                                           mesh.tp_group, autocast_ctx, device, keep_grads=graphs)
+        logged = iter_num % cfg.log_interval == 0
+        train_loss, grad_norm, layer_norms = train_step(
+            model, raw_model, optimizer, scaler, x, y, seeds, cfg.grad_clip, mesh.tp_group, autocast_ctx, device,
+            keep_grads=graphs, grad_groups=layers if logged else None)
         nonfinite.update(iter_num, train_loss, None if scaler.is_enabled() else grad_norm)
         timed_iters += 1
 
-        if iter_num % cfg.log_interval == 0:
+        if logged:
             dt = (time.time() - timer_start) / timed_iters
             mfu = estimate_mfu(raw_model, cfg, tokens_per_iter, dt, peak_flops)
             log_train(log, wandb, mesh, iter_num, lr, train_loss, grad_norm, nonfinite, check_finite, dt, mfu,
-                      tokens_per_iter)
+                      tokens_per_iter, None if layer_norms is None else (layer_names, layer_norms))
             timer_start, timed_iters = time.time(), 0
         iter_num += 1
         if iter_num == start_iter + 1:
@@ -575,6 +578,7 @@ def main(argv):
     # the compiled model, its graphs' inputs and outputs and the optimizer's state may each keep alive what
     # references an NCCL communicator: dropped here (the closures above share these cells) before the teardown
     model = raw_model = optimizer = scaler = nonfinite = x = y = train_loss = grad_norm = None
+    layers = layer_norms = None
     stuck_stage = shut_down(control, wandb)
     return end_process(128 + signum if signum else 0, stuck_stage)  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
 

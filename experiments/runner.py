@@ -31,7 +31,7 @@ TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
 # config.json keys that may differ between a done run and the plan (they do not change what is computed)
 IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "branch_from", "overwrite", "always_save_checkpoint", "keep_best",
                 "checkpoint_every", "save_iters", "wandb_log", "wandb_project", "wandb_run_name",
-                "stall_timeout"}  # how a run is kept, not what it computes
+                "stall_timeout", "log_layer_grad_norms"}  # how a run is kept and logged, not what it computes
 PACK_NAME = "sweep-logs.tgz"
 
 

@@ -31,3 +31,5 @@ def test_the_runner_counts_checkpoint_every_as_how_a_run_is_kept(tmp_path):
         json.dump({"max_iters": 7, "eval_interval": 1}, f)  # stored before the option existed
     assert config_mismatch(str(tmp_path), {"max_iters": 7, "eval_interval": 1, "checkpoint_every": 4}) == []
     assert config_mismatch(str(tmp_path), {"max_iters": 8, "checkpoint_every": 4}) == ["max_iters"]
+    # a run stored before a sweep logged each layer's gradient norm is the same run
+    assert config_mismatch(str(tmp_path), {"max_iters": 7, "log_layer_grad_norms": True}) == []

@@ -70,7 +70,7 @@ def make_training(workdir, device, dtype):
             group["lr"] = trs.get_lr(it, cfg)
         x, y, micro_batches = get_train_batch(data_dir, cfg, it, 0, cfg.gradient_accumulation_steps, device)
         seeds = [dropout_seed(cfg.seed, it, g) for g in micro_batches]
-        loss, norm = trs.train_step(model, raw, optimizer, scaler, x, y, seeds, cfg.grad_clip, None,
+        loss, norm, _ = trs.train_step(model, raw, optimizer, scaler, x, y, seeds, cfg.grad_clip, None,
                                     autocast, device)
         tracker.update(it, loss, norm)
         return loss

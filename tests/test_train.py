@@ -26,7 +26,12 @@ DROPOUT = "--dropout=0.1"  # so the tests also cover dropout RNG handling
 
 
 def tiny(out_dir, *extra):
-    return [*TINY, DROPOUT, f"--max_iters={ITERS}", f"--out_dir={out_dir}", *extra]
+    return [*TINY, DROPOUT, "--log_layer_grad_norms=True", f"--max_iters={ITERS}", f"--out_dir={out_dir}", *extra]
+
+
+def layer_grad_norms(out_dir):
+    """{iter: (grad_norm, {layer: its grad norm})} of the logged training steps."""
+    return {r["iter"]: (r["grad_norm"], r["grad_norm_layers"]) for r in read_metrics(out_dir) if r["type"] == "train"}
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +91,13 @@ def test_layout_matches_single_process(reference_run, layout_runs, name):
         assert got[it] == pytest.approx(ref[it], rel=1e-4, abs=1e-5), f"iter {it}"
     ref_eval, got_eval = eval_records(reference_run), eval_records(layout_runs[name])
     assert got_eval[20]["val_loss"] == pytest.approx(ref_eval[20]["val_loss"], rel=1e-4)
+    # --log_layer_grad_norms: each layer's norm (4 significant digits) as one process has it, and the layers
+    # partition the parameters, so their norms add in quadrature to the global one
+    ref_norms, got_norms = layer_grad_norms(reference_run), layer_grad_norms(layout_runs[name])
+    for it, (norm, layers) in got_norms.items():
+        assert list(layers) == ["emb", "h0", "h1", "final"], it
+        assert layers == pytest.approx(ref_norms[it][1], rel=2e-3), f"iter {it}"
+        assert math.sqrt(sum(v * v for v in layers.values())) == pytest.approx(norm, rel=2e-3), f"iter {it}"
 
 
 def test_compiled_tp2_run_matches_single_process(workdir, reference_run):

@@ -43,6 +43,8 @@ class TrainConfig:
     out_dir: str = option("out", IO, "directory of ckpt.pt, log.txt, metrics.jsonl and config.json")
     eval_interval: int = option(2000, IO, "evaluate (and checkpoint) every this many iterations")
     log_interval: int = option(1, IO, "log the training loss every this many iterations")
+    log_layer_grad_norms: bool = option(False, IO, "also log each layer's gradient norm at every log interval (the "
+                                                   "embeddings, each block, the final LayerNorm): where a spike sits")
     eval_iters: int = option(200, IO, "batches per split in each evaluation")
     # the size study trains each width at its own batch size and scores every width on the same val windows
     eval_batch_size: int = option(0, IO, "sequences per eval batch; 0: batch_size (the eval windows depend on it)")

@@ -145,17 +145,23 @@ def log_eval(log, wandb, cfg, iter_num, losses, syncs, passes, checkpoint):
 
 
 def log_train(log, wandb, mesh, iter_num, lr, train_loss, grad_norm, nonfinite, on_nonfinite, seconds_per_iter,
-              mfu, tokens_per_iter):
+              mfu, tokens_per_iter, layer_norms=None):
     """The log_interval line: the only host-device sync of a normal step. A replica that saw a non-finite
-    step calls on_nonfinite (which stops the run) before anything is logged."""
+    step calls on_nonfinite (which stops the run) before anything is logged. layer_norms: (names, the
+    gradient norms of those layers, a device tensor), written to metrics.jsonl as 'grad_norm_layers'."""
+    names, norms = layer_norms or ((), None)
     metrics = torch.stack([train_loss, grad_norm, nonfinite.count])
-    comm.all_reduce(metrics, mesh.dp_group, kind="train_metrics")
-    loss_value, norm_value, n_bad = (metrics / mesh.dp).tolist()
+    if norms is not None:
+        metrics = torch.cat([metrics, norms.to(metrics.dtype)])
+    comm.all_reduce(metrics, mesh.dp_group, kind="train_metrics")  # the replicas' grads, and norms, are equal
+    loss_value, norm_value, n_bad, *layer_values = (metrics / mesh.dp).tolist()
     if n_bad > 0:
         on_nonfinite(iter_num)
     dt, tok_per_s = seconds_per_iter, tokens_per_iter / seconds_per_iter
     record = {"type": "train", "iter": iter_num, "loss": loss_value, "grad_norm": norm_value, "lr": lr,
               "time_ms": dt * 1000, "tok_per_s": tok_per_s, "mfu": mfu}
+    if norms is not None:  # 4 significant digits: 14 numbers a log line at 12 layers
+        record["grad_norm_layers"] = {k: float(f"{v:.4g}") for k, v in zip(names, layer_values)}
     log.write(f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.2f}ms, tok/s {tok_per_s:.0f}, "
               + (f"mfu {mfu * 100:.2f}%" if mfu is not None else "mfu n/a"), record)
     if wandb is not None:

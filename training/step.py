@@ -79,12 +79,13 @@ def configure_optimizer(model, cfg, device):
 
 
 def train_step(model, raw_model, optimizer, scaler, x, y, micro_batch_seeds, grad_clip, tp_group,
-               autocast_ctx, device, keep_grads=False):
+               autocast_ctx, device, keep_grads=False, grad_groups=None):
     """One optimizer step over this replica's micro-batches x[m], y[m] (gradient accumulation).
 
     Data-parallel grads are synced only after the last micro-step's backward. Returns (mean loss
-    over the micro-batches, global grad norm) as device tensors: nothing here waits for the device
-    (float16's GradScaler excepted: its step checks for infs on the host).
+    over the micro-batches, global grad norm, the norms of grad_groups or None) as device tensors:
+    nothing here waits for the device (float16's GradScaler excepted: its step checks for infs on
+    the host). grad_groups: lists of parameters (layer_groups()) whose norms before clipping to return.
 
     keep_grads: every .grad stays allocated, zeroed in place between steps, so backward always adds
     into it. Needed with CUDA graphs (compile_mode='reduce-overhead'): a .grad that is None takes
@@ -107,11 +108,26 @@ def train_step(model, raw_model, optimizer, scaler, x, y, micro_batch_seeds, gra
             scaler.scale(loss / micro_steps).backward()
     model.finish_gradient_synchronization()
     scaler.unscale_(optimizer)  # no-op unless float16
-    grad_norm = clip_grad_norm_(raw_model.parameters(), grad_clip, tp_group)
+    norms = clip_grad_norm_(raw_model.parameters(), grad_clip, tp_group, grad_groups)
+    grad_norm, group_norms = norms if grad_groups is not None else (norms, None)
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=not keep_grads)
-    return loss_sum / micro_steps, grad_norm
+    return loss_sum / micro_steps, grad_norm, group_norms
+
+
+def layer_groups(raw_model):
+    """(names, parameter lists): the embeddings ('emb'), each block ('h0', 'h1', ...) and the rest ('final': the
+    final LayerNorm; the LM head is the embedding's tied weight), for train_step's grad_groups."""
+    groups = {}
+    for name, p in raw_model.named_parameters():
+        if p.requires_grad:
+            parts = name.split(".")
+            key = f"h{parts[2]}" if parts[:2] == ["transformer", "h"] else \
+                "emb" if parts[1:2] in (["wte"], ["wpe"]) else "final"
+            groups.setdefault(key, []).append(p)
+    names = sorted(groups, key=lambda k: (k != "emb", k == "final", int(k[1:]) if k.startswith("h") else 0))
+    return names, [groups[k] for k in names]
 
 
 class NonFiniteTracker:
