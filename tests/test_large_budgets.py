@@ -217,6 +217,14 @@ def test_stability_reads_late_grad_norms_and_a_loss_that_rises():
     assert (s["max_grad_norm"], s["max_at"]) == (90.0, 200)  # iteration 0's 30 is left out
     assert (s["three_quarters_iter"], s["val_at_three_quarters"], s["val_final"]) == (300, 1.5, 1.6)
     assert report.stability(evals) is None  # no train records: nothing to say
+    assert "peak_layer" not in s and "largest layer" not in "\n".join(report.stability_table([(256, "r", s)]))
+    # a run that logged each layer's norm: the table names the layer that held the peak and its share of norm²
+    train[20]["grad_norm_layers"] = {"emb": 6.0, "h0": 89.7, "final": 1.0}
+    s = report.stability(train + evals)
+    assert s["peak_layer"] == ("h0", pytest.approx(89.7 ** 2 / (36 + 89.7 ** 2 + 1)))
+    table = report.stability_table([(256, "a", s), (256, "b", report.stability(train[:20] + train[21:] + evals))])
+    assert table[0].endswith("| largest layer at the peak (share of norm²) |") and table[2].endswith(" h0 (100%) |")
+    assert table[3].endswith("| |") and len(table[1].split("|")) == len(table[2].split("|")) == len(table[3].split("|"))
 
 
 def test_the_stability_table_lists_each_cosine_run(study):

@@ -123,9 +123,14 @@ def stability(records):
     if not late:  # a run stopped before its last quarter was logged
         return None
     median = (late[(len(late) - 1) // 2] + late[len(late) // 2]) / 2
-    return {"late_median_grad_norm": median, "max_grad_norm": peak["grad_norm"], "max_at": peak["iter"],
-            "val_at_three_quarters": three_quarters[1], "three_quarters_iter": three_quarters[0],
-            "val_final": evals[-1][1], "iters": end}
+    result = {"late_median_grad_norm": median, "max_grad_norm": peak["grad_norm"], "max_at": peak["iter"],
+              "val_at_three_quarters": three_quarters[1], "three_quarters_iter": three_quarters[0],
+              "val_final": evals[-1][1], "iters": end}
+    layers = peak.get("grad_norm_layers")  # logged with --log_layer_grad_norms: where the largest norm sat
+    if layers:
+        name = max(layers, key=layers.get)
+        result["peak_layer"] = (name, layers[name] ** 2 / sum(v * v for v in layers.values()))
+    return result
 
 
 def render_stability(groups):
@@ -142,13 +147,19 @@ def render_stability(groups):
 
 def stability_table(rows):
     """Markdown lines of (width, run name, stability() or None) rows; a run without train records is left out."""
-    lines = ["| width | run | late median grad norm | largest grad norm (iter) | val at 3/4 (iter) | val at end |",
-             "|---:|---|---:|---:|---:|---:|"]
+    # runs that logged each layer's norm add a column: the layer with the largest norm at the peak, and its
+    # share of the squared norm there
+    by_layer = any(s and "peak_layer" in s for _, _, s in rows)
+    lines = ["| width | run | late median grad norm | largest grad norm (iter) | val at 3/4 (iter) | val at end |"
+             + (" largest layer at the peak (share of norm²) |" if by_layer else ""),
+             "|---:|---|---:|---:|---:|---:|" + ("---|" if by_layer else "")]
     for width, name, s in rows:
         if s is not None:
+            layer = (f" {s['peak_layer'][0]} ({100 * s['peak_layer'][1]:.0f}%) |" if "peak_layer" in s else " |") \
+                if by_layer else ""
             lines.append(f"| {width} | {name} | {s['late_median_grad_norm']:.2f} | {s['max_grad_norm']:.1f} "
                          f"({s['max_at']}) | {s['val_at_three_quarters']:.4f} ({s['three_quarters_iter']}) | "
-                         f"{s['val_final']:.4f} |")
+                         f"{s['val_final']:.4f} |" + layer)
     return lines
 
 
