@@ -80,7 +80,8 @@ def render_paths(rows):
     """The markdown table of path_rows' rows (report.py puts it in answer.md)."""
     lines = ["## How each cosine run got to its gap", "",
              "Per policy run, against the same seed's baseline at each eval (curves.py; the figures "
-             "curves_w<width>.png): the lowest gap and where, the first eval after it where the gap is above 0, "
+             "curves_w<width>.png, and checks/<check>/curves.png for a check's runs, named beside the width): "
+             "the lowest gap and where, the first eval after it where the gap is above 0, "
              "the first iteration from which the gradient norm ran above twice the baseline's (the running median "
              "of 5 logged iterations of their ratio), and the gap at the end.", "",
              "| width | run | lowest gap % (iter) | above 0 from iter | grad norm > 2x baseline's from iter "
@@ -157,10 +158,17 @@ def plot_curves(runs, path, title):
     return len(policies)
 
 
-def width_title(width, runs):
+def runs_width(runs):
+    """The width (n_embd) of runs that share one: a check's folder holds a single width's runs."""
+    widths = {run["setting"][2] for run in runs.values()}
+    return widths.pop() if len(widths) == 1 else "mixed"
+
+
+def width_title(width, runs, label=None):
+    """The figure's title: the width (or `label`, e.g. a check's folder) and the budget of its runs."""
     run = next(iter(runs.values()))
-    return (f"Width {width}, cosine over {run['final_iter']:,} iterations ({run['tokens'] / 1e6:.1f}M tokens):\n"
-            f"each policy's gap at every eval and its gradient norm")
+    return (f"{label or f'Width {width}'}, cosine over {run['final_iter']:,} iterations "
+            f"({run['tokens'] / 1e6:.1f}M tokens):\neach policy's gap at every eval and its gradient norm")
 
 
 def main(argv=None):
@@ -190,7 +198,7 @@ def main(argv=None):
     if os.path.exists(out) and not args.force:
         parser.error(f"--out {out!r} exists; --force writes over it")
     runs = cosine_runs(folder)
-    title = width_title(args.width, runs) if args.width is not None and runs else f"The runs of {folder}"
+    title = width_title(args.width, runs, None if args.width is not None else os.path.relpath(folder)) if runs else ""
     if not plot_curves(runs, out, title):
         parser.error(f"{folder!r} holds no policy run beside a baseline run of the same seed")
     print(f"wrote {os.path.relpath(out)}")

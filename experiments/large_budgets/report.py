@@ -43,7 +43,7 @@ if __name__ == "__main__" and not __package__:
 from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
 from analysis.stats import budget_analysis, mean_ci  # noqa: E402
 from experiments.large_budgets.curves import (cosine_runs, path_rows, plot_curves, render_paths,  # noqa: E402
-                                              width_title)
+                                              runs_width, width_title)
 from experiments.large_budgets.trend import (across_widths, plot_headline, render_across, render_trend,  # noqa: E402
                                              width_trend)
 from experiments.runner import read_records  # noqa: E402
@@ -518,7 +518,9 @@ def main(argv=None):
                              + render_across(across, POLICY_ORDER) if trend else "") + "\n" + render_stability(groups)
     curves = {w: cosine_runs(os.path.join(HERE, f"w{w}", "cosine"))
               for w in sorted({w for w, schedule in groups if schedule == "cosine"})}
+    check_curves = {name: cosine_runs(os.path.join(HERE, "checks", name, "cosine")) for name in checks}
     paths = [row for w, runs in curves.items() for row in path_rows(w, runs)]
+    paths += [row for name, runs in check_curves.items() for row in path_rows(f"{runs_width(runs)}, {name}", runs)]
     if paths:
         answer += "\n" + render_paths(paths)
     checked, cells = check_rows(checks, groups), check_cells(checks, groups)
@@ -562,9 +564,13 @@ def main(argv=None):
                    if m["comparison"] == "at_check_lr" and m["width"] in params]
         plot_headline(trend, POLICY_ORDER, os.path.join(HERE, "headline.png"), cosine_only, unsteady, at_rate)
         print(f"wrote {os.path.relpath(os.path.join(HERE, 'headline.png'))}")
-    for width, runs in curves.items():
-        path = os.path.join(HERE, f"curves_w{width}.png")
-        if plot_curves(runs, path, width_title(width, runs)):
+    figures = [(os.path.join(HERE, f"curves_w{width}.png"), runs, width_title(width, runs))
+               for width, runs in curves.items()]
+    figures += [(os.path.join(HERE, "checks", name, "curves.png"), runs,
+                 width_title(None, runs, f"Check {name} (width {runs_width(runs)})"))
+                for name, runs in check_curves.items()]
+    for path, runs, title in figures:
+        if plot_curves(runs, path, title):
             print(f"wrote {os.path.relpath(path)}")
     return 0
 
