@@ -99,6 +99,7 @@ def plot_curves(runs, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
     from atomic_files import save_figure
 
     order = ("ladder", "spd", "parallel", "grouped:4", "grouped:12")
@@ -109,7 +110,6 @@ def plot_curves(runs, path, title):
     seeds = sorted({s for _, s in runs})
     logged = any(run["grad"] for run in runs.values())  # runs without train records leave the lower row empty
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
     fig, axes = plt.subplots(2, len(policies), figsize=(max(3.3 * len(policies), 7.5), 6.4), sharex=True,
                              sharey="row", squeeze=False)
     for k, policy in enumerate(policies):
@@ -122,9 +122,10 @@ def plot_curves(runs, path, title):
             if run is None or base is None:
                 continue
             color = colors[s % len(colors)]
-            if not gap_curve(run, base):  # no eval at a common iteration past 0: nothing to pair
+            pairs = gap_curve(run, base)
+            if not pairs:  # no eval at a common iteration past 0: nothing to pair
                 continue
-            x, y = zip(*gap_curve(run, base))
+            x, y = zip(*pairs)
             peak = max(range(len(y)), key=lambda j: y[j])
             clipped = f", peak {y[peak]:+.0f}% ({x[peak]:,})" if y[peak] > GAP_LIMIT else ""
             top.plot(x, [min(v, GAP_LIMIT) for v in y], color=color, lw=1.5,
