@@ -28,21 +28,28 @@ GAP_LIMIT = 30.0  # the gap axis' top, %: a loss spike reaches +87% (width 768, 
 #                   flatten every other seed's line; a clipped line's legend entry gives its peak
 
 
+def grad_series(records):
+    """[(iter, grad_norm)] of a run's train records, iteration 0 (every run's first, large norm) left out."""
+    return [(r["iter"], r["grad_norm"]) for r in records
+            if r.get("type") == "train" and r.get("grad_norm") is not None and r["iter"] > 0]
+
+
+def by_policy_seed(runs):
+    """{(policy, seed): run} of analysis.compare.load_run's run dicts that carry 'grad' (grad_series)."""
+    return {(run["policy"], run["seed"]): run for run in runs}
+
+
 def cosine_runs(folder):
-    """{(policy, seed): run} of the finished runs in folder, each with 'grad' = [(iter, grad_norm)]."""
-    runs = {}
+    """by_policy_seed of the finished runs in folder (report.py has them from its own loading)."""
+    runs = []
     for name in sorted(os.listdir(folder)):
         try:
             run = load_run(os.path.join(folder, name))
         except RunError:
             continue
-        if not run["complete"]:
-            continue
-        records = read_records(os.path.join(folder, name, "metrics.jsonl"))
-        run["grad"] = [(r["iter"], r["grad_norm"]) for r in records
-                       if r.get("type") == "train" and r.get("grad_norm") is not None and r["iter"] > 0]
-        runs[run["policy"], run["seed"]] = run
-    return runs
+        if run["complete"]:
+            runs.append(dict(run, grad=grad_series(read_records(os.path.join(folder, name, "metrics.jsonl")))))
+    return by_policy_seed(runs)
 
 
 def gap_curve(run, base):

@@ -42,8 +42,8 @@ if __name__ == "__main__" and not __package__:
 
 from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
 from analysis.stats import budget_analysis, mean_ci  # noqa: E402
-from experiments.large_budgets.curves import (cosine_runs, path_rows, plot_curves, render_paths,  # noqa: E402
-                                              runs_width, width_title)
+from experiments.large_budgets.curves import (by_policy_seed, grad_series, path_rows, plot_curves,  # noqa: E402
+                                              render_paths, runs_width, width_title)
 from experiments.large_budgets.trend import (across_widths, plot_headline, render_across, render_trend,  # noqa: E402
                                              width_trend)
 from experiments.runner import read_records  # noqa: E402
@@ -93,7 +93,7 @@ def load_folder(folder, skipped=None):
         records = read_records(os.path.join(folder, name, "metrics.jsonl"))
         evals = [r for r in records if r.get("type") == "eval"]
         last = max(evals, key=lambda r: r["iter"])
-        run["stability"] = stability(records)
+        run["stability"], run["grad"] = stability(records), grad_series(records)
         for metric, key in METRICS.items():
             run[f"final_{metric}"] = last.get(key)
         with open(os.path.join(folder, name, "config.json")) as f:
@@ -516,9 +516,8 @@ def main(argv=None):
     across = across_widths(trend, sorted({w for w, schedule in groups if schedule == "cosine"} - set(trend)))
     answer = render(rows, coverage(groups)) + ("\n" + render_trend(trend, ("baseline",) + POLICY_ORDER) + "\n"
                              + render_across(across, POLICY_ORDER) if trend else "") + "\n" + render_stability(groups)
-    curves = {w: cosine_runs(os.path.join(HERE, f"w{w}", "cosine"))
-              for w in sorted({w for w, schedule in groups if schedule == "cosine"})}
-    check_curves = {name: cosine_runs(os.path.join(HERE, "checks", name, "cosine")) for name in checks}
+    curves = {w: by_policy_seed(runs) for (w, schedule), runs in sorted(groups.items()) if schedule == "cosine"}
+    check_curves = {name: by_policy_seed(runs) for name, runs in checks.items()}
     paths = [row for w, runs in curves.items() for row in path_rows(w, runs)]
     paths += [row for name, runs in check_curves.items() for row in path_rows(f"{runs_width(runs)}, {name}", runs)]
     if paths:
