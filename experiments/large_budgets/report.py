@@ -130,6 +130,18 @@ def stability(records):
     if layers:
         name = max(layers, key=layers.get)
         result["peak_layer"] = (name, layers[name] ** 2 / sum(v * v for v in layers.values()))
+    # and where the norm sat over the last quarter: each layer's median share of norm², the largest of them (a
+    # peak can be one step; the late share says which layer kept the norm up while the learning rate decayed)
+    shares = {}
+    for r in train:
+        if r["iter"] >= 0.75 * end and r.get("grad_norm_layers"):
+            total = sum(v * v for v in r["grad_norm_layers"].values()) or 1.0
+            for layer, v in r["grad_norm_layers"].items():
+                shares.setdefault(layer, []).append(v * v / total)
+    if shares:
+        medians = {layer: statistics.median(x) for layer, x in shares.items()}
+        name = max(medians, key=medians.get)
+        result["late_layer"] = (name, medians[name])
     return result
 
 
@@ -147,16 +159,19 @@ def render_stability(groups):
 
 def stability_table(rows):
     """Markdown lines of (width, run name, stability() or None) rows; a run without train records is left out."""
-    # runs that logged each layer's norm add a column: the layer with the largest norm at the peak, and its
-    # share of the squared norm there
+    # runs that logged each layer's norm add two columns: the layer with the largest norm at the peak, and its
+    # share of the squared norm there; the layer with the largest median share over the last quarter
     by_layer = any(s and "peak_layer" in s for _, _, s in rows)
     lines = ["| width | run | late median grad norm | largest grad norm (iter) | val at 3/4 (iter) | val at end |"
-             + (" largest layer at the peak (share of norm²) |" if by_layer else ""),
-             "|---:|---|---:|---:|---:|---:|" + ("---|" if by_layer else "")]
+             + (" largest layer at the peak (share of norm²) | largest layer, last quarter (median share) |"
+                if by_layer else ""),
+             "|---:|---|---:|---:|---:|---:|" + ("---|---|" if by_layer else "")]
+
+    def layer_cell(s, key):
+        return f" {s[key][0]} ({100 * s[key][1]:.0f}%) |" if key in s else " |"
     for width, name, s in rows:
         if s is not None:
-            layer = (f" {s['peak_layer'][0]} ({100 * s['peak_layer'][1]:.0f}%) |" if "peak_layer" in s else " |") \
-                if by_layer else ""
+            layer = layer_cell(s, "peak_layer") + layer_cell(s, "late_layer") if by_layer else ""
             lines.append(f"| {width} | {name} | {s['late_median_grad_norm']:.2f} | {s['max_grad_norm']:.1f} "
                          f"({s['max_at']}) | {s['val_at_three_quarters']:.4f} ({s['three_quarters_iter']}) | "
                          f"{s['val_final']:.4f} |" + layer)
