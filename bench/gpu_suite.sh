@@ -115,24 +115,24 @@ if has comm2; then  # each ratio is taken inside its own invocation; baseline in
   # in plain TP (their fastest at tp=4); 124m with floors (10 rows of about 30 s of compile), medium without (5 rows
   # of about 60 s). Both sizes: two invocations at once, one per pair of GPUs
   second_pair=0,1; [ "$comm2_sizes" = 124m,medium ] && second_pair=2,3
-  comm2_step() {  # comm2_step NAME GPUS SIZE ARGS...: one invocation on a pair of GPUs, at n_tracks 2, of the four
-    # policies (or of comm2_policies, when the caller sets it)
-    local name=$1 gpus=$2 size=$3
-    shift 3
+  four=baseline,grouped:4,parallel,spd
+  comm2_step() {  # comm2_step NAME GPUS SIZE POLICIES ARGS...: one invocation on a pair of GPUs, at n_tracks 2
+    local name=$1 gpus=$2 size=$3 policies=$4
+    shift 4
     CUDA_VISIBLE_DEVICES=$gpus step 560 "comm2_$name" "${launch[@]}" "${comm[@]}" --size "$size" \
-      --policies "${comm2_policies:-baseline,grouped:4,parallel,spd}" --tp2_n_tracks 2 "$@" --out_dir "$out/comm2_$name" &
+      --policies "$policies" --tp2_n_tracks 2 "$@" --out_dir "$out/comm2_$name" &
   }
-  [[ ,$comm2_sizes, == *,124m,* ]] && comm2_step 124m 0,1 124m --baseline_tp_comm off,sp --warmup 10 --iters 30 --floors
-  [[ ,$comm2_sizes, == *,medium,* ]] && comm2_step medium "$second_pair" medium --baseline_tp_comm off,sp --warmup 10 --iters 30
+  [[ ,$comm2_sizes, == *,124m,* ]] && comm2_step 124m 0,1 124m $four --baseline_tp_comm off,sp --warmup 10 --iters 30 --floors
+  [[ ,$comm2_sizes, == *,medium,* ]] && comm2_step medium "$second_pair" medium $four --baseline_tp_comm off,sp --warmup 10 --iters 30
   # large alone: 5 rows of 36 layers, 80-160 s of compile each on a fresh machine, so the limit may cut the last
   # (the bench saves its rows after every model: the baseline's two modes first, then grouped:4, parallel, spd)
-  [[ $comm2_sizes == large ]] && comm2_step large 0,1 large --baseline_tp_comm off,sp --warmup 8 --iters 20
+  [[ $comm2_sizes == large ]] && comm2_step large 0,1 large $four --baseline_tp_comm off,sp --warmup 8 --iters 20
   # on 2x H200 that limit cut large after 3 rows (bench/results/tp2_comm_h200/invocation3_large_partial.*): the other
   # two policies beside the baseline in plain TP, its faster mode there, in a call of their own
-  [[ $comm2_sizes == large2 ]] && comm2_policies=baseline,parallel,spd comm2_step large2 0,1 large --warmup 8 --iters 20
+  [[ $comm2_sizes == large2 ]] && comm2_step large2 0,1 large baseline,parallel,spd --warmup 8 --iters 20
   # plain TP with Megatron's async input-gradient all-reduce (dX's all-reduce during dW), the plain-TP baseline a
   # Megatron user runs without SP, beside plain TP; the policies too (their best mode may use it): 8 rows of ~35 s
-  [[ $comm2_sizes == async124m ]] && comm2_step async124m 0,1 124m --tp_async_grad off,on --warmup 10 --iters 30
+  [[ $comm2_sizes == async124m ]] && comm2_step async124m 0,1 124m $four --tp_async_grad off,on --warmup 10 --iters 30
   wait
 fi
 if has train; then

@@ -19,23 +19,6 @@ import torch
 from parallel import comm
 
 
-def grad_norm_squared_parts(parameters):
-    """(sum of ||g||^2 over sharded params, same over replicated params), as float32 tensors (or None)."""
-    sharded, replicated = [], []
-    for p in parameters:
-        if p.grad is None:
-            continue
-        (sharded if getattr(p, "tensor_parallel", False) else replicated).append(p.grad)
-
-    def sum_sq(grads):
-        if not grads:
-            return None
-        norms = torch._foreach_norm(grads)  # one fused kernel per dtype/device group
-        return torch.stack([n.float() for n in norms]).square().sum()
-
-    return sum_sq(sharded), sum_sq(replicated)
-
-
 def clip_grad_norm_(parameters, max_norm, tp_group=None, groups=None):
     """Clip the global grad norm of a TP-sharded model to max_norm in place; return the norm (a tensor).
 
@@ -51,14 +34,22 @@ def clip_grad_norm_(parameters, max_norm, tp_group=None, groups=None):
         return torch.tensor(0.0) if groups is None else (torch.tensor(0.0), torch.zeros(len(groups)))
     device = parameters[0].grad.device
     zero = torch.zeros((), device=device)
-    parts = [grad_norm_squared_parts(parameters)]
-    parts += [grad_norm_squared_parts([p for p in group if p.grad is not None]) for group in groups or ()]
+    # each gradient's squared norm once, the sharded parameters first (one fused norm kernel per dtype/device group,
+    # one stack); the model's squares are two slices' sums, a group's (on the steps that ask) a sum of its entries
+    ordered = sorted(parameters, key=lambda p: not getattr(p, "tensor_parallel", False))
+    n_sharded = sum(getattr(p, "tensor_parallel", False) for p in ordered)
+    squares = torch.stack([n.float() for n in torch._foreach_norm([p.grad for p in ordered])]).square()
+    position = {id(p): i for i, p in enumerate(ordered)}
+
+    def group_sum(group, sharded):
+        picked = [squares[i] for i in (position[id(p)] for p in group if id(p) in position) if (i < n_sharded) == sharded]
+        return torch.stack(picked).sum() if picked else zero
     # Every TP rank must join the all-reduce, even one that (oddly) has no sharded grads.
-    sharded_sq = torch.stack([zero if s is None else s for s, _ in parts])
+    sharded_sq = torch.stack([squares[:n_sharded].sum()] + [group_sum(g, True) for g in groups or ()])
     comm.all_reduce(sharded_sq, tp_group, kind="tp_grad_norm")
-    squares = sharded_sq + torch.stack([zero if r is None else r for _, r in parts])
-    total_norm = squares[0].sqrt()
+    norms = (sharded_sq + torch.stack([squares[n_sharded:].sum()] + [group_sum(g, False) for g in groups or ()])).sqrt()
+    total_norm = norms[0]
     if max_norm is not None and max_norm > 0:
         clip_coef = (max_norm / (total_norm + 1e-6)).clamp(max=1.0)
         torch._foreach_mul_([p.grad for p in parameters], clip_coef.to(device))
-    return total_norm if groups is None else (total_norm, squares[1:].sqrt())
+    return total_norm if groups is None else (total_norm, norms[1:])
