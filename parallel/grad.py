@@ -42,7 +42,8 @@ def clip_grad_norm_(parameters, max_norm, tp_group=None, groups=None):
     position = {id(p): i for i, p in enumerate(ordered)}
 
     def group_sum(group, sharded):
-        picked = [squares[i] for i in (position[id(p)] for p in group if id(p) in position) if (i < n_sharded) == sharded]
+        entries = (position[id(p)] for p in group if id(p) in position)
+        picked = [squares[i] for i in entries if (i < n_sharded) == sharded]
         return torch.stack(picked).sum() if picked else zero
     # Every TP rank must join the all-reduce, even one that (oddly) has no sharded grads.
     sharded_sq = torch.stack([squares[:n_sharded].sum()] + [group_sum(g, True) for g in groups or ()])
