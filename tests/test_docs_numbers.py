@@ -314,3 +314,32 @@ def test_readme_savings_against_the_strongest_baseline_are_the_comm_tables():
     floored = {r["policy"]: r for r in rows if (r["tp"], r["size"]) == (4, "124m") and r["comm_ms"] is not None}
     assert cost and [float(c) for c in cost.groups()] == [round(floored[p]["comm_ms"], 1) for p in (
         "grouped:4", "parallel", "spd", "baseline")] + [round(floored["baseline"]["best_ms"], 1)], cost
+
+
+def sweep_paths():
+    """(unsteady finals, steady finals) of the sweep's cosine policy runs in experiments/large_budgets/answer.md's
+    "How each cosine run got to its gap" (a check's rows, whose width cell names the check, left out): unsteady when
+    the gradient norm ran above twice the baseline's from some iteration."""
+    section = read("experiments/large_budgets/answer.md").split("## How each cosine run got to its gap")[1]
+    section = section.split("\n## ")[0]
+    rows = re.findall(r"^\| (\d+) \| d\S+ \| [^|]+ \| [^|]+ \| (\S+) \| ([-+]\d+\.\d\d) \|$", section, re.M)
+    assert rows, "no sweep rows in answer.md's path table"
+    unsteady = [float(gap) for _, since, gap in rows if since != "never"]
+    steady = [float(gap) for _, since, gap in rows if since == "never"]
+    return unsteady, steady
+
+
+def test_the_unsteady_and_steady_ranges_are_the_path_tables():
+    """README, the summary and the study README state how many sweep runs ran unsteadily and the range of their final
+    gaps against the steady ones': answer.md's path table, counted again."""
+    unsteady, steady = sweep_paths()
+    fmt = lambda x: f"{x:+.2f}%".replace("-", "−")
+    span = lambda xs: f"{fmt(min(xs))} to {fmt(max(xs))}"
+    readme = " ".join(read("README.md").split())
+    assert f"all ended behind it ({span(unsteady)}), the steady ones within {span(steady)}" in readme
+    summary = " ".join(read("EXPERIMENT_SUMMARY.md").split())
+    assert (f"the {len(unsteady)} of {len(unsteady) + len(steady)} cosine policy runs (three widths) whose gradient "
+            f"norm ran above twice the baseline's ended {span(unsteady)}, the other {len(steady)} {span(steady)}") in summary
+    study = " ".join(read("experiments/large_budgets/README.md").split())
+    assert f"in the {len(unsteady)} of the sweep's {len(unsteady) + len(steady)} policy runs" in study
+    assert f"the final gap is {span(unsteady)}; in the {len(steady)} whose norm stayed" in study
