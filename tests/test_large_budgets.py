@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from experiments.large_budgets import report
+from experiments.large_budgets import report, stability
 
 
 def fake_run(folder, policy, seed, val, prose, code, width=256, max_iters=224, n_params=22_321_408, lr=6e-4,
@@ -212,25 +212,25 @@ def test_stability_reads_late_grad_norms_and_a_loss_that_rises():
              for i in range(0, 401, 10)]
     train[20]["grad_norm"] = 90.0  # iteration 200: the largest after the first 5%
     evals = [{"type": "eval", "iter": it, "val_loss": v} for it, v in ((0, 10.0), (200, 2.0), (300, 1.5), (400, 1.6))]
-    s = report.stability(train + evals)
+    s = stability.stability(train + evals)
     assert s["late_median_grad_norm"] == 5.0  # iterations 300-400 only
     assert (s["max_grad_norm"], s["max_at"]) == (90.0, 200)  # iteration 0's 30 is left out
     assert (s["three_quarters_iter"], s["val_at_three_quarters"], s["val_final"]) == (300, 1.5, 1.6)
-    assert report.stability(evals) is None  # no train records: nothing to say
-    assert "peak_layer" not in s and "largest layer" not in "\n".join(report.stability_table([(256, "r", s)]))
+    assert stability.stability(evals) is None  # no train records: nothing to say
+    assert "peak_layer" not in s and "largest layer" not in "\n".join(stability.stability_table([(256, "r", s)]))
     # a run that logged each layer's norm: the table names the layer that held the peak and its share of norm²
     train[20]["grad_norm_layers"] = {"emb": 6.0, "h0": 89.7, "final": 1.0}
-    s = report.stability(train + evals)
+    s = stability.stability(train + evals)
     assert s["peak_layer"] == ("h0", pytest.approx(89.7 ** 2 / (36 + 89.7 ** 2 + 1)))
     assert "late_layer" not in s  # no late record logged its layers
     # over the last quarter (iterations 300-400): emb holds 64% of norm² on 9 of its 11 records, h0 on the other 2,
     # so emb's median share is the largest even though h0 held the peak
     for i, r in enumerate(train[30:]):
         r["grad_norm_layers"] = {"emb": 4.0, "h0": 3.0} if i < 9 else {"emb": 1.0, "h0": 7.0}
-    s = report.stability(train + evals)
+    s = stability.stability(train + evals)
     assert s["late_layer"] == ("emb", pytest.approx(16 / 25)) and s["peak_layer"][0] == "h0"
     unlogged = [{k: v for k, v in r.items() if k != "grad_norm_layers"} for r in train]
-    table = report.stability_table([(256, "a", s), (256, "b", report.stability(unlogged + evals))])
+    table = stability.stability_table([(256, "a", s), (256, "b", stability.stability(unlogged + evals))])
     assert table[0].endswith("| largest layer at the peak (share of norm²) | largest layer, last quarter (median share) |")
     assert table[2].endswith(" h0 (100%) | emb (64%) |")
     assert table[3].endswith("| | |") and len(table[1].split("|")) == len(table[2].split("|")) == len(table[3].split("|"))
