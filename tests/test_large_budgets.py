@@ -431,3 +431,37 @@ def test_curves_pair_each_eval_with_the_same_seeds_baseline_and_refuse_to_overwr
         err = capsys.readouterr().err.strip()
         assert stop.value.code == 2 and named in err and "\n" not in err, (argv, err)
     assert curves.main(["--folder", str(cosine), "--out", str(out), "--force"]) == 0
+
+
+def test_layers_draw_where_an_unsteady_runs_norm_sat(tmp_path):
+    """layers.py: each layer's share of norm² at every logged iteration (emb first, blocks by number, final last),
+    the blocks after whose MLP a policy syncs, and a panel only for a policy run that logged its layers and whose
+    norm ran above twice its seed's baseline's."""
+    from experiments.large_budgets import layers
+    records = [{"type": "train", "iter": 0, "grad_norm_layers": {"emb": 9.0}},  # iteration 0 is left out
+               {"type": "train", "iter": 10, "grad_norm_layers": {"h10": 0.0, "final": 1.0, "h2": 1.0, "emb": 2.0}},
+               {"type": "train", "iter": 20, "grad_norm_layers": {"h10": 3.0, "final": 0.0, "h2": 0.0, "emb": 4.0}},
+               {"type": "eval", "iter": 20}]
+    series = layers.layer_series(records)
+    assert [i for i, _ in series] == [10, 20]
+    iters, names, rows = layers.shares(series)
+    assert iters == [10, 20] and names == ["emb", "h2", "h10", "final"]
+    assert rows == [[pytest.approx(4 / 6), pytest.approx(16 / 25)], [pytest.approx(1 / 6), 0.0],
+                    [0.0, pytest.approx(9 / 25)], [pytest.approx(1 / 6), 0.0]]
+    assert layers.synced_blocks("grouped:4", 12) == [3, 7, 11] and layers.synced_blocks("spd", 4) == [0, 1, 2, 3]
+    assert layers.synced_blocks("grouped:4", 11) == []  # a policy that does not fit the blocks logged: no lines
+    grad = lambda norm: [(i, norm) for i in range(10, 70, 10)]  # 6 logged iterations
+    series = [(i, {"emb": 1.0, "h0": 2.0, "h1": 0.5, "h2": 0.1, "h3": i / 10, "final": 0.1}) for i, _ in grad(1)]
+    base = dict(policy="baseline", seed=1, grad=grad(1.0), curve=[(0, 5.0), (60, 4.0)], layers=series)
+    unsteady = dict(policy="grouped:4", seed=1, grad=grad(3.0), curve=[(0, 5.0), (60, 4.4)], layers=series,
+                    name="d256-b60-grouped4-s1")
+    steady = dict(unsteady, policy="spd", grad=grad(1.5), name="d256-b60-spd-s1")
+    unlogged = dict(unsteady, policy="ladder", layers=[], name="d256-b60-ladder-s1")
+    orphan = dict(unsteady, seed=2, name="d256-b60-grouped4-s2")  # no baseline of seed 2
+    runs = {("baseline", 1): base, ("grouped:4", 1): unsteady, ("spd", 1): steady, ("ladder", 1): unlogged,
+            ("grouped:4", 2): orphan}
+    [(run, since, final_gap)] = layers.unsteady_runs(runs)
+    assert run is unsteady and since == 10 and final_gap == pytest.approx(10.0)
+    out = tmp_path / "layers.png"
+    assert layers.plot_layers(layers.unsteady_runs(runs), str(out), "t") == 1 and out.stat().st_size > 10_000
+    assert layers.plot_layers([], str(tmp_path / "none.png"), "t") == 0 and not (tmp_path / "none.png").exists()

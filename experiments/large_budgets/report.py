@@ -2,7 +2,7 @@
 the baseline's final val loss, overall and per domain (prose, code), with its verdict.
 
     python -m experiments.large_budgets.report          # answer.md, stats.json, trend.json, checks.json, size_fit.json,
-                                                        # headline.png, curves_w<width>.png
+                                                        # headline.png, curves_w<width>.png, layers_w<width>.png
     python -m experiments.large_budgets.report --check  # regenerates the text in memory; exit 1 if a stored byte differs
     python -m experiments.large_budgets.report --stability experiments/docs_study/budgets/cosine  # any runs' steadiness
 
@@ -25,7 +25,8 @@ where the norm sat by layer): stability.py. The side checks under checks/<check>
 WSD budgets) stay out of the cells; the last section sets each beside the sweep's run of its seed and budget
 (check_rows(), also in checks.json).
 
-How each cosine run got to its gap (the gap at every eval, the gradient norm): curves.py's figures.
+How each cosine run got to its gap (the gap at every eval, the gradient norm): curves.py's figures; where an
+unsteady run's gradient norm sat, layer by layer: layers.py's.
 
 The trend over the budget per width (slope, curvature test, crossover or bound, held-out and cosine checks), the
 fit across widths with the width as the unit (from three widths with WSD branches) and the headline figure:
@@ -44,6 +45,7 @@ from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
 from analysis.stats import budget_analysis, mean_ci  # noqa: E402
 from experiments.large_budgets.curves import (by_policy_seed, grad_series, path_rows, plot_curves,  # noqa: E402
                                               render_paths, runs_width, width_title)
+from experiments.large_budgets.layers import layer_series, plot_layers, unsteady_runs  # noqa: E402
 from experiments.large_budgets.stability import folder_stability, stability, stability_table  # noqa: E402
 from experiments.large_budgets.trend import (across_widths, plot_headline, render_across, render_trend,  # noqa: E402
                                              width_trend)
@@ -94,7 +96,7 @@ def load_folder(folder, skipped=None):
         records = read_records(os.path.join(folder, name, "metrics.jsonl"))
         evals = [r for r in records if r.get("type") == "eval"]
         last = max(evals, key=lambda r: r["iter"])
-        run["stability"], run["grad"] = stability(records), grad_series(records)
+        run["stability"], run["grad"], run["layers"] = stability(records), grad_series(records), layer_series(records)
         for metric, key in METRICS.items():
             run[f"final_{metric}"] = last.get(key)
         with open(os.path.join(folder, name, "config.json")) as f:
@@ -516,6 +518,11 @@ def main(argv=None):
     for path, runs, title in figures:
         if plot_curves(runs, path, title):
             print(f"wrote {os.path.relpath(path)}")
+        # where the unsteady runs' gradient norm sat, layer by layer (runs that logged it)
+        layers_path = path.replace("curves", "layers")
+        if plot_layers(unsteady_runs(runs), layers_path, title.split(":")[0] + ": each unsteady run's gradient "
+                       "norm by layer (the runs that logged it)"):
+            print(f"wrote {os.path.relpath(layers_path)}")
     return 0
 
 

@@ -1,0 +1,99 @@
+"""Where an unsteady run's gradient norm sits, layer by layer: for the budget study's cosine runs that logged each
+layer's gradient norm (the trainer's --log_layer_grad_norms) and whose norm ran above twice their seed's baseline's
+(curves.unsteady_from), each layer's share of the squared norm at every log interval, under the total norm.
+
+    share_l(i) = ||g_l(i)||^2 / sum_k ||g_k(i)||^2,   l in (emb, h0, ..., h<n_layer - 1>, final)
+
+emb: the token and position embeddings (the LM head is the token embedding's tied weight); h<k>: block k; final:
+the last LayerNorm. python -m experiments.large_budgets.report draws layers_w<width>.png beside this file for every
+width with such a run, and checks/<check>/layers.png for a check's.
+"""
+import re
+
+from experiments.large_budgets.curves import gap_curve, unsteady_from
+from model.sync_policy import parse_sync_policy
+
+
+def layer_series(records):
+    """[(iter, {layer: gradient norm})] of a run's train records that logged grad_norm_layers, iteration 0 left
+    out (every run's first, large norm)."""
+    return [(r["iter"], r["grad_norm_layers"]) for r in records
+            if r.get("type") == "train" and r.get("grad_norm_layers") and r["iter"] > 0]
+
+
+def layer_order(names):
+    """emb first, then the blocks by number, then final, then anything else by name."""
+    def key(name):
+        block = re.fullmatch(r"h(\d+)", name)
+        return (1, int(block[1]), "") if block else ((0, 0, "") if name == "emb" else
+                                                     (2, 0, "") if name == "final" else (3, 0, name))
+    return sorted(names, key=key)
+
+
+def shares(series):
+    """(iters, layers in layer_order, rows: for each layer its share of norm² at each iteration)."""
+    layers = layer_order({name for _, norms in series for name in norms})
+    iters = [i for i, _ in series]
+    totals = [sum(v * v for v in norms.values()) or 1.0 for _, norms in series]
+    rows = [[norms.get(name, 0.0) ** 2 / total for (_, norms), total in zip(series, totals)] for name in layers]
+    return iters, layers, rows
+
+
+def synced_blocks(policy, n_layer):
+    """The blocks after whose MLP the policy's tracks all-reduce (model/sync_policy.py), 0-based; none where the
+    policy does not fit n_layer (a run that logged only some of its blocks)."""
+    try:
+        sync = parse_sync_policy(policy, n_layer).sync
+    except ValueError:
+        return []
+    return [block for block in range(n_layer) if sync[2 * block + 1]]
+
+
+def unsteady_runs(runs):
+    """[(run, the iteration its norm left the baseline's, its final gap %)] of by_policy_seed's runs with a layer
+    series and a baseline of the same seed, whose norm ran above twice the baseline's, by policy and seed."""
+    found = []
+    for (policy, seed), run in sorted(runs.items()):
+        base = runs.get(("baseline", seed))
+        if policy != "baseline" and base is not None and run.get("layers"):
+            since, gaps = unsteady_from(run, base), gap_curve(run, base)
+            if since is not None and gaps:
+                found.append((run, since, gaps[-1][1]))
+    return found
+
+
+def plot_layers(panels, path, title):
+    """One row a run: a heatmap of each layer's share of norm² against the iteration, the total norm over it (log,
+    right axis) and a dashed line where the norm left the baseline's. Returns the number of runs drawn."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from atomic_files import save_figure
+
+    if not panels:
+        return 0
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 0.5 + 2.4 * len(panels)), squeeze=False)
+    for ax, (run, since, final_gap) in zip((row[0] for row in axes), panels):
+        iters, layers, rows = shares(run["layers"])
+        edges = iters + [iters[-1] + (iters[-1] - iters[-2] if len(iters) > 1 else 1)]
+        mesh = ax.pcolormesh(edges, range(len(layers) + 1), rows, cmap="viridis", vmin=0, vmax=1, shading="flat")
+        ax.set_yticks([k + 0.5 for k in range(len(layers))], layers, fontsize=6)
+        ax.invert_yaxis()  # emb on top, as the model reads
+        ax.axvline(since, color="white", ls="--", lw=1)
+        n_layer = 1 + max((int(name[1:]) for name in layers if re.fullmatch(r"h\d+", name)), default=-1)
+        for block in synced_blocks(run["policy"], n_layer):  # where the tracks' streams are summed again
+            ax.axhline(layers.index(f"h{block}") + 1, color="white", ls=":", lw=0.8)
+        norm = ax.twinx()
+        norm.plot(*zip(*run["grad"]), color="white", lw=0.7)
+        norm.plot(*zip(*run["grad"]), color="black", lw=0.3)
+        norm.set_yscale("log")
+        norm.set_ylabel("grad norm (log)", fontsize=7)
+        ax.set_title(f"{run['name']}: final gap {final_gap:+.2f}%; norm above twice the baseline's from "
+                     f"iteration {since:,} (dashed); dotted: a sync after the block's MLP", fontsize=8)
+        ax.set_ylabel("layer", fontsize=7)
+        fig.colorbar(mesh, ax=norm, pad=0.08, fraction=0.03, label="share of norm²")
+    axes[-1][0].set_xlabel("iteration")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, path)
+    return len(panels)
