@@ -462,6 +462,20 @@ def test_layers_draw_where_an_unsteady_runs_norm_sat(tmp_path):
             ("grouped:4", 2): orphan}
     [(run, since, final_gap)] = layers.unsteady_runs(runs)
     assert run is unsteady and since == 10 and final_gap == pytest.approx(10.0)
+    assert layers.first_group("grouped:2", ["emb", "h0", "h1", "h2", "h3"]) == ["h0", "h1"]
+    assert layers.first_group("grouped:4", ["emb", "h0", "h2"]) == []  # 3 blocks: grouped:4 does not fit
+    # the phases: before the norm left the baseline's (iteration 10: none logged before it), from there to the
+    # largest norm (stability's max_at, 40: iterations 10-30), from it on (40-60); h0-h1 is grouped:2's first group
+    unsteady["policy"], unsteady["stability"] = "grouped:2", {"max_at": 40}
+    unsteady["layers"] = [(i, {"emb": 1.0, "h0": 1.0, "h1": 1.0, "h2": 1.0, "h3": 2.0 if i < 40 else 0.0})
+                          for i, _ in grad(1)]
+    rows = layers.phase_rows(256, runs)
+    assert [(r[2], r[3], r[4]) for r in rows] == [("from there to the largest norm", 10, 30),
+                                                  ("from the largest norm on", 40, 60)]
+    assert rows[0][5][0] == ("h3", pytest.approx(0.5)) and rows[0][6] == pytest.approx(0.25)
+    assert rows[0][7] == ["h0", "h1"] and rows[1][6] == pytest.approx(0.5) and rows[1][5][-1][1] == pytest.approx(0.25)
+    assert ("| 256 | d256-b60-grouped4-s1 | from there to the largest norm (10-30) | h3 50%, emb 12%, h0 12% | "
+            "h0-h1: 25% |") in layers.render_phases(rows)
     out = tmp_path / "layers.png"
     assert layers.plot_layers(layers.unsteady_runs(runs), str(out), "t") == 1 and out.stat().st_size > 10_000
     assert layers.plot_layers([], str(tmp_path / "none.png"), "t") == 0 and not (tmp_path / "none.png").exists()

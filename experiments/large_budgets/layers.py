@@ -6,9 +6,13 @@ layer's gradient norm (the trainer's --log_layer_grad_norms) and whose norm ran 
 
 emb: the token and position embeddings (the LM head is the token embedding's tied weight); h<k>: block k; final:
 the last LayerNorm. python -m experiments.large_budgets.report draws layers_w<width>.png beside this file for every
-width with such a run, and checks/<check>/layers.png for a check's.
+width with such a run, and checks/<check>/layers.png for a check's, and tables in answer.md, per run, the median
+shares over three phases: before the norm left the baseline's, from there to the run's largest norm, and from that
+norm on (phase_rows); with the share of the blocks up to the policy's first sync, where the tracks' streams first
+meet again (the first group).
 """
 import re
+import statistics
 
 from experiments.large_budgets.curves import gap_curve, unsteady_from
 from model.sync_policy import parse_sync_policy
@@ -47,6 +51,13 @@ def synced_blocks(policy, n_layer):
     except ValueError:
         return []
     return [block for block in range(n_layer) if sync[2 * block + 1]]
+
+
+def first_group(policy, layers):
+    """The blocks (layer names) up to and including the first one after whose MLP the policy syncs."""
+    n_layer = 1 + max((int(name[1:]) for name in layers if re.fullmatch(r"h\d+", name)), default=-1)
+    synced = synced_blocks(policy, n_layer)
+    return [f"h{k}" for k in range(synced[0] + 1)] if synced else []
 
 
 def unsteady_runs(runs):
@@ -97,3 +108,42 @@ def plot_layers(panels, path, title):
     fig.tight_layout()
     save_figure(fig, path)
     return len(panels)
+
+
+def phase_rows(label, runs):
+    """Per unsteady run (unsteady_runs) and phase: (label, run name, phase, first and last iteration logged in it,
+    [(layer, median share)] of the three largest, the first group's median share, the first group's blocks)."""
+    rows = []
+    for run, since, _ in unsteady_runs(runs):
+        iters, layers, table = shares(run["layers"])
+        peak = (run.get("stability") or {}).get("max_at") or max(run["grad"], key=lambda g: g[1])[0]
+        group = [layers.index(name) for name in first_group(run["policy"], layers) if name in layers]
+        for phase, low, high in (("before the norm left the baseline's", 0, since),
+                                 ("from there to the largest norm", since, peak),
+                                 ("from the largest norm on", peak, float("inf"))):
+            at = [k for k, i in enumerate(iters) if low <= i < high]
+            if not at:
+                continue
+            medians = {name: statistics.median(row[k] for k in at) for name, row in zip(layers, table)}
+            top = sorted(medians.items(), key=lambda item: -item[1])[:3]
+            together = statistics.median(sum(table[j][k] for j in group) for k in at) if group else None
+            rows.append((label, run["name"], phase, iters[at[0]], iters[at[-1]], top, together,
+                         [layers[j] for j in group]))
+    return rows
+
+
+def render_phases(rows):
+    """The markdown section of phase_rows' rows (report.py puts it in answer.md)."""
+    lines = ["## Where the unsteady runs' gradient norm sat", "",
+             "Per cosine run that logged each layer's gradient norm and whose norm ran above twice its seed's "
+             "baseline's (layers.py; the figures layers_w<width>.png): each layer's share of the squared norm at "
+             "every log interval, its median over three phases (split where the norm left the baseline's and at "
+             "the run's largest norm), the three largest, and the median share of the blocks up to the policy's "
+             "first sync (the first group, where the tracks' streams first meet again).", "",
+             "| width | run | phase (iterations) | largest median shares | first group (median share) |",
+             "|---:|---|---|---|---|"]
+    for label, name, phase, first, last, top, together, group in rows:
+        shares_text = ", ".join(f"{layer} {100 * share:.0f}%" for layer, share in top)
+        group_text = f"{group[0]}-{group[-1]}: {100 * together:.0f}%" if together is not None else ""
+        lines.append(f"| {label} | {name} | {phase} ({first:,}-{last:,}) | {shares_text} | {group_text} |")
+    return "\n".join(lines) + "\n"

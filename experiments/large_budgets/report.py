@@ -21,9 +21,9 @@ answer.md opens with what has been run against the design (DESIGN, README.md's t
 every budget of every width) and what is still missing: coverage().
 
 A table gives each cosine run's steadiness (gradient norms late in the run, the val loss at 3/4 and at the end,
-where the norm sat by layer): stability.py. The side checks under checks/<check>/cosine/ (another learning rate, or a cosine run over one of the
-WSD budgets) stay out of the cells; the last section sets each beside the sweep's run of its seed and budget
-(check_rows(), also in checks.json).
+where the norm sat by layer): stability.py. The side checks under checks/<check>/cosine/ (another learning rate,
+or a cosine run over one of the WSD budgets) stay out of the cells; the last section sets each beside the sweep's
+run of its seed and budget (check_rows(), also in checks.json).
 
 How each cosine run got to its gap (the gap at every eval, the gradient norm): curves.py's figures; where an
 unsteady run's gradient norm sat, layer by layer: layers.py's.
@@ -45,7 +45,8 @@ from analysis.compare import RunError, load_run, seed_statistics  # noqa: E402
 from analysis.stats import budget_analysis, mean_ci  # noqa: E402
 from experiments.large_budgets.curves import (by_policy_seed, grad_series, path_rows, plot_curves,  # noqa: E402
                                               render_paths, runs_width, width_title)
-from experiments.large_budgets.layers import layer_series, plot_layers, unsteady_runs  # noqa: E402
+from experiments.large_budgets.layers import (layer_series, phase_rows, plot_layers, render_phases,  # noqa: E402
+                                              unsteady_runs)
 from experiments.large_budgets.stability import folder_stability, stability, stability_table  # noqa: E402
 from experiments.large_budgets.trend import (across_widths, plot_headline, render_across, render_trend,  # noqa: E402
                                              width_trend)
@@ -469,6 +470,10 @@ def main(argv=None):
     paths += [row for name, runs in check_curves.items() for row in path_rows(f"{runs_width(runs)}, {name}", runs)]
     if paths:
         answer += "\n" + render_paths(paths)
+    phases = [row for w, runs in curves.items() for row in phase_rows(w, runs)]
+    phases += [row for name, runs in check_curves.items() for row in phase_rows(f"{runs_width(runs)}, {name}", runs)]
+    if phases:
+        answer += "\n" + render_phases(phases)
     checked, cells = check_rows(checks, groups), check_cells(checks, groups)
     if checks:
         answer += "\n" + render_checks(checked, checks, cells)
