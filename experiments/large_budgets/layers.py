@@ -53,10 +53,14 @@ def synced_blocks(policy, n_layer):
     return [block for block in range(n_layer) if sync[2 * block + 1]]
 
 
+def blocks_of(layers):
+    """n_layer as the layer names say: one more than the largest block number."""
+    return 1 + max((int(name[1:]) for name in layers if re.fullmatch(r"h\d+", name)), default=-1)
+
+
 def first_group(policy, layers):
     """The blocks (layer names) up to and including the first one after whose MLP the policy syncs."""
-    n_layer = 1 + max((int(name[1:]) for name in layers if re.fullmatch(r"h\d+", name)), default=-1)
-    synced = synced_blocks(policy, n_layer)
+    synced = synced_blocks(policy, blocks_of(layers))
     return [f"h{k}" for k in range(synced[0] + 1)] if synced else []
 
 
@@ -91,8 +95,7 @@ def plot_layers(panels, path, title):
         ax.set_yticks([k + 0.5 for k in range(len(layers))], layers, fontsize=6)
         ax.invert_yaxis()  # emb on top, as the model reads
         ax.axvline(since, color="white", ls="--", lw=1)
-        n_layer = 1 + max((int(name[1:]) for name in layers if re.fullmatch(r"h\d+", name)), default=-1)
-        for block in synced_blocks(run["policy"], n_layer):  # where the tracks' streams are summed again
+        for block in synced_blocks(run["policy"], blocks_of(layers)):  # where the tracks' streams are summed again
             ax.axhline(layers.index(f"h{block}") + 1, color="white", ls=":", lw=0.8)
         norm = ax.twinx()
         norm.plot(*zip(*run["grad"]), color="white", lw=0.7)
