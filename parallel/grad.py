@@ -39,7 +39,7 @@ def clip_grad_norm_(parameters, max_norm, tp_group=None, groups=None):
     ordered = sorted(parameters, key=lambda p: not getattr(p, "tensor_parallel", False))
     n_sharded = sum(getattr(p, "tensor_parallel", False) for p in ordered)
     squares = torch.stack([n.float() for n in torch._foreach_norm([p.grad for p in ordered])]).square()
-    position = {id(p): i for i, p in enumerate(ordered)}
+    position = {id(p): i for i, p in enumerate(ordered)} if groups else {}  # only the steps that log the groups
 
     def group_sum(group, sharded):
         entries = (position[id(p)] for p in group if id(p) in position)

@@ -469,7 +469,7 @@ def test_layers_draw_where_an_unsteady_runs_norm_sat(tmp_path):
     unsteady["policy"], unsteady["stability"] = "grouped:2", {"max_at": 40}
     unsteady["layers"] = [(i, {"emb": 1.0, "h0": 1.0, "h1": 1.0, "h2": 1.0, "h3": 2.0 if i < 40 else 0.0})
                           for i, _ in grad(1)]
-    rows = layers.phase_rows(256, runs)
+    rows = layers.phase_rows(256, layers.unsteady_runs(runs))
     assert [(r[2], r[3], r[4]) for r in rows] == [("from there to the largest norm", 10, 30),
                                                   ("from the largest norm on", 40, 60)]
     assert rows[0][5][0] == ("h3", pytest.approx(0.5)) and rows[0][6] == pytest.approx(0.25)

@@ -113,11 +113,11 @@ def plot_layers(panels, path, title):
     return len(panels)
 
 
-def phase_rows(label, runs):
-    """Per unsteady run (unsteady_runs) and phase: (label, run name, phase, first and last iteration logged in it,
-    [(layer, median share)] of the three largest, the first group's median share, the first group's blocks)."""
+def phase_rows(label, unsteady):
+    """Per unsteady run (unsteady_runs' list) and phase: (label, run name, phase, first and last iteration logged in
+    it, [(layer, median share)] of the three largest, the first group's median share, the first group's blocks)."""
     rows = []
-    for run, since, _ in unsteady_runs(runs):
+    for run, since, _ in unsteady:
         iters, layers, table = shares(run["layers"])
         peak = (run.get("stability") or {}).get("max_at") or max(run["grad"], key=lambda g: g[1])[0]
         group = [layers.index(name) for name in first_group(run["policy"], layers) if name in layers]

@@ -470,8 +470,11 @@ def main(argv=None):
     paths += [row for name, runs in check_curves.items() for row in path_rows(f"{runs_width(runs)}, {name}", runs)]
     if paths:
         answer += "\n" + render_paths(paths)
-    phases = [row for w, runs in curves.items() for row in phase_rows(w, runs)]
-    phases += [row for name, runs in check_curves.items() for row in phase_rows(f"{runs_width(runs)}, {name}", runs)]
+    layer_runs = {w: unsteady_runs(runs) for w, runs in curves.items()}  # the runs layers.py tables and draws
+    check_layer_runs = {name: unsteady_runs(runs) for name, runs in check_curves.items()}
+    phases = [row for w, found in layer_runs.items() for row in phase_rows(w, found)]
+    phases += [row for name, found in check_layer_runs.items()
+               for row in phase_rows(f"{runs_width(check_curves[name])}, {name}", found)]
     if phases:
         answer += "\n" + render_phases(phases)
     checked, cells = check_rows(checks, groups), check_cells(checks, groups)
@@ -515,18 +518,18 @@ def main(argv=None):
                    if m["comparison"] == "at_check_lr" and m["width"] in params]
         plot_headline(trend, POLICY_ORDER, os.path.join(HERE, "headline.png"), cosine_only, unsteady, at_rate)
         print(f"wrote {os.path.relpath(os.path.join(HERE, 'headline.png'))}")
-    figures = [(os.path.join(HERE, f"curves_w{width}.png"), runs, width_title(width, runs))
+    figures = [(HERE, f"_w{width}", runs, layer_runs[width], width_title(width, runs))
                for width, runs in curves.items()]
-    figures += [(os.path.join(HERE, "checks", name, "curves.png"), runs,
+    figures += [(os.path.join(HERE, "checks", name), "", runs, check_layer_runs[name],
                  width_title(None, runs, f"Check {name} (width {runs_width(runs)})"))
                 for name, runs in check_curves.items()]
-    for path, runs, title in figures:
+    for folder, suffix, runs, found, title in figures:
+        path, layers_path = (os.path.join(folder, f"{kind}{suffix}.png") for kind in ("curves", "layers"))
         if plot_curves(runs, path, title):
             print(f"wrote {os.path.relpath(path)}")
         # where the unsteady runs' gradient norm sat, layer by layer (runs that logged it)
-        layers_path = path.replace("curves", "layers")
-        if plot_layers(unsteady_runs(runs), layers_path, title.split(":")[0] + ": each unsteady run's gradient "
-                       "norm by layer (the runs that logged it)"):
+        if plot_layers(found, layers_path, title.split(":")[0] + ": each unsteady run's gradient norm by layer "
+                       "(the runs that logged it)"):
             print(f"wrote {os.path.relpath(layers_path)}")
     return 0
 
