@@ -83,6 +83,7 @@ def plot_layers(panels, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
     from atomic_files import save_figure
 
     if not panels:
@@ -101,6 +102,13 @@ def plot_layers(panels, path, title):
         norm.plot(*zip(*run["grad"]), color="white", lw=0.7)
         norm.plot(*zip(*run["grad"]), color="black", lw=0.3)
         norm.set_yscale("log")
+        # plain numbers at 1-2-5: matplotlib labels the minor ticks of a short log range as 3x10^0, which runs into
+        # the colour bar
+        values = [g for _, g in run["grad"]]
+        norm.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5) if max(values) < 100 * min(values) else (1,)))
+        norm.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        norm.yaxis.set_minor_formatter(NullFormatter())
+        norm.tick_params(labelsize=6)
         norm.set_ylabel("grad norm (log)", fontsize=7)
         ax.set_title(f"{run['name']}: final gap {final_gap:+.2f}%; norm above twice the baseline's from "
                      f"iteration {since:,} (dashed); dotted: a sync after the block's MLP", fontsize=8)
