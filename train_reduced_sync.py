@@ -29,7 +29,6 @@ import os
 import signal
 import sys
 import time
-from contextlib import nullcontext
 from types import SimpleNamespace
 
 
@@ -50,7 +49,8 @@ def _answer_before_torch(argv):
     value or layout), answered before torch's import, which takes seconds (tens on a loaded machine). Under
     torchrun a refusal is left to read_request after the import: it also writes torchrun's error file."""
     global _config_running
-    from training.config import ConfigError, help_text, parse, resolve_layout  # no torch
+    from training.config import ConfigError, parse, resolve_layout  # no torch
+    from training.help import help_text
     first_rank = os.environ.get("RANK", "0") in ("0", "")
     try:
         if "-h" in argv or "--help" in argv:
@@ -83,9 +83,10 @@ from cli_guard import exit_now, exits_fast
 
 from training.checkpoint import (MODEL_KEYS, RESUME_KEYS, CheckpointError, load_weights, read_checkpoint, read_for_resume,
                         restore_rng_states, set_aside)
-from training.config import (SAME_DATA_KEYS, VALID_KEYS, ConfigError, TrainConfig, check_tp_comm_overlap, format_config,
-                          help_text, merge, model_config, parse, resolve_compile, resolve_layout, save_config,
-                          save_iter_set)
+from training.config import (SAME_DATA_KEYS, VALID_KEYS, ConfigError, TrainConfig, branch_list, check_tp_comm_overlap,
+                          format_config, merge, model_config, parse, resolve_compile, resolve_layout, save_config,
+                          save_iter_set, wsd_decay_start)
+from training.help import help_text
 from data.loader import DataError, check_data, check_one_pass, dropout_seed, get_train_batch, passes_read
 from training.memory_check import check_memory
 from model.compile_modes import apply_exact_training_settings
@@ -95,11 +96,12 @@ from parallel.ddp import BucketedDDP
 from parallel.overlap import enable_async_tp
 from parallel.mesh import (RendezvousError, close_process_groups, end_process, env_int, init_mesh, leave_on_exit,
                            record_error_for_torchrun)
-from training.records import best_eval_iter, log_eval, log_train, run_conditions, say_summary, start_wandb
+from training.records import best_eval_iter, log_eval, log_train, run_conditions, say_stopped, say_summary, start_wandb
 from training.run_dir import OutDirError, check_out_dir, claim, refuse_existing_run
 from training.stop import Control, install_signal_handlers, report_fatal, waiting, watch_parent
-from training.step import (NonFiniteTracker, RunLog, configure_optimizer, estimate_loss, estimate_mfu, get_lr,
-                      layer_groups, load_full_optimizer_state, peak_flops_total, save_checkpoint, train_step)
+from training.step import (NonFiniteTracker, RunLog, checkpoint_paths, configure_optimizer, estimate_loss, estimate_mfu,
+                      get_lr, layer_groups, load_full_optimizer_state, peak_flops_total, precision, save_checkpoint,
+                      set_lr, train_step)
 
 
 def check_vocab(ckpt_vocab, data_vocab, ckpt_path, data_dir, mesh):
@@ -268,7 +270,7 @@ def check_branch(cfg, checkpoint, path, mesh):
                  f"continues its trunk's data order, so set --{key}={trunk[key]!r}", mesh)
     try:
         trunk_cfg = merge(TrainConfig(), {k: v for k, v in trunk.items() if k in VALID_KEYS and k != "data_dir"}
-                          | {"init_from": "scratch", "branch_from": "", "out_dir": cfg.out_dir})
+                          | {"init_from": "scratch", "branch_from": "", "out_dir": cfg.out_dir, "branches": ""})
     except ConfigError as e:
         fail(f"{path}: its config is not usable: {e}", mesh)
     for it in range(checkpoint["iter_num"]):
@@ -351,18 +353,6 @@ def open_run(cfg, layout, mesh, control, raw_model, dtype, plan):
     return log, derived
 
 
-def precision(device, dtype):
-    """(autocast context, GradScaler): bf16/fp16 autocast on CUDA (TF32 matmuls), fp32 on CPU; the
-    scaler is active for float16 only."""
-    cuda = device.startswith("cuda")
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    autocast_ctx = (torch.amp.autocast(device_type="cuda", dtype=getattr(torch, dtype))
-                    if cuda and dtype != "float32" else nullcontext())
-    return autocast_ctx, torch.amp.GradScaler("cuda", enabled=(dtype == "float16"))
-
-
 def restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg):
     """Optimizer, scaler and RNG state of a resumed run: (iter_num, best_val_loss); (0, 1e9) otherwise."""
     checkpoint = init.checkpoint
@@ -428,33 +418,6 @@ def stop_if_eval_nonfinite(log, mesh, iter_num, losses):
         fail(f"training diverged: non-finite eval loss at iter {iter_num}", mesh, code=2)
 
 
-def checkpoint_paths(cfg, iter_num, start_iter, keep_iters, is_best, ckpt_path):
-    """(paths to write, hard links to make) at an eval, or None when this eval writes no checkpoint."""
-    keep = iter_num in keep_iters and not cfg.eval_only  # a trunk's branch point: also ckpt_<iter>.pt
-    due = iter_num >= cfg.max_iters or (iter_num // cfg.eval_interval) % cfg.checkpoint_every == 0
-    if iter_num <= start_iter or cfg.eval_only or not (keep or due and (is_best or cfg.always_save_checkpoint)):
-        return None
-    best = [os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best and cfg.keep_best else []
-    return [ckpt_path] + best, [os.path.join(cfg.out_dir, f"ckpt_{iter_num}.pt")] if keep else []
-
-
-def set_lr(optimizer, iter_num, cfg):
-    lr = get_lr(iter_num, cfg)
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    return lr
-
-
-def say_stopped(log, signum, iter_num, ckpt_path, saved=None):
-    """The stop line; `saved` (save_checkpoint's seconds and size, rank 0's) says what the checkpoint took."""
-    name = signal.Signals(signum).name
-    took = "" if not saved else (f" ({saved['bytes'] / 1e9:.2f} GB in {saved['gather_s'] + saved['write_s']:.1f} s: "
-                                 f"{saved['gather_s']:.1f} s gathering, {saved['write_s']:.1f} s writing)")
-    stopped = f"stopped by {name} at iter {iter_num}: saved {ckpt_path}{took}; continue with --init_from=resume"
-    log.write(stopped, {"type": "stop", "iter": iter_num, "signal": name, **({"checkpoint": saved} if saved else {})})
-    record_error_for_torchrun(stopped)  # torchrun's summary of the exit code 128+signum names it
-
-
 def shut_down(control, wandb):
     control.finish()
     if wandb is not None:
@@ -462,39 +425,17 @@ def shut_down(control, wandb):
     return close_process_groups()  # None, or the teardown stage that hung (end_process says so)
 
 
-# ----------------------------------------------------------------------------- main
-def main(argv):
-    cfg, layout = read_request(argv)
-    if cfg is None:
-        return 0  # --help
-    mesh = start_processes(cfg, layout)
-    device, micro_steps = mesh.device, layout.micro_steps
-    control = Control(mesh, cfg.stall_timeout)  # every rank, now: it creates a process group
-    data_dir, vocab_size, dtype = check_request(cfg, layout, mesh)
-    cfg, init = read_init(cfg, vocab_size, data_dir, mesh)
-    raw_model = build_model(cfg, vocab_size, init, mesh)
-    plan = resolve_compile(cfg, device.split(":")[0])  # compile='auto': compiled + CUDA graphs on CUDA, eager on CPU
-    try:  # async_tp's device and compile, now that both are resolved
-        check_tp_comm_overlap(cfg, device.split(":")[0], plan.compiled, plan.mode == "reduce-overhead")
-    except ConfigError as e:
-        fail(str(e), mesh)
-    log, derived = open_run(cfg, layout, mesh, control, raw_model, dtype, plan)
-    tokens_per_iter, ckpt_path = derived["tokens_per_iter"], os.path.join(cfg.out_dir, "ckpt.pt")
+# ----------------------------------------------------------------------------- the loop
+def train(run, cfg, log, wandb, iter_num, best_val_loss):
+    """Train cfg's run from iter_num to max_iters (or one eval, eval_only) with the process's model and optimizer
+    (run: main's), evaluating, checkpointing and logging into cfg.out_dir; its summary at the end. Returns the
+    signal that stopped it (after a step, with a checkpoint), or 0."""
+    mesh, control, model, raw_model, optimizer, scaler = (run.mesh, run.control, run.model, run.raw_model,
+                                                          run.optimizer, run.scaler)
+    ckpt_path, start_iter = os.path.join(cfg.out_dir, "ckpt.pt"), iter_num
     keep_iters = save_iter_set(cfg)  # a trunk's branch points: ckpt_<iter>.pt besides ckpt.pt
-    train_tokens = os.path.getsize(os.path.join(data_dir, "train.bin")) // 2
-    autocast_ctx, scaler = precision(device, dtype)
-    optimizer = configure_optimizer(raw_model, cfg, device)
-    iter_num, best_val_loss = restore(init, optimizer, scaler, raw_model, dtype, mesh, log, ckpt_path, cfg)
-    start_iter = iter_num
-    model = wrap(raw_model, cfg, mesh, plan)
-    graphs = plan.compiled and plan.mode == "reduce-overhead"  # CUDA graphs: .grad kept allocated (train_step)
-    model_args = dataclasses.asdict(raw_model.config)  # GPTConfig's fields, as checkpoints keep them
-    wandb = start_wandb(cfg, mesh, derived)
-
-    # ---- the training loop
-    nonfinite = NonFiniteTracker(device)
-    layer_names, layers = layer_groups(raw_model) if cfg.log_layer_grad_norms else ((), None)
-    peak_flops = peak_flops_total(device, dtype, mesh.world_size)
+    nonfinite = NonFiniteTracker(mesh.device)
+    layer_names, layers = run.layers
     timer_start, timed_iters = time.time(), 0
 
     def check_finite(at_iter):
@@ -514,7 +455,7 @@ def main(argv):
         """save_checkpoint on every rank; a write that fails (a full disk) stops every rank, in one line."""
         error = saved = None
         try:
-            saved = save_checkpoint(paths, raw_model, optimizer, scaler, model_args, cfg, mesh, iter_num,
+            saved = save_checkpoint(paths, raw_model, optimizer, scaler, run.model_args, cfg, mesh, iter_num,
                                     best_val_loss, links)
         except CheckpointError as e:
             error = str(e)
@@ -528,11 +469,11 @@ def main(argv):
         # Evaluate and checkpoint at an iteration boundary (weights after iter_num steps).
         if iter_num % cfg.eval_interval == 0 or iter_num in keep_iters or iter_num >= cfg.max_iters or cfg.eval_only:
             check_finite(iter_num)
-            losses, syncs = estimate_loss(model, raw_model, data_dir, cfg, mesh, autocast_ctx)
+            losses, syncs = estimate_loss(model, raw_model, run.data_dir, cfg, mesh, run.autocast_ctx)
             stop_if_eval_nonfinite(log, mesh, iter_num, losses)
             is_best = losses["val"] < best_val_loss
             to_write = checkpoint_paths(cfg, iter_num, start_iter, keep_iters, is_best, ckpt_path)
-            log_eval(log, wandb, cfg, iter_num, losses, syncs, passes_read(cfg, train_tokens, iter_num),
+            log_eval(log, wandb, cfg, iter_num, losses, syncs, passes_read(cfg, run.train_tokens, iter_num),
                      checkpoint=bool(to_write))
             final, best_iter = (iter_num, losses["val"]), iter_num if is_best else best_iter
             best_val_loss = min(best_val_loss, losses["val"])
@@ -543,20 +484,21 @@ def main(argv):
             break
 
         lr = set_lr(optimizer, iter_num, cfg)
-        x, y, micro_batches = get_train_batch(data_dir, cfg, iter_num, mesh.dp_rank, micro_steps, device)
+        x, y, micro_batches = get_train_batch(run.data_dir, cfg, iter_num, mesh.dp_rank, run.layout.micro_steps,
+                                              mesh.device)
         seeds = [dropout_seed(cfg.seed, iter_num, g) for g in micro_batches]
         logged = iter_num % cfg.log_interval == 0
         train_loss, grad_norm, layer_norms = train_step(
-            model, raw_model, optimizer, scaler, x, y, seeds, cfg.grad_clip, mesh.tp_group, autocast_ctx, device,
-            keep_grads=graphs, grad_groups=layers if logged else None)
+            model, raw_model, optimizer, scaler, x, y, seeds, cfg.grad_clip, mesh.tp_group, run.autocast_ctx,
+            mesh.device, keep_grads=run.graphs, grad_groups=layers if logged else None)
         nonfinite.update(iter_num, train_loss, None if scaler.is_enabled() else grad_norm)
         timed_iters += 1
 
         if logged:
             dt = (time.time() - timer_start) / timed_iters
-            mfu = estimate_mfu(raw_model, cfg, tokens_per_iter, dt, peak_flops)
+            mfu = estimate_mfu(raw_model, cfg, run.tokens_per_iter, dt, run.peak_flops)
             log_train(log, wandb, mesh, iter_num, lr, train_loss, grad_norm, nonfinite, check_finite, dt, mfu,
-                      tokens_per_iter, None if layer_norms is None else (layer_names, layer_norms))
+                      run.tokens_per_iter, None if layer_norms is None else (layer_names, layer_norms))
             timer_start, timed_iters = time.time(), 0
         iter_num += 1
         if iter_num == start_iter + 1:
@@ -571,14 +513,79 @@ def main(argv):
     if not cfg.eval_only:  # finished, or stopped by a signal (with a checkpoint): the last block and record
         if best_iter is None and mesh.is_master:  # a resumed run's best from before the resume: from the log
             best_iter = best_eval_iter(os.path.join(cfg.out_dir, "metrics.jsonl"), best_val_loss, iter_num)
-        say_summary(log, cfg, mesh, trained=iter_num - start_iter, iter_num=iter_num, tokens_per_iter=tokens_per_iter,
-                    passes=passes_read(cfg, train_tokens, iter_num), seconds=time.time() - run_start, final=final,
-                    best_val=best_val_loss, best_iter=best_iter, syncs=syncs, ckpt_path=ckpt_path,
-                    stopped=signal.Signals(signum).name if signum else None)
+        say_summary(log, cfg, mesh, trained=iter_num - start_iter, iter_num=iter_num,
+                    tokens_per_iter=run.tokens_per_iter, passes=passes_read(cfg, run.train_tokens, iter_num),
+                    seconds=time.time() - run_start, final=final, best_val=best_val_loss, best_iter=best_iter,
+                    syncs=syncs, ckpt_path=ckpt_path, stopped=signal.Signals(signum).name if signum else None)
+    return signum
+
+
+def train_branch(run, trunk_cfg, budget, out_dir, trunk_log):
+    """One cooldown branch of the trunk that just ended (its branches=), in this process: what `--init_from=branch
+    --branch_from=<the trunk's ckpt_<s>.pt> --max_iters=B --lr_decay_iters=B --out_dir=...` does in a process of its
+    own (tests/test_budgets.py compares them bit for bit), with the model built and compiled already. A branch whose
+    out_dir holds a run is left to a process of its own (a resume). Returns the signal that stopped it, or 0."""
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        note = f"branch {budget} is not trained here: {out_dir} holds a run already (resume it with --init_from=resume)"
+        trunk_log.write(f"note: {note}", {"type": "note", "note": note})
+        return 0
+    source = os.path.join(trunk_cfg.out_dir, f"ckpt_{wsd_decay_start(trunk_cfg, budget)}.pt")
+    trunk_log.write(f"branch {budget}: trained in this process from {source} into {out_dir}",
+                    {"type": "branch_out", "budget": budget, "from": source, "out_dir": out_dir})
+    try:
+        cfg = merge(trunk_cfg, {"out_dir": out_dir, "init_from": "branch", "branch_from": source, "max_iters": budget,
+                                "lr_decay_iters": budget, "save_iters": "", "branches": ""})
+    except ConfigError as e:
+        fail(f"branch {budget}: {e}", run.mesh)
+    cfg, init = read_init(cfg, run.vocab_size, run.data_dir, run.mesh)
+    try:  # in place: the compiled model (and its CUDA graphs) keeps its parameters' storage
+        load_weights(run.raw_model, init.checkpoint, init.path)
+    except CheckpointError as e:
+        fail(str(e), run.mesh)
+    log, _ = open_run(cfg, run.layout, run.mesh, run.control, run.raw_model, run.dtype, run.plan)
+    iter_num, best_val_loss = restore(init, run.optimizer, run.scaler, run.raw_model, run.dtype, run.mesh, log,
+                                      os.path.join(out_dir, "ckpt.pt"), cfg)
+    return train(run, cfg, log, None, iter_num, best_val_loss)
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv):
+    cfg, layout = read_request(argv)
+    if cfg is None:
+        return 0  # --help
+    mesh = start_processes(cfg, layout)
+    control = Control(mesh, cfg.stall_timeout)  # every rank, now: it creates a process group
+    data_dir, vocab_size, dtype = check_request(cfg, layout, mesh)
+    cfg, init = read_init(cfg, vocab_size, data_dir, mesh)
+    run = SimpleNamespace(mesh=mesh, control=control, layout=layout, dtype=dtype, data_dir=data_dir,
+                          vocab_size=vocab_size, raw_model=build_model(cfg, vocab_size, init, mesh))
+    run.plan = resolve_compile(cfg, mesh.device.split(":")[0])  # 'auto': compiled + CUDA graphs on CUDA, eager on CPU
+    try:  # async_tp's device and compile, now that both are resolved
+        check_tp_comm_overlap(cfg, mesh.device.split(":")[0], run.plan.compiled, run.plan.mode == "reduce-overhead")
+    except ConfigError as e:
+        fail(str(e), mesh)
+    log, derived = open_run(cfg, layout, mesh, control, run.raw_model, dtype, run.plan)
+    run.autocast_ctx, run.scaler = precision(mesh.device, dtype)
+    run.optimizer = configure_optimizer(run.raw_model, cfg, mesh.device)
+    iter_num, best_val_loss = restore(init, run.optimizer, run.scaler, run.raw_model, dtype, mesh, log,
+                                      os.path.join(cfg.out_dir, "ckpt.pt"), cfg)
+    run.model = wrap(run.raw_model, cfg, mesh, run.plan)
+    run.graphs = run.plan.compiled and run.plan.mode == "reduce-overhead"  # CUDA graphs: .grad kept (train_step)
+    run.model_args = dataclasses.asdict(run.raw_model.config)  # GPTConfig's fields, as checkpoints keep them
+    run.tokens_per_iter = derived["tokens_per_iter"]
+    run.train_tokens = os.path.getsize(os.path.join(data_dir, "train.bin")) // 2
+    run.peak_flops = peak_flops_total(mesh.device, dtype, mesh.world_size)
+    run.layers = layer_groups(run.raw_model) if cfg.log_layer_grad_norms else ((), None)
+    wandb = start_wandb(cfg, mesh, derived)
+
+    signum = train(run, cfg, log, wandb, iter_num, best_val_loss)
+    for budget, out_dir in ([] if signum or cfg.eval_only else branch_list(cfg)):
+        signum = train_branch(run, cfg, budget, out_dir, log)
+        if signum:
+            break
     # the compiled model, its graphs' inputs and outputs and the optimizer's state may each keep alive what
-    # references an NCCL communicator: dropped here (the closures above share these cells) before the teardown
-    model = raw_model = optimizer = scaler = nonfinite = x = y = train_loss = grad_norm = None
-    layers = layer_norms = None
+    # references an NCCL communicator: dropped here before the teardown
+    run.__dict__.clear()
     stuck_stage = shut_down(control, wandb)
     return end_process(128 + signum if signum else 0, stuck_stage)  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
 

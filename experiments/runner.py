@@ -31,7 +31,7 @@ TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
 # config.json keys that may differ between a done run and the plan (they do not change what is computed)
 IGNORED_KEYS = {"out_dir", "data_dir", "init_from", "branch_from", "overwrite", "always_save_checkpoint", "keep_best",
                 "checkpoint_every", "save_iters", "wandb_log", "wandb_project", "wandb_run_name",
-                "stall_timeout", "log_layer_grad_norms"}  # how a run is kept and logged, not what it computes
+                "stall_timeout", "log_layer_grad_norms", "branches"}  # how a run is kept, logged and launched
 PACK_NAME = "sweep-logs.tgz"
 
 
@@ -42,13 +42,14 @@ class SweepError(Exception):
 class Run:
     """One training run of the grid: where its logs go, and the trainer's arguments but the out_dir."""
 
-    def __init__(self, name, sweep_dir, args, policy, seed, group, tag=None, needs=None, keep=()):
+    def __init__(self, name, sweep_dir, args, policy, seed, group, tag=None, needs=None, keep=(), after=None):
         """needs: a file that must exist before the run starts (a branch's trunk checkpoint), removed once the
         run is collected; keep: names in its scratch dir that collecting it leaves there (a trunk's branch
-        points, until their branches have run)."""
+        points, until their branches have run); after: the name of a run that must have ended first (a trunk
+        that trains this branch itself, the trainer's branches=: then it is only collected)."""
         self.name, self.sweep_dir, self.args = name, sweep_dir, list(args)
         self.policy, self.seed, self.group, self.tag = policy, seed, group, tag
-        self.needs, self.keep = needs, set(keep)
+        self.needs, self.keep, self.after = needs, set(keep), after
 
     def final_dir(self, root):
         return os.path.join(root, self.sweep_dir, self.name)
@@ -251,11 +252,20 @@ def sweep(runs, args):
     try:
         while pending or running:
             while len(running) < args.jobs and (deadline is None or time.time() < deadline):
-                # the first pending run that can start: a branch waits for its trunk's checkpoint
-                r = next((r for r in pending if r.needs is None or os.path.exists(r.needs)), None)
+                # the first pending run that can start: a branch waits for its trunk's checkpoint, or for the end
+                # of the trunk that trains it
+                waiting = {q.name for q in pending} | set(running)
+                r = next((r for r in pending if (r.needs is None or os.path.exists(r.needs)) and r.after not in waiting),
+                         None)
                 if r is None:
                     break
                 pending.remove(r)
+                if run_state(r, root, scratch) in ("collect", "done"):  # trained by its trunk's process
+                    collect(r, root, scratch)
+                    results[r.name] = ("complete (in its trunk)", 0)
+                    say(f"   {time.strftime('%H:%M:%S')} complete {r.name} (trained by its trunk's process)")
+                    bar.update(1)
+                    continue
                 tmp = r.scratch_dir(scratch)
                 mark_sweep_dir(r, scratch)
                 if run_state(r, root, scratch) == "resume":

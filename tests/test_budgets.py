@@ -88,6 +88,82 @@ def test_a_branch_equals_a_single_wsd_run_bit_for_bit(workdir, tmp_path):
     assert eval_records(trunk)[16]["passes"] == pytest.approx(16 * 16 / ((60_000 - 1) // 32))
 
 
+@pytest.mark.gate  # the default tier runs it: pytest.ini
+def test_a_trunk_trains_its_branches_in_its_own_process_bit_for_bit(workdir, tmp_path):
+    """branches=: once the trunk ends, its process trains each cooldown branch from the branch point, with the model
+    it built (and, on a GPU, compiled) already; each equals the branch a process of its own trains, bit for bit,
+    and its config.json is that process's but for out_dir. A branch whose out_dir holds a run is left alone."""
+    import json
+    trunk, own = os.path.join(tmp_path, "out-trunk"), {b: os.path.join(tmp_path, f"out-own-{b}") for b in (10, 20)}
+    inline = {b: os.path.join(tmp_path, f"out-inline-{b}") for b in (10, 20)}
+    proc = run_train([*WSD_TINY, "--max_iters=16", "--lr_decay_iters=20", "--save_iters=8,16",
+                      f"--branches=20:{inline[20]},10:{inline[10]}", f"--out_dir={trunk}"], workdir)
+    assert proc.stdout.count("branched from") == 2
+    run_trains([[*WSD_TINY, f"--max_iters={b}", f"--lr_decay_iters={b}", "--init_from=branch",
+                 f"--branch_from={os.path.join(trunk, f'ckpt_{b * 4 // 5}.pt')}", f"--out_dir={own[b]}"]
+                for b in (10, 20)], workdir)
+    for b in (10, 20):
+        assert sorted(train_losses(inline[b])) == list(range(b * 4 // 5, b))
+        assert train_losses(inline[b]) == train_losses(own[b])  # bit-equal
+        assert {i: r["val_loss"] for i, r in eval_records(inline[b]).items()} == \
+               {i: r["val_loss"] for i, r in eval_records(own[b]).items()}
+        configs = [json.load(open(os.path.join(d, "config.json"))) for d in (inline[b], own[b])]
+        for c in configs:
+            c.pop("out_dir"), c.pop("derived")
+        assert configs[0] == configs[1] and configs[0]["branches"] == "" and configs[0]["max_iters"] == b
+    trunk_log = open(os.path.join(trunk, "log.txt")).read()
+    assert f"branch 10: trained in this process from {os.path.join(trunk, 'ckpt_8.pt')} into {inline[10]}" in trunk_log
+    # again, over the same branch dirs: the trunk resumes (nothing to train) and leaves the branches as they are
+    before = {b: open(os.path.join(inline[b], "metrics.jsonl")).read() for b in (10, 20)}
+    proc = run_train([*WSD_TINY, "--max_iters=16", "--lr_decay_iters=20", "--save_iters=8,16", "--init_from=resume",
+                      f"--branches=10:{inline[10]},20:{inline[20]}", f"--out_dir={trunk}"], workdir)
+    assert proc.stdout.count("holds a run already") == 2
+    assert before == {b: open(os.path.join(inline[b], "metrics.jsonl")).read() for b in (10, 20)}
+
+
+@pytest.mark.gate  # the default tier runs it: pytest.ini
+def test_a_sweep_whose_trunks_train_their_branches(workdir, tmp_path, monkeypatch, capsys):
+    """docs_study's --branches-in-trunk: one trainer process per chain, the runner collecting the branches the trunk
+    trained; every run's losses equal those of the same sweep with a process per branch."""
+    from experiments import runner
+    from experiments.docs_study.run import budget_runs, trim_keeps
+    monkeypatch.chdir(workdir)  # the runner's trainers read data/syn from their cwd
+    losses = {}
+    for in_trunk in (True, False):
+        root = str(tmp_path / f"root-{in_trunk}")
+        scratch = os.path.join(root, "scratch")
+        runs = trim_keeps(budget_runs("config/docs_124m.py", [10, 20], ["ladder"], [1337], "sweep", scratch,
+                                      [*TINY, "--eval_interval=4"], in_trunk=in_trunk), root, scratch)
+        args = types.SimpleNamespace(root=root, scratch=scratch, jobs=2, dry_run=False, smoke=True, allow_cpu=False,
+                                     deadline=None, poll=0.2, status_every=60.0)
+        assert runner.sweep(runs, args) == 0
+        losses[in_trunk] = {r.name: train_losses(r.final_dir(root)) for r in runs}
+        launched = sorted(name[:-4] for name in os.listdir(os.path.dirname(runs[0].scratch_dir(scratch)))
+                          if name.endswith(".out"))
+        assert launched == sorted(r.name for r in (runs[:1] if in_trunk else runs))
+    assert capsys.readouterr().out.count("(trained by its trunk's process)") == 2
+    assert losses[True] == losses[False] and len(losses[True]) == 3
+
+
+def test_branches_are_checked_before_training():
+    for bad, says in ((["--branches=10:out-b"], "needs lr_schedule='wsd'"),
+                      (["--lr_schedule=wsd", "--save_iters=8", "--max_iters=16", "--branches=20:out-b"],
+                       r"invalid branches item '20:out-b'.*branch point .* is in save_iters='8'"),
+                      (["--lr_schedule=wsd", "--save_iters=8", "--max_iters=4", "--branches=10:out-b"],
+                       r"<= max_iters=4"),
+                      (["--lr_schedule=wsd", "--save_iters=8", "--max_iters=16", "--branches=10"], r"BUDGET:out_dir"),
+                      (["--lr_schedule=wsd", "--save_iters=8", "--max_iters=16", "--out_dir=t", "--branches=10:t"],
+                       "an out_dir of its own"),
+                      (["--lr_schedule=wsd", "--save_iters=8", "--max_iters=16", "--branches=10:b", "--wandb_log=True"],
+                       "wandb_log=True")):
+        with pytest.raises(ConfigError, match=says):
+            parse(["--warmup_iters=2", *bad])
+    cfg = parse(["--lr_schedule=wsd", "--warmup_iters=2", "--save_iters=8,16", "--max_iters=16",
+                 "--branches=20:b20, 10:b10"])
+    from training.config import branch_list
+    assert branch_list(cfg) == [(10, "b10"), (20, "b20")]
+
+
 def test_a_branch_must_continue_its_trunk(workdir, tmp_path):
     trunk = os.path.join(tmp_path, "out-wsd-trunk2")
     run_train([*WSD_TINY, "--max_iters=8", "--lr_decay_iters=20", "--save_iters=8", f"--out_dir={trunk}"], workdir)
@@ -178,6 +254,22 @@ def test_budget_plan_chains_branch_points_and_what_is_left(tmp_path):
     os.rename(trunk.final_dir(root), trunk.final_dir(root) + "-away")
     assert [r.name for r in trim_keeps(budget_runs("config/docs_124m.py", [320, 640], ["grouped:12"], [1338],
                                                    "sweep", scratch), root, scratch)] == [b320.name, b640.name]
+
+
+def test_a_budget_plan_with_branches_in_the_trunk(tmp_path):
+    """in_trunk: the trunk's --branches names each branch's scratch dir, each branch waits for the trunk's end, and a
+    branch already done leaves the trunk's list (its branch point with it)."""
+    from experiments.docs_study.run import budget_runs, trim_keeps
+    root, scratch = str(tmp_path), str(tmp_path / "scratch")
+    trunk, b320, b640 = runs = budget_runs("config/docs_124m.py", [320, 640], ["spd"], [1338], "sweep", scratch,
+                                           in_trunk=True)
+    assert f"--branches=320:{b320.scratch_dir(scratch)},640:{b640.scratch_dir(scratch)}" in trunk.args
+    assert b320.after == b640.after == trunk.name and b320.needs.endswith("ckpt_256.pt")
+    finish(b320, root, scratch)
+    trim_keeps(runs, root, scratch)
+    assert [a for a in trunk.args if a.startswith(("--branches=", "--save_iters="))] == \
+        ["--save_iters=512", f"--branches=640:{b640.scratch_dir(scratch)}"]
+    assert budget_runs("config/docs_124m.py", [320], ["spd"], [1338], "sweep", scratch)[1].after is None
 
 
 def test_rerun_check_against_a_case_by_hand(tmp_path):

@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from training.config import (VALID_KEYS, ConfigError, TrainConfig, help_text, micro_steps_per_replica, parse,
-                          resolve_layout, save_config)
+from training.config import (VALID_KEYS, ConfigError, TrainConfig, micro_steps_per_replica, parse, resolve_layout,
+                          save_config)
+from training.help import help_text
 from tests.conftest import REPO
 
 

@@ -60,6 +60,9 @@ class TrainConfig:
                                       "optimizer, iteration and data position this run continues")
     save_iters: str = option("", IO, "comma-separated iterations at which the checkpoint is also kept as "
                                      "ckpt_<iter>.pt (a WSD trunk's branch points)")
+    branches: str = option("", IO, "a WSD trunk's cooldown branches, trained by this process once the trunk ends: "
+                                   "comma-separated BUDGET:out_dir, each from the trunk's ckpt_<its branch point>.pt "
+                                   "as init_from='branch' would, without a new process's start and compile")
     overwrite: bool = option(False, IO, "a fresh run in an out_dir that holds a run: move that run into "
                                         "out_dir/replaced-<time>/ first (False: refuse)")
     # wandb is imported only when enabled; WANDB_MODE=offline works without network
@@ -289,15 +292,40 @@ def save_iter_set(cfg):
     return iters
 
 
-def wsd_decay_start(cfg):
-    """The first iteration of lr_schedule='wsd''s decay: lr_decay_iters less its cooldown_frac (rounded).
-    A trunk's checkpoint at this iteration is where a branch to the budget lr_decay_iters starts."""
-    return cfg.lr_decay_iters - round(cfg.cooldown_frac * cfg.lr_decay_iters)
+def branch_list(cfg):
+    """[(budget, out_dir)] of cfg.branches, in budget order, each branch point kept (save_iters) and reached
+    (max_iters); ConfigError naming the bad item otherwise."""
+    items = [x.strip() for x in cfg.branches.split(",") if x.strip()]
+    if items and cfg.lr_schedule != "wsd":
+        raise ConfigError(f"branches={cfg.branches!r} needs lr_schedule='wsd' (a trunk at constant rate), not "
+                          f"{cfg.lr_schedule!r}")
+    branches, points = [], save_iter_set(cfg)
+    for item in items:
+        budget, _, out_dir = item.partition(":")
+        start = budget.isdigit() and wsd_decay_start(cfg, int(budget))
+        if out_dir and os.path.abspath(out_dir) in [os.path.abspath(d) for d in (cfg.out_dir, *dict(branches).values())]:
+            raise ConfigError(f"invalid branches item {item!r}: its out_dir is the trunk's or another branch's; give "
+                              f"each branch an out_dir of its own")
+        if not start or not out_dir or start not in points or start > cfg.max_iters:
+            raise ConfigError(f"invalid branches item {item!r}: give BUDGET:out_dir, whose branch point (BUDGET less "
+                              f"cooldown_frac of it) is in save_iters={cfg.save_iters!r} and <= max_iters={cfg.max_iters}")
+        branches.append((int(budget), out_dir))
+    if cfg.wandb_log and branches:
+        raise ConfigError("branches with wandb_log=True: the branches would log into the trunk's wandb run; "
+                          "train them in processes of their own (init_from='branch') or set wandb_log=False")
+    return sorted(branches)
+
+
+def wsd_decay_start(cfg, budget=None):
+    """The first iteration of lr_schedule='wsd''s decay: the budget (lr_decay_iters) less its cooldown_frac
+    (rounded). A trunk's checkpoint at this iteration is where a branch to that budget starts."""
+    budget = cfg.lr_decay_iters if budget is None else budget
+    return budget - round(cfg.cooldown_frac * budget)
 
 
 def check_schedule(cfg):
     """ConfigError for a learning-rate schedule or save_iters that cannot be what the user meant."""
-    save_iter_set(cfg)
+    branch_list(cfg)
     if cfg.lr_schedule != "wsd":
         if cfg.decay_lr and cfg.lr_decay_iters <= cfg.warmup_iters:  # as wsd refuses a decay inside the warmup
             raise ConfigError(f"lr_schedule='cosine': lr_decay_iters={cfg.lr_decay_iters} is not after the warmup of "
@@ -534,45 +562,6 @@ def resolve_compile(cfg, device_type):
 
 # What a resumed run (and a branch) keeps from its checkpoint's run: the data it reads and their order.
 SAME_DATA_KEYS = ("dataset", "seed", "batch_size", "block_size", "gradient_accumulation_steps", "data_order")
-
-
-def help_text(argv=(), prog="train_reduced_sync.py"):
-    """--help: every key of TrainConfig by group, with its type, its default (after the config files and
-    --key=value overrides in argv, if any) and its meaning: the same table that parse() validates against."""
-    values = TrainConfig().to_dict()
-    given = [a for a in argv if a not in ("-h", "--help")]
-    for arg in given:
-        values.update([parse_override(arg)] if arg.startswith("--") else read_config_file(arg))
-    rows = [(f.metadata["group"], f.name, FIELD_TYPES[f.name], repr(values[f.name]), f.metadata["meaning"])
-            for f in fields(TrainConfig)]
-    widths = [max(len(r[i]) for r in rows) for i in (1, 2, 3)]
-    lines = [f"usage: python {prog} [CONFIG.py ...] [--key=value ...]",
-             f"       torchrun --standalone --nproc_per_node=N {prog} [CONFIG.py ...] [--key=value ...]",
-             "",
-             "Config files (flat Python assigning the keys below) are read in order, then --key=value overrides;",
-             "values are Python literals, or text for str keys (--out_dir=out-x).",
-             "",
-             "Resuming (--init_from=resume): the checkpoint's model keys replace the requested ones (a note for",
-             "each). A resume reads what its run would have read next, so it is refused unless these equal the",
-             f"checkpoint's: {', '.join(SAME_DATA_KEYS)} (a branch shares",
-             "them with its trunk). Other keys may change.",
-             "",
-             "Stopping: SIGINT (Ctrl-C) or SIGTERM. In training every rank stops after the same step, writes",
-             "ckpt.pt and exits 130/143 ('stopped by SIGTERM at iter N: saved ...'); until the first step is",
-             "done (the rendezvous, the data checks, compiling) it stops at once. A second SIGINT stops at once,",
-             "without a checkpoint (one written before, if any, is intact). Several processes: launch with",
-             "python -m training.launch (torchrun's options) and send it SIGTERM: the workers stop as above and",
-             "its last line says so. With torchrun itself, send SIGTERM to the workers (pkill -TERM -P <torchrun pid>):",
-             "SIGTERM to torchrun stops them the same way, but torchrun ends with a traceback of its own",
-             "(SignalException).",
-             "",
-             "Columns: key, type, default" + (f" (after {' '.join(given)})" if given else "")
-             + ", meaning."]
-    for group in dict.fromkeys(r[0] for r in rows):
-        lines += ["", group]
-        lines += [f"  {name:<{widths[0]}}  {kind:<{widths[1]}}  {value:<{widths[2]}}  {meaning}"
-                  for g, name, kind, value, meaning in rows if g == group]
-    return "\n".join(lines)
 
 
 def format_config(cfg):

@@ -4,12 +4,14 @@ block that ends the run. train_reduced_sync.py calls these; the records' fields 
 import json
 import os
 import platform
+import signal
 import subprocess
 import time
 
 import torch
 
 from parallel import comm
+from parallel.mesh import record_error_for_torchrun
 from training.config import REPO
 from training.step import get_lr
 
@@ -167,3 +169,13 @@ def log_train(log, wandb, mesh, iter_num, lr, train_loss, grad_norm, nonfinite, 
     if wandb is not None:
         wandb.log({"iter": iter_num, "train/step_loss": loss_value, "grad_norm": norm_value, "lr": lr,
                    "tok_per_s": tok_per_s, "mfu": mfu})
+
+
+def say_stopped(log, signum, iter_num, ckpt_path, saved=None):
+    """The stop line; `saved` (save_checkpoint's seconds and size, rank 0's) says what the checkpoint took."""
+    name = signal.Signals(signum).name
+    took = "" if not saved else (f" ({saved['bytes'] / 1e9:.2f} GB in {saved['gather_s'] + saved['write_s']:.1f} s: "
+                                 f"{saved['gather_s']:.1f} s gathering, {saved['write_s']:.1f} s writing)")
+    stopped = f"stopped by {name} at iter {iter_num}: saved {ckpt_path}{took}; continue with --init_from=resume"
+    log.write(stopped, {"type": "stop", "iter": iter_num, "signal": name, **({"checkpoint": saved} if saved else {})})
+    record_error_for_torchrun(stopped)  # torchrun's summary of the exit code 128+signum names it

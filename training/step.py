@@ -322,3 +322,33 @@ def _append(path, text):
         if e.filename is None:  # a failed write() or close() names no file; the one-line error should
             raise OSError(e.errno, e.strerror, path) from None
         raise
+
+
+# ----------------------------------------------------------------------------- the trainer's loop: its small steps
+def precision(device, dtype):
+    """(autocast context, GradScaler): bf16/fp16 autocast on CUDA (TF32 matmuls), fp32 on CPU; the
+    scaler is active for float16 only."""
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    autocast_ctx = (torch.amp.autocast(device_type="cuda", dtype=getattr(torch, dtype))
+                    if cuda and dtype != "float32" else nullcontext())
+    return autocast_ctx, torch.amp.GradScaler("cuda", enabled=(dtype == "float16"))
+
+
+def checkpoint_paths(cfg, iter_num, start_iter, keep_iters, is_best, ckpt_path):
+    """(paths to write, hard links to make) at an eval, or None when this eval writes no checkpoint."""
+    keep = iter_num in keep_iters and not cfg.eval_only  # a trunk's branch point: also ckpt_<iter>.pt
+    due = iter_num >= cfg.max_iters or (iter_num // cfg.eval_interval) % cfg.checkpoint_every == 0
+    if iter_num <= start_iter or cfg.eval_only or not (keep or due and (is_best or cfg.always_save_checkpoint)):
+        return None
+    best = [os.path.join(cfg.out_dir, "ckpt_best.pt")] if is_best and cfg.keep_best else []
+    return [ckpt_path] + best, [os.path.join(cfg.out_dir, f"ckpt_{iter_num}.pt")] if keep else []
+
+
+def set_lr(optimizer, iter_num, cfg):
+    lr = get_lr(iter_num, cfg)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr

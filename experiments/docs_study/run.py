@@ -33,7 +33,10 @@ d768-b<B>-<policy>-s<seed>, logs only. The runner is experiments/runner.py: fini
 resumes from its scratch checkpoint on the same machine, a branch starts as soon as its trunk has written
 its branch point (trunk and branches run side by side), a branch point is deleted once its branch is
 collected, and a finished trunk whose branch points are gone (another machine) is trained again for the
-branches still missing. Runs are launched chain by chain (a trunk, then its branches).
+branches still missing. Runs are launched chain by chain (a trunk, then its branches). With --branches-in-trunk
+the trunk's process trains its branches itself once the trunk ends (the trainer's branches=: the model built and
+compiled once per chain), and the runner collects them; a branch that process did not finish (a stop, a deadline)
+is then trained or resumed in a process of its own.
 
 Part 3's figures (`report`): val_curves.png, val loss against training tokens for each policy of each width,
 the mean over seeds as a line with a band of the 95% Student-t interval of the mean (n - 1 degrees of
@@ -178,9 +181,11 @@ def cosine_runs(config, budgets, policies, seeds, sweep_dir, sets=()):
     return runs
 
 
-def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), cooldown_frac=0.2):
+def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), cooldown_frac=0.2, in_trunk=False):
     """The trunk and branches of every (seed, policy), chain by chain. Each trunk keeps the branch points
-    of its branches (Run.keep); each branch needs its own (Run.needs)."""
+    of its branches (Run.keep); each branch needs its own (Run.needs). in_trunk: the trunk's process trains its
+    branches itself once it ends (the trainer's branches=, sparing each branch a process's start and compile);
+    the runner only collects them then (Run.after), or trains them in processes of their own if that was cut."""
     cfg = parse([config, *sets])
     width = f"d{cfg.n_embd}"
     points = {b: b - round(cooldown_frac * b) for b in budgets}
@@ -199,13 +204,22 @@ def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), c
                         [*base, f"--max_iters={points[top]}", f"--lr_decay_iters={top}",
                          f"--save_iters={','.join(str(points[b]) for b in sorted(budgets))}"],
                         policy, seed, width, tag, keep={f"ckpt_{points[b]}.pt" for b in budgets})
-            runs.append(trunk)
-            for b in sorted(budgets):
-                source = os.path.join(trunk.scratch_dir(scratch), f"ckpt_{points[b]}.pt")
-                runs.append(Run(f"{width}-b{b}-{tag}-s{seed}", sweep_dir,
-                                [*base, f"--max_iters={b}", f"--lr_decay_iters={b}", "--init_from=branch",
-                                 f"--branch_from={source}"], policy, seed, width, tag, needs=source))
-    return runs
+            branches = [Run(f"{width}-b{b}-{tag}-s{seed}", sweep_dir,
+                            [*base, f"--max_iters={b}", f"--lr_decay_iters={b}", "--init_from=branch",
+                             f"--branch_from={os.path.join(trunk.scratch_dir(scratch), f'ckpt_{points[b]}.pt')}"],
+                            policy, seed, width, tag, needs=os.path.join(trunk.scratch_dir(scratch), f"ckpt_{points[b]}.pt"),
+                            after=trunk.name if in_trunk else None) for b in sorted(budgets)]
+            trunk.branch_items = {f"ckpt_{points[b]}.pt": f"{b}:{r.scratch_dir(scratch)}"
+                                  for b, r in zip(sorted(budgets), branches)} if in_trunk else {}
+            runs += [trunk, *branches]
+    return [set_branches(r) for r in runs]
+
+
+def set_branches(run):
+    """A trunk's --branches= (the branches its process trains): those of the branch points it keeps."""
+    items = [item for name, item in sorted(getattr(run, "branch_items", {}).items()) if name in run.keep]
+    run.args = [a for a in run.args if not a.startswith("--branches=")] + ([f"--branches={','.join(items)}"] if items else [])
+    return run
 
 
 def trim_keeps(runs, root, scratch):
@@ -223,6 +237,7 @@ def trim_keeps(runs, root, scratch):
             points = sorted(int(re.fullmatch(r"ckpt_(\d+)\.pt", name).group(1)) for name in r.keep)
             r.args = [a for a in r.args if not a.startswith("--save_iters=")] + \
                      [f"--save_iters={','.join(map(str, points))}"]
+            set_branches(r)
         needed.append(r)
     return needed
 
@@ -244,6 +259,9 @@ def run_main(argv):
     parser.add_argument("--pack", default=None, help="write DIR/sweep-logs.tgz with the runs' logs at the end")
     parser.add_argument("--scratch", default="out-sweep", help="out_dirs and checkpoints (default %(default)s)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a trainer override for every run")
+    parser.add_argument("--branches-in-trunk", action="store_true",
+                        help="--schedule wsd: each trunk's process trains its branches once the trunk ends (no process "
+                             "start and compile per branch; the same numbers: tests/test_budgets.py)")
     parser.add_argument("--smoke", action="store_true", help="tiny model on CPU, logs under out-sweep-smoke/")
     parser.add_argument("--dry-run", action="store_true", help="print each run's state and command; run nothing")
     parser.add_argument("--status-every", type=float, default=60.0)
@@ -271,7 +289,7 @@ def run_main(argv):
             runs = cosine_runs(args.config, budgets, policies, seeds, os.path.join(args.sweep, "cosine"), sets)
             return run_and_pack(runs, args)
         runs = budget_runs(args.config, budgets, policies, seeds, os.path.join(args.sweep, "runs"), args.scratch, sets,
-                           args.cooldown_frac)
+                           args.cooldown_frac, args.branches_in_trunk)
         return run_and_pack(trim_keeps(runs, args.root, args.scratch), args)
     except (SweepError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)

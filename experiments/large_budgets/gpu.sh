@@ -14,7 +14,8 @@
 # the sweep on GPU 1 alone; PREFIX=N reads $S/data<N> instead of data/; SWEEP=<folder> keeps a side check's runs,
 # e.g. another learning rate, out of w<width>/, whose runs report.py reads as the sweep's). watch and collect wait
 # for every sweep started on the machine. start adds data_order=one_pass, 1 x 32 sequences an iteration,
-# checkpoint_every=4 (a 124M checkpoint costs 1.7 s: w768/calls/checkpoint_probe/) and log_layer_grad_norms (where
+# checkpoint_every=4 (a 124M checkpoint costs 1.7 s: w768/calls/checkpoint_probe/), --branches-in-trunk (a WSD trunk's
+# process trains its branches: no start and compile per branch) and log_layer_grad_norms (where
 # an unsteady run's gradient spikes; logging only, so runs stored without it still count: runner.IGNORED_KEYS). Everything the machine keeps
 # between calls is under /root/study (scratch, logs) and data/debian_large (the staged corpus).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -68,7 +69,7 @@ case $verb in
     n_gpus=$(nvidia-smi -L | wc -l); [ -n "$GPUS" ] && n_gpus=$(echo "$GPUS" | tr ',' '\n' | wc -l)
     setsid nohup env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} python3 -m experiments.docs_study.run run --config $cfg \
       --sweep ${SWEEP:-experiments/large_budgets/w$width} --jobs $n_gpus --scratch $SCRATCH --status-every 120 \
-      --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 --set checkpoint_every=4 --set log_layer_grad_norms=True ${PREFIX:+--set data_dir=$S/data$PREFIX} "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
+      --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 --set checkpoint_every=4 --set log_layer_grad_norms=True ${PREFIX:+--set data_dir=$S/data$PREFIX} --branches-in-trunk "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
     echo $! >> $S/sweeps.pid; sleep "${START_WAIT:-180}"; tail -n 30 $S/sweep-$width-$$.log ;;
   watch)
     end=$(( $(date +%s) + $1 ))
