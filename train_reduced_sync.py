@@ -525,7 +525,8 @@ def train_branch(run, trunk_cfg, budget, out_dir, trunk_log):
     --branch_from=<the trunk's ckpt_<s>.pt> --max_iters=B --lr_decay_iters=B --out_dir=...` does in a process of its
     own (tests/test_budgets.py compares them bit for bit), with the model built and compiled already. A branch whose
     out_dir holds a run is left to a process of its own (a resume). Returns the signal that stopped it, or 0."""
-    if os.path.isdir(out_dir) and os.listdir(out_dir):
+    held = run.mesh.is_master and os.path.isdir(out_dir) and bool(os.listdir(out_dir))
+    if run.control.any_error(held):  # rank 0's look, for every rank: its open_run below fills the folder
         note = f"branch {budget} is not trained here: {out_dir} holds a run already (resume it with --init_from=resume)"
         trunk_log.write(f"note: {note}", {"type": "note", "note": note})
         return 0

@@ -191,6 +191,20 @@ def progress(run, scratch):
     return train[-1].get("iter"), times[len(times) // 2]
 
 
+def in_trunk_branch(run, scratch, max_iters):
+    """(budget, last logged iteration) of the branch a trunk's own process trains now (the trainer's branches=),
+    once the trunk has reached max_iters; None otherwise."""
+    items = next((a.split("=", 1)[1] for a in run.args if a.startswith("--branches=")), "")
+    if not items or not finished(run.scratch_dir(scratch), max_iters):
+        return None
+    under_way = None
+    for budget, _, out_dir in sorted((item.partition(":") for item in items.split(",")), key=lambda b: int(b[0])):
+        train = [r for r in read_records(os.path.join(out_dir, "metrics.jsonl")) if r.get("type") == "train"]
+        if train:
+            under_way = (int(budget), train[-1].get("iter"))
+    return under_way
+
+
 # ---------------------------------------------------------------- running
 def cuda_count():
     try:
@@ -316,6 +330,10 @@ def sweep(runs, args):
                 for name, (r, proc, log, started, it0) in running.items():
                     it, ms = progress(r, scratch)
                     max_iters = planned_config(r, scratch)["max_iters"]
+                    branch = in_trunk_branch(r, scratch, max_iters)
+                    if branch:  # its process trains its branches now: the one under way
+                        say(f"   .. {name}: trunk done; branch {branch[0]} at iter {branch[1]}")
+                        continue
                     # wall-clock rate since launch (evals included)
                     eta = f", ETA {(now - started) / (it - it0) * (max_iters - it):.0f} s" if it and it > it0 else ""
                     say(f"   .. {name}: " + (f"iter {it}/{max_iters}, median {ms:.1f} ms/iter" if it is not None

@@ -141,8 +141,22 @@ def test_a_sweep_whose_trunks_train_their_branches(workdir, tmp_path, monkeypatc
         launched = sorted(name[:-4] for name in os.listdir(os.path.dirname(runs[0].scratch_dir(scratch)))
                           if name.endswith(".out"))
         assert launched == sorted(r.name for r in (runs[:1] if in_trunk else runs))
+        if in_trunk:  # what the sweep's status line says of a trunk training its branches: the last one begun
+            assert runner.in_trunk_branch(runs[0], scratch, 16) == (20, 19)
     assert capsys.readouterr().out.count("(trained by its trunk's process)") == 2
     assert losses[True] == losses[False] and len(losses[True]) == 3
+
+
+def test_a_trunk_at_tp2_trains_its_branch_as_a_process_of_its_own_would(workdir, tmp_path):
+    """branches= under torchrun (tp=2): every rank trains the branch (rank 0 decides whether its out_dir is free),
+    and its losses are those of the branch launched on its own at tp=2, bit for bit."""
+    trunk, inline, own = (os.path.join(tmp_path, name) for name in ("trunk", "inline-10", "own-10"))
+    proc = run_train([*WSD_TINY, "--max_iters=8", "--lr_decay_iters=20", "--save_iters=8", f"--branches=10:{inline}",
+                      f"--out_dir={trunk}"], workdir, nproc=2)
+    assert "world 2 = dp 1 x tp 2" in proc.stdout and "branched from" in proc.stdout
+    run_train([*WSD_TINY, "--max_iters=10", "--lr_decay_iters=10", "--init_from=branch",
+               f"--branch_from={os.path.join(trunk, 'ckpt_8.pt')}", f"--out_dir={own}"], workdir, nproc=2)
+    assert sorted(train_losses(inline)) == [8, 9] and train_losses(inline) == train_losses(own)
 
 
 def test_branches_are_checked_before_training():

@@ -84,17 +84,19 @@ def test_bpe_extra_seeds_repeat_the_stored_runs(part):
         # issue 37's WSD and branch keys (off by default: cosine, no branch, no kept checkpoints), and
         # eval_batch_size (0: batch_size, the only eval batch there was), issue 70's stall_timeout (when a stopped
         # peer ends the run: nothing computed), issue 71's sequence_parallel and tp_comm_overlap (off: how tp>1
-        # communicates), checkpoint_every (1: a checkpoint at every eval, as there was) and log_layer_grad_norms
-        # (what a log line holds, not what is computed)
+        # communicates), checkpoint_every (1: a checkpoint at every eval, as there was), log_layer_grad_norms
+        # (what a log line holds, not what is computed) and branches (none: a trunk's branches in its process)
         assert set(planned) - set(stored) <= {"compile_backend", "compile_mode", "data_order", "overwrite",
                                               "data_dir", "rendezvous_timeout", "stall_timeout", "tp_async_grad",
                                               "sequence_parallel", "tp_comm_overlap",
                                               "lr_schedule",
                                               "cooldown_frac", "branch_from", "save_iters", "keep_best",
-                                              "eval_batch_size", "checkpoint_every", "log_layer_grad_norms"}
+                                              "eval_batch_size", "checkpoint_every", "log_layer_grad_norms",
+                                              "branches"}
         assert planned["checkpoint_every"] == 1
         assert planned["eval_batch_size"] == 0
-        assert planned["lr_schedule"] == "cosine" and planned["save_iters"] == planned["branch_from"] == ""
+        assert planned["lr_schedule"] == "cosine" and planned["save_iters"] == planned["branch_from"] == "" \
+            == planned["branches"]
         assert planned["compile"] is False and planned["data_order"] == "random"
     assert sorted(r.name.split("_seed")[0] for p in ("bpe1", "bpe2", "bpe3") for r in char_sweep.runs_of(p)) == \
         sorted(2 * ["grouped_2sync", "grouped_3sync", "grouped_4sync", "grouped_6sync", "spd_12sync", "parallel_12sync",
