@@ -159,6 +159,29 @@ def test_a_trunk_at_tp2_trains_its_branch_as_a_process_of_its_own_would(workdir,
     assert sorted(train_losses(inline)) == [8, 9] and train_losses(inline) == train_losses(own)
 
 
+def test_a_stop_during_a_branch_of_the_trunks_process_leaves_it_resumable(workdir, tmp_path):
+    """SIGTERM while the trunk's process trains a branch: the process stops within seconds after a step, with the
+    branch's checkpoint in the branch's out_dir and its stop line in the branch's log (exit 143), resumable there."""
+    import signal
+    import time
+    from tests.conftest import start_train
+    from tests.test_kill import logged_iters, wait_until
+    trunk, branch = os.path.join(tmp_path, "trunk"), os.path.join(tmp_path, "branch-10000")
+    # cooldown_frac 0.999: the budget 10000 branches at iteration 10, then decays for 9990 iterations
+    proc = start_train([*TINY, "--lr_schedule=wsd", "--cooldown_frac=0.999", "--max_iters=10", "--lr_decay_iters=10000",
+                        "--save_iters=10", "--eval_interval=100000", f"--branches=10000:{branch}",
+                        f"--out_dir={trunk}"], workdir)
+    assert wait_until(lambda: len(logged_iters(branch)) > 3, proc), proc.communicate()[1][-3000:]
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and time.monotonic() - t0 <= 5.0, err[-3000:]
+    assert os.path.exists(os.path.join(branch, "ckpt.pt")) and "Traceback" not in err
+    assert "stopped by SIGTERM" in open(os.path.join(branch, "log.txt")).read()
+    stop = [r for r in read_metrics(branch) if r["type"] == "stop"]
+    assert len(stop) == 1 and 10 < stop[0]["iter"] < 10000
+
+
 def test_branches_are_checked_before_training():
     for bad, says in ((["--branches=10:out-b"], "needs lr_schedule='wsd'"),
                       (["--lr_schedule=wsd", "--save_iters=8", "--max_iters=16", "--branches=20:out-b"],
