@@ -159,6 +159,27 @@ def test_a_trunk_at_tp2_trains_its_branch_as_a_process_of_its_own_would(workdir,
     assert sorted(train_losses(inline)) == [8, 9] and train_losses(inline) == train_losses(own)
 
 
+def test_a_compiled_trunks_branches_reuse_its_compiled_model(workdir, tmp_path):
+    """--compile=True (inductor on CPU, as the GPU runs compile): the trunk's process trains its branches without
+    compiling again (no dynamo recompile after the first branch begins) and with the losses a branch compiled in its
+    own process has (one thread: bit for bit)."""
+    import subprocess
+    from tests.conftest import run_env, train_command
+    trunk, inline, own = (os.path.join(tmp_path, name) for name in ("trunk", "inline-20", "own-20"))
+    compiled = [*WSD_TINY, "--compile=True"]
+    proc = subprocess.run(train_command([*compiled, "--max_iters=16", "--lr_decay_iters=20", "--save_iters=8,16",
+                                         f"--branches=10:{inline}-10,20:{inline}", f"--out_dir={trunk}"]),
+                          cwd=workdir, env=run_env() | {"TORCH_LOGS": "recompiles"}, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    before, branching, after = proc.stdout.partition("branch 10: trained in this process")
+    assert branching and "compiling the model" in before and "Recompiling function" not in after, after[-3000:]
+    run_train([*compiled, "--max_iters=20", "--lr_decay_iters=20", "--init_from=branch",
+               f"--branch_from={os.path.join(trunk, 'ckpt_16.pt')}", f"--out_dir={own}"], workdir, timeout=600)
+    assert sorted(train_losses(inline)) == [16, 17, 18, 19] and train_losses(inline) == train_losses(own)
+    assert eval_records(inline)[20]["val_loss"] == eval_records(own)[20]["val_loss"]
+
+
 def test_a_stop_during_a_branch_of_the_trunks_process_leaves_it_resumable(workdir, tmp_path):
     """SIGTERM while the trunk's process trains a branch: the process stops within seconds after a step, with the
     branch's checkpoint in the branch's out_dir and its stop line in the branch's log (exit 143), resumable there."""
