@@ -2,6 +2,7 @@
 (init_from='branch') that equals a single WSD run bit for bit, and data_order='passes'."""
 import math
 import os
+import sys
 import types
 
 import numpy as np
@@ -96,6 +97,7 @@ def test_a_trunk_trains_its_branches_in_its_own_process_bit_for_bit(workdir, tmp
     import json
     trunk, own = os.path.join(tmp_path, "out-trunk"), {b: os.path.join(tmp_path, f"out-own-{b}") for b in (10, 20)}
     inline = {b: os.path.join(tmp_path, f"out-inline-{b}") for b in (10, 20)}
+    inline[20], own[20] = os.path.join(tmp_path, "check", "inline"), os.path.join(tmp_path, "check", "own")  # below
     proc = run_train([*WSD_TINY, "--max_iters=16", "--lr_decay_iters=20", "--save_iters=8,16",
                       f"--branches=20:{inline[20]},10:{inline[10]}", f"--out_dir={trunk}"], workdir)
     assert proc.stdout.count("branched from") == 2
@@ -111,6 +113,12 @@ def test_a_trunk_trains_its_branches_in_its_own_process_bit_for_bit(workdir, tmp
         for c in configs:
             c.pop("out_dir"), c.pop("derived")
         assert configs[0] == configs[1] and configs[0]["branches"] == "" and configs[0]["max_iters"] == b
+    # gpu.sh branchcheck's report of such a pair (there on the GPU, with the processes' times)
+    from experiments.large_budgets.branch_check import report
+    lines = report(os.path.join(tmp_path, "check"), 100.0, 101.0, 103.5)
+    assert "largest train-loss difference over 4 logged iterations: 0.00e+00" in lines
+    assert any(line.startswith("final val loss: inline ") and line.endswith("(+0.00e+00)") for line in lines)
+    assert any(line.startswith("own branch's process: 2.5 s from launch to exit, its loop ") for line in lines)
     trunk_log = open(os.path.join(trunk, "log.txt")).read()
     assert f"branch 10: trained in this process from {os.path.join(trunk, 'ckpt_8.pt')} into {inline[10]}" in trunk_log
     # again, over the same branch dirs: the trunk resumes (nothing to train) and leaves the branches as they are
@@ -201,6 +209,23 @@ def test_a_stop_during_a_branch_of_the_trunks_process_leaves_it_resumable(workdi
     assert "stopped by SIGTERM" in open(os.path.join(branch, "log.txt")).read()
     stop = [r for r in read_metrics(branch) if r["type"] == "stop"]
     assert len(stop) == 1 and 10 < stop[0]["iter"] < 10000
+
+
+def test_gpu_sh_branchcheck_runs_on_cpu(workdir, tmp_path):
+    """gpu.sh branchcheck, the device check of a trunk's in-process branch, with a tiny model on CPU: both branches
+    train and the report finds their losses equal."""
+    import subprocess
+    from tests.conftest import REPO, run_env
+    tiny = [a for a in TINY if not a.startswith("--data_dir")] + [f"--data_dir={os.path.join(workdir, 'data')}",
+                                                                   "--batch_size=2", "--gradient_accumulation_steps=1"]
+    proc = subprocess.run(["bash", "experiments/large_budgets/gpu.sh", "branchcheck", "256", *tiny], cwd=REPO,
+                          env=run_env() | {"STUDY_DIR": str(tmp_path), "OUT": str(tmp_path / "out"),  # its python3: ours
+                                           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = (tmp_path / "out" / "branchcheck-256.txt").read_text()
+    assert "largest train-loss difference over 40 logged iterations: 0.00e+00" in report, report
+    assert "own branch's process: " in report and (tmp_path / "out" / "trunk.out").exists()
 
 
 def test_branches_are_checked_before_training():

@@ -41,6 +41,8 @@ BAD_VALUES = [  # (module, argv, the value the error line must name)
     ("bench.comm_table", ["/nonexistent/inv.json"], "/nonexistent/inv.json"),
     ("experiments.unpack_logs", ["/nonexistent/scratch-logs.tgz"], "/nonexistent/scratch-logs.tgz"),
     ("experiments.large_budgets.curves", ["--width", "300"], "--width 300"),
+    ("experiments.large_budgets.branch_check", ["/nonexistent/check", "0", "1", "2"], "/nonexistent/check"),
+    ("experiments.large_budgets.branch_check", [".", "3", "2", "1"], "T0 <= T1"),
     ("experiments.large_budgets.curves", ["--folder", "/nonexistent/cosine", "--out", "x.png"], "/nonexistent/cosine"),
     ("bench.sync_frequency", ["--repeats", "0"], "'0'"),
     ("bench.decode_gemm", ["--repeats", "0"], "'0'"),

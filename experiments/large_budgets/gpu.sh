@@ -6,6 +6,7 @@
 #   bash experiments/large_budgets/gpu.sh prefix N         # a data root of its own whose train.bin is chunks 0 .. N-1
 #                                                          # ($S/data<N>), so that two widths' prefixes train at once
 #   bash experiments/large_budgets/gpu.sh probe WIDTH      # each policy for 96 iterations: tokens/s, and inductor's cache warm
+#   bash experiments/large_budgets/gpu.sh branchcheck WIDTH  # a trunk's branch in its process against one in its own
 #   bash experiments/large_budgets/gpu.sh start WIDTH ARGS # a sweep in the background (setsid: it outlives the call);
 #                                                          # START_WAIT=0 to start a second one in the same call
 #   bash experiments/large_budgets/gpu.sh watch SECONDS    # its progress until it ends or SECONDS pass
@@ -17,10 +18,10 @@
 # checkpoint_every=4 (a 124M checkpoint costs 1.7 s: w768/calls/checkpoint_probe/), --branches-in-trunk (a WSD trunk's
 # process trains its branches: no start and compile per branch) and log_layer_grad_norms (where
 # an unsteady run's gradient spikes; logging only, so runs stored without it still count: runner.IGNORED_KEYS). Everything the machine keeps
-# between calls is under /root/study (scratch, logs) and data/debian_large (the staged corpus).
+# between calls is under /root/study (STUDY_DIR: scratch, logs) and data/debian_large (the staged corpus).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
-S=/root/study; mkdir -p $S; OUT=${OUT:-$S/out}; mkdir -p $OUT
+S=${STUDY_DIR:-/root/study}; mkdir -p $S; OUT=${OUT:-$S/out}; mkdir -p $OUT
 # SCRATCH names where the runs write (default $S/scratch; /dev/shm/scratch keeps the 1.5 GB checkpoints of 124M runs
 # in memory, which did not shorten them: w768/calls/README.md)
 # (the first call that sets it names it for the machine's later calls: collect packs the logs from there)
@@ -58,6 +59,24 @@ case $verb in
     wait $P; log "probe done"
     for f in $S/probe-$width-*.log; do echo "-- $f"; grep -E "^iter (64|72|80|88|96)|error|Error" $f | tail -4; done
     (cd $S && tar czf $OUT/probe-$width.tgz probe-$width-*.log) ;;
+  branchcheck)
+    # a short WSD trunk whose process trains its branch (--branches, as gpu.sh start's --branches-in-trunk has it
+    # do), beside the same branch in a process of its own, on the staged corpus: their losses (equal bit for bit on
+    # CPU, tests/test_budgets.py) and what the own process's start and compile cost (2-3 minutes at width 256)
+    # (trainer overrides after WIDTH go to both runs: a tiny model on CPU, tests/test_budgets.py)
+    width=${1:-256}; shift; cfg=config/large_w$width.py; [ "$width" = 768 ] && cfg=config/large_124m.py
+    D=$S/branchcheck-$width; rm -rf $D; mkdir -p $D
+    common="$cfg --tp=1 --lr_schedule=wsd --data_order=one_pass --batch_size=32 --gradient_accumulation_steps=1
+      --always_save_checkpoint=True --keep_best=False --warmup_iters=16 --eval_interval=40 --log_interval=8 $*"
+    t0=$(date +%s.%N)
+    python3 train_reduced_sync.py $common --max_iters=160 --lr_decay_iters=200 --save_iters=160 \
+      --branches=200:$D/inline --out_dir=$D/trunk > $D/trunk.out 2>&1 || { tail -20 $D/trunk.out; exit 1; }
+    t1=$(date +%s.%N)
+    python3 train_reduced_sync.py $common --max_iters=200 --lr_decay_iters=200 --init_from=branch \
+      --branch_from=$D/trunk/ckpt_160.pt --out_dir=$D/own > $D/own.out 2>&1 || { tail -20 $D/own.out; exit 1; }
+    t2=$(date +%s.%N)
+    python3 -m experiments.large_budgets.branch_check $D "$t0" "$t1" "$t2" | tee $OUT/branchcheck-$width.txt
+    cp $D/trunk.out $D/own.out $OUT/ ;;
   start)
     width=$1; shift; cfg=config/large_w$width.py; [ "$width" = 768 ] && cfg=config/large_124m.py
     # the sampler in its own session, as the sweep: started plainly, it ended with the call that started it
@@ -85,6 +104,6 @@ case $verb in
     (cd $SCRATCH && find . \( -name config.json -o -name log.txt -o -name metrics.jsonl -o -name "*.out" -o -name SWEEP_DIR \) -print \
       | tar czf $OUT/scratch-logs.tgz -T -)
     cp $S/sweep-*.log $S/smi-*.csv $S/stage.log $OUT/ 2>/dev/null; ls -la $OUT ;;
-  *) echo "error: unknown verb '$verb'; allowed: stage, prefix, probe, start, watch, collect" >&2; exit 2 ;;
+  *) echo "error: unknown verb '$verb'; allowed: stage, prefix, probe, branchcheck, start, watch, collect" >&2; exit 2 ;;
 esac
 log "$verb done"
