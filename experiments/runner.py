@@ -25,7 +25,7 @@ import time
 from tqdm import tqdm
 
 from atomic_files import folder_problem, replace_problem, replace_target
-from training.config import REPO, ConfigError, TrainConfig, parse, write_text  # (no torch import)
+from training.config import REPO, ConfigError, TrainConfig, branch_list, parse, write_text  # (no torch import)
 
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
 # config.json keys that may differ between a done run and the plan (they do not change what is computed)
@@ -194,14 +194,13 @@ def progress(run, scratch):
 def in_trunk_branch(run, scratch, max_iters):
     """(budget, last logged iteration) of the branch a trunk's own process trains now (the trainer's branches=),
     once the trunk has reached max_iters; None otherwise."""
-    items = next((a.split("=", 1)[1] for a in run.args if a.startswith("--branches=")), "")
-    if not items or not finished(run.scratch_dir(scratch), max_iters):
+    if not any(a.startswith("--branches=") for a in run.args) or not finished(run.scratch_dir(scratch), max_iters):
         return None
     under_way = None
-    for budget, _, out_dir in sorted((item.partition(":") for item in items.split(",")), key=lambda b: int(b[0])):
+    for budget, out_dir in branch_list(parse(run.argv(scratch))):  # in budget order, as the trainer trains them
         train = [r for r in read_records(os.path.join(out_dir, "metrics.jsonl")) if r.get("type") == "train"]
         if train:
-            under_way = (int(budget), train[-1].get("iter"))
+            under_way = (budget, train[-1].get("iter"))
     return under_way
 
 
