@@ -228,6 +228,13 @@ def tail(path, n=15):
         return ""
 
 
+def table_row(name, state, ms, concurrent):
+    """The sweep's closing table line of one run: its state, seconds and median ms an iteration, which are marked
+    as measured beside other runs when the sweep ran more than one at a time."""
+    return (f"   {name:40} {state[0]:22} " + (f"{state[1]:6.0f} s" if state[1] else "        ")
+            + (f"  median {ms:.1f} ms/iter" + (" (concurrent runs)" if concurrent else "") if ms else ""))
+
+
 def sweep(runs, args):
     root, scratch = args.root, args.scratch
     t0 = time.time()
@@ -365,8 +372,7 @@ def sweep(runs, args):
     for r in runs:
         state = results.get(r.name, ("done" if states[r.name] == "done" else "not started", 0))
         _, ms = progress_final(r, root)
-        print(f"   {r.name:40} {state[0]:22} " + (f"{state[1]:6.0f} s" if state[1] else "        ")
-              + (f"  median {ms:.1f} ms/iter (concurrent runs)" if ms else ""))
+        print(table_row(r.name, state, ms, concurrent=args.jobs > 1))
     if any(s.startswith(("failed", "blocked")) for s, _ in results.values()):
         return 1
     return 3 if left else 0

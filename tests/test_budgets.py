@@ -118,7 +118,9 @@ def test_a_trunk_trains_its_branches_in_its_own_process_bit_for_bit(workdir, tmp
     lines = report(os.path.join(tmp_path, "check"), 100.0, 101.0, 103.5)
     assert "largest train-loss difference over 4 logged iterations: 0.00e+00" in lines
     assert any(line.startswith("final val loss: inline ") and line.endswith("(+0.00e+00)") for line in lines)
-    assert any(line.startswith("own branch's process: 2.5 s from launch to exit, its loop ") for line in lines)
+    own_line = next(line for line in lines if line.startswith("own branch's process: 2.5 s from launch to exit"))
+    inline_loop = float(own_line.split("the inline branch's loop ")[1].split(" s")[0])
+    assert own_line.endswith(f"spares {2.5 - inline_loop:.1f} s")
     trunk_log = open(os.path.join(trunk, "log.txt")).read()
     assert f"branch 10: trained in this process from {os.path.join(trunk, 'ckpt_8.pt')} into {inline[10]}" in trunk_log
     # again, over the same branch dirs: the trunk resumes (nothing to train) and leaves the branches as they are
@@ -145,14 +147,17 @@ def test_a_sweep_whose_trunks_train_their_branches(workdir, tmp_path, monkeypatc
         args = types.SimpleNamespace(root=root, scratch=scratch, jobs=2, dry_run=False, smoke=True, allow_cpu=False,
                                      deadline=None, poll=0.2, status_every=60.0)
         assert runner.sweep(runs, args) == 0
+        assert capsys.readouterr().out.count("(trained by its trunk's process)") == (2 if in_trunk else 0)
         losses[in_trunk] = {r.name: train_losses(r.final_dir(root)) for r in runs}
         launched = sorted(name[:-4] for name in os.listdir(os.path.dirname(runs[0].scratch_dir(scratch)))
                           if name.endswith(".out"))
         assert launched == sorted(r.name for r in (runs[:1] if in_trunk else runs))
         if in_trunk:  # what the sweep's status line says of a trunk training its branches: the last one begun
             assert runner.in_trunk_branch(runs[0], scratch, 16) == (20, 19)
-    assert capsys.readouterr().out.count("(trained by its trunk's process)") == 2
     assert losses[True] == losses[False] and len(losses[True]) == 3
+    # the closing table calls the times concurrent only when the sweep ran runs side by side (a 1-GPU chain did not)
+    assert runner.table_row("r", ("complete", 488.0), 63.4, concurrent=False).endswith("488 s  median 63.4 ms/iter")
+    assert runner.table_row("r", ("complete", 0), 63.4, concurrent=True).endswith("ms/iter (concurrent runs)")
 
 
 def test_a_trunk_at_tp2_trains_its_branch_as_a_process_of_its_own_would(workdir, tmp_path):

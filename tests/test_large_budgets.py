@@ -85,6 +85,24 @@ def test_trend_slope_crossover_heldout_and_figure(tmp_path, monkeypatch):
     assert "crosses 0 at" in (tmp_path / "answer.md").read_text() and report.main(["--check"]) == 0
 
 
+def test_one_seeds_line_gives_its_crossing_point_and_no_interval(tmp_path, monkeypatch):
+    """With one seed there is no spread of lines for Fieller: the table gives the line's own crossing and says that
+    no interval exists, instead of 'no crossover located' where the gap plainly changes sign."""
+    import math
+    from experiments.large_budgets import trend as trend_mod
+    budgets, x0 = (224, 448, 896, 1792), math.log2(448 * 32768)
+    wsd = tmp_path / "w256" / "runs"
+    for b in budgets:
+        fake_run(wsd, "baseline", 1, 4.0, 4.0, 4.0, max_iters=b)
+        fake_run(wsd, "ladder", 1, 4.0 * (1 + (math.log2(b * 32768) - x0) / 100), 4.0, 4.0, max_iters=b)
+    monkeypatch.setattr(report, "HERE", str(tmp_path))
+    row = report.trends(report.load(str(tmp_path)))[256][0]["ladder"]
+    assert row["seeds"] == 1 and row["crossover_interval"] is None
+    assert row["crossover_tokens"] == pytest.approx(448 * 32768, rel=0.01)
+    text = trend_mod.cross_text(row)
+    assert text.startswith("one seed, no interval: its line crosses 0 at 14.7M") and "outside" not in text
+
+
 def test_the_planner_reads_this_corpus_fit(tmp_path, monkeypatch, capsys):
     """size_fit.json from the WSD widths (analysis/size_trend.py's size_fit: one width here, so no size trend and
     no interval), and `analysis.plan --fit` on it names this corpus and its tables; no WSD width, no file."""

@@ -7,9 +7,10 @@ DIR holds the two branches' out_dirs, inline/ and own/; T0, T1, T2 are the launc
 trains the inline branch after the trunk), the end of that process (the launch of the own branch's) and the end of
 the own branch's process, in seconds since the epoch. Printed: each logged train loss of the two branches and the
 largest difference, their final val losses, and the seconds: the own process from launch to exit and its loop (its
-summary's 'seconds'; the rest is the process's start, data checks, model build and compile), the inline branch's
-loop. What a branch in the trunk's process spares is the own process's seconds outside its loop (the inline branch's
-own setup, reading the checkpoint and claiming its out_dir, is left in: about a second at width 768).
+summary's 'seconds', which hold the compile: the first eval and iteration wait for it), the inline branch's loop
+(compiled already). What a branch in the trunk's process spares is the own process's wall time less the inline
+loop's (the inline branch's own setup, reading the checkpoint and claiming its out_dir, is left in: about a second
+at width 768).
 """
 import os
 import sys
@@ -45,9 +46,9 @@ def report(folder, t0, t1, t2):
     own_wall = t2 - t1
     lines.append(f"trunk's process, with the inline branch: {t1 - t0:.1f} s from launch to exit")
     if own[2] is not None and inline[2] is not None:
-        lines.append(f"own branch's process: {own_wall:.1f} s from launch to exit, its loop {own[2]:.1f} s, so "
-                     f"{own_wall - own[2]:.1f} s of start, checks, build and compile; the inline branch's loop "
-                     f"{inline[2]:.1f} s")
+        lines.append(f"own branch's process: {own_wall:.1f} s from launch to exit, its loop {own[2]:.1f} s with the "
+                     f"compile; the inline branch's loop {inline[2]:.1f} s, compiled already: a branch trained in its "
+                     f"trunk's process spares {own_wall - inline[2]:.1f} s")
     return lines
 
 

@@ -154,6 +154,10 @@ def cross_text(r):
         hi_text = tokens_text(hi) if hi <= far else f"beyond {tokens_text(far)}"
         lo_text = tokens_text(lo) if lo >= r["largest"] / 1e4 else "below the smallest budget"
         return f"crosses 0 at {tokens_text(r['crossover_tokens'])} [{lo_text}, {hi_text}]"
+    if r["seeds"] < 2:  # Fieller needs a spread of lines: one seed's line has a point, never an interval
+        x0 = r["crossover_tokens"]
+        where = "none" if x0 is None else tokens_text(x0) + ("" if r["crossover_in_range"] else ", outside the budgets")
+        return f"one seed, no interval: its line crosses 0 at {where} (budgets to {tokens_text(r['largest'])})"
     parts = []
     if r["ahead_to"]:
         parts.append(f"ahead (Holm) up to {tokens_text(r['ahead_to'])}")
@@ -214,7 +218,13 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
             x = [b["per_param"] for b in r["budgets"]]
             y = [b["gap"] for b in r["budgets"]]
             h = [b["ci"] or 0.0 for b in r["budgets"]]
-            ax.plot(x, y, "o-", color=color, lw=2, ms=5, label=f"width {width}, WSD ({r['seeds']} seeds)")
+            n = r["seeds"]
+            ax.plot(x, y, "o-", color=color, lw=2, ms=5,
+                    label=f"width {width}, WSD ({n} seed{', no band' if n == 1 else 's'})")
+            for xi, yi in zip(x, y):  # a mean past the clip: its value at the edge, so the line's course stays told
+                if abs(yi) > CLIP:
+                    ax.annotate(f"{yi:+.0f}", (xi, math.copysign(CLIP, yi)), textcoords="offset points",
+                                xytext=(0, 4 if yi < 0 else -10), ha="center", fontsize=7, color=color)
             ax.fill_between(x, [a - b for a, b in zip(y, h)], [a + b for a, b in zip(y, h)], color=color,
                             alpha=0.15, lw=0)
             c = r["cosine"]
@@ -251,11 +261,14 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
                         mfc="white", ms=7, capsize=3, elinewidth=1,
                         label=f"width {c['width']}, {setting} ({n} seed{'' if n == 1 else 's'})")
         ax.set_xscale("log", base=2)
-        ticks = sorted({b["per_param"] for rows, _ in trends.values() if policy in rows for b in rows[policy]["budgets"]}
-                       | {rows[policy]["cosine"]["tokens"] / n for rows, n in trends.values()
-                          if policy in rows and rows[policy]["cosine"]})
+        # powers of two: each width's own budgets sit at other tokens per parameter, and their labels ran together
+        xs = [b["per_param"] for rows, _ in trends.values() if policy in rows for b in rows[policy]["budgets"]]
+        xs += [rows[policy]["cosine"]["tokens"] / n for rows, n in trends.values()
+               if policy in rows and rows[policy]["cosine"]]
+        xs += [c["tokens_per_param"] for c in cosine_only if c["policy"] == policy] or [1.0]
+        ticks = [2.0 ** k for k in range(math.floor(math.log2(min(xs))), math.ceil(math.log2(max(xs))) + 1)]
         ax.set_xticks(ticks)
-        ax.set_xticklabels([f"{t:.2g}" if t < 10 else f"{t:.1f}" for t in ticks], fontsize=8)
+        ax.set_xticklabels([f"1/{round(1 / t)}" if t < 1 else f"{t:.0f}" for t in ticks], fontsize=8)
         ax.minorticks_off()
         ax.set_ylim(-CLIP, CLIP)  # a 2-seed band at one budget spans ±28 points: clipped, so the means stay readable
         syncs = next(itertools.chain((rows[policy]["syncs"] for rows, _ in trends.values() if policy in rows),
