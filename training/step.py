@@ -116,6 +116,14 @@ def train_step(model, raw_model, optimizer, scaler, x, y, micro_batch_seeds, gra
     return loss_sum / micro_steps, grad_norm, group_norms
 
 
+def layer_rank(name):
+    """The sort key of a layer group's name: emb first, then the blocks by number, then final, then anything else
+    by name (the order in which metrics.jsonl's grad_norm_layers lists them, and their readers draw them)."""
+    block = name[1:].isdigit() and name.startswith("h")
+    return (1, int(name[1:]), "") if block else (0, 0, "") if name == "emb" else (2, 0, "") if name == "final" \
+        else (3, 0, name)
+
+
 def layer_groups(raw_model):
     """(names, parameter lists): the embeddings ('emb'), each block ('h0', 'h1', ...) and the rest ('final': the
     final LayerNorm; the LM head is the embedding's tied weight), for train_step's grad_groups."""
@@ -126,7 +134,7 @@ def layer_groups(raw_model):
             key = f"h{parts[2]}" if parts[:2] == ["transformer", "h"] else \
                 "emb" if parts[1:2] in (["wte"], ["wpe"]) else "final"
             groups.setdefault(key, []).append(p)
-    names = sorted(groups, key=lambda k: (k != "emb", k == "final", int(k[1:]) if k.startswith("h") else 0))
+    names = sorted(groups, key=layer_rank)
     return names, [groups[k] for k in names]
 
 

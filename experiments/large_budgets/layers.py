@@ -16,6 +16,7 @@ import statistics
 
 from experiments.large_budgets.curves import gap_curve, unsteady_from
 from model.sync_policy import parse_sync_policy
+from training.step import layer_rank
 
 
 def layer_series(records):
@@ -25,18 +26,10 @@ def layer_series(records):
             if r.get("type") == "train" and r.get("grad_norm_layers") and r["iter"] > 0]
 
 
-def layer_order(names):
-    """emb first, then the blocks by number, then final, then anything else by name."""
-    def key(name):
-        block = re.fullmatch(r"h(\d+)", name)
-        return (1, int(block[1]), "") if block else ((0, 0, "") if name == "emb" else
-                                                     (2, 0, "") if name == "final" else (3, 0, name))
-    return sorted(names, key=key)
-
-
 def shares(series):
-    """(iters, layers in layer_order, rows: for each layer its share of norm² at each iteration)."""
-    layers = layer_order({name for _, norms in series for name in norms})
+    """(iters, layers in the trainer's order (training.step.layer_rank), rows: for each layer its share of norm² at
+    each iteration)."""
+    layers = sorted({name for _, norms in series for name in norms}, key=layer_rank)
     iters = [i for i, _ in series]
     totals = [sum(v * v for v in norms.values()) or 1.0 for _, norms in series]
     rows = [[norms.get(name, 0.0) ** 2 / total for (_, norms), total in zip(series, totals)] for name in layers]
