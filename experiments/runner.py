@@ -13,6 +13,10 @@ and metrics.jsonl are copied to the sweep directory and its checkpoints are dele
 lands under experiments/. The three logs stay in scratch, so a later command on the same machine whose
 working tree lacks them (the device tool sends a fresh tree with every command) collects them instead
 of training the run again.
+
+--hold SECONDS: the machine is given back that long after the sweep starts; a run is started only when it is expected
+to end before then (experiments/run_time.py, from the stored runs like it), since a run cut there loses its
+checkpoints with the machine. Runs without an estimate start as they would without it.
 """
 import json
 import os
@@ -25,6 +29,7 @@ import time
 from tqdm import tqdm
 
 from atomic_files import folder_problem, replace_problem, replace_target
+from experiments.run_time import expected_seconds, stored_rates, study_folders
 from training.config import REPO, ConfigError, TrainConfig, branch_list, parse, write_text  # (no torch import)
 
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
@@ -235,6 +240,26 @@ def table_row(name, state, ms, concurrent):
             + (f"  median {ms:.1f} ms/iter" + (" (concurrent runs)" if concurrent else "") if ms else ""))
 
 
+HOLD_MARGIN_S = 30.0  # what --hold leaves after a run's expected end: packing the logs, the call's return
+
+
+def study_rates(run, root, cache):
+    """stored_rates of the run's study folders, read once a sweep (cache: {folders: rates})."""
+    folders = tuple(study_folders(run, root))
+    if folders not in cache:
+        cache[folders] = stored_rates(folders)
+    return cache[folders]
+
+
+def hold_check(run, argv, root, time_left, rates):
+    """None when the run is expected to end within time_left seconds (or has no estimate), else the line that
+    says why it is not started. rates: study_rates' cache."""
+    expected = expected_seconds(run, argv, root, study_rates(run, root, rates))
+    if expected is None or expected + HOLD_MARGIN_S <= time_left:
+        return None
+    return f"not started: expected {expected:.0f} s, {time_left:.0f} s of the hold left"
+
+
 def sweep(runs, args):
     root, scratch = args.root, args.scratch
     t0 = time.time()
@@ -249,9 +274,14 @@ def sweep(runs, args):
           f"{len(pending)} to run ({sum(states[r.name] == 'resume' for r in pending)} resume from scratch "
           f"checkpoints); jobs {args.jobs}", flush=True)
     if args.dry_run:
+        rates = {}
         for r in runs:
             extra = ["--init_from=resume"] if states[r.name] == "resume" else []
-            print(f"{states[r.name]:7} {r.name}: python {os.path.relpath(TRAIN_SCRIPT)} "
+            expected = ""
+            if getattr(args, "hold", None) and states[r.name] in ("start", "resume") and not r.after:
+                seconds = expected_seconds(r, r.argv(scratch), root, study_rates(r, root, rates))
+                expected = " (no estimate)" if seconds is None else f" (expected {seconds:.0f} s)"
+            print(f"{states[r.name]:7} {r.name}{expected}: python {os.path.relpath(TRAIN_SCRIPT)} "
                   f"{' '.join(os.path.relpath(a) if os.path.isabs(a) else a for a in r.argv(scratch, extra))}")
         return 0
     if not pending:
@@ -269,6 +299,7 @@ def sweep(runs, args):
     say = lambda text: bar.write(text, file=sys.stdout)
     last_status = time.time()
     deadline = t0 + args.deadline if args.deadline else None
+    hold_end, rates, past_hold = (t0 + args.hold if getattr(args, "hold", None) else None), {}, set()
     try:
         while pending or running:
             while len(running) < args.jobs and (deadline is None or time.time() < deadline):
@@ -280,6 +311,13 @@ def sweep(runs, args):
                 if r is None:
                     break
                 pending.remove(r)
+                why = hold_end is not None and run_state(r, root, scratch) in ("start", "resume") and hold_check(
+                    r, r.argv(scratch), root, hold_end - time.time(), rates)
+                if why:  # it would not end before the machine goes back: later runs may (time only runs out)
+                    past_hold.add(r.name)
+                    results[r.name] = (why.split(":")[0], 0)
+                    say(f"   {time.strftime('%H:%M:%S')} {r.name} {why}")
+                    continue
                 if run_state(r, root, scratch) in ("collect", "done"):  # trained by its trunk's process
                     collect(r, root, scratch)
                     results[r.name] = ("complete (in its trunk)", 0)
@@ -308,6 +346,11 @@ def sweep(runs, args):
             if not running:
                 if deadline is None or time.time() < deadline:
                     for r in pending:  # nothing runs that could write what they wait for
+                        trunk = r.after or (r.needs and os.path.basename(os.path.dirname(r.needs)))
+                        if trunk in past_hold:
+                            results[r.name] = ("not started", 0)
+                            say(f"   {r.name} not started: its trunk {trunk} is past the hold")
+                            continue
                         results[r.name] = (f"blocked: no {os.path.basename(r.needs)}", 0)
                         say(f"!! {r.name} cannot start: {r.needs} does not exist and no running trunk writes it")
                 break
@@ -435,6 +478,9 @@ def check_args(args):
         raise SweepError(f"--jobs={args.jobs}: must be >= 1")
     if args.deadline is not None and not args.deadline > 0:
         raise SweepError(f"--deadline={args.deadline:g}: must be > 0 seconds")
+    hold = getattr(args, "hold", None)
+    if hold is not None and not 0 < hold < float("inf"):
+        raise SweepError(f"--hold={hold:g}: must be the seconds > 0 the machine is held for after the sweep starts")
     if not 0 < args.status_every < float("inf"):  # 0 or nan: a status line at every poll, or never
         raise SweepError(f"--status-every={args.status_every:g}: must be a number of seconds > 0")
     for flag, folder in (("--root", args.root), ("--scratch", args.scratch), ("--pack", args.pack)):

@@ -298,6 +298,8 @@ def test_rendezvous_timeout_is_kept_when_nobody_answers(fuzz_root):
     ("experiments.char_sweep.run", ["w384-n2", "--deadline=-1", "--dry-run"], "--deadline=-1: must be > 0 seconds"),
     ("experiments.docs_study.run", ["run", "--jobs=0", "--dry-run"], "--jobs=0: must be >= 1"),
     ("experiments.docs_study.run", ["run", "--deadline=0", "--dry-run"], "--deadline=0: must be > 0 seconds"),
+    ("experiments.docs_study.run", ["run", "--hold=-5", "--dry-run"], "--hold=-5: must be the seconds > 0"),
+    ("experiments.docs_study.run", ["run", "--hold=nan", "--dry-run"], "--hold=nan: must be the seconds > 0"),
 ])
 def test_sweep_runners_name_a_bad_option_before_planning(module, argv, want, capsys):
     """--seeds=x said only int()'s message; --deadline=-1 was taken (and an unrelated run's state reported), and

@@ -256,6 +256,9 @@ def run_main(argv):
     parser.add_argument("--sweep", default=BUDGET_SWEEP, help="the part's folder; the runs' logs go to its runs/ (cosine/ with --schedule cosine)")
     parser.add_argument("--jobs", type=int, default=8, help="runs at once on the GPU (trunks and branches)")
     parser.add_argument("--deadline", type=float, default=None, help="stop (resumably) after this many seconds")
+    parser.add_argument("--hold", type=float, default=None,
+                        help="the seconds the machine stays held: start only the runs expected to end by then "
+                             "(experiments/run_time.py)")
     parser.add_argument("--pack", default=None, help="write DIR/sweep-logs.tgz with the runs' logs at the end")
     parser.add_argument("--scratch", default="out-sweep", help="out_dirs and checkpoints (default %(default)s)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a trainer override for every run")

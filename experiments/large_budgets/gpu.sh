@@ -11,6 +11,8 @@
 #                                                          # START_WAIT=0 to start a second one in the same call
 #   bash experiments/large_budgets/gpu.sh watch SECONDS    # its progress until it ends or SECONDS pass
 #   bash experiments/large_budgets/gpu.sh collect [SECONDS]  # wait for it (or stop it), then pack the runs' logs into $OUT
+# HOLD=SECONDS (the device's budget_left_s less what the calls before the sweep take): the sweep starts only the runs
+# expected to end by then (experiments/run_time.py; a run cut at the hold is lost, its checkpoints on the machine).
 # ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds, --jobs; GPUS=1 puts
 # the sweep on GPU 1 alone; PREFIX=N reads $S/data<N> instead of data/; SWEEP=<folder> keeps a side check's runs,
 # e.g. another learning rate, out of w<width>/, whose runs report.py reads as the sweep's). watch and collect wait
@@ -88,7 +90,7 @@ case $verb in
     n_gpus=$(nvidia-smi -L | wc -l); [ -n "$GPUS" ] && n_gpus=$(echo "$GPUS" | tr ',' '\n' | wc -l)
     setsid nohup env ${GPUS:+CUDA_VISIBLE_DEVICES=$GPUS} python3 -m experiments.docs_study.run run --config $cfg \
       --sweep ${SWEEP:-experiments/large_budgets/w$width} --jobs $n_gpus --scratch $SCRATCH --status-every 120 \
-      --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 --set checkpoint_every=4 --set log_layer_grad_norms=True ${PREFIX:+--set data_dir=$S/data$PREFIX} --branches-in-trunk "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
+      --set data_order=one_pass --set gradient_accumulation_steps=1 --set batch_size=32 --set checkpoint_every=4 --set log_layer_grad_norms=True ${PREFIX:+--set data_dir=$S/data$PREFIX} ${HOLD:+--hold $HOLD} --branches-in-trunk "$@" >> $S/sweep-$width-$$.log 2>&1 < /dev/null &
     echo $! >> $S/sweeps.pid; sleep "${START_WAIT:-180}"; tail -n 30 $S/sweep-$width-$$.log ;;
   watch)
     end=$(( $(date +%s) + $1 ))

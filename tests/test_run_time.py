@@ -1,0 +1,95 @@
+"""experiments/run_time.py, the runner's --hold: a run's expected seconds from the stored runs like it (its
+policy at its width; another policy's ratio where both ran at another width; none of its width: no estimate), and
+a sweep that starts only the runs expected to end before the machine goes back."""
+import json
+import types
+
+import pytest
+
+from training.config import parse
+from experiments import runner
+from experiments.runner import Run, SweepError, check_args, hold_check
+from experiments.run_time import START_S, UNSEEN_POLICY_FACTOR, expected_seconds, stored_rates, study_folders
+
+TINY_MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--n_tracks=2"]
+
+
+def stored(folder, name, policy, n_embd, seconds, iters, first_ms):
+    run = folder / name
+    run.mkdir(parents=True)
+    config = parse(plan(policy, n_embd).args).to_dict()  # as the trainer records it
+    (run / "config.json").write_text(json.dumps(config))
+    records = [{"type": "train", "iter": 0, "time_ms": first_ms}, {"type": "train", "iter": 10, "time_ms": 5.0},
+               {"type": "summary", "seconds": seconds, "trained_iters": iters}]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+
+
+@pytest.fixture
+def study(tmp_path):
+    # width 32: baseline 0.01 s an iteration (after a 20-s first one), spd twice as slow as it at width 64
+    stored(tmp_path / "w32" / "cosine", "a", "baseline", 32, 20 + 4000 * 0.01, 4000, 20_000)
+    stored(tmp_path / "w32" / "cosine", "b", "baseline", 32, 20 + 4000 * 0.03, 4000, 20_000)
+    stored(tmp_path / "w32" / "runs", "c", "baseline", 32, 20 + 100 * 0.05, 100, 20_000)  # too short to count
+    stored(tmp_path / "w64" / "cosine", "d", "baseline", 64, 10 + 2000 * 0.1, 2000, 10_000)
+    stored(tmp_path / "w64" / "cosine", "e", "spd", 64, 10 + 2000 * 0.2, 2000, 10_000)
+    return tmp_path
+
+
+def plan(policy, n_embd=32, extra=()):
+    return Run("r", "w32/runs", [*TINY_MODEL[:2], f"--n_embd={n_embd}", *TINY_MODEL[3:], f"--sync_policy={policy}",
+                                 "--max_iters=1000", *extra], policy, 1, "g")
+
+
+def test_expected_seconds_from_the_runs_like_it(study):
+    base = plan("baseline")
+    rates = stored_rates(study_folders(base, str(study)))
+    # the median of the two 4000-iteration runs' rates (0.01, 0.03), their first iteration, the process's start
+    assert expected_seconds(base, base.argv("s"), str(study), rates) == pytest.approx(START_S + 20 + 1000 * 0.02)
+    spd = plan("spd")  # not run at width 32: the baseline's rate here times spd's ratio at width 64 (2)
+    assert expected_seconds(spd, spd.argv("s"), str(study), rates) == pytest.approx(START_S + 20 + 1000 * 0.04)
+    ladder = plan("ladder")  # run at no width: the slowest policy here, times the unseen policy's factor
+    assert expected_seconds(ladder, ladder.argv("s"), str(study), rates) == \
+        pytest.approx(START_S + 20 + 1000 * 0.02 * UNSEEN_POLICY_FACTOR)
+    wide = plan("baseline", n_embd=48)  # no stored run of the model: no estimate
+    assert expected_seconds(wide, wide.argv("s"), str(study), rates) is None
+    # a WSD trunk whose process trains its branches: 800 + (600 - 480) + (1000 - 800) iterations; a branch from
+    # its trunk's checkpoint at 480 to 600
+    wsd = ["--lr_schedule=wsd", "--lr_decay_iters=1000", "--warmup_iters=10"]
+    trunk = plan("baseline", extra=[*wsd, "--max_iters=800", "--save_iters=480,800",
+                                    f"--branches=600:{study}/b600,1000:{study}/b1000"])
+    assert expected_seconds(trunk, trunk.argv("s"), str(study), rates) == pytest.approx(START_S + 20 + 1120 * 0.02)
+    branch = plan("baseline", extra=[*wsd, "--max_iters=600", "--lr_decay_iters=600", "--init_from=branch",
+                                     f"--branch_from={study}/trunk/ckpt_480.pt"])
+    assert expected_seconds(branch, branch.argv("s"), str(study), rates) == pytest.approx(START_S + 20 + 120 * 0.02)
+
+
+def test_a_run_past_the_hold_is_not_started_nor_are_its_branches(study, tmp_path, capsys):
+    base = plan("baseline")
+    expected = START_S + 20 + 1000 * 0.02
+    assert hold_check(base, base.argv("s"), str(study), expected + runner.HOLD_MARGIN_S, {}) is None
+    assert hold_check(base, base.argv("s"), str(study), expected, {}) == \
+        f"not started: expected {expected:.0f} s, {expected:.0f} s of the hold left"
+    # a sweep held for 60 s: the trunk (expected 70 s) is not started, and the branch waiting for its checkpoint
+    # says why instead of 'blocked'; nothing was launched, and the same command goes on later (exit 3)
+    trunk = plan("baseline")
+    trunk.name = "trunk"
+    branch = Run("branch", "w32/runs", trunk.args, "baseline", 1, "g",
+                 needs=str(tmp_path / "scratch" / "w32_runs" / "trunk" / "ckpt_800.pt"))
+    args = types.SimpleNamespace(root=str(study), scratch=str(tmp_path / "scratch"), jobs=1, dry_run=False,
+                                 smoke=True, allow_cpu=False, deadline=None, poll=0.1, status_every=60.0, hold=60.0)
+    assert runner.sweep([trunk, branch], args) == 3
+    out = capsys.readouterr().out
+    assert "trunk not started: expected 70 s, 60 s of the hold left" in out, out
+    assert "branch not started: its trunk trunk is past the hold" in out and "blocked" not in out
+    assert not (tmp_path / "scratch" / "w32_runs" / "trunk.out").exists()
+    args.dry_run = True  # --dry-run --hold: each run that would start, with its estimate
+    assert runner.sweep([trunk, branch], args) == 0
+    assert "start   trunk (expected 70 s): python " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("hold", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_hold_that_no_machine_has_is_refused(tmp_path, hold):
+    args = types.SimpleNamespace(jobs=1, deadline=None, status_every=60.0, root=str(tmp_path),
+                                 scratch=str(tmp_path / "s"), pack=None, hold=hold)
+    with pytest.raises(SweepError, match=r"--hold=.*: must be the seconds > 0"):
+        check_args(args)
