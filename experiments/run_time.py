@@ -13,9 +13,9 @@ runs that end before the machine is given back (a run cut there is lost: its che
 With no stored run of the policy at this model, the rate of each policy stored here times the two policies' ratio
 where both ran on another model (the median of those products), else the slowest policy here times
 UNSEEN_POLICY_FACTOR; with no stored run of the model, no estimate (None: the runner starts the run as it would
-without --hold). A resumed run is
-estimated from its start, not from its checkpoint: never shorter than it will be. Runs that shared a GPU trained
-slower (width 256's 2- and 4-GPU sessions), which makes their estimate longer, not shorter.
+without --hold). A resumed run is estimated from its start, not from its checkpoint: never shorter than it will be.
+Runs that shared a GPU trained slower (width 256's 2- and 4-GPU sessions), which makes their estimate longer, not
+shorter.
 """
 import glob
 import json
@@ -31,11 +31,11 @@ MATCH_KEYS = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "gradie
               "n_tracks", "compile", "dtype")
 
 
-def run_iterations(cfg, branch_from=""):
+def run_iterations(cfg):
     """The iterations a run with config cfg (a TrainConfig) trains: from its branch point (a branch) or 0, to
     max_iters, plus each branch its process trains after it."""
     start = 0
-    name = os.path.basename(branch_from or "")
+    name = os.path.basename(cfg.branch_from or "")
     if name.startswith("ckpt_") and name[5:-3].isdigit():
         start = int(name[5:-3])
     return cfg.max_iters - start + sum(budget - wsd_decay_start(cfg, budget) for budget, _ in branch_list(cfg))
@@ -73,22 +73,23 @@ def stored_rates(folders):
 
 def expected_seconds(run, argv, root, rates=None):
     """Seconds the run (its trainer arguments argv) is expected to take, or None with no stored run of its model.
-    rates: stored_rates() of its sweep dir and the folders beside it (read here when not given)."""
+    rates: stored_rates() of its study's folders (study_folders; read here when not given)."""
     cfg = parse(argv)
     if rates is None:
         rates = stored_rates(study_folders(run, root))
     model = tuple(getattr(cfg, k, None) for k in MATCH_KEYS)
-    medians = {key: (statistics.median(r for r, _ in v), statistics.median(f for _, f in v)) for key, v in rates.items()}
+    medians = {key: (statistics.median(r for r, _ in values), statistics.median(f for _, f in values))
+               for key, values in rates.items()}
     if (model, cfg.sync_policy) in medians:
         rate, first = medians[model, cfg.sync_policy]
     else:
         here = {p: m for (mod, p), m in medians.items() if mod == model}
         if not here:
             return None
-        # this policy's speed against the policies run here, where both ran on another model (the median); else the largest
-        # slowdown seen between two policies of the study (spd and the grouped ones ran up to 28% slower)
+        # this policy's speed against the policies run here, where both ran on another model (the median); else
+        # about the largest slowdown seen between two policies of the study (spd and the grouped ones: up to 28%)
         scaled = [here[q][0] * medians[mod, cfg.sync_policy][0] / medians[mod, q][0]
                   for (mod, p) in medians if p == cfg.sync_policy for q in here if (mod, q) in medians]
         rate = statistics.median(scaled) if scaled else max(r for r, _ in here.values()) * UNSEEN_POLICY_FACTOR
         first = max(f for _, f in here.values())
-    return START_S + first + run_iterations(cfg, cfg.branch_from) * rate
+    return START_S + first + run_iterations(cfg) * rate
