@@ -131,7 +131,6 @@ def test_a_trunk_trains_its_branches_in_its_own_process_bit_for_bit(workdir, tmp
     assert before == {b: open(os.path.join(inline[b], "metrics.jsonl")).read() for b in (10, 20)}
 
 
-@pytest.mark.gate  # the default tier runs it: pytest.ini
 def test_a_sweep_whose_trunks_train_their_branches(workdir, tmp_path, monkeypatch, capsys):
     """docs_study's --branches-in-trunk: one trainer process per chain, the runner collecting the branches the trunk
     trained; every run's losses equal those of the same sweep with a process per branch."""
