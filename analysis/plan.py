@@ -272,8 +272,17 @@ def heldout_lines(fit):
             f"out): {'; '.join(parts)}."] if parts else []
 
 
+def width_seeds(fit, width):
+    """The most seeds any policy's cell has at that width in the fit (a width begun with one seed says so)."""
+    return max((b.get("n") or 0 for entry in fit.get("policies", {}).values() for w in entry.get("widths", [])
+                if w.get("width") == width for b in w.get("budgets", [])), default=0)
+
+
 def summary(fit, args, shape, n_params, cells):
-    widths = ", ".join(f"{w['width']} ({w['n_params'] / 1e6:.1f}M)" for w in fit["widths"])
+    seeds = {w["width"]: width_seeds(fit, w["width"]) for w in fit["widths"]}
+    widths = ", ".join(f"{w['width']} ({w['n_params'] / 1e6:.1f}M" + (
+        f", {seeds[w['width']]} seed{'s' if seeds[w['width']] > 1 else ''}" if seeds[w["width"]] else "") + ")"
+        for w in fit["widths"])
     r_lo, r_hi = fit["measured"]["tokens_per_param"]
     k = len(fit["widths"])
     trend = ("across widths" if fit["size_measured"] else

@@ -123,7 +123,7 @@ def test_the_planner_reads_this_corpus_fit(tmp_path, monkeypatch, capsys):
     argv = ["--size", "1.5b", "--tp", "8", "--tokens", "3e10", "--fit", str(tmp_path / "size_fit.json")]
     assert plan.main(argv) in (0, None)
     text = " ".join(capsys.readouterr().out.split())
-    assert "on data/debian_large (every token read once) at widths 256" in text
+    assert "on data/debian_large (every token read once) at widths 256 (22.3M, 3 seeds)" in text
     assert "as experiments/large_budgets/answer.md says" in text and "none from 1 width]" in text
     (tmp_path / "w256" / "runs").rename(tmp_path / "w256" / "cosine")
     (tmp_path / "size_fit.json").unlink()
