@@ -280,6 +280,22 @@ def test_stability_of_any_folder_prints_its_runs_and_names_a_bad_one(study, caps
         assert f"--stability {bad!r}" in capsys.readouterr().err
 
 
+def test_the_stability_section_adds_each_widths_largest_wsd_branches():
+    """render_stability: the cosine runs' table, then one of the WSD branches at each width's largest budget only."""
+    steady = {"late_median_grad_norm": 0.3, "max_grad_norm": 0.4, "max_at": 3744, "val_at_three_quarters": 1.52,
+              "three_quarters_iter": 3744, "val_final": 1.37, "iters": 4608}
+    run = lambda name, tokens: {"name": name, "tokens": tokens, "stability": steady}
+    groups = {(768, "cosine"): [run("d768-b9216-baseline-s1", 302e6)],
+              (768, "runs"): [run("d768-b576-baseline-s1", 18.9e6), run("d768-b4608-baseline-s1", 151e6),
+                              run("d768-b4608-ladder-s1", 151e6)]}
+    text = report.render_stability(groups)
+    cosine, _, wsd = text.partition("The largest WSD branch of each width")
+    assert "| 768 | d768-b9216-baseline-s1 | 0.30 |" in cosine and "b4608" not in cosine
+    assert "| 768 | d768-b4608-baseline-s1 | 0.30 | 0.4 (3744) |" in wsd and "d768-b4608-ladder-s1" in wsd
+    assert "b576" not in text
+    assert "WSD branch" not in report.render_stability({(768, "cosine"): groups[768, "cosine"]})
+
+
 def test_each_cell_gives_its_late_grad_norm_over_the_baselines(study):
     cosine = study / "w256" / "cosine"
     for name, norm in (("baseline-s1", 0.4), ("baseline-s2", 0.5), ("baseline-s3", 0.6),
