@@ -120,16 +120,15 @@ def render_stability(groups):
              "decays, marks an unsteady run: its gap includes the instability.", ""]
     rows = [(width, run["name"], run.get("stability")) for (width, schedule), runs in sorted(groups.items())
             if schedule == "cosine" for run in runs]
-    # the largest WSD branch of each width: the one whose trunk trained longest before it, and where an instability
-    # of the branches would show first (its stability from the branch's own iterations, after the branch point)
+    lines += stability_table(rows)
+    # the largest WSD branch of each width: after the longest trunk, the nearest to the cosine runs' budget
     largest = [(width, run["name"], run.get("stability")) for (width, schedule), runs in sorted(groups.items())
                if schedule == "runs" for run in runs if run["tokens"] == max(r["tokens"] for r in runs)]
     if largest:
-        lines_wsd = ["", "The largest WSD branch of each width, likewise. Its own iterations, the cooldown from its "
-                         "branch point at 4/5 of its budget, all lie in the last quarter: its late median is over all "
-                         "of them, and its val at 3/4 is its first eval.", ""]
-        return "\n".join(lines + stability_table(rows) + lines_wsd + stability_table(largest)) + "\n"
-    return "\n".join(lines + stability_table(rows)) + "\n"
+        lines += ["", "The largest WSD branch of each width, likewise. Its own iterations, the cooldown from its branch "
+                      "point at 4/5 of its budget, all lie in the last quarter: its late median is over all of them, "
+                      "and its val at 3/4 is its first eval.", ""] + stability_table(largest)
+    return "\n".join(lines) + "\n"
 
 
 def load_checks(root=None, skipped=None):
