@@ -311,22 +311,22 @@ def sweep(runs, args):
                 if r is None:
                     break
                 pending.remove(r)
-                why = hold_end is not None and run_state(r, root, scratch) in ("start", "resume") and hold_check(
-                    r, r.argv(scratch), root, hold_end - time.time(), rates)
-                if why:  # it would not end before the machine goes back: later runs may (time only runs out)
-                    past_hold.add(r.name)
-                    results[r.name] = (why.split(":")[0], 0)
-                    say(f"   {time.strftime('%H:%M:%S')} {r.name} {why}")
-                    continue
-                if run_state(r, root, scratch) in ("collect", "done"):  # trained by its trunk's process
+                state = run_state(r, root, scratch)
+                if state in ("collect", "done"):  # trained by its trunk's process
                     collect(r, root, scratch)
                     results[r.name] = ("complete (in its trunk)", 0)
                     say(f"   {time.strftime('%H:%M:%S')} complete {r.name} (trained by its trunk's process)")
                     bar.update(1)
                     continue
+                why = hold_end is not None and hold_check(r, r.argv(scratch), root, hold_end - time.time(), rates)
+                if why:  # it would not end before the machine goes back: later runs may (time only runs out)
+                    past_hold.add(r.name)
+                    results[r.name] = ("not started", 0)
+                    say(f"   {time.strftime('%H:%M:%S')} {r.name} {why}")
+                    continue
                 tmp = r.scratch_dir(scratch)
                 mark_sweep_dir(r, scratch)
-                if run_state(r, root, scratch) == "resume":
+                if state == "resume":
                     extra = ["--init_from=resume"]
                 else:  # a fresh start: no stale checkpoint of an earlier attempt may be resumed later
                     extra = []

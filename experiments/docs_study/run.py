@@ -204,10 +204,10 @@ def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), c
                         [*base, f"--max_iters={points[top]}", f"--lr_decay_iters={top}",
                          f"--save_iters={','.join(str(points[b]) for b in sorted(budgets))}"],
                         policy, seed, width, tag, keep={f"ckpt_{points[b]}.pt" for b in budgets})
+            source = {b: os.path.join(trunk.scratch_dir(scratch), f"ckpt_{points[b]}.pt") for b in budgets}
             branches = [Run(f"{width}-b{b}-{tag}-s{seed}", sweep_dir,
                             [*base, f"--max_iters={b}", f"--lr_decay_iters={b}", "--init_from=branch",
-                             f"--branch_from={os.path.join(trunk.scratch_dir(scratch), f'ckpt_{points[b]}.pt')}"],
-                            policy, seed, width, tag, needs=os.path.join(trunk.scratch_dir(scratch), f"ckpt_{points[b]}.pt"),
+                             f"--branch_from={source[b]}"], policy, seed, width, tag, needs=source[b],
                             after=trunk.name if in_trunk else None) for b in sorted(budgets)]
             trunk.branch_items = {f"ckpt_{points[b]}.pt": f"{b}:{r.scratch_dir(scratch)}"
                                   for b, r in zip(sorted(budgets), branches)} if in_trunk else {}
