@@ -144,6 +144,9 @@ def test_a_width_with_cosine_runs_only_is_tabled_and_drawn(tmp_path, monkeypatch
     for name, norm in (("baseline", 0.5), ("grouped4", 5.0)):  # grouped:4 trained unsteadily: marked in the figure
         with open(cosine / f"d768-b9216-{name}-s1" / "metrics.jsonl", "a") as f:
             f.write(json.dumps({"type": "train", "iter": 9000, "grad_norm": norm}) + "\n")
+    for seed, name, norm in ((1, "baseline", 0.4), (2, "baseline", 0.6), (2, "grouped4", 2.0)):  # a WSD branch too
+        with open(wsd / f"d256-b896-{name}-s{seed}" / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"type": "train", "iter": 890, "grad_norm": norm}) + "\n")
     check = tmp_path / "checks" / "w768-lr3e-4" / "cosine"  # a learning-rate check: drawn beside the sweep's point
     for seed, gap in ((1, 0.04), (2, 0.06)):
         fake_run(check, "baseline", seed, 2.1, 2.0, 2.0, width=768, max_iters=9216, lr=3e-4)
@@ -154,7 +157,9 @@ def test_a_width_with_cosine_runs_only_is_tabled_and_drawn(tmp_path, monkeypatch
     monkeypatch.setattr(report, "plot_headline", lambda t, o, p, c=(), u=None, k=(): drawn.update(
         cells=c, unsteady=u, checks=k) or real_plot(t, o, p, c, u, k))
     assert report.main([]) == 0
-    assert drawn["unsteady"] == {(768, "grouped:4"): 10.0}
+    # keyed by the cell: the WSD branch's norm over the median of its baseline's two seeds
+    assert drawn["unsteady"] == {(768, "grouped:4", "cosine", 9216 * 32768): 10.0,
+                                 (256, "grouped:4", "wsd", 896 * 32768): 4.0}
     (k,) = drawn["checks"]
     assert (k["policy"], k["lr"], k["seeds"], k["tokens_per_param"]) == ("grouped:4", 3e-4, [1, 2],
                                                                           pytest.approx(13.53, abs=0.01))

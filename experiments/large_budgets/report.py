@@ -57,7 +57,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEDULES = ("cosine", "runs")  # runs/: the WSD trunks' cooldown branches
 METRICS = {"val": "val_loss", "val_prose": "val_prose_loss", "val_code": "val_code_loss"}
 POLICY_ORDER = ("ladder", "spd", "parallel", "grouped:4", "grouped:12")
-UNSTEADY = 3.0  # the figure marks a cosine cell whose late grad norm is this many times the baseline's (WSD: <= 2.7)
+UNSTEADY = 3.0  # the figure marks a cell whose late grad norm is this many times the baseline's (width 256's WSD
+# branches: at most 2.7)
 # the design (README.md's table), in iterations: per width the first WSD budget and the cosine one; the WSD budgets
 # double from the first to half the cosine one; every policy and the baseline at every seed
 DESIGN = {256: (224, 7168), 384: (392, 12544), 768: (576, 9216)}
@@ -519,8 +520,9 @@ def main(argv=None):
         print(f"wrote {os.path.relpath(os.path.join(HERE, name))}")
     if trend:
         cosine_only = [r for r in rows if r["schedule"] == "cosine" and r["metric"] == "val" and r["width"] not in trend]
-        unsteady = {(r["width"], r["policy"]): r["late_grad_norm_ratio"] for r in rows if r["schedule"] == "cosine"
-                    and r["metric"] == "val" and (r.get("late_grad_norm_ratio") or 0) >= UNSTEADY}
+        unsteady = {(r["width"], r["policy"], "wsd" if r["schedule"] == "runs" else r["schedule"], r["tokens"]):
+                    r["late_grad_norm_ratio"] for r in rows
+                    if r["metric"] == "val" and (r.get("late_grad_norm_ratio") or 0) >= UNSTEADY}
         params = {r["width"]: r["n_params"] for r in rows}
         at_rate = [dict(m, tokens_per_param=m["tokens"] / params[m["width"]]) for m in cells
                    if m["comparison"] == "at_check_lr" and m["width"] in params]

@@ -190,8 +190,8 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
     """Gap to baseline against tokens per parameter: one panel per policy, one line per width (the WSD branches'
     mean over seeds with its 95% t band), the cosine runs as squares with their 95% interval. cosine_only: the
     cosine cells (report.py's rows of metric val) of widths without WSD branches yet, drawn as squares alone (a
-    single seed has no interval). unsteady: {(width, policy): late grad norm over the baseline's} of the cosine
-    cells to mark as unsteadily trained (written beside their marker). checks: report.py's check cells at the
+    single seed has no interval). unsteady: {(width, policy, schedule, tokens): late grad norm over the baseline's}
+    of the cells to mark as unsteadily trained (written beside their marker, a WSD budget's or a cosine run's). checks: report.py's check cells at the
     check's setting (with tokens_per_param), drawn as triangles just left of the sweep's marker: another learning
     rate, or the cosine schedule over a WSD budget."""
     unsteady = unsteady or {}
@@ -221,19 +221,25 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
             n = r["seeds"]
             ax.plot(x, y, "o-", color=color, lw=2, ms=5,
                     label=f"width {width}, WSD ({n} seed{', no band' if n == 1 else 's'})")
-            for xi, yi in zip(x, y):  # a mean past the clip: its value at the edge, so the line's course stays told
-                if abs(yi) > CLIP:
-                    ax.annotate(f"{yi:+.0f}", (xi, math.copysign(CLIP, yi)), textcoords="offset points",
-                                xytext=(0, 4 if yi < 0 else -10), ha="center", fontsize=7, color=color)
+            for b, xi, yi in zip(r["budgets"], x, y):
+                # a mean past the clip: its value at the edge, so the line's course stays told
+                label = f"{yi:+.0f}" if abs(yi) > CLIP else ""
+                ratio = unsteady.get((width, policy, "wsd", b["tokens"]))
+                label += f" ×{ratio:.0f}" if ratio else ""
+                if label:
+                    ax.annotate(label.strip(), (xi, max(-CLIP, min(CLIP, yi))), textcoords="offset points",
+                                xytext=(0, 4 if yi < CLIP - 2 else -10), ha="center", fontsize=7, color=color)
             ax.fill_between(x, [a - b for a, b in zip(y, h)], [a + b for a, b in zip(y, h)], color=color,
                             alpha=0.15, lw=0)
             c = r["cosine"]
             if c is not None:
                 ax.errorbar([c["tokens"] / n_params], [c["measured"]], yerr=[c["ci"] or 0.0], fmt="s", color=color,
                             mfc="white", ms=7, capsize=3, label=f"width {width}, cosine ({c['seeds']} seeds)")
-                if (width, policy) in unsteady:
-                    ax.annotate(f"×{unsteady[width, policy]:.0f}", (c["tokens"] / n_params, c["measured"]),
-                                textcoords="offset points", xytext=(-8, 7), ha="right", fontsize=7, color=color)
+                ratio = unsteady.get((width, policy, "cosine", c["tokens"]))
+                if ratio:  # under a marker at the top edge: above it, the label ran into the panel's title
+                    y_mark = max(-CLIP, min(CLIP, c["measured"]))
+                    ax.annotate(f"×{ratio:.0f}", (c["tokens"] / n_params, y_mark), textcoords="offset points",
+                                xytext=(-8, 7 if y_mark < CLIP - 2 else -12), ha="right", fontsize=7, color=color)
         for k, width in enumerate(sorted({c["width"] for c in cosine_only}), start=len(trends)):
             # one legend entry a width: while its policies have different seed counts, each marker names its own
             counts = sorted({len(c["seeds"]) for c in cosine_only if c["width"] == width})
@@ -246,8 +252,9 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
                 # labelled at the marker, not as a tick: it would crowd the WSD budgets' ticks; kept short, as a
                 # longer one ran into the next width's labels
                 label = f"{c['tokens_per_param']:.2g}" + (f" n={len(c['seeds'])}" if len(counts) > 1 else "")
-                if (width, policy) in unsteady:
-                    label += f" ×{unsteady[width, policy]:.0f}"
+                ratio = unsteady.get((width, policy, "cosine", c.get("tokens")))
+                if ratio:
+                    label += f" ×{ratio:.0f}"
                 ax.annotate(label, (c["tokens_per_param"], c["gap"]), textcoords="offset points", xytext=(7, 4),
                             fontsize=7, color=colors[k % len(colors)],
                             bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5))  # over the 0 line
@@ -286,7 +293,7 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
     fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=min(len(legend), 3), fontsize=9, frameon=False)
     fig.suptitle("Loss cost of fewer syncs against the training budget on data/debian_large: mean of paired seeds "
                  f"(counts in the legends), 95% t bands (clipped at ±{CLIP:.0f}); lower is better\n"
-                 "×N beside a cosine marker: trained unsteadily, its late median gradient norm N times the baseline's",
+                 "×N beside a marker: trained unsteadily, its late median gradient norm N times the baseline's",
                  fontsize=11)
     fig.tight_layout(rect=(0, 0.035 + 0.045 * rows, 1, 1))
     save_figure(fig, path)
