@@ -275,7 +275,7 @@ def test_readme_real_budget_and_learning_rate_gaps_are_the_stored_ones():
     assert found and all(len(rows[384, p]["gaps"]) == int(at_384[1]) for p, _, _ in found)
     for policy, gap, ci in found:
         assert (float(gap), float(ci)) == (round(mean_gap(rows[384, policy]), 2), round(rows[384, policy]["gap_ci95"], 2))
-    at_768 = re.search(r"124M at 2\.4 per parameter, \d seeds.*?\): (.*?); those three", screen)[1]
+    at_768 = re.search(r"124M at 2\.4 per parameter, \d seeds.*?\): (.*?) \(no verdict", screen)[1]
     found = re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) ([-+]\d+\.\d\d)%(?: ± (\d+\.\d\d))?", at_768)
     assert len(found) == 5, found
     for policy, gap, ci in found:

@@ -160,6 +160,8 @@ def test_a_width_with_cosine_runs_only_is_tabled_and_drawn(tmp_path, monkeypatch
     # keyed by the cell: the WSD branch's norm over the median of its baseline's two seeds
     assert drawn["unsteady"] == {(768, "grouped:4", "cosine", 9216 * 32768): 10.0,
                                  (256, "grouped:4", "wsd", 896 * 32768): 4.0}
+    assert "branch trained unsteadily (late median gradient norm over the baseline's; the gap and the line through " \
+           "it include the instability): grouped:4 at 29.4M (×4.0)." in (tmp_path / "answer.md").read_text()
     (k,) = drawn["checks"]
     assert (k["policy"], k["lr"], k["seeds"], k["tokens_per_param"]) == ("grouped:4", 3e-4, [1, 2],
                                                                           pytest.approx(13.53, abs=0.01))

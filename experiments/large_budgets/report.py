@@ -471,7 +471,10 @@ def main(argv=None):
     for why in skipped:
         print(f"note: skipped {why}", file=sys.stderr)
     across = across_widths(trend, sorted({w for w, schedule in groups if schedule == "cosine"} - set(trend)))
-    answer = render(rows, coverage(groups)) + ("\n" + render_trend(trend, ("baseline",) + POLICY_ORDER) + "\n"
+    unsteady = {(r["width"], r["policy"], "wsd" if r["schedule"] == "runs" else r["schedule"], r["tokens"]):
+                r["late_grad_norm_ratio"] for r in rows
+                if r["metric"] == "val" and (r.get("late_grad_norm_ratio") or 0) >= UNSTEADY}
+    answer = render(rows, coverage(groups)) + ("\n" + render_trend(trend, ("baseline",) + POLICY_ORDER, unsteady) + "\n"
                              + render_across(across, POLICY_ORDER) if trend else "") + "\n" + render_stability(groups)
     curves = {w: by_policy_seed(runs) for (w, schedule), runs in sorted(groups.items()) if schedule == "cosine"}
     check_curves = {name: by_policy_seed(runs) for name, runs in checks.items()}
@@ -520,9 +523,6 @@ def main(argv=None):
         print(f"wrote {os.path.relpath(os.path.join(HERE, name))}")
     if trend:
         cosine_only = [r for r in rows if r["schedule"] == "cosine" and r["metric"] == "val" and r["width"] not in trend]
-        unsteady = {(r["width"], r["policy"], "wsd" if r["schedule"] == "runs" else r["schedule"], r["tokens"]):
-                    r["late_grad_norm_ratio"] for r in rows
-                    if r["metric"] == "val" and (r.get("late_grad_norm_ratio") or 0) >= UNSTEADY}
         params = {r["width"]: r["n_params"] for r in rows}
         at_rate = [dict(m, tokens_per_param=m["tokens"] / params[m["width"]]) for m in cells
                    if m["comparison"] == "at_check_lr" and m["width"] in params]

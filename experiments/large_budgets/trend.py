@@ -114,8 +114,10 @@ def tokens_text(t):
     return f"{t / 1e9:.2f}B" if t >= 1e9 else f"{t / 1e6:.1f}M"
 
 
-def render_trend(trends, order):
-    """The answer.md section of the trend: one table per width."""
+def render_trend(trends, order, unsteady=None):
+    """The answer.md section of the trend: one table per width, and under it the WSD budgets whose branch trained
+    unsteadily (unsteady: plot_headline's map), since the line through such a point carries the instability."""
+    unsteady = unsteady or {}
     lines = ["## The gap against the budget (WSD branches), per width", "",
              "From experiments/large_budgets/trend.py (its docstring states the model and the tests). Slope: points "
              "per doubling of tokens, mean over seeds ± 95% t half-width. Bend: the quadratic term, points per "
@@ -141,6 +143,12 @@ def render_trend(trends, order):
         cos = [r["cosine"]["inside"] for r in rows.values() if r["cosine"] and "inside" in r["cosine"]]
         lines += ["", f"Held-out truths inside their 95% prediction intervals: {sum(inside)} of {len(inside)}; cosine "
                       f"measurements inside the WSD lines' intervals: {sum(cos)} of {len(cos)}.", ""]
+        marked = sorted((order.index(p) if p in order else 99, t, p, ratio)
+                        for (w, p, schedule, t), ratio in unsteady.items() if w == width and schedule == "wsd")
+        if marked:
+            lines += ["WSD budgets whose branch trained unsteadily (late median gradient norm over the baseline's; the "
+                      "gap and the line through it include the instability): "
+                      + "; ".join(f"{p} at {tokens_text(t)} (×{ratio:.1f})" for _, t, p, ratio in marked) + ".", ""]
     return "\n".join(lines)
 
 
