@@ -23,6 +23,7 @@ import os
 import statistics
 
 from training.config import TrainConfig, branch_list, parse, wsd_decay_start  # (no torch import)
+from training.run_dir import kept_checkpoint_iter
 
 START_S = 30.0
 RATE_MIN_ITERS = 2000  # shorter runs' compile is a large share of their loop
@@ -34,10 +35,7 @@ MATCH_KEYS = ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "gradie
 def run_iterations(cfg):
     """The iterations a run with config cfg (a TrainConfig) trains: from its branch point (a branch) or 0, to
     max_iters, plus each branch its process trains after it."""
-    start = 0
-    name = os.path.basename(cfg.branch_from or "")
-    if name.startswith("ckpt_") and name[5:-3].isdigit():
-        start = int(name[5:-3])
+    start = kept_checkpoint_iter(cfg.branch_from) or 0
     return cfg.max_iters - start + sum(budget - wsd_decay_start(cfg, budget) for budget, _ in branch_list(cfg))
 
 

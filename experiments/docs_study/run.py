@@ -57,7 +57,9 @@ if __name__ == "__main__" and not __package__:  # run by its path: the imports b
 
 from bench.common import pyplot
 from analysis.compare import load_run, mean_ci, records_from_log
-from training.config import REPO, ConfigError, HelpFormatter, OneLineArgumentParser, parse, save_figure, write_text
+from training.config import (REPO, ConfigError, HelpFormatter, OneLineArgumentParser, parse, save_figure, write_text,
+                             wsd_decay_start)
+from training.run_dir import kept_checkpoint_iter
 from experiments.char_sweep.run import DOCS_POLICIES, SMOKE_DOCS
 from experiments.runner import Run, SweepError, check_args, read_records, run_and_pack, run_state
 from training.cli import guarded
@@ -186,9 +188,9 @@ def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), c
     of its branches (Run.keep); each branch needs its own (Run.needs). in_trunk: the trunk's process trains its
     branches itself once it ends (the trainer's branches=, sparing each branch a process's start and compile);
     the runner only collects them then (Run.after), or trains them in processes of their own if that was cut."""
-    cfg = parse([config, *sets])
+    cfg = parse([config, *sets, f"--cooldown_frac={cooldown_frac}"])
     width = f"d{cfg.n_embd}"
-    points = {b: b - round(cooldown_frac * b) for b in budgets}
+    points = {b: wsd_decay_start(cfg, b) for b in budgets}  # where the trainer's wsd schedule starts b's cooldown
     top = max(budgets)
     bad = [b for b in budgets if points[b] <= cfg.warmup_iters]
     if bad:
@@ -234,7 +236,7 @@ def trim_keeps(runs, root, scratch):
             if not r.keep and run_state(r, root, scratch) not in ("done", "collect"):
                 continue
             # a point kept for a finished branch would hold 1.5 GB of disk until the trunk ends
-            points = sorted(int(re.fullmatch(r"ckpt_(\d+)\.pt", name).group(1)) for name in r.keep)
+            points = sorted(kept_checkpoint_iter(name) for name in r.keep)
             r.args = [a for a in r.args if not a.startswith("--save_iters=")] + \
                      [f"--save_iters={','.join(map(str, points))}"]
             set_branches(r)
