@@ -22,14 +22,15 @@ from training.config import TEMP_SUFFIX
 # The files a run writes; any of them means out_dir holds a run (ckpt.pt.invalid*: a resume set it aside).
 RUN_FILES = ("ckpt.pt", "ckpt_best.pt", "log.txt", "metrics.jsonl", "config.json")
 KEPT_CHECKPOINT = re.compile(r"ckpt_([0-9]+)\.pt")  # save_iters' copies (a trunk's branch points)
+LOCK_NAME = ".lock"
+ASIDE_PREFIX = "replaced-"  # --overwrite=True moves an old run into out_dir/replaced-<UTC time>/
 
 
 def kept_checkpoint_iter(path):
     """The iteration of a save_iters copy (.../ckpt_<iter>.pt), else None."""
     m = KEPT_CHECKPOINT.fullmatch(os.path.basename(path or ""))
     return int(m.group(1)) if m else None
-LOCK_NAME = ".lock"
-ASIDE_PREFIX = "replaced-"  # --overwrite=True moves an old run into out_dir/replaced-<UTC time>/
+
 
 _held = []  # the open lock files: flock lasts as long as the descriptor, so keep them open
 

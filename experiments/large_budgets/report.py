@@ -474,8 +474,9 @@ def main(argv=None):
     unsteady = {(r["width"], r["policy"], "wsd" if r["schedule"] == "runs" else r["schedule"], r["tokens"]):
                 r["late_grad_norm_ratio"] for r in rows
                 if r["metric"] == "val" and (r.get("late_grad_norm_ratio") or 0) >= UNSTEADY}
-    answer = render(rows, coverage(groups)) + ("\n" + render_trend(trend, ("baseline",) + POLICY_ORDER, unsteady) + "\n"
-                             + render_across(across, POLICY_ORDER) if trend else "") + "\n" + render_stability(groups)
+    answer = render(rows, coverage(groups)) + (
+        "\n" + render_trend(trend, ("baseline",) + POLICY_ORDER, unsteady) + "\n" + render_across(across, POLICY_ORDER)
+        if trend else "") + "\n" + render_stability(groups)
     curves = {w: by_policy_seed(runs) for (w, schedule), runs in sorted(groups.items()) if schedule == "cosine"}
     check_curves = {name: by_policy_seed(runs) for name, runs in checks.items()}
     paths = [row for w, runs in curves.items() for row in path_rows(w, runs)]

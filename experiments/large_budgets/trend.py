@@ -199,9 +199,9 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
     mean over seeds with its 95% t band), the cosine runs as squares with their 95% interval. cosine_only: the
     cosine cells (report.py's rows of metric val) of widths without WSD branches yet, drawn as squares alone (a
     single seed has no interval). unsteady: {(width, policy, schedule, tokens): late grad norm over the baseline's}
-    of the cells to mark as unsteadily trained (written beside their marker, a WSD budget's or a cosine run's). checks: report.py's check cells at the
-    check's setting (with tokens_per_param), drawn as triangles just left of the sweep's marker: another learning
-    rate, or the cosine schedule over a WSD budget."""
+    of the cells to mark as unsteadily trained (written beside their marker, a WSD budget's or a cosine run's).
+    checks: report.py's check cells at the check's setting (with tokens_per_param), drawn as triangles just left of
+    the sweep's marker: another learning rate, or the cosine schedule over a WSD budget."""
     unsteady = unsteady or {}
     import matplotlib
     matplotlib.use("Agg")
