@@ -1,5 +1,5 @@
 #!/bin/bash
-# The budget study's device calls (issue 68), one verb per call, on a machine of 2 or 4 GPUs held across calls:
+# The budget study's device calls (issue 68), one verb per call, on a machine of 1, 2 or 4 GPUs held across calls:
 #   bash experiments/large_budgets/gpu.sh stage N          # verify the carried .stage/ chunks; train.bin once all N are in
 #                                                          # (here, before call K: python -m data.debian_large.stage
 #                                                          # group --from .stage_all --chunks N --index K --out .stage)
@@ -11,8 +11,9 @@
 #                                                          # START_WAIT=0 to start a second one in the same call
 #   bash experiments/large_budgets/gpu.sh watch SECONDS    # its progress until it ends or SECONDS pass
 #   bash experiments/large_budgets/gpu.sh collect [SECONDS]  # wait for it (or stop it), then pack the runs' logs into $OUT
-# HOLD=SECONDS (the device's budget_left_s less what the calls before the sweep take): the sweep starts only the runs
-# expected to end by then (experiments/run_time.py; a run cut at the hold is lost, its checkpoints on the machine).
+# HOLD=SECONDS (the device's budget_left_s before this call, less ~45 s for the gaps between the calls to come): the
+# sweep starts only the runs expected to end by then (experiments/run_time.py; a run cut at the hold is lost, its
+# checkpoints on the machine).
 # ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds, --jobs; GPUS=1 puts
 # the sweep on GPU 1 alone; PREFIX=N reads $S/data<N> instead of data/; SWEEP=<folder> keeps a side check's runs,
 # e.g. another learning rate, out of w<width>/, whose runs report.py reads as the sweep's). watch and collect wait
