@@ -47,7 +47,7 @@ def study_folders(run, root):
 
 
 def stored_rates(folders):
-    """{(model key, policy): [(rate s/iter, first iteration s)]} of the finished runs under folders."""
+    """{(model key, policy): (rate s/iter, first iteration s)}, the medians over the finished runs under folders."""
     rates, defaults = {}, TrainConfig().to_dict()  # a key a run's config lacks had its default then
     for folder in folders:
         for path in sorted(glob.glob(os.path.join(folder, "*", "config.json"))):
@@ -66,18 +66,17 @@ def stored_rates(folders):
             rate = (summary["seconds"] - first_s) / summary["trained_iters"]
             key = (tuple(config.get(k, defaults.get(k)) for k in MATCH_KEYS), config.get("sync_policy"))
             rates.setdefault(key, []).append((rate, first_s))
-    return rates
+    return {key: (statistics.median(r for r, _ in values), statistics.median(f for _, f in values))
+            for key, values in rates.items()}
 
 
-def expected_seconds(run, argv, root, rates=None):
+def expected_seconds(run, argv, root, medians=None):
     """Seconds the run (its trainer arguments argv) is expected to take, or None with no stored run of its model.
-    rates: stored_rates() of its study's folders (study_folders; read here when not given)."""
+    medians: stored_rates() of its study's folders (study_folders; read here when not given)."""
     cfg = parse(argv)
-    if rates is None:
-        rates = stored_rates(study_folders(run, root))
+    if medians is None:
+        medians = stored_rates(study_folders(run, root))
     model = tuple(getattr(cfg, k, None) for k in MATCH_KEYS)
-    medians = {key: (statistics.median(r for r, _ in values), statistics.median(f for _, f in values))
-               for key, values in rates.items()}
     if (model, cfg.sync_policy) in medians:
         rate, first = medians[model, cfg.sync_policy]
     else:

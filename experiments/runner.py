@@ -251,10 +251,15 @@ def study_rates(run, root, cache):
     return cache[folders]
 
 
+def run_estimate(run, argv, root, rates):
+    """expected_seconds of the run launched with argv, its study's rates read once a sweep (rates: the cache)."""
+    return expected_seconds(run, argv, root, study_rates(run, root, rates))
+
+
 def hold_check(run, argv, root, time_left, rates):
     """None when the run is expected to end within time_left seconds (or has no estimate), else the line that
     says why it is not started. rates: study_rates' cache."""
-    expected = expected_seconds(run, argv, root, study_rates(run, root, rates))
+    expected = run_estimate(run, argv, root, rates)
     if expected is None or expected + HOLD_MARGIN_S <= time_left:
         return None
     return f"not started: expected {expected:.0f} s, {time_left:.0f} s of the hold left"
@@ -279,7 +284,7 @@ def sweep(runs, args):
             extra = ["--init_from=resume"] if states[r.name] == "resume" else []
             expected = ""
             if getattr(args, "hold", None) and states[r.name] in ("start", "resume") and not r.after:
-                seconds = expected_seconds(r, r.argv(scratch), root, study_rates(r, root, rates))
+                seconds = run_estimate(r, r.argv(scratch), root, rates)
                 expected = " (no estimate)" if seconds is None else f" (expected {seconds:.0f} s)"
             print(f"{states[r.name]:7} {r.name}{expected}: python {os.path.relpath(TRAIN_SCRIPT)} "
                   f"{' '.join(os.path.relpath(a) if os.path.isabs(a) else a for a in r.argv(scratch, extra))}")

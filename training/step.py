@@ -119,9 +119,11 @@ def train_step(model, raw_model, optimizer, scaler, x, y, micro_batch_seeds, gra
 def layer_rank(name):
     """The sort key of a layer group's name: emb first, then the blocks by number, then final, then anything else
     by name (the order in which metrics.jsonl's grad_norm_layers lists them, and their readers draw them)."""
-    block = name[1:].isdigit() and name.startswith("h")
-    return (1, int(name[1:]), "") if block else (0, 0, "") if name == "emb" else (2, 0, "") if name == "final" \
-        else (3, 0, name)
+    if name == "emb":
+        return (0, 0, "")
+    if name.startswith("h") and name[1:].isdigit():
+        return (1, int(name[1:]), "")
+    return (2, 0, "") if name == "final" else (3, 0, name)
 
 
 def layer_groups(raw_model):

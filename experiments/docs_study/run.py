@@ -191,6 +191,7 @@ def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), c
     cfg = parse([config, *sets, f"--cooldown_frac={cooldown_frac}"])
     width = f"d{cfg.n_embd}"
     points = {b: wsd_decay_start(cfg, b) for b in budgets}  # where the trainer's wsd schedule starts b's cooldown
+    point_names = {b: f"ckpt_{points[b]}.pt" for b in budgets}  # the trunk's save_iters copies there
     top = max(budgets)
     bad = [b for b in budgets if points[b] <= cfg.warmup_iters]
     if bad:
@@ -205,13 +206,13 @@ def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), c
             trunk = Run(f"{width}-trunk{points[top]}-{tag}-s{seed}", sweep_dir,
                         [*base, f"--max_iters={points[top]}", f"--lr_decay_iters={top}",
                          f"--save_iters={','.join(str(points[b]) for b in sorted(budgets))}"],
-                        policy, seed, width, tag, keep={f"ckpt_{points[b]}.pt" for b in budgets})
-            source = {b: os.path.join(trunk.scratch_dir(scratch), f"ckpt_{points[b]}.pt") for b in budgets}
+                        policy, seed, width, tag, keep=set(point_names.values()))
+            source = {b: os.path.join(trunk.scratch_dir(scratch), point_names[b]) for b in budgets}
             branches = [Run(f"{width}-b{b}-{tag}-s{seed}", sweep_dir,
                             [*base, f"--max_iters={b}", f"--lr_decay_iters={b}", "--init_from=branch",
                              f"--branch_from={source[b]}"], policy, seed, width, tag, needs=source[b],
                             after=trunk.name if in_trunk else None) for b in sorted(budgets)]
-            trunk.branch_items = {f"ckpt_{points[b]}.pt": f"{b}:{r.scratch_dir(scratch)}"
+            trunk.branch_items = {point_names[b]: f"{b}:{r.scratch_dir(scratch)}"
                                   for b, r in zip(sorted(budgets), branches)} if in_trunk else {}
             runs += [trunk, *branches]
     return [set_branches(r) for r in runs]
