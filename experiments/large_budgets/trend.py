@@ -236,7 +236,8 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
                 label += f" ×{ratio:.0f}" if ratio else ""
                 if label:
                     ax.annotate(label.strip(), (xi, max(-CLIP, min(CLIP, yi))), textcoords="offset points",
-                                xytext=(0, 4 if yi < CLIP - 2 else -10), ha="center", fontsize=7, color=color)
+                                xytext=(0, 4 if yi < CLIP - 2 else -10), ha="center", fontsize=7, color=color,
+                                bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5))  # over its line
             ax.fill_between(x, [a - b for a, b in zip(y, h)], [a + b for a, b in zip(y, h)], color=color,
                             alpha=0.15, lw=0)
             c = r["cosine"]
