@@ -284,7 +284,7 @@ def test_readme_real_budget_and_learning_rate_gaps_are_the_stored_ones():
         assert (float(ci) if ci else None) == (None if r["gap_ci95"] is None else round(r["gap_ci95"], 2)), policy
     cells = {m["policy"]: m for m in json.loads(read("experiments/large_budgets/checks.json"))["cells"]
              if m["comparison"] == "at_check_lr" and m["check"] == "w768-lr3e-4"}  # not the schedule check
-    half = re.search(r"At half the learning rate, (\d) seeds: (.*?), every run", screen)
+    half = re.search(r"At half the (?:learning )?rate, (\d) seeds: (.*?), every run", screen)
     found = re.findall(r"(ladder|grouped:4|grouped:12) \+(\d+\.\d\d)% ± (\d+\.\d\d)", half[2])
     assert len(found) == 3 and {len(m["seeds"]) for m in cells.values()} == {int(half[1])}
     for policy, gap, ci in found:
