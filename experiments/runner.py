@@ -16,7 +16,9 @@ of training the run again.
 
 --hold SECONDS: the machine is given back that long after the sweep starts; a run is started only when it is expected
 to end before then (experiments/run_time.py, from the stored runs like it), since a run cut there loses its
-checkpoints with the machine. Runs without an estimate start as they would without it.
+checkpoints with the machine. Runs without an estimate start as they would without it. On one GPU (--jobs 1) the
+sweep first picks the chains that fill the hold best (hold_plan) and leaves the others out; on more GPUs it
+starts runs first-fit in the grid's order.
 """
 import json
 import os
@@ -265,6 +267,55 @@ def hold_check(run, argv, root, time_left, rates):
     return f"not started: expected {expected:.0f} s, {time_left:.0f} s of the hold left"
 
 
+def hold_plan(runs, states, scratch, root, hold, rates):
+    """The runs a one-GPU sweep under --hold leaves out so that the runs it starts fill the hold best: {name: why}.
+
+    A chain is a run that waits for no pending run, with the pending runs whose own processes start from its
+    checkpoints; it is kept or left out whole, at the sum of its runs' estimates. Of the chains with an estimate for
+    every run, the plan keeps those whose sum is the most seconds within hold less HOLD_MARGIN_S (a 0/1 knapsack
+    in whole seconds), and of equally full plans the one whose chains come earliest in the grid; a chain longer
+    than the hold alone is left to hold_check, which says so. Starting runs
+    first-fit in the grid's order instead held two width-768 WSD chains where three fitted
+    (experiments/large_budgets/w768/calls/README.md). Chains without an estimate start as without --hold; the
+    hold_check at each start still stops a run that a slower chain before it has no longer left room for."""
+    import numpy as np
+    startable = [r for r in runs if states[r.name] in ("start", "resume") and not r.after]
+    names = {r.name for r in startable}
+    chains = {}  # head name -> its runs, in the grid's order
+    for r in startable:
+        trunk = r.needs and os.path.basename(os.path.dirname(r.needs))
+        chains.setdefault(trunk if trunk in names else r.name, []).append(r)
+    items = []  # (head, seconds), the chains with an estimate for every run
+    for head, chain in chains.items():
+        seconds = [run_estimate(r, r.argv(scratch), root, rates) for r in chain]
+        if None not in seconds:
+            items.append((head, sum(seconds)))
+    capacity = int(hold - HOLD_MARGIN_S)
+    if capacity < 0 or not items:
+        return {}
+    weights = [int(np.ceil(s)) for _, s in items]
+    scale = len(items) * (len(items) + 1) // 2 + 1  # a second outweighs every tie-break bonus together
+    best = np.zeros(capacity + 1, dtype=np.int64)  # best[c]: the plan's value within c seconds
+    take = np.zeros((len(items), capacity + 1), dtype=bool)
+    for i, w in enumerate(weights):
+        if w > capacity:
+            continue
+        value = w * scale + (len(items) - i)  # the earlier in the grid, the larger its bonus
+        candidate = best[:capacity + 1 - w] + value
+        better = candidate > best[w:]
+        take[i, w:] = better
+        best[w:] = np.where(better, candidate, best[w:])
+    kept, c = set(), capacity
+    for i in reversed(range(len(items))):
+        if take[i, c]:
+            kept.add(i)
+            c -= weights[i]
+    filled = sum(weights[i] for i in kept)
+    return {head: (f"left out of the hold's plan: expected {seconds:.0f} s; the {len(kept)} chains it starts "
+                   f"fill {filled} of {capacity} s")
+            for i, (head, seconds) in enumerate(items) if i not in kept and weights[i] <= capacity}
+
+
 def sweep(runs, args):
     root, scratch = args.root, args.scratch
     t0 = time.time()
@@ -278,14 +329,18 @@ def sweep(runs, args):
     print(f"== {len(runs)} runs: {len(runs) - len(pending)} done ({len(collected)} collected from scratch), "
           f"{len(pending)} to run ({sum(states[r.name] == 'resume' for r in pending)} resume from scratch "
           f"checkpoints); jobs {args.jobs}", flush=True)
+    hold, rates = getattr(args, "hold", None), {}
+    left_out = hold_plan(runs, states, scratch, root, hold, rates) if hold and args.jobs == 1 else {}
+    if left_out:
+        print(f"== the hold's plan leaves out {len(left_out)} chains: {', '.join(left_out)}", flush=True)
     if args.dry_run:
-        rates = {}
         for r in runs:
             extra = ["--init_from=resume"] if states[r.name] == "resume" else []
             expected = ""
-            if getattr(args, "hold", None) and states[r.name] in ("start", "resume") and not r.after:
+            if hold and states[r.name] in ("start", "resume") and not r.after:
                 seconds = run_estimate(r, r.argv(scratch), root, rates)
-                expected = " (no estimate)" if seconds is None else f" (expected {seconds:.0f} s)"
+                plan = "; left out of the hold's plan" if r.name in left_out else ""
+                expected = " (no estimate)" if seconds is None else f" (expected {seconds:.0f} s{plan})"
             print(f"{states[r.name]:7} {r.name}{expected}: python {os.path.relpath(TRAIN_SCRIPT)} "
                   f"{' '.join(os.path.relpath(a) if os.path.isabs(a) else a for a in r.argv(scratch, extra))}")
         return 0
@@ -304,7 +359,7 @@ def sweep(runs, args):
     say = lambda text: bar.write(text, file=sys.stdout)
     last_status = time.time()
     deadline = t0 + args.deadline if args.deadline else None
-    hold_end, rates, past_hold = (t0 + args.hold if getattr(args, "hold", None) else None), {}, set()
+    hold_end, past_hold = (t0 + hold if hold else None), set()
     try:
         while pending or running:
             while len(running) < args.jobs and (deadline is None or time.time() < deadline):
@@ -323,7 +378,8 @@ def sweep(runs, args):
                     say(f"   {time.strftime('%H:%M:%S')} complete {r.name} (trained by its trunk's process)")
                     bar.update(1)
                     continue
-                why = hold_end is not None and hold_check(r, r.argv(scratch), root, hold_end - time.time(), rates)
+                why = left_out.get(r.name) or (
+                    hold_end is not None and hold_check(r, r.argv(scratch), root, hold_end - time.time(), rates))
                 if why:  # it would not end before the machine goes back: later runs may (time only runs out)
                     past_hold.add(r.name)
                     results[r.name] = ("not started", 0)

@@ -93,3 +93,37 @@ def test_a_hold_that_no_machine_has_is_refused(tmp_path, hold):
                                  scratch=str(tmp_path / "s"), pack=None, hold=hold)
     with pytest.raises(SweepError, match=r"--hold=.*: must be the seconds > 0"):
         check_args(args)
+
+
+def test_the_hold_plan_fills_one_gpu_best_and_keeps_a_chain_whole(study, tmp_path, capsys):
+    # at width 32 a run of n iterations is expected START_S + 20 + 0.02 n s: 1000 iterations 70 s, 500 60 s
+    def chain(name, iters):
+        r = plan("baseline", extra=[f"--max_iters={iters}"])
+        r.name = name
+        return r
+    first, second, third = chain("first", 1000), chain("second", 500), chain("third", 500)
+    states = {r.name: "start" for r in (first, second, third)}
+    scratch = str(tmp_path / "scratch")
+    # 150 s held: first-fit in the grid's order would start first (70 s) and then neither 60-s run (70 + 60 + the
+    # 30-s margin > 150); the plan starts second and third, 120 of 120 s
+    assert runner.hold_plan([first, second, third], states, scratch, str(study), 150.0, {}) == \
+        {"first": "left out of the hold's plan: expected 70 s; the 2 chains it starts fill 120 of 120 s"}
+    # equally full plans: the earlier chain is kept
+    assert list(runner.hold_plan([second, third], states, scratch, str(study), 100.0, {})) == ["third"]
+    # a branch whose process starts from the trunk's checkpoint is in the trunk's chain: 70 + 60 s, more than the
+    # 100 s held, so the chain is left to hold_check (which names the trunk's own estimate), and second runs
+    branch = chain("branch", 500)
+    branch.needs = str(tmp_path / "scratch" / "w32_runs" / "first" / "ckpt_800.pt")
+    states["branch"] = "start"
+    assert runner.hold_plan([first, branch, second], states, scratch, str(study), 130.0, {}) == {}
+    # 160 s held: the chain's 130 s fill the 130 better than second and third's 120
+    assert set(runner.hold_plan([first, branch, second, third], states, scratch, str(study), 160.0, {})) == \
+        {"second", "third"}
+    # the dry run marks what the plan leaves out; the sweep says it before any run starts, and does not start them
+    args = types.SimpleNamespace(root=str(study), scratch=scratch, jobs=1, dry_run=True, smoke=True, allow_cpu=False,
+                                 deadline=None, poll=0.1, status_every=60.0, hold=150.0)
+    assert runner.sweep([first, second, third], args) == 0
+    out = capsys.readouterr().out
+    assert "start   first (expected 70 s; left out of the hold's plan): python " in out
+    assert "start   second (expected 60 s): python " in out and "start   third (expected 60 s): python " in out
+    assert "== the hold's plan leaves out 1 chains: first" in out

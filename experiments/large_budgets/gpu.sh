@@ -13,7 +13,7 @@
 #   bash experiments/large_budgets/gpu.sh collect [SECONDS]  # wait for it (or stop it), then pack the runs' logs into $OUT
 # HOLD=SECONDS (the device's budget_left_s before this call, less ~45 s for the gaps between the calls to come): the
 # sweep starts only the runs expected to end by then (experiments/run_time.py; a run cut at the hold is lost, its
-# checkpoints on the machine).
+# checkpoints on the machine), on 1 GPU the chains that fill the hold best (runner.hold_plan).
 # ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds, --jobs; GPUS=1 puts
 # the sweep on GPU 1 alone; PREFIX=N reads $S/data<N> instead of data/; SWEEP=<folder> keeps a side check's runs,
 # e.g. another learning rate, out of w<width>/, whose runs report.py reads as the sweep's). watch and collect wait
