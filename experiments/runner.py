@@ -274,10 +274,10 @@ def hold_plan(runs, states, scratch, root, hold, rates):
     checkpoints; it is kept or left out whole, at the sum of its runs' estimates. Of the chains with an estimate for
     every run, the plan keeps those whose sum is the most seconds within hold less HOLD_MARGIN_S (a 0/1 knapsack
     in whole seconds), and of equally full plans the one whose chains come earliest in the grid; a chain longer
-    than the hold alone is left to hold_check, which says so. Starting runs
-    first-fit in the grid's order instead held two width-768 WSD chains where three fitted
-    (experiments/large_budgets/w768/calls/README.md). Chains without an estimate start as without --hold; the
-    hold_check at each start still stops a run that a slower chain before it has no longer left room for."""
+    than the hold alone is left to hold_check, which says so. Starting runs first-fit in the grid's order instead
+    held two width-768 WSD chains where three fitted (experiments/large_budgets/w768/calls/README.md). Chains
+    without an estimate start as without --hold; the hold_check at each start still stops a run that a slower
+    chain before it has no longer left room for."""
     import numpy as np
     startable = [r for r in runs if states[r.name] in ("start", "resume") and not r.after]
     names = {r.name for r in startable}
@@ -311,8 +311,8 @@ def hold_plan(runs, states, scratch, root, hold, rates):
             kept.add(i)
             c -= weights[i]
     filled = sum(weights[i] for i in kept)
-    return {head: (f"left out of the hold's plan: expected {seconds:.0f} s; the {len(kept)} chains it starts "
-                   f"fill {filled} of {capacity} s")
+    return {head: (f"not started: left out of the hold's plan, expected {seconds:.0f} s; the {len(kept)} chains "
+                   f"it starts fill {filled} of {capacity} s")
             for i, (head, seconds) in enumerate(items) if i not in kept and weights[i] <= capacity}
 
 

@@ -107,7 +107,7 @@ def test_the_hold_plan_fills_one_gpu_best_and_keeps_a_chain_whole(study, tmp_pat
     # 150 s held: first-fit in the grid's order would start first (70 s) and then neither 60-s run (70 + 60 + the
     # 30-s margin > 150); the plan starts second and third, 120 of 120 s
     assert runner.hold_plan([first, second, third], states, scratch, str(study), 150.0, {}) == \
-        {"first": "left out of the hold's plan: expected 70 s; the 2 chains it starts fill 120 of 120 s"}
+        {"first": "not started: left out of the hold's plan, expected 70 s; the 2 chains it starts fill 120 of 120 s"}
     # equally full plans: the earlier chain is kept
     assert list(runner.hold_plan([second, third], states, scratch, str(study), 100.0, {})) == ["third"]
     # a branch whose process starts from the trunk's checkpoint is in the trunk's chain: 70 + 60 s, more than the
@@ -119,11 +119,21 @@ def test_the_hold_plan_fills_one_gpu_best_and_keeps_a_chain_whole(study, tmp_pat
     # 160 s held: the chain's 130 s fill the 130 better than second and third's 120
     assert set(runner.hold_plan([first, branch, second, third], states, scratch, str(study), 160.0, {})) == \
         {"second", "third"}
-    # the dry run marks what the plan leaves out; the sweep says it before any run starts, and does not start them
+    # the dry run marks what the plan leaves out
     args = types.SimpleNamespace(root=str(study), scratch=scratch, jobs=1, dry_run=True, smoke=True, allow_cpu=False,
                                  deadline=None, poll=0.1, status_every=60.0, hold=150.0)
     assert runner.sweep([first, second, third], args) == 0
     out = capsys.readouterr().out
+    assert "== the hold's plan leaves out 1 chains: first" in out
     assert "start   first (expected 70 s; left out of the hold's plan): python " in out
     assert "start   second (expected 60 s): python " in out and "start   third (expected 60 s): python " in out
-    assert "== the hold's plan leaves out 1 chains: first" in out
+    # the sweep does not start what the plan leaves out, though it could start first (second and third wait for a
+    # checkpoint of a stored trunk that no run writes, so nothing trains here), and says why
+    for r in (second, third):
+        r.needs = str(tmp_path / "scratch" / "w32_runs" / "stored_trunk" / "ckpt_100.pt")
+    args.dry_run = False
+    assert runner.sweep([first, second, third], args) == 1  # 1: the two blocked runs
+    out = capsys.readouterr().out
+    assert "first not started: left out of the hold's plan, expected 70 s; the 2 chains it starts fill 120 of 120 s" \
+        in out, out
+    assert not (tmp_path / "scratch" / "w32_runs" / "first.out").exists()
