@@ -21,6 +21,7 @@ sweep first picks the chains that fill the hold best (hold_plan) and leaves the 
 starts runs first-fit in the grid's order.
 """
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ import sys
 import tarfile
 import time
 
+import numpy as np
 from tqdm import tqdm
 
 from atomic_files import folder_problem, replace_problem, replace_target
@@ -291,9 +293,9 @@ def hold_plan(runs, states, scratch, root, hold, rates):
         if None not in seconds:
             items.append((head, sum(seconds)))
     capacity = int(hold - HOLD_MARGIN_S)
-    if capacity < 0 or not items:
+    weights = [math.ceil(s) for _, s in items]
+    if capacity < 0 or sum(weights) <= capacity:  # none fits, or all do (and the tables stay as small as the plan)
         return {}
-    weights = [int(np.ceil(s)) for _, s in items]
     scale = len(items) * (len(items) + 1) // 2 + 1  # a second outweighs every tie-break bonus together
     best = np.zeros(capacity + 1, dtype=np.int64)  # best[c]: the plan's value within c seconds
     take = np.zeros((len(items), capacity + 1), dtype=bool)

@@ -108,6 +108,8 @@ def test_the_hold_plan_fills_one_gpu_best_and_keeps_a_chain_whole(study, tmp_pat
     # 30-s margin > 150); the plan starts second and third, 120 of 120 s
     assert runner.hold_plan([first, second, third], states, scratch, str(study), 150.0, {}) == \
         {"first": "not started: left out of the hold's plan, expected 70 s; the 2 chains it starts fill 120 of 120 s"}
+    # a hold that all of them fit leaves none out
+    assert runner.hold_plan([first, second, third], states, scratch, str(study), 220.0, {}) == {}
     # equally full plans: the earlier chain is kept
     assert list(runner.hold_plan([second, third], states, scratch, str(study), 100.0, {})) == ["third"]
     # a branch whose process starts from the trunk's checkpoint is in the trunk's chain: 70 + 60 s, more than the
