@@ -146,14 +146,19 @@ def paired_tests(gaps, margin):
     return p_diff, max(p_above_lower, p_below_upper), p_below_upper, (mean - half90, mean + half90)
 
 
-def holm(p_values):
-    """Holm's step-down adjusted p-values (family-wise error control), in the order given."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    adjusted, running = [0.0] * len(p_values), 0.0
+def holm(p_values, family_size=None):
+    """Holm's step-down adjusted p-values (family-wise error control), in the order given.
+
+    family_size, when larger than the p's given: the family's members not tested yet (a design's policies whose
+    seeds are still to run) count with p = 1. A member's p, once tested, can only lower the others' adjusted p's,
+    so these are upper bounds: a verdict does not rest on a family smaller than the design's."""
+    padded = list(p_values) + [1.0] * max(0, (family_size or 0) - len(p_values))
+    order = sorted(range(len(padded)), key=lambda i: padded[i])
+    adjusted, running = [0.0] * len(padded), 0.0
     for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        running = max(running, min(1.0, (len(padded) - rank) * padded[i]))
         adjusted[i] = running
-    return adjusted
+    return adjusted[:len(p_values)]
 
 
 def decide(m):
@@ -169,10 +174,11 @@ def decide(m):
     return "inconclusive"
 
 
-def seed_statistics(runs, level=0.95, margin=MARGIN):
+def seed_statistics(runs, level=0.95, margin=MARGIN, family_size=None):
     """Statistics over seeds (see the module docstring). Returns a dict: 'cells' (one per setting and
     policy: values per seed, mean/std, paired gaps to the baseline), 'excluded' (unfinished runs) and
-    'notes' (duplicate seeds)."""
+    'notes' (duplicate seeds). family_size: the policies a setting's Holm family holds by design (holm()),
+    where fewer than that have two paired seeds yet."""
     excluded = [r["name"] + (" (diverged)" if r["diverged"] else "") for r in runs if not r["complete"]]
     notes = []
     cells = {}
@@ -224,10 +230,10 @@ def seed_statistics(runs, level=0.95, margin=MARGIN):
         for metric in ("final_val", "best_val"):
             family = [c[metric] for c in out if tuple(c["setting"]) == setting and c[metric].get("p_diff") is not None]
             for key in ("p_diff", "p_tost", "p_noninf"):
-                for m, adjusted in zip(family, holm([m[key] for m in family])):
+                for m, adjusted in zip(family, holm([m[key] for m in family], family_size)):
                     m[f"{key}_holm"] = adjusted
             for m in family:
-                m["family_size"] = len(family)
+                m["family_size"] = max(len(family), family_size or 0)
     for c in out:
         for metric in ("final_val", "best_val"):
             if "gap" in c[metric]:
@@ -449,12 +455,12 @@ def versus(runs, other_runs, metric="final_val", level=0.95, margin=MARGIN):
     return rows
 
 
-def curvature_tests(entries, level=0.95):
+def curvature_tests(entries, level=0.95, family_size=None):
     """The curvature test of one width, before any extrapolation of its lines: per budget_analysis entry (one per
     policy), the bend c_s of gap_s = a_s + b_s x + c_s x^2 (x = log2 tokens) of each seed with 3 budgets or more,
     their mean and t-interval, and the two-sided t-test of 'mean c = 0' over the seeds (n - 1 df), Holm-adjusted
-    across the policies of the width. {policy: dict(c, ci, seeds, p, p_holm, significant)}; a policy with fewer
-    than two such seeds has no entry (not tested)."""
+    across the policies of the width (family_size: as many as the design has, holm()). {policy: dict(c, ci, seeds,
+    p, p_holm, significant)}; a policy with fewer than two such seeds has no entry (not tested)."""
     out = {}
     for e in entries:
         per_seed = {}
@@ -468,6 +474,6 @@ def curvature_tests(entries, level=0.95):
         n = len(bends)
         p = float(mean == 0) if sd == 0 else 2.0 * (1.0 - t_cdf(abs(mean) / (sd / math.sqrt(n)), n - 1))
         out[e["policy"]] = dict(c=mean, ci=half, seeds=n, p=p)
-    for test, adjusted in zip(out.values(), holm([t["p"] for t in out.values()])):
+    for test, adjusted in zip(out.values(), holm([t["p"] for t in out.values()], family_size)):
         test.update(p_holm=adjusted, significant=adjusted < ALPHA)
     return out

@@ -222,6 +222,12 @@ def test_holm_and_tost():
     assert compare_runs.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert compare_runs.holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
     assert compare_runs.holm([0.9, 0.8]) == [1.0, 1.0]  # 2 x 0.8 capped at 1, and monotone
+    # a family of 5 by design with 2 tested: the 3 untested count with p = 1, so the 2 are adjusted as its smallest
+    assert compare_runs.holm([0.02, 0.01], family_size=5) == pytest.approx([0.08, 0.05])
+    assert compare_runs.holm([0.02, 0.01], family_size=2) == compare_runs.holm([0.02, 0.01])
+    # an upper bound: whatever p the untested members get later, the tested ones' adjusted p's do not rise
+    for later in ([0.001, 0.5, 0.9], [0.03, 0.04, 0.05], [1.0, 1.0, 1.0]):
+        assert all(a <= b + 1e-12 for a, b in zip(compare_runs.holm([0.02, 0.01] + later)[:2], [0.08, 0.05]))
     scipy_stats = pytest.importorskip("scipy.stats")
     gaps = [0.3, -0.2, 0.1, 0.4]
     p_diff, p_tost, p_noninf, (lo, hi) = compare_runs.paired_tests(gaps, 1.0)

@@ -46,6 +46,15 @@ def test_gaps_verdicts_and_domains(study):
     assert "| 256 | cosine | 7.3M (0.33) | val | grouped:4 | 3 | 3 | +5" in report.render(rows)
 
 
+def test_holm_runs_over_the_designs_five_policies_while_some_are_untested(study):
+    # only grouped:4 has seeds here: its difference test is adjusted as the smallest p of a family of five (the
+    # untested four at p = 1), not as a family of one
+    from analysis.stats import paired_tests
+    val = next(r for r in report.analyse(report.load(str(study))) if r["metric"] == "val")
+    p_diff = paired_tests(val["gaps"], 1.0)[0]
+    assert val["p_diff_holm"] == pytest.approx(min(1.0, len(report.POLICY_ORDER) * p_diff), abs=1e-4)
+
+
 def test_check_and_no_rewrite_from_fewer_runs(study, capsys):
     assert report.main(["--check"]) == 1  # nothing stored yet
     assert report.main([]) == 0 and report.main(["--check"]) == 0

@@ -6,8 +6,8 @@ Per width and policy, over the budgets B of the WSD branches (runs/), with x = l
                budget_analysis); the slope b is the mean over seeds with its t-interval (n - 1 df), the
                crossover is Fieller's interval for the x where the mean line is 0;
     curvature  c_s of gap_s(x) = a_s + b_s x + c_s x^2 for each seed with three budgets or more, the t-test of
-               "mean c = 0" over the seeds, Holm over the policies of the width (stats.curvature_tests). A line
-               whose curvature is significant is not extrapolated: its prediction cells say so instead.
+               "mean c = 0" over the seeds, Holm over the design's policies of the width (stats.curvature_tests).
+               A line whose curvature is significant is not extrapolated: its prediction cells say so instead.
     bound      where no crossover is located: the largest budget at which the policy is ahead (or behind) after
                Holm, "still ahead at N tokens", and the largest budget measured.
 Two checks of the line's 95% prediction interval for one seed's gap, mean +- t(n-1) sd sqrt(1 + 1/n):
@@ -43,6 +43,7 @@ from analysis.size_trend import gap_at, heldout, ols_slope_test, width_line
 from analysis.stats import ALPHA, budget_analysis, curvature_tests, holm, seed_statistics
 
 LEVEL = 0.95
+POLICY_ORDER = ("ladder", "spd", "parallel", "grouped:4", "grouped:12")  # the design's policies: each Holm family
 MIN_WIDTHS = 3  # a line through k widths leaves k - 2 df: three for the first interval
 CLIP = 12.0  # the headline figure's y range, ± points
 
@@ -67,16 +68,17 @@ def width_trend(wsd_runs, cosine_runs, n_params, level=LEVEL):
     tokens_per_iter = wsd_runs[0]["tokens_per_iter"]
     cosine_iters = sorted({r["final_iter"] for r in cosine_runs})
     cosine_tokens = cosine_iters[-1] * tokens_per_iter if cosine_iters else None
-    stats = seed_statistics(wsd_runs, level)
+    stats = seed_statistics(wsd_runs, level, family_size=len(POLICY_ORDER))
     entries = budget_analysis(stats, target_tokens=cosine_tokens or wsd_iters[-1] * tokens_per_iter)
-    curvature = curvature_tests(entries, level)
+    curvature = curvature_tests(entries, level, len(POLICY_ORDER))
     # held out: the same fit without the largest WSD budget, predicting it
     top = wsd_iters[-1]
     held = {e["policy"]: e for e in budget_analysis(
-        seed_statistics([r for r in wsd_runs if r["final_iter"] != top], level), target_tokens=top * tokens_per_iter)}
+        seed_statistics([r for r in wsd_runs if r["final_iter"] != top], level, family_size=len(POLICY_ORDER)),
+        target_tokens=top * tokens_per_iter)}
     cosine = {}
     if cosine_runs:
-        for c in seed_statistics(cosine_runs, level)["cells"]:
+        for c in seed_statistics(cosine_runs, level, family_size=len(POLICY_ORDER))["cells"]:
             m = c["final_val"]
             if c["policy"] != "baseline" and "gap" in m:
                 cosine[c["policy"]] = (m["gap"], m["gap_ci"], len(m["gaps"]))
@@ -121,10 +123,10 @@ def render_trend(trends, order, unsteady=None):
     lines = ["## The gap against the budget (WSD branches), per width", "",
              "From experiments/large_budgets/trend.py (its docstring states the model and the tests). Slope: points "
              "per doubling of tokens, mean over seeds ± 95% t half-width. Bend: the quadratic term, points per "
-             "doubling², with its Holm-adjusted p over the width's policies; a significant bend stops the line's "
-             "extrapolation. Held out: the line without the largest WSD budget, its 95% prediction interval for one "
-             "seed at that budget, and the measured mean gap. Cosine: the line's prediction at the cosine budget "
-             "against the cosine runs' measured mean gap.", ""]
+             "doubling², with its Holm-adjusted p over the width's five policies (those not tested yet at p = 1); a "
+             "significant bend stops the line's extrapolation. Held out: the line without the largest WSD budget, its "
+             "95% prediction interval for one seed at that budget, and the measured mean gap. Cosine: the line's "
+             "prediction at the cosine budget against the cosine runs' measured mean gap.", ""]
     for width, (rows, n_params) in sorted(trends.items()):
         lines += [f"### Width {width} ({n_params / 1e6:.1f}M parameters)", "",
                   "| policy | syncs | slope (95% CI, seeds) | bend (95% CI), Holm p | crossover or bound | held out: "
