@@ -207,7 +207,9 @@ def test_across_widths_recovers_the_size_slope(tmp_path, monkeypatch):
     assert fit["widths"] == [256, 384, 768] and len(fit["grid"]) >= 2
     for g in fit["grid"]:
         assert 0.25 <= g["tokens_per_param"] <= 2 and g["df"] == 1
-        assert g["per_doubling"] == pytest.approx(c, abs=0.1) and g["ci"] is not None and g["p_holm"] == g["p"]
+        assert g["per_doubling"] == pytest.approx(c, abs=0.1) and g["ci"] is not None
+        # the one policy fitted, in a Holm family of the design's five (the other four at p = 1)
+        assert g["p_holm"] == pytest.approx(min(1.0, len(report.POLICY_ORDER) * g["p"]))
         expected = a + b * math.log2(g["tokens_per_param"]) + c * math.log2(2 * 123_600_000)
         assert g["new_gap"] == pytest.approx(expected, abs=0.2) and g["new_pi"] > 0
     held = fit["heldout"]

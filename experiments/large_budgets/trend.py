@@ -365,14 +365,15 @@ def across_widths(trends, cosine_only=(), level=LEVEL):
                                       df=test["df"], p=test["p"], new_gap=new["gap"], new_pi=new["pi"]))
         entry["heldout"] = heldout(items, level)
     # one family per tokens per parameter: the policies' slope tests there (the grid points of one policy share its
-    # lines, so they are not separate families' worth of evidence, and are not corrected across)
+    # lines, so they are not separate families' worth of evidence, and are not corrected across); as large as the
+    # design's policies, as in every cell
     families = {}
     for entry in policies.values():
         for g in entry["grid"]:
             if g["p"] is not None:
                 families.setdefault(g["tokens_per_param"], []).append(g)
     for family in families.values():
-        for g, adjusted in zip(family, holm([g["p"] for g in family])):
+        for g, adjusted in zip(family, holm([g["p"] for g in family], len(POLICY_ORDER))):
             g.update(p_holm=adjusted, told_from_0=adjusted < ALPHA)
     held = [(h, bool(e["curved"])) for e in policies.values() for h in e["heldout"] if h["inside"] is not None]
     return dict(level=level, widths=widths, n_params=[trends[w][1] for w in widths], cosine_only=sorted(cosine_only),
@@ -391,8 +392,8 @@ def render_across(across, order):
     lines += ["From experiments/large_budgets/trend.py's across_widths (its docstring states the model). Per policy, "
               "each width's line of its WSD cells' seed-mean gaps against log2 tokens, evaluated at the tokens per "
               "parameter every width measured; those values (one a width) regressed on log2 N: points per doubling "
-              "of parameters, 95% t-interval with widths − 2 df, Holm p over the policies at each tokens per "
-              f"parameter; and the 95% prediction interval for a new width's seed-mean gap at N = {new / 1e6:.1f}M "
+              "of parameters, 95% t-interval with widths − 2 df, Holm p over the design's five policies at each "
+              f"tokens per parameter; and the 95% prediction interval for a new width's seed-mean gap at N = {new / 1e6:.1f}M "
               "(one doubling of N past the largest width: an extrapolation in N, not in tokens per parameter).", "",
               "| policy | syncs | tokens/param | " + " | ".join(f"width {w}" for w in widths)
               + " | per doubling of N (95% CI, df) | Holm p | new width: predicted (95% PI) |",
