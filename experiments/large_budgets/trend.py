@@ -28,7 +28,7 @@ u_w = log2 N_w (N: parameters) and r = log2 (tokens / N), the planner's surface 
                  there: the range's geometric middle), so no width's line is extrapolated in tokens;
     across       at each grid point, y_w = a_w + b_w (r + u_w) regressed on u by OLS, one value per width:
                  y = y_bar + c (u - u_bar); c, points per doubling of parameters, with its t(k - 2) interval and
-                 the t-test of c = 0, Holm across the policies at each grid point; and the 95% prediction
+                 the t-test of c = 0, Holm across the design's policies at each grid point; and the 95% prediction
                  interval for a new width's seed-mean gap at 2 N_largest, t(k - 2) s sqrt(1 + 1/k + (u - u_bar)^2
                  / S_uu) (an extrapolation in N, one doubling);
     held out     every width's line refitted without its largest WSD budget, the surface refitted from those
