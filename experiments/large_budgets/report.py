@@ -199,16 +199,16 @@ def check_rows(checks, groups):
 
 
 def check_cells(checks, groups):
-    """Per check and policy, the sweep's seed statistics (analysis/stats.py's seed_statistics: paired gaps, 95% t-interval
-    with n - 1 df, Holm over the design's five policies, TOST against the margin, verdict) of two comparisons:
-    'at_check_lr', the check's runs among themselves (the policy over the baseline at the check's setting: its learning
-    rate, or the cosine schedule at a WSD budget); 'vs_better_baseline', the same policy runs over, per seed, the
-    baseline's run of lower final val loss of the two settings (the check's or the sweep's twin: the baseline tuned
-    between them). 'sweep_schedule' names the twins' schedule at the check's budget, 'varied' what the check changes
-    ('learning rate', or 'schedule': cosine at a WSD budget, the sweep's rate). At the check's setting only, where the
-    sweep has every seed's twins: 'sweep_gap', their mean gap over the same seeds, and 'shift', the mean over seeds of
-    the check's gap minus the sweep's (points), with its 95% t half-width (n - 1 df): how far the learning rate or the
-    schedule moves a policy's gap, paired by seed."""
+    """Per check and policy, the sweep's seed statistics (analysis/stats.py's seed_statistics: paired gaps, 95%
+    t-interval with n - 1 df, Holm over the design's five policies, TOST against the margin, verdict) of two
+    comparisons: 'at_check_lr', the check's runs among themselves (the policy over the baseline at the check's
+    setting: its learning rate, or the cosine schedule at a WSD budget); 'vs_better_baseline', the same policy runs
+    over, per seed, the baseline's run of lower final val loss of the two settings (the check's or the sweep's twin:
+    the baseline tuned between them). 'sweep_schedule' names the twins' schedule at the check's budget, 'varied' what
+    the check changes ('learning rate', or 'schedule': cosine at a WSD budget, the sweep's rate). At the check's
+    setting only, where the sweep has every seed's twins: 'sweep_gap', their mean gap over the same seeds, and
+    'shift', the mean over seeds of the check's gap minus the sweep's (points), with its 95% t half-width (n - 1 df):
+    how far the learning rate or the schedule moves a policy's gap, paired by seed."""
     def against_sweep(sweep, policy, seeds, gaps, tokens):
         pairs = [(find_run(sweep, policy, s, tokens), find_run(sweep, "baseline", s, tokens)) for s in seeds]
         if not pairs or not all(run and base for run, base in pairs):
