@@ -269,6 +269,12 @@ def hold_check(run, argv, root, time_left, rates):
     return f"not started: expected {expected:.0f} s, {time_left:.0f} s of the hold left"
 
 
+def trunk_of(run):
+    """The name of the run whose end (Run.after) or checkpoint (Run.needs, in its scratch dir) this run waits for,
+    else None."""
+    return run.after or (run.needs and os.path.basename(os.path.dirname(run.needs))) or None
+
+
 def hold_plan(runs, states, scratch, root, hold, rates):
     """The runs a one-GPU sweep under --hold leaves out so that the runs it starts fill the hold best: {name: why}.
 
@@ -280,12 +286,11 @@ def hold_plan(runs, states, scratch, root, hold, rates):
     held two width-768 WSD chains where three fitted (experiments/large_budgets/w768/calls/README.md). Chains
     without an estimate start as without --hold; the hold_check at each start still stops a run that a slower
     chain before it has no longer left room for."""
-    import numpy as np
     startable = [r for r in runs if states[r.name] in ("start", "resume") and not r.after]
     names = {r.name for r in startable}
     chains = {}  # head name -> its runs, in the grid's order
     for r in startable:
-        trunk = r.needs and os.path.basename(os.path.dirname(r.needs))
+        trunk = trunk_of(r)
         chains.setdefault(trunk if trunk in names else r.name, []).append(r)
     items = []  # (head, seconds), the chains with an estimate for every run
     for head, chain in chains.items():
@@ -409,7 +414,7 @@ def sweep(runs, args):
             if not running:
                 if deadline is None or time.time() < deadline:
                     for r in pending:  # nothing runs that could write what they wait for
-                        trunk = r.after or (r.needs and os.path.basename(os.path.dirname(r.needs)))
+                        trunk = trunk_of(r)
                         if trunk in past_hold:
                             results[r.name] = ("not started", 0)
                             say(f"   {r.name} not started: its trunk {trunk} is past the hold")

@@ -50,8 +50,8 @@ from experiments.large_budgets.curves import (by_policy_seed, grad_series, path_
 from experiments.large_budgets.layers import (layer_series, phase_rows, plot_layers, render_phases,  # noqa: E402
                                               unsteady_runs)
 from experiments.large_budgets.stability import folder_stability, stability, stability_table  # noqa: E402
-from experiments.large_budgets.trend import (POLICY_ORDER, across_widths, plot_headline, render_across,  # noqa: E402
-                                             render_trend, width_trend)
+from experiments.large_budgets.trend import (FAMILY, POLICY_ORDER, across_widths, plot_headline,  # noqa: E402
+                                             render_across, render_trend, width_trend)
 from experiments.runner import read_records  # noqa: E402
 from training.config import HelpFormatter, OneLineArgumentParser, write_text  # noqa: E402
 
@@ -229,7 +229,7 @@ def check_cells(checks, groups):
         sweep_lr = next((r["learning_rate"] for r in sweep if r["policy"] == "baseline"), None)
         schedule = {r["tokens"]: r["lr_schedule"] for r in sweep if r["policy"] == "baseline"}
         for kind, compared in (("at_check_lr", runs), ("vs_better_baseline", better)):
-            for c in seed_statistics(compared, family_size=len(POLICY_ORDER))["cells"]:
+            for c in seed_statistics(compared, family_size=FAMILY)["cells"]:
                 m = c["final_val"]
                 if c["policy"] == "baseline" or "gap" not in m:
                     continue
@@ -305,7 +305,7 @@ def cell_stats(runs, metric):
     """seed_statistics of runs on one metric (its final value in the role of final_val)."""
     use = [dict(r, final_val=r[f"final_{metric}"], best_val=r[f"final_{metric}"]) for r in runs
            if r.get(f"final_{metric}") is not None]
-    return seed_statistics(use, family_size=len(POLICY_ORDER))["cells"]
+    return seed_statistics(use, family_size=FAMILY)["cells"]
 
 
 def late_grad_norm_ratio(runs, policy, tokens):
@@ -358,7 +358,7 @@ def planner_fit(groups):
         widths.append(dict(width=width, n_params=n_params, non_embedding=vocab and n_params - vocab * width,
                            runs=len(runs),
                            sweep=f"experiments/large_budgets/w{width}",
-                           analysis=budget_analysis(seed_statistics(runs, family_size=len(POLICY_ORDER)))))
+                           analysis=budget_analysis(seed_statistics(runs, family_size=FAMILY))))
     if not widths:
         return None
     return dict(size_fit(widths), made_by="python -m experiments.large_budgets.report (analysis/size_trend.py's "

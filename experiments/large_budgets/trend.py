@@ -43,7 +43,8 @@ from analysis.size_trend import gap_at, heldout, ols_slope_test, width_line
 from analysis.stats import ALPHA, budget_analysis, curvature_tests, holm, seed_statistics
 
 LEVEL = 0.95
-POLICY_ORDER = ("ladder", "spd", "parallel", "grouped:4", "grouped:12")  # the design's policies: each Holm family
+POLICY_ORDER = ("ladder", "spd", "parallel", "grouped:4", "grouped:12")  # the design's policies besides the baseline
+FAMILY = len(POLICY_ORDER)  # every Holm family here holds them all, the untested at p = 1 (analysis.stats.holm)
 MIN_WIDTHS = 3  # a line through k widths leaves k - 2 df: three for the first interval
 CLIP = 12.0  # the headline figure's y range, ± points
 
@@ -68,17 +69,17 @@ def width_trend(wsd_runs, cosine_runs, n_params, level=LEVEL):
     tokens_per_iter = wsd_runs[0]["tokens_per_iter"]
     cosine_iters = sorted({r["final_iter"] for r in cosine_runs})
     cosine_tokens = cosine_iters[-1] * tokens_per_iter if cosine_iters else None
-    stats = seed_statistics(wsd_runs, level, family_size=len(POLICY_ORDER))
+    stats = seed_statistics(wsd_runs, level, family_size=FAMILY)
     entries = budget_analysis(stats, target_tokens=cosine_tokens or wsd_iters[-1] * tokens_per_iter)
-    curvature = curvature_tests(entries, level, len(POLICY_ORDER))
+    curvature = curvature_tests(entries, level, FAMILY)
     # held out: the same fit without the largest WSD budget, predicting it
     top = wsd_iters[-1]
     held = {e["policy"]: e for e in budget_analysis(
-        seed_statistics([r for r in wsd_runs if r["final_iter"] != top], level, family_size=len(POLICY_ORDER)),
+        seed_statistics([r for r in wsd_runs if r["final_iter"] != top], level, family_size=FAMILY),
         target_tokens=top * tokens_per_iter)}
     cosine = {}
     if cosine_runs:
-        for c in seed_statistics(cosine_runs, level, family_size=len(POLICY_ORDER))["cells"]:
+        for c in seed_statistics(cosine_runs, level, family_size=FAMILY)["cells"]:
             m = c["final_val"]
             if c["policy"] != "baseline" and "gap" in m:
                 cosine[c["policy"]] = (m["gap"], m["gap_ci"], len(m["gaps"]))
@@ -373,7 +374,7 @@ def across_widths(trends, cosine_only=(), level=LEVEL):
             if g["p"] is not None:
                 families.setdefault(g["tokens_per_param"], []).append(g)
     for family in families.values():
-        for g, adjusted in zip(family, holm([g["p"] for g in family], len(POLICY_ORDER))):
+        for g, adjusted in zip(family, holm([g["p"] for g in family], FAMILY)):
             g.update(p_holm=adjusted, told_from_0=adjusted < ALPHA)
     held = [(h, bool(e["curved"])) for e in policies.values() for h in e["heldout"] if h["inside"] is not None]
     return dict(level=level, widths=widths, n_params=[trends[w][1] for w in widths], cosine_only=sorted(cosine_only),
@@ -393,8 +394,8 @@ def render_across(across, order):
               "each width's line of its WSD cells' seed-mean gaps against log2 tokens, evaluated at the tokens per "
               "parameter every width measured; those values (one a width) regressed on log2 N: points per doubling "
               "of parameters, 95% t-interval with widths − 2 df, Holm p over the design's five policies at each "
-              f"tokens per parameter; and the 95% prediction interval for a new width's seed-mean gap at N = {new / 1e6:.1f}M "
-              "(one doubling of N past the largest width: an extrapolation in N, not in tokens per parameter).", "",
+              "tokens per parameter; and the 95% prediction interval for a new width's seed-mean gap at "
+              f"N = {new / 1e6:.1f}M (one doubling of N past the largest width: an extrapolation in N, not in tokens per parameter).", "",
               "| policy | syncs | tokens/param | " + " | ".join(f"width {w}" for w in widths)
               + " | per doubling of N (95% CI, df) | Holm p | new width: predicted (95% PI) |",
               "|---|---:|---:|" + "---:|" * len(widths) + "---|---:|---|"]
