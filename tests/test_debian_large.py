@@ -10,6 +10,8 @@ import io
 import json
 import lzma
 import os
+import shutil
+import subprocess
 import tarfile
 
 import numpy as np
@@ -184,6 +186,38 @@ def test_call_groups_split_the_packed_files_under_the_limit(fake_packages, tmp_p
                     "--max-mb", str(limit_mb)])
     with pytest.raises(prepare.PrepareError, match="lacks train-002.xz"):
         stage.main(["group", "--from", str(packed), "--chunks", "3", "--index", "0", "--out", str(carry)])
+
+
+def test_call_groups_default_to_the_room_the_tracked_files_leave(fake_packages, tmp_path, monkeypatch, capsys):
+    """Without --max-mb a call's share is what git's tracked files leave of the 64 MiB, less the spare: the same
+    split as the explicit limit of that size; a checkout that leaves less than one packed file is refused."""
+    assert prepare.main(["--update-manifest", "--workers", "1"]) == 0
+    monkeypatch.setattr(stage, "HERE", str(fake_packages))
+    monkeypatch.setattr(stage, "MANIFEST", str(fake_packages / "corpus.json"))
+    packed, carry = tmp_path / "packed", tmp_path / "carry"
+    assert stage.main(["pack", "--chunks", "2", "--out", str(packed)]) == 0
+    sizes = {p.name: p.stat().st_size for p in packed.iterdir()}
+    room = sizes["val.xz"] + sizes["train-000.xz"]
+    monkeypatch.setattr(stage, "tracked_bytes", lambda: stage.CALL_BYTES - stage.CALL_SPARE - room)
+    assert stage.main(["group", "--from", str(packed), "--chunks", "2", "--index", "1", "--out", str(carry)]) == 0
+    assert sorted(os.listdir(carry)) == ["train-001.xz"]
+    assert "call 2 of 2, train-001.xz" in capsys.readouterr().out
+    monkeypatch.setattr(stage, "tracked_bytes", lambda: stage.CALL_BYTES - stage.CALL_SPARE - 10)
+    with pytest.raises(prepare.PrepareError, match=r"leave 0.0 MB of a call's 64 MiB, less than one packed file"):
+        stage.main(["group", "--from", str(packed), "--chunks", "2", "--index", "0", "--out", str(carry)])
+
+
+def test_tracked_bytes_counts_what_git_tracks(tmp_path):
+    """The part of a call that is not carried: tracked files' sizes, not an untracked one beside them."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "a.txt").write_bytes(b"x" * 1000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.bin").write_bytes(b"y" * 234)
+    (tmp_path / "untracked.bin").write_bytes(b"z" * 5000)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "a.txt", "sub/b.bin"], check=True)
+    assert stage.tracked_bytes(str(tmp_path)) == 1234
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(prepare.HERE, "val.bin")), reason="data/debian_large not built")

@@ -9,7 +9,7 @@ with xz (about 8 MB for 32 MiB of tokens), and the val files in one more. Here:
 
 Here again, before each call, the call's share of them (hard links in a folder of their own; val.xz in the first):
 
-    python -m data.debian_large.stage group --from .stage_all --chunks 19 --index 0 --out .stage   # 1 of 5
+    python -m data.debian_large.stage group --from .stage_all --chunks 19 --index 0 --out .stage   # 1 of 7
 
 There, one call per group of chunks that fits in a call (carry=[".stage"] or a folder of its own):
 
@@ -27,6 +27,7 @@ import hashlib
 import json
 import lzma
 import os
+import subprocess
 import sys
 import time
 
@@ -41,6 +42,13 @@ from data.prepare_utils import OneLineArgumentParser, PrepareError, run, write_a
 MANIFEST = os.path.join(HERE, "corpus.json")
 CHUNK_DIR = os.path.join(HERE, "chunks")
 VAL_SPLITS = ("val", "val_prose", "val_code")
+# A call carries the working tree (git's tracked files) with the carried folder, 64 MiB in all. Four chunks (30.1 MiB)
+# went through beside 30.8 MiB of tracked files and were refused beside 31.2 MiB, where three (25.3 MiB with
+# val.xz) went through (experiments/large_budgets/w768/calls/README.md): so the room is what the tracked files leave,
+# less 4 MiB, and it shrinks as each session commits its runs.
+CALL_BYTES = 64 * 2**20
+CALL_SPARE = 4 * 2**20
+REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def load_manifest():
@@ -109,14 +117,37 @@ def call_groups(folder, chunks, max_bytes):
     return groups
 
 
+def tracked_bytes(root=REPO):
+    """The bytes of git's tracked files under root, as they are on disk: the part of a call that is not carried."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise PrepareError(f"cannot list the tracked files of {root} ({e}); give --max-mb") from None
+    paths = (os.path.join(root, p) for p in listed.decode().split("\0") if p)
+    return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+
+
+def call_room_mb(tracked):
+    """The megabytes of chunks a call can carry beside tracked bytes of working tree."""
+    return (CALL_BYTES - CALL_SPARE - tracked) / 1e6
+
+
 def group(args, manifest):
     """Put the --index-th call's share of --from's packed files into --out, in place of the ones there."""
     if os.path.isdir(args.out) and os.path.samefile(args.out, args.source):
         raise PrepareError(f"--out {args.out}: the same folder as --from; give the folder the call carries")
+    measured = args.max_mb is None
+    if measured:
+        tracked = tracked_bytes()
+        args.max_mb = call_room_mb(tracked)
     groups = call_groups(args.source, args.chunks, args.max_mb * 1e6)
+    largest = max(sum(os.path.getsize(os.path.join(args.source, n)) for n in g) for g in groups) / 1e6
+    if measured and largest > args.max_mb:
+        raise PrepareError(f"the tracked files ({tracked / 2**20:.1f} MiB) leave {max(args.max_mb, 0):.1f} MB of a "
+                           f"call's 64 MiB, less than one packed file ({largest:.1f} MB): stage from a smaller checkout")
     if not 0 <= args.index < len(groups):
         raise PrepareError(f"--index {args.index}: give 0 to {len(groups) - 1} ({len(groups)} calls of at most "
-                           f"{args.max_mb:g} MB carry val.xz and {args.chunks} chunks)")
+                           f"{args.max_mb:.1f} MB carry val.xz and {args.chunks} chunks)")
     os.makedirs(args.out, exist_ok=True)
     packed = {"val.xz"} | {chunk_name(k) for k in range(len(manifest["train_chunk_sha256"]))}
     for name in os.listdir(args.out):  # only the packed files of an earlier call: nothing else in --out is touched
@@ -131,7 +162,8 @@ def group(args, manifest):
                 write_atomic(target, f.read())
     size = sum(os.path.getsize(os.path.join(args.out, n)) for n in groups[args.index])
     print(f"{args.out}: call {args.index + 1} of {len(groups)}, {', '.join(groups[args.index])} "
-          f"({size / 1e6:.1f} MB)", flush=True)
+          f"({size / 1e6:.1f} MB{f' of the {args.max_mb:.1f} MB the tracked files leave' if measured else ''})",
+          flush=True)
     return 0
 
 
@@ -206,9 +238,9 @@ def main(argv=None):
     g.add_argument("--chunks", type=int, required=True, help="how many chunks train.bin should hold")
     g.add_argument("--index", type=int, required=True, help="which call's share, from 0")
     g.add_argument("--out", required=True, help="the folder the call carries (its packed files are replaced)")
-    # a call carries 64 MiB with the working tree, but five chunks (39 MB) were refused where four (31 MB) went
-    # through (experiments/large_budgets/README.md): 34 MB is four chunks, and val.xz with the first three
-    g.add_argument("--max-mb", type=float, default=34.0, help="the most megabytes of chunks a call carries")
+    g.add_argument("--max-mb", type=float, default=None,
+                   help="the most megabytes of chunks a call carries (default: what the tracked files leave of 64 MiB, "
+                        "less 4 MiB)")
     args = parser.parse_args(argv)
     manifest = load_manifest()
     total = len(manifest["train_chunk_sha256"])
@@ -222,7 +254,7 @@ def main(argv=None):
     if not os.path.isdir(args.source):
         raise PrepareError(f"--from {args.source}: no such folder")
     if args.verb == "group":
-        if not args.max_mb > 0:
+        if args.max_mb is not None and not args.max_mb > 0:
             raise PrepareError(f"--max-mb {args.max_mb:g}: give a positive number of megabytes")
         return group(args, manifest)
     return unpack(args, manifest)
