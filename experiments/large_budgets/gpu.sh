@@ -13,7 +13,9 @@
 #   bash experiments/large_budgets/gpu.sh collect [SECONDS]  # wait for it (or stop it), then pack the runs' logs into $OUT
 # HOLD=SECONDS (the device's budget_left_s before this call, less ~45 s for the gaps between the calls to come): the
 # sweep starts only the runs expected to end by then (experiments/run_time.py; a run cut at the hold is lost, its
-# checkpoints on the machine), on 1 GPU the chains that fill the hold best (runner.hold_plan).
+# checkpoints on the machine), on 1 GPU the chains that fill the hold best (runner.hold_plan). AFTER=1 queues a start
+# behind the sweeps running now, and HOLD=rest gives it what is left of the first start's hold when it begins: e.g.
+# width 256's schedule-check runs in the time width 768's chains leave (gpu.sh prefix 15 first, then PREFIX=15).
 # ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds, --jobs; GPUS=1 puts
 # the sweep on GPU 1 alone; PREFIX=N reads $S/data<N> instead of data/; SWEEP=<folder> keeps a side check's runs,
 # e.g. another learning rate, out of w<width>/, whose runs report.py reads as the sweep's). watch and collect wait
@@ -81,6 +83,24 @@ case $verb in
     python3 -m experiments.large_budgets.branch_check $D "$t0" "$t1" "$t2" | tee $OUT/branchcheck-$width.txt
     cp $D/trunk.out $D/own.out $OUT/ ;;
   start)
+    if [ -n "$AFTER" ]; then
+      # queued behind the sweeps running now: a process of its own, listed in sweeps.pid so that watch and collect
+      # wait for it (or stop it), that starts this sweep once they end (HOLD=rest: with the hold they left)
+      before=$(cat $S/sweeps.pid 2>/dev/null | tr '\n' ' ')
+      setsid nohup env AFTER= WAIT_FOR="$before" START_WAIT=0 bash "$0" start "$@" >> $S/after-$$.log 2>&1 < /dev/null &
+      echo $! >> $S/sweeps.pid; log "queued behind sweeps $before(log: $S/after-$$.log)"; exit 0
+    fi
+    for pid in $WAIT_FOR; do while kill -0 "$pid" 2>/dev/null; do sleep 5; done; done
+    # HOLD=N also writes the machine's deadline (now + N); HOLD=rest reads it back for a later sweep of the same hold
+    if [ "$HOLD" = rest ]; then
+      [ -f $S/deadline ] || { echo "error: HOLD=rest: no earlier start set a deadline ($S/deadline); give HOLD=SECONDS" >&2; exit 2; }
+      HOLD=$(( $(cat $S/deadline) - $(date +%s) ))
+      [ "$HOLD" -gt 60 ] || { log "not started: $HOLD s of the hold left"; exit 0; }
+      log "the hold's rest: $HOLD s"
+    elif [ -n "$HOLD" ]; then
+      [[ "$HOLD" =~ ^[1-9][0-9]*$ ]] || { echo "error: HOLD=$HOLD: give whole seconds > 0, or rest" >&2; exit 2; }
+      echo $(( $(date +%s) + HOLD )) > $S/deadline
+    fi
     width=$1; shift; cfg=config/large_w$width.py; [ "$width" = 768 ] && cfg=config/large_124m.py
     # the sampler in its own session, as the sweep: started plainly, it ended with the call that started it
     [ -f $S/smi.pid ] && kill -0 "$(cat $S/smi.pid)" 2>/dev/null || {
