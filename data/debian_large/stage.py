@@ -48,7 +48,6 @@ VAL_SPLITS = ("val", "val_prose", "val_code")
 # less 4 MiB, and it shrinks as each session commits its runs.
 CALL_BYTES = 64 * 2**20
 CALL_SPARE = 4 * 2**20
-REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def load_manifest():
@@ -98,16 +97,21 @@ def pack(args, manifest):
     return 0
 
 
-def call_groups(folder, chunks, max_bytes):
-    """[[file name]] of the packed files in folder: val.xz, then chunks 0 .. chunks-1 in order, each group as many
-    whole files as stay under max_bytes (a file larger than that alone in its group)."""
+def packed_names(folder, chunks):
+    """val.xz and chunks 0 .. chunks-1's packed files, in that order; PrepareError if folder lacks any."""
     names = ["val.xz"] + [chunk_name(k) for k in range(chunks)]
     missing = [n for n in names if not os.path.exists(os.path.join(folder, n))]
     if missing:
         raise PrepareError(f"--from {folder} lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}: "
                            f"write them with python -m data.debian_large.stage pack --chunks {chunks} --out {folder}")
+    return names
+
+
+def call_groups(folder, chunks, max_bytes):
+    """[[file name]] of the packed files in folder: val.xz, then chunks 0 .. chunks-1 in order, each group as many
+    whole files as stay under max_bytes (a file larger than that alone in its group)."""
     groups, size = [[]], 0
-    for name in names:
+    for name in packed_names(folder, chunks):
         n = os.path.getsize(os.path.join(folder, name))
         if groups[-1] and size + n > max_bytes:
             groups.append([])
@@ -117,12 +121,18 @@ def call_groups(folder, chunks, max_bytes):
     return groups
 
 
-def tracked_bytes(root=REPO):
-    """The bytes of git's tracked files under root, as they are on disk: the part of a call that is not carried."""
+def tracked_bytes(root=None):
+    """The bytes of git's tracked files in root (default: the checkout holding this file), as they are on disk: the
+    part of a call that is not carried."""
+    here = os.path.dirname(os.path.abspath(__file__))  # not HERE, which tests point at their fixtures
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root or here, capture_output=True, check=True).stdout
     try:
-        listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+        root = root or git("rev-parse", "--show-toplevel").decode().strip()
+        listed = git("ls-files", "-z")
     except (OSError, subprocess.CalledProcessError) as e:
-        raise PrepareError(f"cannot list the tracked files of {root} ({e}); give --max-mb") from None
+        raise PrepareError(f"cannot list the tracked files of {root or here} ({e}); give --max-mb") from None
     paths = (os.path.join(root, p) for p in listed.decode().split("\0") if p)
     return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
@@ -136,6 +146,7 @@ def group(args, manifest):
     """Put the --index-th call's share of --from's packed files into --out, in place of the ones there."""
     if os.path.isdir(args.out) and os.path.samefile(args.out, args.source):
         raise PrepareError(f"--out {args.out}: the same folder as --from; give the folder the call carries")
+    packed_names(args.source, args.chunks)
     measured = args.max_mb is None
     if measured:
         tracked = tracked_bytes()
