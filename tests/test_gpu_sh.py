@@ -71,6 +71,9 @@ def test_hold_values_it_cannot_use(machine):
     assert bad.returncode == 2 and "HOLD=rest: no earlier start set a deadline" in bad.stderr.strip().splitlines()[-1]
     bad = gpu_sh("start", "256", HOLD="20m")
     assert bad.returncode == 2 and "HOLD=20m: give whole seconds > 0, or rest" in bad.stderr
+    bad = gpu_sh("start", "256", HOLD="300", AFTER="1")
+    assert bad.returncode == 2 and "a queued start takes HOLD=rest" in bad.stderr
+    assert not (study / "sweeps.pid").exists()  # nothing was queued
     (study / "deadline").write_text(str(int(time.time()) + 30))
     spent = gpu_sh("start", "256", HOLD="rest")
     assert spent.returncode == 0 and "not started:" in spent.stdout and not (study / "started.txt").exists()

@@ -83,6 +83,13 @@ case $verb in
     python3 -m experiments.large_budgets.branch_check $D "$t0" "$t1" "$t2" | tee $OUT/branchcheck-$width.txt
     cp $D/trunk.out $D/own.out $OUT/ ;;
   start)
+    # HOLD=N also writes the machine's deadline (now + N); HOLD=rest reads it back for a later sweep of the same hold
+    if [ "$HOLD" = rest ]; then
+      [ -f $S/deadline ] || { echo "error: HOLD=rest: no earlier start set a deadline ($S/deadline); give HOLD=SECONDS" >&2; exit 2; }
+    elif [ -n "$HOLD" ]; then
+      [[ "$HOLD" =~ ^[1-9][0-9]*$ ]] || { echo "error: HOLD=$HOLD: give whole seconds > 0, or rest" >&2; exit 2; }
+      [ -z "$AFTER" ] || { echo "error: AFTER=1 with HOLD=$HOLD: a queued start takes HOLD=rest (the first start's hold) or none" >&2; exit 2; }
+    fi
     if [ -n "$AFTER" ]; then
       # queued behind the sweeps running now: a process of its own, listed in sweeps.pid so that watch and collect
       # wait for it (or stop it), that starts this sweep once they end (HOLD=rest: with the hold they left)
@@ -91,14 +98,11 @@ case $verb in
       echo $! >> $S/sweeps.pid; log "queued behind sweeps $before(log: $S/after-$$.log)"; exit 0
     fi
     for pid in $WAIT_FOR; do while kill -0 "$pid" 2>/dev/null; do sleep 5; done; done
-    # HOLD=N also writes the machine's deadline (now + N); HOLD=rest reads it back for a later sweep of the same hold
     if [ "$HOLD" = rest ]; then
-      [ -f $S/deadline ] || { echo "error: HOLD=rest: no earlier start set a deadline ($S/deadline); give HOLD=SECONDS" >&2; exit 2; }
       HOLD=$(( $(cat $S/deadline) - $(date +%s) ))
       [ "$HOLD" -gt 60 ] || { log "not started: $HOLD s of the hold left"; exit 0; }
       log "the hold's rest: $HOLD s"
     elif [ -n "$HOLD" ]; then
-      [[ "$HOLD" =~ ^[1-9][0-9]*$ ]] || { echo "error: HOLD=$HOLD: give whole seconds > 0, or rest" >&2; exit 2; }
       echo $(( $(date +%s) + HOLD )) > $S/deadline
     fi
     width=$1; shift; cfg=config/large_w$width.py; [ "$width" = 768 ] && cfg=config/large_124m.py
