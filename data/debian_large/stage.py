@@ -137,11 +137,6 @@ def tracked_bytes(root=None):
     return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
 
-def call_room_mb(tracked):
-    """The megabytes of chunks a call can carry beside tracked bytes of working tree."""
-    return (CALL_BYTES - CALL_SPARE - tracked) / 1e6
-
-
 def group(args, manifest):
     """Put the --index-th call's share of --from's packed files into --out, in place of the ones there."""
     if os.path.isdir(args.out) and os.path.samefile(args.out, args.source):
@@ -150,7 +145,7 @@ def group(args, manifest):
     measured = args.max_mb is None
     if measured:
         tracked = tracked_bytes()
-        args.max_mb = call_room_mb(tracked)
+        args.max_mb = (CALL_BYTES - CALL_SPARE - tracked) / 1e6
     groups = call_groups(args.source, args.chunks, args.max_mb * 1e6)
     largest = max(sum(os.path.getsize(os.path.join(args.source, n)) for n in g) for g in groups) / 1e6
     if measured and largest > args.max_mb:
