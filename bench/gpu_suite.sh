@@ -34,6 +34,7 @@
 #                                                 # 4 GPUs as two pairs at once (GPUs 0,1: 124m; 2,3: medium), or
 #                                                 # SIZE (124m, medium or large) alone on GPUs 0,1 of a 2-GPU machine;
 #                                                 # async124m: plain TP with and without --tp_async_grad, 124m;
+#                                                 # asyncprof: its baseline rows profiled; asynclarge: at large;
 #                                                 # large2: large's parallel and spd beside plain TP (what one
 #                                                 # call's limit left of large)
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
@@ -80,8 +81,8 @@ case $mode in
   pareto2) launch=(torchrun --standalone --nproc_per_node=2); charsize=${3:-char384}; parts=pareto ;;
   comm4) launch=(torchrun --standalone --nproc_per_node=4); parts=${3:-floors124m} ;;
   comm2) launch=(torchrun --standalone --nproc_per_node=2); parts=comm2; comm2_sizes=${3:-124m,medium}
-    case $comm2_sizes in 124m|medium|large|large2|async124m|124m,medium) ;; *)
-      echo "gpu_suite.sh: comm2 size '$comm2_sizes' is not one of 124m, medium, large, large2, async124m (default: 124m and medium, on 4 GPUs)" >&2
+    case $comm2_sizes in 124m|medium|large|large2|async124m|asyncprof|asynclarge|124m,medium) ;; *)
+      echo "gpu_suite.sh: comm2 size '$comm2_sizes' is not one of 124m, medium, large, large2, async124m, asyncprof, asynclarge (default: 124m and medium, on 4 GPUs)" >&2
       exit 2 ;; esac ;;
   *) echo "gpu_suite.sh: mode '$mode' is not one of $modes" >&2
      exit 2 ;;
@@ -133,6 +134,12 @@ if has comm2; then  # each ratio is taken inside its own invocation; baseline in
   # plain TP with Megatron's async input-gradient all-reduce (dX's all-reduce during dW), the plain-TP baseline a
   # Megatron user runs without SP, beside plain TP; the policies too (their best mode may use it): 8 rows of ~35 s
   [[ $comm2_sizes == async124m ]] && comm2_step async124m 0,1 124m $four --tp_async_grad off,on --warmup 10 --iters 30
+  # on 2x H200 the async rows came out 0.5-2.6% slower than plain TP (bench/results/tp2_comm_h200/invocation4_*):
+  # a torch.profiler trace of the baseline's two rows says whether the all-reduce overlaps its dW GEMM at all
+  # (2 rows of ~35 s and 3 profiled iterations each); then the same pair at large, where each dX is 1.7x the bytes
+  [[ $comm2_sizes == asyncprof ]] && comm2_step asyncprof 0,1 124m baseline --tp_async_grad off,on --warmup 10 \
+    --iters 30 --profile baseline
+  [[ $comm2_sizes == asynclarge ]] && comm2_step asynclarge 0,1 large baseline --tp_async_grad off,on --warmup 8 --iters 20
   wait
 fi
 if has train; then

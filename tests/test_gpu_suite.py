@@ -38,18 +38,19 @@ def test_every_mode_plans_runnable_steps(mode, tmp_path):
         assert sum(int(limit) for limit, _, _ in steps) <= 600, (mode, [(l, n) for l, n, _ in steps])
 
 
-@pytest.mark.parametrize("size", ["124m", "medium", "large", "large2", "async124m"])
-def test_comm2_runs_one_size_on_the_first_pair(size, tmp_path):
+@pytest.mark.parametrize("size, model", [("124m", "124m"), ("medium", "medium"), ("large", "large"), ("large2", "large"),
+                                         ("async124m", "124m"), ("asyncprof", "124m"), ("asynclarge", "large")])
+def test_comm2_runs_one_size_on_the_first_pair(size, model, tmp_path):
     """comm2 with one SIZE is a 2-GPU call: that size's invocation alone, on GPUs 0 and 1; any other SIZE is refused."""
     env = dict(os.environ, GPU_SUITE_DRY="1")
     proc = subprocess.run(["bash", "bench/gpu_suite.sh", "comm2", str(tmp_path), size], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
     steps = [line.split(" ", 3) for line in proc.stdout.splitlines() if line.startswith("step ")]
     assert proc.returncode == 0 and [name for _, _, name, _ in steps] == [f"comm2_{size}"], proc
-    assert steps[0][3].startswith("CUDA_VISIBLE_DEVICES=0,1 ") and f"--size {size.replace('async', '').rstrip('2')} " in steps[0][3]
+    assert steps[0][3].startswith("CUDA_VISIBLE_DEVICES=0,1 ") and f"--size {model} " in steps[0][3]
     bad = subprocess.run(["bash", "bench/gpu_suite.sh", "comm2", str(tmp_path), "xl"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "comm2 size 'xl' is not one of 124m, medium, large, large2, async124m" in bad.stderr
+    assert bad.returncode == 2 and "comm2 size 'xl' is not one of 124m, medium, large, large2, async124m, asyncprof, asynclarge" in bad.stderr
 
 
 def test_comm2_large2_times_what_large_left_beside_plain_tp(tmp_path):
@@ -58,6 +59,16 @@ def test_comm2_large2_times_what_large_left_beside_plain_tp(tmp_path):
                           env=dict(os.environ, GPU_SUITE_DRY="1"), capture_output=True, text=True, timeout=60)
     command = next(line for line in proc.stdout.splitlines() if line.startswith("step "))
     assert "--policies baseline,parallel,spd " in command and "--baseline_tp_comm" not in command, command
+
+
+@pytest.mark.parametrize("size, model, extra", [("asyncprof", "124m", "--profile baseline"), ("asynclarge", "large", "")])
+def test_comm2_async_steps_time_the_baseline_with_and_without_async_grad(size, model, extra, tmp_path):
+    """asyncprof and asynclarge: the baseline alone, plain TP beside --tp_async_grad on (asyncprof with a profile)."""
+    proc = subprocess.run(["bash", "bench/gpu_suite.sh", "comm2", str(tmp_path), size], cwd=REPO,
+                          env=dict(os.environ, GPU_SUITE_DRY="1"), capture_output=True, text=True, timeout=60)
+    command = next(line for line in proc.stdout.splitlines() if line.startswith("step "))
+    assert f"--size {model} --policies baseline --tp2_n_tracks 2 --tp_async_grad off,on" in command, command
+    assert ("--profile" in command) == bool(extra) and extra in command, command
 
 
 def test_unknown_mode_is_refused(tmp_path):
