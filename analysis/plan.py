@@ -281,7 +281,7 @@ def width_seeds(fit, width):
 def summary(fit, args, shape, n_params, cells):
     seeds = {w["width"]: width_seeds(fit, w["width"]) for w in fit["widths"]}
     widths = ", ".join(f"{w['width']} ({w['n_params'] / 1e6:.1f}M" + (
-        f", {seeds[w['width']]} seed{'s' if seeds[w['width']] > 1 else ''}" if seeds[w["width"]] else "") + ")"
+        f", {seeds_text(seeds[w['width']])}" if seeds[w["width"]] else "") + ")"
         for w in fit["widths"])
     r_lo, r_hi = fit["measured"]["tokens_per_param"]
     k = len(fit["widths"])
@@ -341,7 +341,7 @@ def real_budget_lines(path=REAL_BUDGETS):
         for r in (r for r in cells if r["tokens"] == last):
             spread = f" ± {r['gap_ci95']:.2f}" if r["gap_ci95"] is not None else ""
             ratio = r.get("late_grad_norm_ratio") or 0
-            note = [f"{len(r['seeds'])} seed{'' if len(r['seeds']) == 1 else 's'}"] + (
+            note = [seeds_text(len(r['seeds']))] + (
                 [f"unsteady, grad norm x{ratio:.0f}"] if ratio >= UNSTEADY else [])
             gaps.append(f"{r['policy']} {r['gap']:+.2f}{spread} ({', '.join(note)})")
         parts.append(f"Width {width} at {cells[0]['tokens_per_param']:.3g} tokens per parameter "
@@ -350,6 +350,10 @@ def real_budget_lines(path=REAL_BUDGETS):
         return []
     return [f"Measured nearer real budgets, on a corpus read once (cosine; gap %, mean ± 95% half-width over seeds; "
             f"experiments/large_budgets/answer.md), not yet in the fit above. {'. '.join(parts)}."]
+
+
+def seeds_text(n):
+    return f"{n} seed{'s' if n > 1 else ''}"
 
 
 def check_lines(path=CHECKS):
@@ -366,23 +370,27 @@ def check_lines(path=CHECKS):
         for check in dict.fromkeys(m["check"] for m in cells):
             mine = [m for m in cells if m["check"] == check]
             first = mine[0]
-            seeds = sorted({s for m in mine for s in m["seeds"]})
-            n_seeds = f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}"
             by_policy = {}
             for m in mine:
                 by_policy.setdefault(m["policy"], {})[m["comparison"]] = m
+            # one count in the heading where every policy has it; each policy's own where the check is part-run
+            counts = {len(c["at_check_lr"]["seeds"]) for c in by_policy.values() if "at_check_lr" in c}
+            heading = f"{seeds_text(counts.pop())}; " if len(counts) == 1 else ""
+
+            def named(policy, c):
+                return policy + ("" if heading else f" ({seeds_text(len(c['at_check_lr']['seeds']))})")
             if first.get("varied") == "schedule":
-                gaps = "; ".join(f"{policy} {text(c['at_check_lr'])} cosine" + (
+                gaps = "; ".join(f"{named(policy, c)} {text(c['at_check_lr'])} cosine" + (
                     "" if c["at_check_lr"].get("sweep_gap") is None else f", {c['at_check_lr']['sweep_gap']:+.2f} WSD")
                     for policy, c in by_policy.items() if "at_check_lr" in c)
-                schedules.append(f"width {first['width']} at {first['tokens'] / 1e6:.1f}M tokens ({n_seeds}; {check}): "
+                schedules.append(f"width {first['width']} at {first['tokens'] / 1e6:.1f}M tokens ({heading}{check}): "
                                  f"{gaps}")
                 continue
-            gaps = "; ".join(f"{policy} {text(c['at_check_lr'])}" + (
+            gaps = "; ".join(f"{named(policy, c)} {text(c['at_check_lr'])}" + (
                 f" (against the better baseline {text(c['vs_better_baseline'])})" if "vs_better_baseline" in c else "")
                 for policy, c in by_policy.items() if "at_check_lr" in c)
             rates.append(f"width {first['width']} at learning rate {first['lr']:g} against {first['sweep_lr']:g} "
-                         f"({n_seeds}; {check}): {gaps}")
+                         f"({heading}{check}): {gaps}")
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return []
     lines = [f"The learning rate's share (gap %, 95% t-interval over seeds; against the better baseline: the policy "

@@ -451,8 +451,8 @@ def test_the_planner_names_the_learning_rate_and_schedule_checks(tmp_path):
               dict(schedule, policy="ladder", comparison="vs_better_baseline", gap=7.09, gap_ci95=None)]
     (tmp_path / "checks.json").write_text(json.dumps({"runs": [], "cells": cells}))
     rate, schedule_line = plan.check_lines(str(tmp_path / "checks.json"))
-    assert rate.endswith("width 768 at learning rate 0.0003 against 0.0006 (2 seeds; w768-lr3e-4): ladder +3.57 ± 9.70 "
-                         "(against the better baseline +4.75 ± 16.53); grouped:4 +5.11.")
+    assert rate.endswith("width 768 at learning rate 0.0003 against 0.0006 (w768-lr3e-4): ladder (2 seeds) +3.57 ± 9.70 "
+                         "(against the better baseline +4.75 ± 16.53); grouped:4 (1 seed) +5.11.")
     assert schedule_line.endswith("width 256 at 117.4M tokens (2 seeds; w256-cosine3584): ladder -3.44 ± 1.50 cosine, "
                                   "-1.52 WSD.")
     (tmp_path / "old.json").write_text(json.dumps([{"check": "w768-lr3e-4", "gap": 4.3}]))
