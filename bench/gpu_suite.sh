@@ -134,11 +134,13 @@ if has comm2; then  # each ratio is taken inside its own invocation; baseline in
   # plain TP with Megatron's async input-gradient all-reduce (dX's all-reduce during dW), the plain-TP baseline a
   # Megatron user runs without SP, beside plain TP; the policies too (their best mode may use it): 8 rows of ~35 s
   [[ $comm2_sizes == async124m ]] && comm2_step async124m 0,1 124m $four --tp_async_grad off,on --warmup 10 --iters 30
-  # on 2x H200 the async rows came out 0.5-2.6% slower than plain TP (bench/results/tp2_comm_h200/invocation4_*):
-  # a torch.profiler trace of the baseline's two rows says whether the all-reduce overlaps its dW GEMM at all
-  # (2 rows of ~35 s and 3 profiled iterations each); then the same pair at large, where each dX is 1.7x the bytes
-  [[ $comm2_sizes == asyncprof ]] && comm2_step asyncprof 0,1 124m baseline --tp_async_grad off,on --warmup 10 \
-    --iters 30 --profile baseline
+  # on 2x H200 the async rows came out 0.5-2.6% slower than plain TP (bench/results/tp2_comm_h200/invocation4_*),
+  # grouped:4's too, which has 3 of them a step: was it the async all-reduce, or inductor's peak-memory reordering,
+  # which the async rows turn off? Here every row has it off, and a torch.profiler trace of each says whether the
+  # all-reduce overlaps its dW GEMM (4 rows of ~40 s, 3 profiled iterations each); then the pair at large, where
+  # each dX is 1.7x the bytes
+  [[ $comm2_sizes == asyncprof ]] && comm2_step asyncprof 0,1 124m baseline,grouped:4 --tp_async_grad off,on \
+    --peak_memory_reorder off --warmup 10 --iters 30 --profile tp2
   [[ $comm2_sizes == asynclarge ]] && comm2_step asynclarge 0,1 large baseline --tp_async_grad off,on --warmup 8 --iters 20
   wait
 fi

@@ -197,6 +197,10 @@ def build_parser():
     p.add_argument("--modes", default="compiled", help="comma-separated of " + ", ".join(MODES) + " (see Modes)")
     p.add_argument("--inductor_defaults", action="store_true", help="compile at tp=2 with inductor's defaults, not "
                    "the trainer's settings (model/compile_modes.py: mix-order reduction off), to time what they cost")
+    p.add_argument("--peak_memory_reorder", default="auto", choices=("auto", "on", "off"),
+                   help="inductor's reorder_for_peak_memory for every compiled row: auto (the trainer's: off for "
+                        "--tp_async_grad on rows, whose overlap it undid; else on), or on/off for all (to tell the "
+                        "async all-reduce's own cost from that setting's)")
     p.add_argument("--no_fullgraph", action="store_true",
                    help="compile without fullgraph=True (graph breaks fall back to eager instead of failing)")
     p.add_argument("--batch_size", type=positive_int, default=12)
@@ -318,6 +322,12 @@ def variant_plan(args, world):
     return plan
 
 
+def reorder_for_peak_memory(setting, async_grad, compiled):
+    """inductor's reorder_for_peak_memory for a row: --peak_memory_reorder on/off for every row, or auto, as the trainer
+    does: off for a compiled async-grad row (with it on, the reordering undid the overlap: tests/test_async_grad.py)."""
+    return not (async_grad and compiled) if setting == "auto" else setting == "on"
+
+
 def build_variant(v, args, env):
     """(model as train_step drives it, raw model, syncs per forward or None, tp_group)."""
     from model.gpt import GPT, GPTConfig  # imported late: a broken model file fails rows, not the run
@@ -332,8 +342,8 @@ def build_variant(v, args, env):
         OVERLAP_PASSES if v["mode"] == "compiled-overlap" else [])
     compile_mode = "reduce-overhead" if v["mode"] == "compiled-graphs" else None
     async_grad = v.get("async_grad") == "on"
-    # as the trainer does: with it on, inductor's peak-memory reordering undid the overlap (tests/test_async_grad.py)
-    torch._inductor.config.reorder_for_peak_memory = not (async_grad and compiled)
+    torch._inductor.config.reorder_for_peak_memory = reorder_for_peak_memory(args.peak_memory_reorder, async_grad,
+                                                                             compiled)
     # as the trainer compiles at this tp; --inductor_defaults: inductor's own settings (tp=1's), to time what they cost
     apply_exact_training_settings(1 if args.inductor_defaults else v["tp"])
     # async TP's fusing pass: on for its rows only (a global inductor setting, read when a variant compiles)
@@ -479,7 +489,7 @@ def run(args, argv):
                 warmup=args.warmup, iters=args.iters, grad_clip=args.grad_clip,
                 dtype="bf16 autocast" if env.cuda else "float32", fullgraph=not args.no_fullgraph,
                 inductor="inductor's defaults (--inductor_defaults)" if args.inductor_defaults else
-                "the trainer's settings (model/compile_modes.py)")
+                "the trainer's settings (model/compile_modes.py)", peak_memory_reorder=args.peak_memory_reorder)
     if env.world < 2 and any(g in args.groups for g in ("tp2", "dp2")):
         meta["note"] = "one process: the tp2 and dp2 rows need 2 (torchrun --nproc_per_node=2) and were skipped"
     elif env.world > 2 and "dp2" in args.groups:

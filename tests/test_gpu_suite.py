@@ -61,14 +61,18 @@ def test_comm2_large2_times_what_large_left_beside_plain_tp(tmp_path):
     assert "--policies baseline,parallel,spd " in command and "--baseline_tp_comm" not in command, command
 
 
-@pytest.mark.parametrize("size, model, extra", [("asyncprof", "124m", "--profile baseline"), ("asynclarge", "large", "")])
-def test_comm2_async_steps_time_the_baseline_with_and_without_async_grad(size, model, extra, tmp_path):
-    """asyncprof and asynclarge: the baseline alone, plain TP beside --tp_async_grad on (asyncprof with a profile)."""
+@pytest.mark.parametrize("size, policies, extra", [
+    ("asyncprof", "baseline,grouped:4", "--peak_memory_reorder off --warmup 10 --iters 30 --profile tp2"),
+    ("asynclarge", "baseline", "")])
+def test_comm2_async_steps_time_plain_tp_with_and_without_async_grad(size, policies, extra, tmp_path):
+    """asyncprof: baseline and grouped:4 in plain TP beside --tp_async_grad on, every row with inductor's peak-memory
+    reordering off and profiled; asynclarge: the baseline's pair at large, as the trainer compiles it."""
     proc = subprocess.run(["bash", "bench/gpu_suite.sh", "comm2", str(tmp_path), size], cwd=REPO,
                           env=dict(os.environ, GPU_SUITE_DRY="1"), capture_output=True, text=True, timeout=60)
     command = next(line for line in proc.stdout.splitlines() if line.startswith("step "))
-    assert f"--size {model} --policies baseline --tp2_n_tracks 2 --tp_async_grad off,on" in command, command
+    assert f"--policies {policies} --tp2_n_tracks 2 --tp_async_grad off,on" in command, command
     assert ("--profile" in command) == bool(extra) and extra in command, command
+    assert "--profile" in command or "--peak_memory_reorder" not in command, command
 
 
 def test_unknown_mode_is_refused(tmp_path):

@@ -42,6 +42,8 @@ def test_a_floor_is_compared_with_its_own_row_only():
                 warmup=1, iters=2)
     md = markdown(meta, rows, ratios)
     assert "| ours tp2 n2 grouped:2 eager [floor] | 2 |" in md and "ms ratios, row / floor" in md
+    assert "peak-memory" not in md and "reordering off for every row" in markdown(
+        dict(meta, peak_memory_reorder="off"), rows, ratios)
     # a floor without its row, or a row without a floor, gives no floor ratio
     assert not [q for q in key_ratios(rows[:1] + rows[2:4]) if "no-sync floor" in q["section"]]
 
@@ -105,3 +107,16 @@ def test_the_baseline_can_take_its_own_tp_comm_values():
         "ours tp2 n2 baseline eager sp", "ours tp2 n2 baseline eager sp+chunked:1"]
     with pytest.raises(train_throughput.ArgError, match=r"^--baseline_tp_comm='sp,fast': 'fast' is not "):
         train_throughput.parse_args(["--baseline_tp_comm", "sp,fast"])
+
+
+def test_peak_memory_reorder_is_the_trainers_rule_unless_set():
+    """auto: inductor's peak-memory reordering off for compiled async-grad rows only (as the trainer compiles them);
+    on or off: that, for every row, so that the async all-reduce's cost can be told from the setting's."""
+    rule = train_throughput.reorder_for_peak_memory
+    assert [rule("auto", a, c) for a, c in ((True, True), (True, False), (False, True), (False, False))] == [
+        False, True, True, True]
+    assert {rule("off", a, c) for a in (True, False) for c in (True, False)} == {False}
+    assert {rule("on", a, c) for a in (True, False) for c in (True, False)} == {True}
+    assert train_throughput.parse_args(["--peak_memory_reorder", "off"]).peak_memory_reorder == "off"
+    with pytest.raises(train_throughput.ArgError, match="maybe"):
+        train_throughput.parse_args(["--peak_memory_reorder", "maybe"])

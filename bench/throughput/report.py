@@ -136,7 +136,9 @@ def markdown(meta, rows, ratios):
            f"vocab {meta['vocab_size']}{'' if meta.get('bias', True) else ', no biases'}), batch {meta['batch_size']} x seq {meta['seq_len']} x "
            f"{meta['micro_steps']} micro-step(s) per replica, {meta['dtype']}, warmup {meta['warmup']}, "
            f"median of {meta['iters']} iterations (slowest rank)"
-           + (f"; compiled with {meta['inductor']}" if meta.get("inductor") else ""),
+           + (f"; compiled with {meta['inductor']}" if meta.get("inductor") else "")
+           + ("" if meta.get("peak_memory_reorder", "auto") == "auto" else
+              f", inductor's peak-memory reordering {meta['peak_memory_reorder']} for every row"),
            "- plain and tp1 rows: one GPU (every rank runs its own copy at once); "
            f"tp{max(2, meta['world_size'])}: one replica on {max(2, meta['world_size'])} GPUs; "
            "dp2: 2 replicas on 2 GPUs. MFU over the GPUs the row uses.",
