@@ -416,6 +416,17 @@ def test_headline_names_each_markers_seeds_when_a_widths_policies_differ(tmp_pat
     assert texts["same.png"] == (["width 768, cosine (2 seeds)"], ["2.4", "2.4"])
 
 
+def test_one_legend_entry_a_line_style_names_the_policies_off_its_common_seed_count():
+    """The WSD lines, cosine markers and checks of a width take one legend entry each: the most common seed count
+    (the smaller on a tie), then each policy with another; one seed says it has no band (WSD lines) or not."""
+    from experiments.large_budgets.trend import seeds_label
+    assert seeds_label({"ladder": 3, "spd": 2, "parallel": 2, "grouped:4": 2}) == "2 seeds; ladder 3"
+    assert seeds_label({"ladder": 3, "spd": 3}) == "3 seeds"
+    assert seeds_label({"ladder": 1, "parallel": 2, "spd": 1}) == "1 seed, no band; parallel 2"
+    assert seeds_label({"ladder": 1, "parallel": 2, "spd": 1}, one="") == "1 seed; parallel 2"
+    assert seeds_label({"ladder": 3, "spd": 2}) == "2 seeds; ladder 3"
+
+
 def test_coverage_counts_the_designed_runs_and_names_the_missing():
     """answer.md's first table: per width and schedule, the finished runs of the design's policies, seeds and budgets
     (a run at another budget does not count) and what is missing, by policy and seed."""

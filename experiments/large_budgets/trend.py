@@ -197,6 +197,15 @@ def cosine_text(r):
             + ("inside" if c["inside"] else "**outside**"))
 
 
+def seeds_label(counts, one="no band"):
+    """A legend's seed count for one line style over the panels, {policy: seeds}: the most common count, then each
+    policy that has another ("2 seeds; ladder 3"), so that one entry a style stays exact while a grid is part-run."""
+    values = list(counts.values())
+    common = max(sorted(set(values)), key=values.count)
+    text = f"{common} seed{'s' if common > 1 else ', ' + one if one else ''}"
+    return "; ".join([text] + [f"{policy} {n}" for policy, n in counts.items() if n != common])
+
+
 def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=()):
     """Gap to baseline against tokens per parameter: one panel per policy, one line per width (the WSD branches'
     mean over seeds with its 95% t band), the cosine runs as squares with their 95% interval. cosine_only: the
@@ -219,6 +228,13 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
     for c in checks:
         check_colors.setdefault(c["check"], colors[(len(trends) + len({x["width"] for x in cosine_only})
                                                     + len(check_colors)) % len(colors)])
+    wsd_seeds = {width: seeds_label({p: r["seeds"] for p, r in rows.items() if p in policies})
+                 for width, (rows, _) in trends.items()}
+    cosine_seeds = {width: seeds_label({p: r["cosine"]["seeds"] for p, r in rows.items()
+                                        if p in policies and r["cosine"]}, one="")
+                    for width, (rows, _) in trends.items() if any(r["cosine"] for r in rows.values())}
+    check_seeds = {check: seeds_label({c["policy"]: len(c["seeds"]) for c in checks if c["check"] == check}, one="")
+                   for check in check_colors}
     for ax, policy in zip(axes[0], policies):
         ax.axhline(0, color="black", lw=1)
         for k, (width, (rows, n_params)) in enumerate(sorted(trends.items())):
@@ -229,9 +245,7 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
             x = [b["per_param"] for b in r["budgets"]]
             y = [b["gap"] for b in r["budgets"]]
             h = [b["ci"] or 0.0 for b in r["budgets"]]
-            n = r["seeds"]
-            ax.plot(x, y, "o-", color=color, lw=2, ms=5,
-                    label=f"width {width}, WSD ({n} seed{', no band' if n == 1 else 's'})")
+            ax.plot(x, y, "o-", color=color, lw=2, ms=5, label=f"width {width}, WSD ({wsd_seeds[width]})")
             for b, xi, yi in zip(r["budgets"], x, y):
                 # a mean past the clip: its value at the edge, so the line's course stays told
                 label = f"{yi:+.0f}" if abs(yi) > CLIP else ""
@@ -246,7 +260,7 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
             c = r["cosine"]
             if c is not None:
                 ax.errorbar([c["tokens"] / n_params], [c["measured"]], yerr=[c["ci"] or 0.0], fmt="s", color=color,
-                            mfc="white", ms=7, capsize=3, label=f"width {width}, cosine ({c['seeds']} seeds)")
+                            mfc="white", ms=7, capsize=3, label=f"width {width}, cosine ({cosine_seeds[width]})")
                 ratio = unsteady.get((width, policy, "cosine", c["tokens"]))
                 if ratio:  # under a marker at the top edge: above it, the label ran into the panel's title
                     y_mark = max(-CLIP, min(CLIP, c["measured"]))
@@ -272,13 +286,12 @@ def plot_headline(trends, order, path, cosine_only=(), unsteady=None, checks=())
                             bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5))  # over the 0 line
         for c in (c for c in checks if c["policy"] == policy):
             color = check_colors[c["check"]]
-            n = len(c["seeds"])
             lr = f"{c['lr']:.0e}".replace("e-0", "e-")  # 3e-4, as the configs write it
             setting = "cosine over a WSD budget" if c["varied"] == "schedule" else f"cosine at learning rate {lr}"
             # left of the sweep's marker: to its right stand the next width's WSD budgets
             ax.errorbar([c["tokens_per_param"] / 1.15], [c["gap"]], yerr=[c["gap_ci95"] or 0.0], fmt="^", color=color,
                         mfc="white", ms=7, capsize=3, elinewidth=1,
-                        label=f"width {c['width']}, {setting} ({n} seed{'' if n == 1 else 's'})")
+                        label=f"width {c['width']}, {setting} ({check_seeds[c['check']]})")
         ax.set_xscale("log", base=2)
         # powers of two: each width's own budgets sit at other tokens per parameter, and their labels ran together
         xs = [b["per_param"] for rows, _ in trends.values() if policy in rows for b in rows[policy]["budgets"]]
