@@ -56,6 +56,7 @@ LARGE_FIT = os.path.join("experiments", "large_budgets", "size_fit.json")  # the
 MIN_FIT_WIDTHS = 3  # the first number of widths whose fit has an interval (widths - 2 df)
 REAL_BUDGETS = os.path.join("experiments", "large_budgets", "stats.json")  # the study at a corpus read once
 CHECKS = os.path.join("experiments", "large_budgets", "checks.json")  # its runs at another learning rate
+SCHEDULES = {"cosine": "cosine", "runs": "WSD branch"}  # stats.json's schedules: each width's largest budget of each
 UNSTEADY = 3.0  # a cell whose late gradient norm is this many times the baseline's (experiments/large_budgets)
 FIT_KEYS = ("policies", "level", "measured", "widths", "size_measured")  # what the table and summary read
 TOKENS_PER_STEP = 12 * 1024  # the step model's train_b12 (bench/steptime/shapes.py): 12 x 1024 tokens per iteration
@@ -326,29 +327,32 @@ def summary(fit, args, shape, n_params, cells):
 
 
 def real_budget_lines(path=REAL_BUDGETS):
-    """The measured gaps at each width's largest cosine budget of the study at real budgets (a corpus read once),
-    which the fit does not use yet (it needs three widths there): one sentence, or none without that study."""
+    """The measured gaps at each width's largest budget of the study at real budgets (a corpus read once), cosine and
+    WSD branch, which the fit does not use yet (it needs three widths there): one sentence, or none without that
+    study. A verdict other than inconclusive is named (Holm over the design's policies, the study's ±1% margin)."""
     try:
         with open(os.path.join(REPO, path)) as f:
-            rows = [r for r in json.load(f) if r["schedule"] == "cosine" and r["metric"] == "val"]
+            rows = [r for r in json.load(f) if r["schedule"] in SCHEDULES and r["metric"] == "val"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
     parts = []
-    for width in sorted({r["width"] for r in rows}):
-        cells = [r for r in rows if r["width"] == width]
+    for width, schedule in sorted({(r["width"], r["schedule"]) for r in rows}):
+        cells = [r for r in rows if r["width"] == width and r["schedule"] == schedule]
         last = max(r["tokens"] for r in cells)
+        cells = [r for r in cells if r["tokens"] == last]
         gaps = []
-        for r in (r for r in cells if r["tokens"] == last):
+        for r in cells:
             spread = f" ± {r['gap_ci95']:.2f}" if r["gap_ci95"] is not None else ""
             ratio = r.get("late_grad_norm_ratio") or 0
-            note = [seeds_text(len(r['seeds']))] + (
+            note = [seeds_text(len(r["seeds"]))] + (
+                [r["verdict"]] if r.get("verdict") in ("better", "worse", "keeps the loss") else []) + (
                 [f"unsteady, grad norm x{ratio:.0f}"] if ratio >= UNSTEADY else [])
             gaps.append(f"{r['policy']} {r['gap']:+.2f}{spread} ({', '.join(note)})")
-        parts.append(f"Width {width} at {cells[0]['tokens_per_param']:.3g} tokens per parameter "
+        parts.append(f"Width {width}, {SCHEDULES[schedule]} at {cells[0]['tokens_per_param']:.3g} tokens per parameter "
                      f"({last / 1e6:.0f}M tokens): {'; '.join(gaps)}")
     if not parts:
         return []
-    return [f"Measured nearer real budgets, on a corpus read once (cosine; gap %, mean ± 95% half-width over seeds; "
+    return [f"Measured nearer real budgets, on a corpus read once (gap %, mean ± 95% half-width over seeds; "
             f"experiments/large_budgets/answer.md), not yet in the fit above. {'. '.join(parts)}."]
 
 

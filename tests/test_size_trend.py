@@ -420,18 +420,24 @@ def test_planner_refuses_n_tracks_out_of_range(monkeypatch, capsys):
 
 
 def test_the_planner_names_the_gaps_measured_nearer_real_budgets(tmp_path):
-    """analysis.plan's last paragraph: each width's largest cosine budget from the real-budget study's stats.json,
-    with the seeds and the unsteady cells; nothing without that file."""
+    """analysis.plan's last paragraph: each width's largest cosine budget and largest WSD branch from the real-budget
+    study's stats.json, with the seeds, a verdict other than inconclusive, and the unsteady cells; nothing without
+    that file."""
     rows = [{"schedule": "cosine", "metric": "val", "width": 768, "tokens": 301989888, "tokens_per_param": 2.44,
-             "policy": policy, "gap": gap, "gap_ci95": ci, "seeds": seeds, "late_grad_norm_ratio": ratio}
-            for policy, gap, ci, seeds, ratio in (("ladder", 10.53, None, [1337], 17.1),
-                                                  ("parallel", -0.58, 8.98, [1337, 1338], 1.0))]
+             "policy": policy, "gap": gap, "gap_ci95": ci, "seeds": seeds, "late_grad_norm_ratio": ratio,
+             "verdict": verdict}
+            for policy, gap, ci, seeds, ratio, verdict in (("ladder", 10.53, None, [1337], 17.1, None),
+                                                           ("parallel", -0.58, 8.98, [1337, 1338], 1.0, "inconclusive"))]
     rows.append(dict(rows[0], tokens=100, gap=99.0))  # a smaller budget: not the one named
     rows.append(dict(rows[0], metric="val_code", gap=55.0))  # a per-domain row: not named
+    rows.append(dict(rows[1], schedule="runs", tokens=150994944, tokens_per_param=1.22, policy="spd", gap=-1.8,
+                     gap_ci95=0.15, verdict="better"))  # the WSD branches' largest budget
+    rows.insert(0, dict(rows[-1], tokens=75497472, tokens_per_param=0.61, gap=-4.8))  # a smaller branch, first
     (tmp_path / "stats.json").write_text(json.dumps(rows))
     (line,) = plan.real_budget_lines(str(tmp_path / "stats.json"))
-    assert line.endswith("Width 768 at 2.44 tokens per parameter (302M tokens): ladder +10.53 (1 seed, unsteady, "
-                         "grad norm x17); parallel -0.58 ± 8.98 (2 seeds).")
+    assert line.endswith("Width 768, cosine at 2.44 tokens per parameter (302M tokens): ladder +10.53 (1 seed, "
+                         "unsteady, grad norm x17); parallel -0.58 ± 8.98 (2 seeds). Width 768, WSD branch at 1.22 "
+                         "tokens per parameter (151M tokens): spd -1.80 ± 0.15 (2 seeds, better).")
     assert plan.real_budget_lines(str(tmp_path / "missing.json")) == []
 
 
