@@ -5,9 +5,11 @@
         --times bench/results/issue49/final/train_loop/tp2_124m.json bench/results/issue49/final/train_loop/tp2_124m_n4.json \\
         --out bench/results/issue49/final/loss_vs_time_tp2
     python -m analysis.loss_vs_time --stats experiments/large_budgets/stats.json --width 768 --times ... --out ...
+    python -m analysis.loss_vs_time --stats experiments/large_budgets/stats.json --width 768 --schedule wsd ...
 
 --stats is a compare_runs study's stats.json (its cells at --iters) or the budget study's
-(experiments/large_budgets/stats.json: the cosine cell of --width, the whole budget, each token read once).
+(experiments/large_budgets/stats.json: the cosine cell of --width, the whole budget, each token read once; with
+--schedule wsd, its largest WSD cooldown branch instead).
 
     y = gap = 100 (loss_policy / loss_baseline - 1), paired over seeds, with its 95% t interval (the stats file's)
     x = saving = 100 (1 - ms_policy / ms_baseline), both ms from one run at one n_tracks (median over iterations);
@@ -31,20 +33,25 @@ from training.config import HelpFormatter, OneLineArgumentParser, save_figure, w
 SAME_AT_ANY_N_TRACKS = ("ladder", "parallel")  # model/gpt.py: every sublayer reads the shared stream
 
 
-def study_gaps(stats_path, iters=None, width=None):
+STUDY_SCHEDULES = {"cosine": "cosine", "wsd": "runs"}  # --schedule: the budget study's stats.json name for it
+
+
+def study_gaps(stats_path, iters=None, width=None, schedule="cosine"):
     """{policy: (gap %, half-width, budget, n_tracks, tokens or None, seeds or None)}: from a compare_runs
     stats.json, each policy's cell at the largest budget <= iters (budget: iterations, an int); from the budget
-    study's (a list of rows), the cosine val cell of width (budget: its tokens per parameter, a float; seeds: how
-    many, which differ between policies there)."""
+    study's (a list of rows), the val cell of width at its largest budget of the schedule, cosine or wsd (budget:
+    its tokens per parameter, a float; seeds: how many, which differ between policies there)."""
     with open(stats_path) as f:
         data = json.load(f)
     if isinstance(data, list):  # experiments/large_budgets/stats.json
         widths = ", ".join(str(w) for w in sorted({r["width"] for r in data}))
         if width is None:
             raise ValueError(f"{stats_path} is the budget study's stats: give --width (one of {widths})")
-        rows = [r for r in data if r["width"] == width and r["schedule"] == "cosine" and r["metric"] == "val"]
+        rows = [r for r in data if r["width"] == width and r["schedule"] == STUDY_SCHEDULES[schedule]
+                and r["metric"] == "val"]
         if not rows:
-            raise ValueError(f"{stats_path} has no cosine cell at width {width}; widths: {widths}")
+            raise ValueError(f"{stats_path} has no {schedule} cell at width {width}; widths: {widths}")
+        rows = [r for r in rows if r["tokens"] == max(r["tokens"] for r in rows)]
         return {r["policy"]: (r["gap"], r["gap_ci95"], float(r["tokens_per_param"]), r["n_tracks"], r["tokens"],
                               len(r["seeds"])) for r in rows}
     if iters is None:
@@ -92,6 +99,8 @@ def main(argv=None):
                                                   "experiments/large_budgets/stats.json)")
     p.add_argument("--iters", type=positive_int, help="the study's budget in iterations (a compare_runs stats.json)")
     p.add_argument("--width", type=positive_int, help="the width whose cosine cell to read (the budget study's stats)")
+    p.add_argument("--schedule", choices=tuple(STUDY_SCHEDULES), default="cosine",
+                   help="with --width: the cosine run over the whole budget, or the largest WSD cooldown branch")
     p.add_argument("--times", nargs="+", required=True, help="bench.train_throughput JSON files")
     p.add_argument("--out", required=True, help="output path without suffix: writes .png and .md")
     p.add_argument("--title", default="Loss against measured time", help="the figure's title (say the model, tp, device)")
@@ -101,7 +110,8 @@ def main(argv=None):
     p.add_argument("--force", action="store_true", help="let --out replace an existing .png or .md")
     args = p.parse_args(argv)
     try:
-        gaps, times = study_gaps(args.stats, args.iters, args.width), measured_savings(args.times, args.against)
+        gaps = study_gaps(args.stats, args.iters, args.width, args.schedule)
+        times = measured_savings(args.times, args.against)
     except (OSError, ValueError, KeyError) as e:
         p.error(f"cannot read the inputs: {e}")
     rows = [row for row in times if row[0] in gaps]
@@ -128,7 +138,8 @@ def main(argv=None):
         if seeds is None:
             budget_text = f"{budget} it" + (f" ({tokens / 1e6:.1f}M tokens)" if tokens else "")
         else:  # the budget study's cell: its tokens, then tokens per parameter and seeds
-            budget_text = f"{tokens / 1e6:.1f}M tokens ({budget:.2f} per parameter, {seeds_text})"
+            budget_text = (f"{tokens / 1e6:.1f}M tokens ({budget:.2f} per parameter, {seeds_text}"
+                           + (", WSD branch)" if args.schedule == "wsd" else ")"))
         half_text = "" if half is None else f" ± {half:.2f}"  # one seed: no interval
         borrowed = "" if n == study_n or pol in SAME_AT_ANY_N_TRACKS else " (borrowed)"
         lines.append(f"| {pol} | {n} | {ms:.2f} ({base:.2f}) | {saving:+.1f}% | {gap:+.2f}%{half_text} | "
@@ -145,7 +156,8 @@ def main(argv=None):
     ax.set_ylabel("val-loss gap to baseline, % (measured; below is better)")
     # the seeds differ between policies: the legend gives each its own
     at = (f"{args.iters} iterations" if args.iters else
-          f"width {args.width}'s cosine budget ({next(iter(gaps.values()))[2]:.2f} tokens per parameter)")
+          f"width {args.width}'s {'cosine budget' if args.schedule == 'cosine' else 'largest WSD branch'} "
+          f"({next(iter(gaps.values()))[2]:.2f} tokens per parameter)")
     ax.set_title(f"{args.title}\nloss at {at}\nhollow: loss borrowed from another n_tracks", fontsize=9)
     # below the axes: inside, "best" still covered an error bar (the issue-49 figure)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)

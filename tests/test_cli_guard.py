@@ -39,6 +39,7 @@ BAD_VALUES = [  # (module, argv, the value the error line must name)
     ("bench.train_throughput", ["--tp_comm", "sp,chunked:0"], "'chunked:0'"),
     ("bench.train_throughput", ["--baseline_tp_comm", "fast"], "'fast'"),
     ("bench.train_throughput", ["--peak_memory_reorder", "maybe"], "'maybe'"),
+    ("analysis.loss_vs_time", ["--stats", "s.json", "--times", "t.json", "--out", "o", "--schedule", "step"], "'step'"),
     ("bench.comm_table", ["/nonexistent/inv.json"], "/nonexistent/inv.json"),
     ("experiments.unpack_logs", ["/nonexistent/scratch-logs.tgz"], "/nonexistent/scratch-logs.tgz"),
     ("experiments.large_budgets.curves", ["--width", "300"], "--width 300"),

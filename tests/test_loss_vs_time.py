@@ -60,7 +60,8 @@ def test_against_the_strongest_baseline_takes_each_side_fastest_row(tmp_path):
 
 def test_the_budget_study_stats_give_the_cosine_cell_of_one_width(tmp_path, capsys):
     """experiments/large_budgets/stats.json (a list of rows): --width picks that width's cosine val cell (not WSD, not
-    a per-domain metric); one seed has no interval; without --width, or at a width it lacks, one error line."""
+    a per-domain metric), --schedule wsd its largest WSD branch; one seed has no interval; without --width, or at a
+    width it lacks, one error line."""
     import pytest
 
     def large(policy, width=768, schedule="cosine", metric="val", gap=2.0, ci=1.5, seeds=(1, 2)):
@@ -76,8 +77,18 @@ def test_the_budget_study_stats_give_the_cosine_cell_of_one_width(tmp_path, caps
     table = (tmp_path / "fig.md").read_text()
     assert "| spd | 4 | 18.00 (20.00) | +10.0% | +2.00% ± 1.50 | 302.0M tokens (2.44 per parameter, 2 seeds), n_tracks 4 |" in table
     assert "| parallel | 4 | 19.00 (20.00) | +5.0% | +0.50% | 302.0M tokens (2.44 per parameter, 1 seed), n_tracks 4 |" in table
+    # --schedule wsd: the WSD branches' largest budget of the width (stats.json calls that schedule "runs")
+    branches = [dict(large("spd", schedule="runs", gap=g), tokens=t, tokens_per_param=t / 123.6e6)
+                for g, t in ((-4.8, 75_497_472), (-1.8, 150_994_944))]
+    stats.write_text(json.dumps(json.loads(stats.read_text()) + branches))
+    assert loss_vs_time.main(["--stats", str(stats), "--width", "768", "--schedule", "wsd", "--times", str(times),
+                              "--out", str(tmp_path / "wsd")]) == 0
+    table = (tmp_path / "wsd.md").read_text()
+    assert "| spd | 4 | 18.00 (20.00) | +10.0% | -1.80% ± 1.50 | 151.0M tokens (1.22 per parameter, 2 seeds, WSD " \
+           "branch), n_tracks 4 |" in table and "| parallel |" not in table, table
     for argv, message in ((["--iters", "640"], "give --width (one of 256, 768)"),
-                          (["--width", "384"], "no cosine cell at width 384; widths: 256, 768")):
+                          (["--width", "384"], "no cosine cell at width 384; widths: 256, 768"),
+                          (["--width", "256", "--schedule", "wsd"], "no wsd cell at width 256; widths: 256, 768")):
         with pytest.raises(SystemExit):
             loss_vs_time.main(["--stats", str(stats), "--times", str(times), "--out", str(out)] + argv)
         assert message in capsys.readouterr().err
