@@ -496,6 +496,21 @@ def test_curves_pair_each_eval_with_the_same_seeds_baseline_and_refuse_to_overwr
     assert curves.main(["--folder", str(cosine), "--out", str(out), "--force"]) == 0
 
 
+def test_the_curves_legend_names_only_the_seeds_with_a_baseline(tmp_path, monkeypatch):
+    """A check part-run: a policy's seed whose baseline has not run draws no line, so the legend does not name it."""
+    import atomic_files
+    from experiments.large_budgets import curves
+    cosine = tmp_path / "cosine"
+    fake_run(cosine, "baseline", 1, 4.0, 4.0, 4.0)
+    fake_run(cosine, "ladder", 1, 4.4, 4.0, 4.0)
+    fake_run(cosine, "ladder", 2, 4.4, 4.0, 4.0)  # no baseline of seed 2
+    legends = []
+    monkeypatch.setattr(atomic_files, "save_figure",
+                        lambda fig, path: legends.append([t.get_text() for lg in fig.legends for t in lg.get_texts()]))
+    assert curves.plot_curves(curves.cosine_runs(str(cosine)), str(tmp_path / "c.png"), "t") == 1
+    assert legends == [["the baseline's seeds", "seed 1"]]
+
+
 def test_layers_draw_where_an_unsteady_runs_norm_sat(tmp_path):
     """layers.py: each layer's share of norm² at every logged iteration (emb first, blocks by number, final last),
     the blocks after whose MLP a policy syncs, and a panel only for a policy run that logged its layers and whose

@@ -114,7 +114,7 @@ def plot_curves(runs, path, title):
     policies += sorted({p for p, s in runs if p not in policies and p != "baseline" and ("baseline", s) in runs})
     if not policies:
         return 0
-    seeds = sorted({s for _, s in runs})
+    seeds = sorted({s for _, s in runs if ("baseline", s) in runs})  # a seed without its baseline draws nothing
     logged = any(run["grad"] for run in runs.values())  # runs without train records leave the lower row empty
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, axes = plt.subplots(2, len(policies), figsize=(max(3.3 * len(policies), 7.5), 6.4), sharex=True,
