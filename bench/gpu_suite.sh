@@ -34,7 +34,8 @@
 #                                                 # 4 GPUs as two pairs at once (GPUs 0,1: 124m; 2,3: medium), or
 #                                                 # SIZE (124m, medium or large) alone on GPUs 0,1 of a 2-GPU machine;
 #                                                 # async124m: plain TP with and without --tp_async_grad, 124m;
-#                                                 # asyncprof: its baseline rows profiled; asynclarge: at large;
+#                                                 # asyncprof: baseline and grouped:4, both with inductor's
+#                                                 # peak-memory reordering off, profiled; asynclarge: at large;
 #                                                 # large2: large's parallel and spd beside plain TP (what one
 #                                                 # call's limit left of large)
 # PARTS is a comma-separated subset of latency124m, latencymedium, profiles, syncfreq (syncfreq: tp1
