@@ -160,6 +160,16 @@ def selected(request, *names):
             if getattr(item, "module", None) is request.module} & set(names)
 
 
+def process_alive(pid):
+    """True while pid runs, from /proc/PID/stat's state (Linux): a zombie, which has exited and awaits its reaper,
+    counts as gone, and so does a process that ends between the open and the read (ESRCH)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def read_metrics(out_dir):
     """Records of metrics.jsonl; a line cut short by a killed run is skipped."""
     records = []

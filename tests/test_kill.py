@@ -16,8 +16,8 @@ import time
 import pytest
 
 from training.checkpoint import RESUME_KEYS, read_checkpoint
-from tests.conftest import (REPO, TINY, TRAIN_SCRIPT, eval_records, read_metrics, run_env, run_train, start_train,
-                            train_command, train_losses)
+from tests.conftest import (REPO, TINY, TRAIN_SCRIPT, eval_records, process_alive, read_metrics, run_env, run_train,
+                            start_train, train_command, train_losses)
 
 pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
@@ -419,16 +419,10 @@ def test_workers_stop_when_torchrun_is_killed(workdir):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
 
-    def alive(pid):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
-        except FileNotFoundError:
-            return False
     deadline = time.time() + 60
-    while any(alive(pid) for pid in workers) and time.time() < deadline:
+    while any(process_alive(pid) for pid in workers) and time.time() < deadline:
         time.sleep(0.2)
-    assert not any(alive(pid) for pid in workers), "workers outlived torchrun"
+    assert not any(process_alive(pid) for pid in workers), "workers outlived torchrun"
     _, err = proc.communicate(timeout=30)
     assert "its launcher (pid" in err and "is gone: stopping" in err, err[-2000:]
     assert any(r["type"] == "stop" for r in read_metrics(out))  # stopped after a step, with a checkpoint

@@ -25,7 +25,7 @@ import pytest
 
 from data.debian_docs import prepare
 from tests.archives import tar_bytes
-from tests.conftest import REPO
+from tests.conftest import REPO, process_alive as alive
 
 pytestmark = pytest.mark.slow  # the slow tier (pytest.ini): bash scripts/test.sh --slow; CI runs its gate tests
 
@@ -138,15 +138,6 @@ HARNESS = textwrap.dedent("""
     prepare._encode = slow_encode
     sys.exit(prepare.run(prepare.tokenize, ["text"] * 400, 2))  # 2 chunks of 200: one per worker
 """)
-
-
-def alive(pid):
-    """True while pid runs (a zombie awaiting its reaper counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")

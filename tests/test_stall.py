@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.conftest import TINY, Started, read_metrics, run_env, train_command
+from tests.conftest import TINY, Started, process_alive as running, read_metrics, run_env, train_command
 from tests.test_kill import assert_checkpoints_intact, digest, digests
 
 LIMIT = 6  # stall_timeout, seconds
@@ -21,14 +21,6 @@ def worker_pids(launcher):
             env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
         ranks[int(env[b"RANK"])] = int(pid)
     return ranks
-
-
-def running(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
 
 
 def train_iters(out):
