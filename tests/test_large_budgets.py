@@ -112,6 +112,20 @@ def test_one_seeds_line_gives_its_crossing_point_and_no_interval(tmp_path, monke
     assert text.startswith("one seed, no interval: its line crosses 0 at 14.7M") and "outside" not in text
 
 
+def test_a_curved_line_keeps_its_measured_bound():
+    """A significant bend withdraws the line (no crossover, no prediction), but the per-budget Holm verdicts are
+    measurements: "ahead up to 151M" still stands beside "not extrapolated" (width 768's spd, three seeds)."""
+    from experiments.large_budgets import trend as trend_mod
+    row = dict(curved=True, ahead_to=151.0e6, behind_from=None, largest=151.0e6, seeds=3,
+               crossover_interval=None, crossover_in_range=False, crossover_tokens=None)
+    assert trend_mod.cross_text(row) == "not extrapolated: curvature; ahead (Holm) up to 151.0M"
+    row.update(ahead_to=None)
+    assert trend_mod.cross_text(row) == "not extrapolated: curvature"
+    row.update(curved=False, ahead_to=18.9e6, behind_from=75.5e6)
+    assert trend_mod.cross_text(row) == ("ahead (Holm) up to 18.9M; behind (Holm) at 75.5M; "
+                                         "no crossover located to 151.0M")
+
+
 def test_the_planner_reads_this_corpus_fit(tmp_path, monkeypatch, capsys):
     """size_fit.json from the WSD widths (analysis/size_trend.py's size_fit: one width here, so no size trend and
     no interval), and `analysis.plan --fit` on it names this corpus and its tables; no WSD width, no file."""

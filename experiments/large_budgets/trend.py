@@ -9,7 +9,8 @@ Per width and policy, over the budgets B of the WSD branches (runs/), with x = l
                "mean c = 0" over the seeds, Holm over the design's policies of the width (stats.curvature_tests).
                A line whose curvature is significant is not extrapolated: its prediction cells say so instead.
     bound      where no crossover is located: the largest budget at which the policy is ahead (or behind) after
-               Holm, "still ahead at N tokens", and the largest budget measured.
+               Holm, "still ahead at N tokens", and the largest budget measured; a curved line keeps this
+               measured bound beside "not extrapolated".
 Two checks of the line's 95% prediction interval for one seed's gap, mean +- t(n-1) sd sqrt(1 + 1/n):
     held out   the line refitted without the largest WSD budget predicts that budget; the measured mean gap
                there is inside the interval or not;
@@ -155,9 +156,19 @@ def render_trend(trends, order, unsteady=None):
     return "\n".join(lines)
 
 
+def _holm_bound(r):
+    parts = []
+    if r["ahead_to"]:
+        parts.append(f"ahead (Holm) up to {tokens_text(r['ahead_to'])}")
+    if r["behind_from"]:
+        parts.append(f"behind (Holm) at {tokens_text(r['behind_from'])}")
+    return parts
+
+
 def cross_text(r):
     if r["curved"]:
-        return "not extrapolated: curvature"
+        # the per-budget verdicts are measurements, not the line's: they stand where the line is withdrawn
+        return "; ".join(["not extrapolated: curvature"] + _holm_bound(r))
     if r["crossover_interval"] is not None and r["crossover_in_range"]:
         lo, hi = r["crossover_interval"]
         # Fieller's bounds run off to absurd token counts when the slope is barely told from 0: say so instead
@@ -169,13 +180,7 @@ def cross_text(r):
         x0 = r["crossover_tokens"]
         where = "none" if x0 is None else tokens_text(x0) + ("" if r["crossover_in_range"] else ", outside the budgets")
         return f"one seed, no interval: its line crosses 0 at {where} (budgets to {tokens_text(r['largest'])})"
-    parts = []
-    if r["ahead_to"]:
-        parts.append(f"ahead (Holm) up to {tokens_text(r['ahead_to'])}")
-    if r["behind_from"]:
-        parts.append(f"behind (Holm) at {tokens_text(r['behind_from'])}")
-    parts.append(f"no crossover located to {tokens_text(r['largest'])}")
-    return "; ".join(parts)
+    return "; ".join(_holm_bound(r) + [f"no crossover located to {tokens_text(r['largest'])}"])
 
 
 def heldout_text(r):
