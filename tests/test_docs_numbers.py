@@ -282,6 +282,18 @@ def test_readme_real_budget_and_learning_rate_gaps_are_the_stored_ones():
         r = rows[768, policy]
         assert float(gap) == pytest.approx(mean_gap(r), abs=0.005), policy
         assert (float(ci) if ci else None) == (None if r["gap_ci95"] is None else round(r["gap_ci95"], 2)), policy
+    # width 768's largest WSD branch (stats.json's schedule "runs"): each gap, its interval and its Holm verdict
+    wsd = re.search(r"124M WSD at 151M \(1\.2 per parameter, (\d) seeds\): (.*?); ladder", screen)
+    assert wsd, "the first screen's sentence on width 768's WSD branches at 151M"
+    top = {r["policy"]: r for r in json.loads(read("experiments/large_budgets/stats.json"))
+           if (r["width"], r["schedule"], r["metric"], r["tokens"]) == (768, "runs", "val", 150994944)}
+    found = re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) ([-+]\d+\.\d\d)% ± (\d+\.\d\d)", wsd[2])
+    assert len(found) == 3 and {len(top[p]["seeds"]) for p, _, _ in found} == {int(wsd[1])}
+    for policy, gap, ci in found:
+        assert (float(gap), float(ci)) == (round(top[policy]["gap"], 2), round(top[policy]["gap_ci95"], 2)), policy
+    stated = {p: v for chunk, v in re.findall(r"(.*?) (better|worse)\b,?", wsd[2])
+              for p in re.findall(r"spd|parallel|grouped:4|grouped:12", chunk)}
+    assert stated == {p: top[p]["verdict"] for p, _, _ in found}, stated
     cells = {m["policy"]: m for m in json.loads(read("experiments/large_budgets/checks.json"))["cells"]
              if m["comparison"] == "at_check_lr" and m["check"] == "w768-lr3e-4"}  # not the schedule check
     half = re.search(r"At half the (?:learning )?rate, (\d) seeds: (.*?), every run", screen)
