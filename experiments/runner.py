@@ -16,12 +16,11 @@ of training the run again.
 
 --hold SECONDS: the machine is given back that long after the sweep starts; a run is started only when it is expected
 to end before then (experiments/run_time.py, from the stored runs like it), since a run cut there loses its
-checkpoints with the machine. Runs without an estimate start as they would without it. On one GPU (--jobs 1) the
-sweep first picks the chains that fill the hold best (hold_plan) and leaves the others out; on more GPUs it
-starts runs first-fit in the grid's order.
+checkpoints with the machine. Runs without an estimate start as they would without it. The sweep first picks the
+chains that fill the hold best, on each of its --jobs GPUs (experiments/hold.py's hold_plan: a run of a kept chain
+starts on its GPU only, one at a time there), and leaves the others out.
 """
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -29,11 +28,10 @@ import sys
 import tarfile
 import time
 
-import numpy as np
 from tqdm import tqdm
 
 from atomic_files import folder_problem, replace_problem, replace_target
-from experiments.run_time import expected_seconds, stored_rates, study_folders
+from experiments.hold import HOLD_MARGIN_S, hold_check, hold_plan, run_estimate, trunk_of  # noqa: F401 (tests)
 from training.config import REPO, ConfigError, TrainConfig, branch_list, parse, write_text  # (no torch import)
 
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")
@@ -244,85 +242,6 @@ def table_row(name, state, ms, concurrent):
             + (f"  median {ms:.1f} ms/iter" + (" (concurrent runs)" if concurrent else "") if ms else ""))
 
 
-HOLD_MARGIN_S = 30.0  # what --hold leaves after a run's expected end: packing the logs, the call's return
-
-
-def study_rates(run, root, cache):
-    """stored_rates of the run's study folders, read once a sweep (cache: {folders: rates})."""
-    folders = tuple(study_folders(run, root))
-    if folders not in cache:
-        cache[folders] = stored_rates(folders)
-    return cache[folders]
-
-
-def run_estimate(run, argv, root, rates):
-    """expected_seconds of the run launched with argv, its study's rates read once a sweep (rates: the cache)."""
-    return expected_seconds(run, argv, root, study_rates(run, root, rates))
-
-
-def hold_check(run, argv, root, time_left, rates):
-    """None when the run is expected to end within time_left seconds (or has no estimate), else the line that
-    says why it is not started. rates: study_rates' cache."""
-    expected = run_estimate(run, argv, root, rates)
-    if expected is None or expected + HOLD_MARGIN_S <= time_left:
-        return None
-    return f"not started: expected {expected:.0f} s, {time_left:.0f} s of the hold left"
-
-
-def trunk_of(run):
-    """The name of the run whose end (Run.after) or checkpoint (Run.needs, in its scratch dir) this run waits for,
-    else None."""
-    return run.after or (run.needs and os.path.basename(os.path.dirname(run.needs))) or None
-
-
-def hold_plan(runs, states, scratch, root, hold, rates):
-    """The runs a one-GPU sweep under --hold leaves out so that the runs it starts fill the hold best: {name: why}.
-
-    A chain is a run that waits for no pending run, with the pending runs whose own processes start from its
-    checkpoints; it is kept or left out whole, at the sum of its runs' estimates. Of the chains with an estimate for
-    every run, the plan keeps those whose sum is the most seconds within hold less HOLD_MARGIN_S (a 0/1 knapsack
-    in whole seconds), and of equally full plans the one whose chains come earliest in the grid; a chain longer
-    than the hold alone is left to hold_check, which says so. Starting runs first-fit in the grid's order instead
-    held two width-768 WSD chains where three fitted (experiments/large_budgets/w768/calls/README.md). Chains
-    without an estimate start as without --hold; the hold_check at each start still stops a run that a slower
-    chain before it has no longer left room for."""
-    startable = [r for r in runs if states[r.name] in ("start", "resume") and not r.after]
-    names = {r.name for r in startable}
-    chains = {}  # head name -> its runs, in the grid's order
-    for r in startable:
-        trunk = trunk_of(r)
-        chains.setdefault(trunk if trunk in names else r.name, []).append(r)
-    items = []  # (head, seconds), the chains with an estimate for every run
-    for head, chain in chains.items():
-        seconds = [run_estimate(r, r.argv(scratch), root, rates) for r in chain]
-        if None not in seconds:
-            items.append((head, sum(seconds)))
-    capacity = int(hold - HOLD_MARGIN_S)
-    weights = [math.ceil(s) for _, s in items]
-    if capacity < 0 or sum(weights) <= capacity:  # none fits, or all do (and the tables stay as small as the plan)
-        return {}
-    scale = len(items) * (len(items) + 1) // 2 + 1  # a second outweighs every tie-break bonus together
-    best = np.zeros(capacity + 1, dtype=np.int64)  # best[c]: the plan's value within c seconds
-    take = np.zeros((len(items), capacity + 1), dtype=bool)
-    for i, w in enumerate(weights):
-        if w > capacity:
-            continue
-        value = w * scale + (len(items) - i)  # the earlier in the grid, the larger its bonus
-        candidate = best[:capacity + 1 - w] + value
-        better = candidate > best[w:]
-        take[i, w:] = better
-        best[w:] = np.where(better, candidate, best[w:])
-    kept, c = set(), capacity
-    for i in reversed(range(len(items))):
-        if take[i, c]:
-            kept.add(i)
-            c -= weights[i]
-    filled = sum(weights[i] for i in kept)
-    return {head: (f"not started: left out of the hold's plan, expected {seconds:.0f} s; the {len(kept)} chains "
-                   f"it starts fill {filled} of {capacity} s")
-            for i, (head, seconds) in enumerate(items) if i not in kept and weights[i] <= capacity}
-
-
 def sweep(runs, args):
     root, scratch = args.root, args.scratch
     t0 = time.time()
@@ -337,7 +256,7 @@ def sweep(runs, args):
           f"{len(pending)} to run ({sum(states[r.name] == 'resume' for r in pending)} resume from scratch "
           f"checkpoints); jobs {args.jobs}", flush=True)
     hold, rates = getattr(args, "hold", None), {}
-    left_out = hold_plan(runs, states, scratch, root, hold, rates) if hold and args.jobs == 1 else {}
+    left_out, slot_of = hold_plan(runs, states, scratch, root, hold, rates, gpus=args.jobs) if hold else ({}, {})
     if left_out:
         print(f"== the hold's plan leaves out {len(left_out)} chains: {', '.join(left_out)}", flush=True)
     if args.dry_run:
@@ -347,6 +266,7 @@ def sweep(runs, args):
             if hold and states[r.name] in ("start", "resume") and not r.after:
                 seconds = run_estimate(r, r.argv(scratch), root, rates)
                 plan = "; left out of the hold's plan" if r.name in left_out else ""
+                plan += f", GPU {slot_of[r.name]}" if r.name in slot_of else ""
                 expected = " (no estimate)" if seconds is None else f" (expected {seconds:.0f} s{plan})"
             print(f"{states[r.name]:7} {r.name}{expected}: python {os.path.relpath(TRAIN_SCRIPT)} "
                   f"{' '.join(os.path.relpath(a) if os.path.isabs(a) else a for a in r.argv(scratch, extra))}")
@@ -372,9 +292,11 @@ def sweep(runs, args):
             while len(running) < args.jobs and (deadline is None or time.time() < deadline):
                 # the first pending run that can start: a branch waits for its trunk's checkpoint, or for the end
                 # of the trunk that trains it
+                # and a run of the hold's plan, for its GPU to be free
                 waiting = {q.name for q in pending} | set(running)
-                r = next((r for r in pending if (r.needs is None or os.path.exists(r.needs)) and r.after not in waiting),
-                         None)
+                busy = {slot_of[n] for n in running if n in slot_of}
+                r = next((r for r in pending if (r.needs is None or os.path.exists(r.needs)) and r.after not in waiting
+                          and slot_of.get(r.name, -1) not in busy), None)
                 if r is None:
                     break
                 pending.remove(r)
@@ -401,9 +323,9 @@ def sweep(runs, args):
                     shutil.rmtree(tmp, ignore_errors=True)
                 it0 = progress(r, scratch)[0] or 0
                 env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
-                if n_gpus > 1:  # the GPU with the fewest runs now (runs end out of order: not launched % n_gpus)
+                if n_gpus > 1:  # its plan's GPU, else the one with the fewest runs now (runs end out of order)
                     load = [sum(1 for g in gpu_of.values() if g == gpu) for gpu in range(n_gpus)]
-                    gpu_of[r.name] = load.index(min(load))
+                    gpu_of[r.name] = slot_of[r.name] % n_gpus if r.name in slot_of else load.index(min(load))
                     env["CUDA_VISIBLE_DEVICES"] = visible_gpu_ids(n_gpus)[gpu_of[r.name]]
                 log = open(tmp + ".out", "a")
                 proc = subprocess.Popen([sys.executable, TRAIN_SCRIPT, *r.argv(scratch, extra)],

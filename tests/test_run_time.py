@@ -2,6 +2,7 @@
 policy at its width; another policy's ratio where both ran at another width; none of its width: no estimate), and
 a sweep that starts only the runs expected to end before the machine goes back."""
 import json
+import os
 import types
 
 import pytest
@@ -107,19 +108,20 @@ def test_the_hold_plan_fills_one_gpu_best_and_keeps_a_chain_whole(study, tmp_pat
     # 150 s held: first-fit in the grid's order would start first (70 s) and then neither 60-s run (70 + 60 + the
     # 30-s margin > 150); the plan starts second and third, 120 of 120 s
     assert runner.hold_plan([first, second, third], states, scratch, str(study), 150.0, {}) == \
-        {"first": "not started: left out of the hold's plan, expected 70 s; the 2 chains it starts fill 120 of 120 s"}
+        ({"first": "not started: left out of the hold's plan, expected 70 s; the 2 chains it starts fill 120 of 120 s"},
+         {})
     # a hold that all of them fit leaves none out
-    assert runner.hold_plan([first, second, third], states, scratch, str(study), 220.0, {}) == {}
+    assert runner.hold_plan([first, second, third], states, scratch, str(study), 220.0, {}) == ({}, {})
     # equally full plans: the earlier chain is kept
-    assert list(runner.hold_plan([second, third], states, scratch, str(study), 100.0, {})) == ["third"]
+    assert list(runner.hold_plan([second, third], states, scratch, str(study), 100.0, {})[0]) == ["third"]
     # a branch whose process starts from the trunk's checkpoint is in the trunk's chain: 70 + 60 s, more than the
     # 100 s held, so the chain is left to hold_check (which names the trunk's own estimate), and second runs
     branch = chain("branch", 500)
     branch.needs = str(tmp_path / "scratch" / "w32_runs" / "first" / "ckpt_800.pt")
     states["branch"] = "start"
-    assert runner.hold_plan([first, branch, second], states, scratch, str(study), 130.0, {}) == {}
+    assert runner.hold_plan([first, branch, second], states, scratch, str(study), 130.0, {}) == ({}, {})
     # 160 s held: the chain's 130 s fill the 130 better than second and third's 120
-    assert set(runner.hold_plan([first, branch, second, third], states, scratch, str(study), 160.0, {})) == \
+    assert set(runner.hold_plan([first, branch, second, third], states, scratch, str(study), 160.0, {})[0]) == \
         {"second", "third"}
     # the dry run marks what the plan leaves out
     args = types.SimpleNamespace(root=str(study), scratch=scratch, jobs=1, dry_run=True, smoke=True, allow_cpu=False,
@@ -139,3 +141,67 @@ def test_the_hold_plan_fills_one_gpu_best_and_keeps_a_chain_whole(study, tmp_pat
     assert "first not started: left out of the hold's plan, expected 70 s; the 2 chains it starts fill 120 of 120 s" \
         in out, out
     assert not (tmp_path / "scratch" / "w32_runs" / "first.out").exists()
+
+
+def test_the_plan_keeps_the_grids_first_chain_for_a_little_fill(study, tmp_path):
+    """The fullest packing of a 1,005-s hold is a + b (about 1,002 s) and leaves out base, the first chain of the grid
+    (a seed's baseline, which every gap of the seed needs); base + b fill about 982 s, within FILL_SLACK (5%) of it,
+    so the plan keeps base and leaves a out. A chain that would cost more than the slack is not kept (the test
+    above: first, 70 s, against second and third's 120)."""
+    def chain(name, iters):
+        r = plan("baseline", extra=[f"--max_iters={iters}"])
+        r.name = name
+        return r
+    runs = [chain("base", 20000), chain("a", 21000), chain("b", 24000)]  # about 450, 470 and 530 s
+    states = {r.name: "start" for r in runs}
+    out, gpu = runner.hold_plan(runs, states, str(tmp_path / "scratch"), str(study), 1035.0, {})
+    assert list(out) == ["a"] and gpu == {}, out
+    from experiments import hold
+    weights = [451, 471, 531]
+    assert hold.fullest(weights, 1005, [0, 1, 2]) == 1002 and hold.pack_one_gpu(weights, 1005, [0, 1, 2]) == [0, 2]
+    assert hold.pack_one_gpu(weights, 1005, [1, 2]) == [1, 2]  # without base: the fullest
+
+
+def test_on_two_gpus_the_plan_packs_each_and_a_chain_starts_on_its_own(study, tmp_path, capsys, monkeypatch):
+    """--jobs 2 under --hold: the knapsack fills GPU 0, then GPU 1 from the chains left, and each kept chain's runs
+    start on their GPU only, one at a time there; first-fit in the grid's order would have started b on the GPU
+    that c's plan had free, and a 70-s chain in place of two 60-s ones."""
+    def chain(name, iters):
+        r = plan("baseline", extra=[f"--max_iters={iters}"])
+        r.name = name
+        return r
+    runs = [chain("a", 1000), chain("b", 500), chain("c", 500), chain("d", 1000), chain("e", 500)]  # 70, 60, 60, 70, 60 s
+    states = {r.name: "start" for r in runs}
+    scratch = str(tmp_path / "scratch")
+    # 160 s held, 130 a GPU: a + b fill GPU 0 (of the 130-s pairs, the earliest), c + d GPU 1; e fits neither
+    out, gpu = runner.hold_plan(runs, states, scratch, str(study), 160.0, {}, gpus=2)
+    assert gpu == {"a": 0, "b": 0, "c": 1, "d": 1}
+    assert out == {"e": "not started: left out of the hold's plan, expected 60 s; the 4 chains it starts fill 260 of "
+                        "260 s"}
+
+    launched = []  # (run, CUDA_VISIBLE_DEVICES), in the order started
+
+    class Finished:  # a process that ends at its second poll, having trained nothing
+        returncode = 0
+
+        def __init__(self, argv, env, stdout, stderr):
+            out_dir = next(a for a in argv if a.startswith("--out_dir="))
+            launched.append((os.path.basename(out_dir), env.get("CUDA_VISIBLE_DEVICES")))
+            self.polls = 0
+
+        def poll(self):
+            self.polls += 1
+            return 0 if self.polls > 1 else None
+    monkeypatch.setattr(runner.subprocess, "Popen", Finished)
+    monkeypatch.setattr(runner, "cuda_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    args = types.SimpleNamespace(root=str(study), scratch=scratch, jobs=2, dry_run=True, smoke=False, allow_cpu=False,
+                                 deadline=None, poll=0.01, status_every=60.0, hold=160.0)
+    assert runner.sweep(runs, args) == 0
+    text = capsys.readouterr().out
+    assert "start   b (expected 60 s, GPU 0): python " in text and "start   d (expected 70 s, GPU 1): python " in text
+    assert "start   e (expected 60 s; left out of the hold's plan): python " in text
+    args.dry_run = False
+    runner.sweep(runs, args)  # every run "fails" (nothing trained): only the order and the GPUs matter here
+    assert launched == [("a", "0"), ("c", "1"), ("b", "0"), ("d", "1")], launched
+    assert "e not started: left out of the hold's plan" in capsys.readouterr().out

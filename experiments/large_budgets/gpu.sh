@@ -13,7 +13,8 @@
 #   bash experiments/large_budgets/gpu.sh collect [SECONDS]  # wait for it (or stop it), then pack the runs' logs into $OUT
 # HOLD=SECONDS (the device's budget_left_s before this call, less ~45 s for the gaps between the calls to come): the
 # sweep starts only the runs expected to end by then (experiments/run_time.py; a run cut at the hold is lost, its
-# checkpoints on the machine), on 1 GPU the chains that fill the hold best (runner.hold_plan). AFTER=1 queues a start
+# checkpoints on the machine), on each GPU the chains that fill the hold best (experiments/hold.py's hold_plan: a
+# kept chain runs on its GPU only). AFTER=1 queues a start
 # behind the sweeps running now, and HOLD=rest gives it what is left of the first start's hold when it begins: e.g.
 # width 256's schedule-check runs in the time width 768's chains leave (gpu.sh prefix 15 first, then PREFIX=15).
 # ARGS go to python -m experiments.docs_study.run run (--schedule, --budgets, --policies, --seeds, --jobs; GPUS=1 puts
