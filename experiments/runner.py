@@ -16,9 +16,9 @@ of training the run again.
 
 --hold SECONDS: the machine is given back that long after the sweep starts; a run is started only when it is expected
 to end before then (experiments/run_time.py, from the stored runs like it), since a run cut there loses its
-checkpoints with the machine. Runs without an estimate start as they would without it. The sweep first picks the
-chains that fill the hold best, on each of its --jobs GPUs (experiments/hold.py's hold_plan: a run of a kept chain
-starts on its GPU only, one at a time there), and leaves the others out.
+checkpoints with the machine. Runs without an estimate start as they would without it. The sweep first picks, for
+each of its --jobs GPUs, the chains that fill its hold nearly best, the grid's earlier ones first (experiments/hold.py's
+hold_plan: a run of a kept chain starts on its GPU only, one at a time there), and leaves the others out.
 """
 import json
 import os

@@ -261,7 +261,7 @@ def run_main(argv):
     parser.add_argument("--deadline", type=float, default=None, help="stop (resumably) after this many seconds")
     parser.add_argument("--hold", type=float, default=None,
                         help="the seconds the machine stays held: start only the runs expected to end by then "
-                             "(experiments/run_time.py)")
+                             "(experiments/run_time.py), packed per GPU (experiments/hold.py)")
     parser.add_argument("--pack", default=None, help="write DIR/sweep-logs.tgz with the runs' logs at the end")
     parser.add_argument("--scratch", default="out-sweep", help="out_dirs and checkpoints (default %(default)s)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a trainer override for every run")
