@@ -62,6 +62,7 @@ FIT_KEYS = ("policies", "level", "measured", "widths", "size_measured")  # what 
 TOKENS_PER_STEP = 12 * 1024  # the step model's train_b12 (bench/steptime/shapes.py): 12 x 1024 tokens per iteration
 CHINCHILLA = dict(E=1.69, A=406.4, B=410.7, a=0.34, b=0.28)  # arXiv 2203.15556, its fitted parametric loss
 SEARCH = 10  # doublings either side of T searched for T'
+BELOW_DATA = 0.0  # tokens_to_reach: T' lies below the smallest measured tokens per parameter (not located)
 COUNT = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)([kmb]?)$", re.IGNORECASE)
 COLUMNS = 100  # the widest line the default layout prints
 CURVED = "not extrapolated: curvature"
@@ -116,16 +117,25 @@ def baseline_loss(n_params, tokens):
     return c["E"] + c["A"] / n_params ** c["a"] + c["B"] / tokens ** c["b"]
 
 
-def tokens_to_reach(gap_of, n_params, tokens):
+def tokens_to_reach(gap_of, n_params, tokens, lowest=None):
     """The smallest T' in [T / 2^SEARCH, T 2^SEARCH] with L_b(T') (1 + gap_of(T') / 100) <= L_b(T), or None: a scan
-    in 1/32 doublings, then bisection in log2 between the last point above and the first at or below."""
+    in 1/32 doublings, then bisection in log2 between the last point above and the first at or below. lowest: no T'
+    below it (the fit's smallest measured tokens per parameter, times N); where the scan's first point, there or
+    above, already reaches the loss, the crossing lies below the data: BELOW_DATA. Below the measured range a line in
+    log tokens runs to absurd gaps (grouped:12's on data/debian_large: -54% at 0.019 tokens per parameter, so that
+    it "reached" the baseline's loss at 3e10 tokens in 2.9e7)."""
     target = baseline_loss(n_params, tokens)
     above = lambda x: baseline_loss(n_params, 2 ** x) * (1 + gap_of(2 ** x) / 100) > target
     x0 = math.log2(tokens)
-    xs = [x0 - SEARCH + i / 32 for i in range(64 * SEARCH + 1)]
+    start = x0 - SEARCH if lowest is None else max(x0 - SEARCH, math.log2(lowest))
+    if start > x0 + SEARCH:
+        return None
+    xs = [start + i / 32 for i in range(int((x0 + SEARCH - start) * 32) + 1)]
     first = next((i for i, x in enumerate(xs) if not above(x)), None)
     if first is None:
         return None
+    if first == 0 and lowest is not None and start > x0 - SEARCH:
+        return BELOW_DATA
     if first == 0:
         return 2 ** xs[0]
     lo, hi = xs[first - 1], xs[first]
@@ -185,21 +195,21 @@ def policy_cells(fit, n_params, tokens, steps):
         g = gap_at(lines, n_params, tokens, fit["level"])
         pi = g["pi"] or 0.0
         gap_of = lambda t, d: (lambda f: f["gap"] + d * (f["pi"] or 0.0))(gap_at(lines, n_params, t, fit["level"]))
-        reach = [tokens_to_reach(lambda t, d=d: gap_of(t, d), n_params, tokens) if d == 0 or g["pi"] else None
-                 for d in (0, -1, 1)]
+        reach = [tokens_to_reach(lambda t, d=d: gap_of(t, d), n_params, tokens, lowest=r_lo * n_params)
+                 if d == 0 or g["pi"] else None for d in (0, -1, 1)]
         ms_lo, ms_hi = s["base_ms"] * (1 - s["hi"] / 100), s["base_ms"] * (1 - s["lo"] / 100)
-        time, interval = "does not reach it", ""
-        if reach[0] is not None:
-            hi = "does not reach it" if reach[2] is None else _duration(reach[2] / TOKENS_PER_STEP * ms_hi)
-            time = _duration(reach[0] / TOKENS_PER_STEP * s["ms"])
-            interval = f"[{_duration(reach[1] / TOKENS_PER_STEP * ms_lo)}, {hi}]" if g["pi"] else "no interval"
+        when = lambda t, ms: ("does not reach it" if t is None else f"below {r_lo:.2g} tokens/param (not measured)"
+                              if t == BELOW_DATA else _duration(t / TOKENS_PER_STEP * ms))
+        time, interval = when(reach[0], s["ms"]), ""
+        if reach[0] not in (None, BELOW_DATA):
+            interval = f"[{when(reach[1], ms_lo)}, {when(reach[2], ms_hi)}]" if g["pi"] else "no interval"
         m = measured.get(policy)
         out[policy] = dict(
             step, gap=f"{g['gap']:+.2f}%",
             gap_interval=f"[{g['gap'] - pi:+.2f}, {g['gap'] + pi:+.2f}]" if g["pi"] else f"no interval ({g['df']} df)",
             measured=f"{m['gap']:+.2f}% ± {m['gap_ci']:.2f} ({m['n']})" if m else "",
             inside=("yes" if g["gap"] - pi <= m["gap"] <= g["gap"] + pi else "no") if m and g["pi"] else "",
-            tokens="—" if reach[0] is None else f"{reach[0]:.3g}", time=time, time_interval=interval,
+            tokens="—" if reach[0] in (None, BELOW_DATA) else f"{reach[0]:.3g}", time=time, time_interval=interval,
             size_measured=g["size_measured"])
     return out
 

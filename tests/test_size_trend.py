@@ -299,6 +299,21 @@ def test_planner_does_not_reach_when_the_baseline_loss_stops_falling(tmp_path, m
     assert row.rstrip().endswith("does not reach it")
 
 
+def test_the_time_to_reach_is_not_searched_below_the_measured_tokens_per_parameter(monkeypatch):
+    """L_b = 1 / T. A gap line of +5% at T rising 20 points a doubling is below -100% from 5.25 doublings below T,
+    where the scan used to find that the policy "reached" L_b(T), with T / 1,024 tokens (the corpus read once's fit
+    gave grouped:12 2.9e7 tokens for 3e10 at 1.5B); from the least measured budget (lowest) it finds the crossing
+    between T and 2T. A policy already at the loss where the data begins is not located (BELOW_DATA)."""
+    monkeypatch.setattr(plan, "CHINCHILLA", dict(E=0.0, A=0.0, B=1.0, a=1.0, b=1.0))
+    T = 2.0 ** 30
+    rising = lambda t: 5 + 20 * (math.log2(t) - 30)
+    assert plan.tokens_to_reach(rising, 1.0, T) == T / 1024  # the old, unclipped search: its first point
+    assert T < plan.tokens_to_reach(rising, 1.0, T, lowest=T / 8) < 2 * T
+    ahead = lambda t: -60.0  # (T / t) 0.4 <= 1 from t = 0.4 T: inside the search, below the data at T / 2
+    assert plan.tokens_to_reach(ahead, 1.0, T) == pytest.approx(0.4 * T, rel=1e-6)
+    assert plan.tokens_to_reach(ahead, 1.0, T, lowest=T / 2) == plan.BELOW_DATA
+
+
 @pytest.mark.parametrize("measured_gap, inside", [(9.0, "yes"), (9.5, "no"), (-5.5, "no")])
 def test_planner_says_whether_the_measurement_is_inside_the_fit(tmp_path, monkeypatch, capsys, measured_gap, inside):
     # at N = 2^20 (width 64) and T = 2^21 (its measured budget, given 0.5% off): fit 2% +- 7.0700 = [-5.07, +9.07]
