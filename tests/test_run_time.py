@@ -163,9 +163,9 @@ def test_the_plan_keeps_the_grids_first_chain_for_a_little_fill(study, tmp_path)
 
 
 def test_on_two_gpus_the_plan_packs_each_and_a_chain_starts_on_its_own(study, tmp_path, capsys, monkeypatch):
-    """--jobs 2 under --hold: the knapsack fills GPU 0, then GPU 1 from the chains left, and each kept chain's runs
-    start on their GPU only, one at a time there; first-fit in the grid's order would have started b on the GPU
-    that c's plan had free, and a 70-s chain in place of two 60-s ones."""
+    """--jobs 2 under --hold: the plan fills GPU 0, then GPU 1 from the chains left, and each kept chain's runs
+    start on their GPU only, one at a time there (without that rule b started beside a on GPU 0, where c's GPU was
+    free)."""
     def chain(name, iters):
         r = plan("baseline", extra=[f"--max_iters={iters}"])
         r.name = name
