@@ -128,8 +128,8 @@ def tokens_to_reach(gap_of, n_params, tokens, lowest=None):
     above = lambda x: baseline_loss(n_params, 2 ** x) * (1 + gap_of(2 ** x) / 100) > target
     x0 = math.log2(tokens)
     start = x0 - SEARCH if lowest is None else max(x0 - SEARCH, math.log2(lowest))
-    if start > x0 + SEARCH:
-        return None
+    if start > x0 + SEARCH:  # T itself lies far below the data: so does any crossing
+        return BELOW_DATA
     xs = [start + i / 32 for i in range(int((x0 + SEARCH - start) * 32) + 1)]
     first = next((i for i, x in enumerate(xs) if not above(x)), None)
     if first is None:

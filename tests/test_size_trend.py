@@ -312,6 +312,7 @@ def test_the_time_to_reach_is_not_searched_below_the_measured_tokens_per_paramet
     ahead = lambda t: -60.0  # (T / t) 0.4 <= 1 from t = 0.4 T: inside the search, below the data at T / 2
     assert plan.tokens_to_reach(ahead, 1.0, T) == pytest.approx(0.4 * T, rel=1e-6)
     assert plan.tokens_to_reach(ahead, 1.0, T, lowest=T / 2) == plan.BELOW_DATA
+    assert plan.tokens_to_reach(rising, 1.0, T, lowest=T * 2 ** 11) == plan.BELOW_DATA  # past the search's top
 
 
 @pytest.mark.parametrize("measured_gap, inside", [(9.0, "yes"), (9.5, "no"), (-5.5, "no")])
