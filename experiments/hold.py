@@ -13,7 +13,9 @@ sweep starts, the plan (hold_plan) picks whole chains:
               384's 18 chains on two GPUs, where each seed's gaps need its baseline (tests/test_run_time.py);
     G GPUs    the same G times, GPU 0 first, each over the chains the GPUs before it did not take; each
               kept chain's runs then start on their GPU only, one run at a time there, so every GPU runs the chains
-              packed for it, one after another, as on one GPU.
+              packed for it, one after another, as on one GPU;
+    pairs     a chain of a seed whose baseline chain is waiting to start too is kept only if that baseline is:
+              the plan is redone without the chains it kept alone, until it keeps none (their gaps need it).
 
 Starting runs first-fit in the grid's order instead held two width-768 WSD chains where three fitted
 (experiments/large_budgets/w768/calls/README.md). The G packings one after another are not the best packing of G
@@ -103,14 +105,27 @@ def hold_plan(runs, states, scratch, root, hold, rates, gpus=1):
     weights = [math.ceil(s) for _, s in items]
     if capacity < 0 or (gpus == 1 and sum(weights) <= capacity):  # none fits, or all do on the one GPU
         return {}, {}
-    left, gpu_of = set(range(len(items))), {}
-    for gpu in range(gpus):
-        for i in pack_one_gpu(weights, capacity, left):
-            gpu_of[i] = gpu
-            left.discard(i)
-    out = {head: (f"not started: left out of the hold's plan, expected {seconds:.0f} s; the {len(gpu_of)} chains "
-                  f"it starts fill {sum(weights[i] for i in gpu_of)} of {gpus * capacity} s")
-           for i, (head, seconds) in enumerate(items) if i in left and weights[i] <= capacity}
+    # a seed's gaps need its baseline: a chain whose seed's baseline chain waits to start is kept only beside it
+    # (else the fill chose spd and grouped:4 of a seed whose baseline it left out: w384/calls/README.md)
+    baseline_of = {(chains[head][0].group, chains[head][0].seed): i for i, (head, _) in enumerate(items)
+                   if chains[head][0].policy == "baseline"}
+    partner = {i: None if chains[head][0].policy == "baseline" else
+               baseline_of.get((chains[head][0].group, chains[head][0].seed)) for i, (head, _) in enumerate(items)}
+    unpaired = set()
+    while True:
+        left, gpu_of = set(range(len(items))) - unpaired, {}
+        for gpu in range(gpus):
+            for i in pack_one_gpu(weights, capacity, left):
+                gpu_of[i] = gpu
+                left.discard(i)
+        orphans = {i for i in gpu_of if partner[i] is not None and partner[i] not in gpu_of}
+        if not orphans:
+            break
+        unpaired |= orphans
+    fill = f"the {len(gpu_of)} chains it starts fill {sum(weights[i] for i in gpu_of)} of {gpus * capacity} s"
+    out = {head: (f"not started: left out of the hold's plan, expected {seconds:.0f} s; " +
+                  (f"its seed's baseline {items[partner[i]][0]} is not in it; " if i in unpaired else "") + fill)
+           for i, (head, seconds) in enumerate(items) if i not in gpu_of and weights[i] <= capacity}
     placed = {} if gpus == 1 else {r.name: gpu_of[i] for i, (head, _) in enumerate(items) if i in gpu_of
                                    for r in chains[head]}
     # the runs that wait for a kept chain's trunk to end (Run.after: trained in its process) go with it

@@ -205,3 +205,24 @@ def test_on_two_gpus_the_plan_packs_each_and_a_chain_starts_on_its_own(study, tm
     runner.sweep(runs, args)  # every run "fails" (nothing trained): only the order and the GPUs matter here
     assert launched == [("a", "0"), ("c", "1"), ("b", "0"), ("d", "1")], launched
     assert "e not started: left out of the hold's plan" in capsys.readouterr().out
+
+
+def test_the_plan_keeps_no_chain_of_a_seed_without_its_waiting_baseline(study, tmp_path):
+    """Seed 2's baseline (b2) and spd chain (x2) both wait to start. In a 125-s hold (plus the margin) the fullest
+    plan in the grid's order is b1 + x2 (70 + 55 s), whose x2 gives no gap without b2: the plan is redone without
+    x2 and keeps b1 alone, naming b2 as the reason. With b2 stored (not waiting) x2 is kept beside b1."""
+    def chain(name, policy, seed, iters):  # the estimates of baseline runs of width 32: 50 s + 0.02 s an iteration
+        return Run(name, "w32/runs", plan("baseline", extra=[f"--max_iters={iters}"]).args, policy, seed, "g")
+    runs = [chain("b1", "baseline", 1, 1000), chain("x1", "spd", 1, 500), chain("b2", "baseline", 2, 1000),
+            chain("x2", "spd", 2, 250)]  # 70, 60, 70, 55 s
+    states = {r.name: "start" for r in runs}
+    scratch = str(tmp_path / "scratch")
+    out, _ = runner.hold_plan(runs, states, scratch, str(study), 155.0, {})
+    assert set(out) == {"x1", "b2", "x2"}, out
+    assert out["x2"] == ("not started: left out of the hold's plan, expected 55 s; its seed's baseline b2 is not in "
+                         "it; the 1 chains it starts fill 70 of 125 s")
+    from experiments import hold
+    assert hold.pack_one_gpu([70, 60, 70, 55], 125, [0, 1, 2, 3]) == [0, 3]  # what the fill alone would keep
+    states["b2"] = "done"
+    out, _ = runner.hold_plan(runs, states, scratch, str(study), 155.0, {})
+    assert set(out) == {"x1"}, out

@@ -331,13 +331,13 @@ def test_planner_says_whether_the_measurement_is_inside_the_fit(tmp_path, monkey
 
 
 def test_planner_at_a_measured_point_of_the_study(monkeypatch, capsys):
-    """The committed size fit at 124M and 8.4e7 tokens (the 768-wide sweep's 2560-iteration budget): each policy's
+    """The earlier study's committed size fit at 124M and 8.4e7 tokens (the 768-wide sweep's 2560-iteration budget): each policy's
     measured cell of size_fit.json beside the fit, inside exactly where the fit's interval holds it; 100 columns."""
     with open(os.path.join(REPO, plan.SIZE_FIT)) as f:
         fit = json.load(f)
     steps = {p: STEPS["grouped:12"] for p in fit["policies"]}
     monkeypatch.setattr(plan, "step_savings", lambda shape, tp, policies, device, n_tracks: dict(steps, **STEPS))
-    assert plan.main(["--size", "124m", "--tokens", "8.4e7"]) == 0
+    assert plan.main(["--fit", plan.SIZE_FIT, "--size", "124m", "--tokens", "8.4e7"]) == 0
     out = capsys.readouterr().out
     loss = table(out, "What the loss costs")
     n_params = gpt_params(12, 768, 50304)
@@ -354,7 +354,7 @@ def test_planner_at_a_measured_point_of_the_study(monkeypatch, capsys):
         checked += 1
     assert checked == 5 and "-0.81% ± 0.11 (3)" in loss["parallel"]  # experiments/docs_study/budgets/budget_table.md
     assert max(len(line) for line in out.splitlines()) <= plan.COLUMNS
-    assert plan.main(["--size", "124m", "--tokens", "8.4e7", "--wide"]) == 0
+    assert plan.main(["--fit", plan.SIZE_FIT, "--size", "124m", "--tokens", "8.4e7", "--wide"]) == 0
     wide = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in wide) > plan.COLUMNS and any("-0.81% ± 0.11 (3)" in line for line in wide)
 
