@@ -336,10 +336,11 @@ def summary(fit, args, shape, n_params, cells):
     return lines
 
 
-def real_budget_lines(path=REAL_BUDGETS):
+def real_budget_lines(path=REAL_BUDGETS, in_fit=False):
     """The measured gaps at each width's largest budget of the study at real budgets (a corpus read once), cosine and
-    WSD branch, which the fit does not use yet (it needs three widths there): one sentence, or none without that
-    study. A verdict other than inconclusive is named (Holm over the design's policies, the study's ±1% margin)."""
+    WSD branch: one sentence, or none without that study. in_fit: the fit above is that study's (its WSD branches
+    are the fit's data, its cosine runs are not), else the earlier study's (it uses none of them). A verdict other
+    than inconclusive is named (Holm over the design's policies, the study's ±1% margin)."""
     try:
         with open(os.path.join(REPO, path)) as f:
             rows = [r for r in json.load(f) if r["schedule"] in SCHEDULES and r["metric"] == "val"]
@@ -363,7 +364,8 @@ def real_budget_lines(path=REAL_BUDGETS):
     if not parts:
         return []
     return [f"Measured nearer real budgets, on a corpus read once (gap %, mean ± 95% half-width over seeds; "
-            f"experiments/large_budgets/answer.md), not yet in the fit above. {'. '.join(parts)}."]
+            f"experiments/large_budgets/answer.md), " + ("the fit above is made from the WSD branches, not from "
+            "the cosine runs" if in_fit else "not in the fit above") + f". {'. '.join(parts)}."]
 
 
 def seeds_text(n):
@@ -459,7 +461,9 @@ def main(argv=None):
     print(wrap(f"{label} ({n_params / 1e9:.3g}B parameters{timed}), tp={args.tp}, {args.device}, {args.tokens:.3g} "
                f"tokens: the loss gaps are {extrapolation_label(fit, n_params, args.tokens)}") + "\n")
     print("\n".join(tables(cells, args.tokens, bool(measured_at(fit, n_params, args.tokens)[1]), args.wide)) + "\n")
-    print("\n".join(wrap(line) for line in summary(fit, args, shape, n_params, cells) + real_budget_lines()
+    print("\n".join(wrap(line) for line in summary(fit, args, shape, n_params, cells)
+                                               + real_budget_lines(in_fit=os.path.samefile(
+                                                   os.path.join(REPO, args.fit), os.path.join(REPO, LARGE_FIT)))
                                                + check_lines()))
     return 0
 

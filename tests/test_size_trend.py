@@ -454,6 +454,9 @@ def test_the_planner_names_the_gaps_measured_nearer_real_budgets(tmp_path):
     assert line.endswith("Width 768, cosine at 2.44 tokens per parameter (302M tokens): ladder +10.53 (1 seed, "
                          "unsteady, grad norm x17); parallel -0.58 ± 8.98 (2 seeds). Width 768, WSD branch at 1.22 "
                          "tokens per parameter (151M tokens): spd -1.80 ± 0.15 (2 seeds, better).")
+    assert "), not in the fit above. Width 768" in line
+    (line,) = plan.real_budget_lines(str(tmp_path / "stats.json"), in_fit=True)  # the fit is this study's
+    assert "), the fit above is made from the WSD branches, not from the cosine runs. Width 768" in line
     assert plan.real_budget_lines(str(tmp_path / "missing.json")) == []
 
 
