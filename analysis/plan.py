@@ -279,6 +279,9 @@ def heldout_lines(fit):
     if bare:
         parts.append("no interval for " + "; ".join(f"{p} at width {h['width']}: {h['gap']:+.2f} predicted, "
                                                     f"{h['truth']:+.2f} measured" for p, h in bare))
+    if rows:
+        below = sum(h["gap"] < h["truth"] for _, h, _ in rows)
+        parts.append(f"{below} of {len(rows)} predictions below their truths")
     return [f"Held out (each width's largest budget left out of the fit, then predicted, one doubling of tokens "
             f"out): {'; '.join(parts)}."] if parts else []
 

@@ -234,8 +234,18 @@ def test_across_widths_recovers_the_size_slope(tmp_path, monkeypatch):
     answer = (tmp_path / "answer.md").read_text()
     assert "## Across widths (the width is the unit)" in answer and "Not fitted" not in answer
     assert f"Held-out truths inside their 95% prediction intervals: {across['heldout_inside'][0]} of 3" in answer
+    below = sum(h["gap"] < h["truth"] for h in held)
+    assert f"Predictions below their truths: {below} of 3 (prediction minus truth " in answer
     stored = json.loads((tmp_path / "trend.json").read_text())["across_widths"]
     assert stored["policies"]["grouped:4"]["grid"][0]["df"] == 1
+
+
+def test_prediction_bias_counts_the_misses_to_one_side():
+    from experiments.large_budgets.trend import prediction_bias
+    held = [dict(gap=-8.70, truth=-1.08), dict(gap=-1.26, truth=12.90), dict(gap=0.5, truth=0.25)]
+    assert prediction_bias(held) == ("Predictions below their truths: 2 of 3 (prediction minus truth -14.16 to +0.25 "
+                                     "points; the policies of a width share its baseline, so they are not independent).")
+    assert prediction_bias([]) == ""
 
 
 def test_across_widths_with_one_width_names_the_widths_instead(tmp_path, monkeypatch):

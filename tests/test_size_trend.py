@@ -486,15 +486,17 @@ def test_the_planner_names_the_learning_rate_and_schedule_checks(tmp_path):
 
 
 def test_the_planner_prints_its_held_out_check():
-    """analysis.plan's held-out sentence: coverage among the policies it extrapolates and among all, and each
-    prediction without an interval beside its truth; nothing for a fit without held-out rows."""
+    """analysis.plan's held-out sentence: coverage among the policies it extrapolates and among all, each
+    prediction without an interval beside its truth, and how many predictions fall below their truths (a line that
+    misses to one side every time); nothing for a fit without held-out rows."""
     h = lambda width, inside, gap=1.0, truth=0.5: dict(width=width, inside=inside, gap=gap, truth=truth)  # noqa: E731
     fit = {"policies": {"ladder": {"curved": [256]}, "spd": {"curved": []}, "parallel": {"curved": []}},
            "heldout": {"ladder": [h(256, False), h(384, True)], "spd": [h(256, True), h(384, False)],
                        "parallel": [h(768, None, -3.63, -0.81)]}}
     (line,) = plan.heldout_lines(fit)
     assert ("1 of 2 truths inside their 95% prediction intervals for the policies it extrapolates (2 of 4 with those "
-            "whose gap bends); no interval for parallel at width 768: -3.63 predicted, -0.81 measured.") in line
+            "whose gap bends); no interval for parallel at width 768: -3.63 predicted, -0.81 measured; 1 of 5 "
+            "predictions below their truths.") in line
     assert plan.heldout_lines({"policies": {}, "heldout": {}}) == []
 
 

@@ -401,6 +401,17 @@ def across_widths(trends, cosine_only=(), level=LEVEL):
                 heldout_inside_straight=[sum(h["inside"] for h, c in held if not c), sum(not c for _, c in held)])
 
 
+def prediction_bias(heldout):
+    """How many held-out predictions ('gap') fall below their truths, and the range of prediction minus truth: a
+    coverage count says nothing of a line that misses to one side every time with wide intervals."""
+    misses = [h["gap"] - h["truth"] for h in heldout]
+    if not misses:
+        return ""
+    below = sum(m < 0 for m in misses)
+    return (f"Predictions below their truths: {below} of {len(misses)} (prediction minus truth {min(misses):+.2f} to "
+            f"{max(misses):+.2f} points; the policies of a width share its baseline, so they are not independent).")
+
+
 def render_across(across, order):
     """The answer.md section of the fit across widths: one line while too few widths, else the slope table and the
     held-out table."""
@@ -448,5 +459,6 @@ def render_across(across, order):
                          f"{h['truth']:+.2f} | {pred} | {inside} | {'yes' if e['curved'] else 'no'} |")
     (k, n), (ks, ns) = across["heldout_inside"], across["heldout_inside_straight"]
     lines += ["", f"Held-out truths inside their 95% prediction intervals: {k} of {n} ({ks} of {ns} for the policies "
-                  "with no significant bend at any width).", ""]
+                  "with no significant bend at any width). " + prediction_bias([h for _, e in policies
+                                                                                for h in e["heldout"]]), ""]
     return "\n".join(lines)
