@@ -305,7 +305,9 @@ def summary(fit, args, shape, n_params, cells):
     tables = fit.get("tables") or "each width's budget_table.md"
     lines = [f"Measured: loss gaps of 12-layer GPTs{corpus} at widths {widths}, {r_lo:.2g}-{r_hi:.2g} tokens per "
              f"parameter, n_tracks 4, WSD schedule, paired seeds per cell as {tables} says ({trend}). "
-             f"Extrapolated: the gap to N = {n_params / 1e9:.3g}B and {args.tokens / n_params:.3g} tokens per "
+             + ("Extrapolated" if extrapolation_label(fit, n_params, args.tokens).startswith("extrapolation")
+                else "Fitted, inside the measured range") +
+             f": the gap to N = {n_params / 1e9:.3g}B and {args.tokens / n_params:.3g} tokens per "
              f"parameter. Modeled: every step time (bench/step_model.py, {shape} at tp={args.tp}, n_tracks "
              f"{args.n_tracks}, {args.device}); the baseline's loss against tokens (Chinchilla's law, assumed).",
              "Gap: % of the baseline's final val loss, [95% prediction interval for a new width's seed-mean gap: the "

@@ -353,6 +353,8 @@ def test_planner_at_a_measured_point_of_the_study(monkeypatch, capsys):
             assert loss[policy].endswith(f"{measured}          {inside}")
         checked += 1
     assert checked == 5 and "-0.81% ± 0.11 (3)" in loss["parallel"]  # experiments/docs_study/budgets/budget_table.md
+    assert "Fitted, inside the measured range: the gap to N = 0.124B" in " ".join(out.split())  # not 'Extrapolated'
+    assert "Extrapolated" not in out
     assert max(len(line) for line in out.splitlines()) <= plan.COLUMNS
     assert plan.main(["--fit", plan.SIZE_FIT, "--size", "124m", "--tokens", "8.4e7", "--wide"]) == 0
     wide = capsys.readouterr().out.splitlines()
