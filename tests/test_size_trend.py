@@ -285,9 +285,11 @@ def test_planner_names_its_extrapolation_in_doublings(tmp_path, monkeypatch, cap
     # N = 2^25 is 4x the largest measured 2^23: 2 doublings; 2^25 x 32 tokens: 32 per parameter, 2 doublings past 8
     monkeypatch.setattr(plan, "step_savings", lambda shape, tp, policies, device, n_tracks: STEPS)
     plan.main(["--fit", fake_fit(tmp_path), "--size", str(2 ** 25), "--tokens", str(2 ** 30)])
-    head = " ".join(capsys.readouterr().out.split("\n\n")[0].split())
+    out = capsys.readouterr().out
+    head = " ".join(out.split("\n\n")[0].split())
     assert "N 4x the largest measured width, 2.00 doublings past it" in head
     assert "32 tokens/param, 2.00 doublings past the largest measured (8)" in head
+    assert "Extrapolated: the gap to N = 0.0336B and 32 tokens per parameter." in " ".join(out.split())
 
 
 def test_planner_does_not_reach_when_the_baseline_loss_stops_falling(tmp_path, monkeypatch, capsys):
