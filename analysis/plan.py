@@ -467,8 +467,8 @@ def main(argv=None):
                f"tokens: the loss gaps are {extrapolation_label(fit, n_params, args.tokens)}") + "\n")
     print("\n".join(tables(cells, args.tokens, bool(measured_at(fit, n_params, args.tokens)[1]), args.wide)) + "\n")
     print("\n".join(wrap(line) for line in summary(fit, args, shape, n_params, cells)
-                                               + real_budget_lines(in_fit=os.path.samefile(
-                                                   os.path.join(REPO, args.fit), os.path.join(REPO, LARGE_FIT)))
+                                               + real_budget_lines(in_fit=os.path.realpath(os.path.join(
+                                                   REPO, args.fit)) == os.path.realpath(os.path.join(REPO, LARGE_FIT)))
                                                + check_lines()))
     return 0
 
