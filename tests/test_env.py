@@ -48,6 +48,9 @@ def managed_python(root):
         prefix = []
     if prefix != [root, root]:
         pytest.skip(f"this Python ({sys.executable}) cannot be relocated to a fake prefix")
+    # Debian's python3 keeps pip outside its stdlib (python3-pip's dist-packages), which the relocated copy lacks
+    if subprocess.run([exe, "-c", "import pip"], capture_output=True, timeout=60).returncode != 0:
+        pytest.skip(f"this Python ({sys.executable}) has no pip under its own prefix to relocate")
     return exe
 
 
