@@ -349,6 +349,16 @@ def test_each_cell_gives_its_late_grad_norm_over_the_baselines(study):
     assert report.render(rows).splitlines()[6].endswith("| worse | ×12.0 |")
 
 
+def test_a_run_without_its_baseline_is_not_the_cells_instability():
+    """Width 384's grouped:4 at 102.8M: seed 1338's branch (×288.6) ran before its seed's baseline, so the cell's gap
+    is seed 1337's alone, and its ratio is seed 1337's; unrestricted, the unpaired run's."""
+    run = lambda policy, seed, norm: {"policy": policy, "seed": seed, "tokens": 1e8,  # noqa: E731
+                                      "stability": {"late_median_grad_norm": norm}}
+    runs = [run("baseline", 1337, 0.40), run("grouped:4", 1337, 0.48), run("grouped:4", 1338, 115.4)]
+    assert report.late_grad_norm_ratio(runs, "grouped:4", 1e8, [1337]) == 1.2
+    assert report.late_grad_norm_ratio(runs, "grouped:4", 1e8) == 288.5
+
+
 def test_a_learning_rate_check_sits_beside_the_sweeps_runs(study, capsys):
     check = study / "checks" / "w256-lr3e-4" / "cosine"
     fake_run(check, "baseline", 1, 4.20, 3.7, 4.7, lr=3e-4)

@@ -308,12 +308,15 @@ def cell_stats(runs, metric):
     return seed_statistics(use, family_size=FAMILY)["cells"]
 
 
-def late_grad_norm_ratio(runs, policy, tokens):
+def late_grad_norm_ratio(runs, policy, tokens, seeds=None):
     """The largest late median gradient norm (stability()) of the policy's runs at this budget over the median of
-    the baseline's there: about 1 for a run as steady as the baseline; None where either lacks train records."""
+    the baseline's there: about 1 for a run as steady as the baseline; None where either lacks train records.
+    seeds: the cell's paired seeds, whose runs make its gap (a run without its baseline yet is not in the gap, so its
+    instability is not the gap's: width 384's grouped:4 seed 1338 at 102.8M, ×288.6, beside a steady seed 1337)."""
     def late(p):
         return [r["stability"]["late_median_grad_norm"] for r in runs
-                if r["policy"] == p and r["tokens"] == tokens and r.get("stability")]
+                if r["policy"] == p and r["tokens"] == tokens and r.get("stability")
+                and (seeds is None or r["seed"] in seeds)]
     base, own = late("baseline"), late(policy)
     return round(max(own) / statistics.median(base), 2) if base and own else None
 
@@ -339,7 +342,8 @@ def analyse(groups):
                              "p_tost_holm": None if m.get("p_tost_holm") is None else round(m["p_tost_holm"], 4),
                              "verdict": m.get("verdict"), "devices": sorted({r["device"] for r in runs
                                                                              if r["name"] in cell["runs"]}),
-                             "late_grad_norm_ratio": late_grad_norm_ratio(runs, cell["policy"], cell["tokens"])})
+                             "late_grad_norm_ratio": late_grad_norm_ratio(runs, cell["policy"], cell["tokens"],
+                                                                          m["paired_seeds"])})
     order = {p: i for i, p in enumerate(POLICY_ORDER)}
     rows.sort(key=lambda r: (r["width"], r["schedule"], r["tokens"], list(METRICS).index(r["metric"]),
                              order.get(r["policy"], 99), r["policy"]))
