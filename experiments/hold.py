@@ -107,10 +107,9 @@ def hold_plan(runs, states, scratch, root, hold, rates, gpus=1):
         return {}, {}
     # a seed's gaps need its baseline: a chain whose seed's baseline chain waits to start is kept only beside it
     # (else the fill chose spd and grouped:4 of a seed whose baseline it left out: w384/calls/README.md)
-    baseline_of = {(chains[head][0].group, chains[head][0].seed): i for i, (head, _) in enumerate(items)
-                   if chains[head][0].policy == "baseline"}
-    partner = {i: None if chains[head][0].policy == "baseline" else
-               baseline_of.get((chains[head][0].group, chains[head][0].seed)) for i, (head, _) in enumerate(items)}
+    firsts = [chains[head][0] for head, _ in items]
+    baseline_of = {(r.group, r.seed): i for i, r in enumerate(firsts) if r.policy == "baseline"}
+    partner = [None if r.policy == "baseline" else baseline_of.get((r.group, r.seed)) for r in firsts]
     unpaired = set()
     while True:
         left, gpu_of = set(range(len(items))) - unpaired, {}

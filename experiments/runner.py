@@ -31,7 +31,7 @@ import time
 from tqdm import tqdm
 
 from atomic_files import folder_problem, replace_problem, replace_target
-from experiments.hold import HOLD_MARGIN_S, hold_check, hold_plan, run_estimate, trunk_of  # noqa: F401 (tests)
+from experiments.hold import hold_check, hold_plan, run_estimate, trunk_of
 from training.config import REPO, ConfigError, TrainConfig, branch_list, parse, write_text  # (no torch import)
 
 TRAIN_SCRIPT = os.path.join(REPO, "train_reduced_sync.py")

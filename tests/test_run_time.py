@@ -9,7 +9,8 @@ import pytest
 
 from training.config import parse
 from experiments import runner
-from experiments.runner import Run, SweepError, check_args, hold_check
+from experiments.hold import HOLD_MARGIN_S, hold_check, hold_plan
+from experiments.runner import Run, SweepError, check_args
 from experiments.run_time import START_S, UNSEEN_POLICY_FACTOR, expected_seconds, stored_rates, study_folders
 
 TINY_MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--n_tracks=2"]
@@ -67,7 +68,7 @@ def test_expected_seconds_from_the_runs_like_it(study):
 def test_a_run_past_the_hold_is_not_started_nor_are_its_branches(study, tmp_path, capsys):
     base = plan("baseline")
     expected = START_S + 20 + 1000 * 0.02
-    assert hold_check(base, base.argv("s"), str(study), expected + runner.HOLD_MARGIN_S, {}) is None
+    assert hold_check(base, base.argv("s"), str(study), expected + HOLD_MARGIN_S, {}) is None
     assert hold_check(base, base.argv("s"), str(study), expected, {}) == \
         f"not started: expected {expected:.0f} s, {expected:.0f} s of the hold left"
     # a sweep held for 60 s: the trunk (expected 70 s) is not started, and the branch waiting for its checkpoint
@@ -107,21 +108,21 @@ def test_the_hold_plan_fills_one_gpu_best_and_keeps_a_chain_whole(study, tmp_pat
     scratch = str(tmp_path / "scratch")
     # 150 s held: first-fit in the grid's order would start first (70 s) and then neither 60-s run (70 + 60 + the
     # 30-s margin > 150); the plan starts second and third, 120 of 120 s
-    assert runner.hold_plan([first, second, third], states, scratch, str(study), 150.0, {}) == \
+    assert hold_plan([first, second, third], states, scratch, str(study), 150.0, {}) == \
         ({"first": "not started: left out of the hold's plan, expected 70 s; the 2 chains it starts fill 120 of 120 s"},
          {})
     # a hold that all of them fit leaves none out
-    assert runner.hold_plan([first, second, third], states, scratch, str(study), 220.0, {}) == ({}, {})
+    assert hold_plan([first, second, third], states, scratch, str(study), 220.0, {}) == ({}, {})
     # equally full plans: the earlier chain is kept
-    assert list(runner.hold_plan([second, third], states, scratch, str(study), 100.0, {})[0]) == ["third"]
+    assert list(hold_plan([second, third], states, scratch, str(study), 100.0, {})[0]) == ["third"]
     # a branch whose process starts from the trunk's checkpoint is in the trunk's chain: 70 + 60 s, more than the
     # 100 s held, so the chain is left to hold_check (which names the trunk's own estimate), and second runs
     branch = chain("branch", 500)
     branch.needs = str(tmp_path / "scratch" / "w32_runs" / "first" / "ckpt_800.pt")
     states["branch"] = "start"
-    assert runner.hold_plan([first, branch, second], states, scratch, str(study), 130.0, {}) == ({}, {})
+    assert hold_plan([first, branch, second], states, scratch, str(study), 130.0, {}) == ({}, {})
     # 160 s held: the chain's 130 s fill the 130 better than second and third's 120
-    assert set(runner.hold_plan([first, branch, second, third], states, scratch, str(study), 160.0, {})[0]) == \
+    assert set(hold_plan([first, branch, second, third], states, scratch, str(study), 160.0, {})[0]) == \
         {"second", "third"}
     # the dry run marks what the plan leaves out
     args = types.SimpleNamespace(root=str(study), scratch=scratch, jobs=1, dry_run=True, smoke=True, allow_cpu=False,
@@ -154,7 +155,7 @@ def test_the_plan_keeps_the_grids_first_chain_for_a_little_fill(study, tmp_path)
         return r
     runs = [chain("base", 20000), chain("a", 21000), chain("b", 24000)]  # about 450, 470 and 530 s
     states = {r.name: "start" for r in runs}
-    out, gpu = runner.hold_plan(runs, states, str(tmp_path / "scratch"), str(study), 1035.0, {})
+    out, gpu = hold_plan(runs, states, str(tmp_path / "scratch"), str(study), 1035.0, {})
     assert list(out) == ["a"] and gpu == {}, out
     from experiments import hold
     weights = [451, 471, 531]
@@ -174,7 +175,7 @@ def test_on_two_gpus_the_plan_packs_each_and_a_chain_starts_on_its_own(study, tm
     states = {r.name: "start" for r in runs}
     scratch = str(tmp_path / "scratch")
     # 160 s held, 130 a GPU: a + b fill GPU 0 (of the 130-s pairs, the earliest), c + d GPU 1; e fits neither
-    out, gpu = runner.hold_plan(runs, states, scratch, str(study), 160.0, {}, gpus=2)
+    out, gpu = hold_plan(runs, states, scratch, str(study), 160.0, {}, gpus=2)
     assert gpu == {"a": 0, "b": 0, "c": 1, "d": 1}
     assert out == {"e": "not started: left out of the hold's plan, expected 60 s; the 4 chains it starts fill 260 of "
                         "260 s"}
@@ -217,12 +218,12 @@ def test_the_plan_keeps_no_chain_of_a_seed_without_its_waiting_baseline(study, t
             chain("x2", "spd", 2, 250)]  # 70, 60, 70, 55 s
     states = {r.name: "start" for r in runs}
     scratch = str(tmp_path / "scratch")
-    out, _ = runner.hold_plan(runs, states, scratch, str(study), 155.0, {})
+    out, _ = hold_plan(runs, states, scratch, str(study), 155.0, {})
     assert set(out) == {"x1", "b2", "x2"}, out
     assert out["x2"] == ("not started: left out of the hold's plan, expected 55 s; its seed's baseline b2 is not in "
                          "it; the 1 chains it starts fill 70 of 125 s")
     from experiments import hold
     assert hold.pack_one_gpu([70, 60, 70, 55], 125, [0, 1, 2, 3]) == [0, 3]  # what the fill alone would keep
     states["b2"] = "done"
-    out, _ = runner.hold_plan(runs, states, scratch, str(study), 155.0, {})
+    out, _ = hold_plan(runs, states, scratch, str(study), 155.0, {})
     assert set(out) == {"x1"}, out
