@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import tarfile
+import urllib.request
 import zlib
 
 import numpy as np
@@ -39,9 +40,49 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-def fetch_deb(deb_dir, filename, package, version, sha256, remedy=""):
-    """deb_dir/filename, downloaded with apt-get when absent, checked against its pinned sha256; PackageError in
-    one line otherwise (remedy: the script's own way round a missing package, appended to the advice)."""
+# apt-get finds only the versions its package index lists: a new machine's index can be stale (one here listed
+# linux-doc-6.1 up to 6.1.176-1 until `apt-get update`), and Debian drops superseded versions from the index while
+# their .debs stay in the pool a while. So where apt-get fails, the pools of these archives are tried.
+DEBIAN_ARCHIVES = ("http://deb.debian.org/debian/", "http://deb.debian.org/debian-security/")
+
+
+def pool_urls(package, filename, archives=DEBIAN_ARCHIVES):
+    """Where filename may lie in the archives' pools: the folder of any version of package that `apt-cache show`
+    knows (every version of a binary package lies in its source package's folder), as it is and with the security
+    archive's pool/updates/ prefix (a security upload lies there, the main archive's version under pool/)."""
+    try:
+        shown = subprocess.run(["apt-cache", "show", package], check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    folders = {os.path.dirname(line.split(":", 1)[1].strip()) for line in shown.splitlines()
+               if line.startswith("Filename:")}
+    folders |= {f.replace("pool/updates/", "pool/", 1) if f.startswith("pool/updates/") else
+                f.replace("pool/", "pool/updates/", 1) for f in folders}
+    return [f"{archive}{folder}/{filename}" for folder in sorted(folders) for archive in archives]
+
+
+def download_from_pool(path, package, filename, sha256, archives=DEBIAN_ARCHIVES):
+    """path from the first pool URL whose bytes have the pinned sha256 (written via a temp file); False if none."""
+    for url in pool_urls(package, filename, archives):
+        tmp = f"{path}.part"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
+                for block in iter(lambda: response.read(1 << 20), b""):
+                    f.write(block)
+        except OSError:
+            continue
+        if sha256_file(tmp) == sha256:
+            print(f"  from {url}", flush=True)
+            os.replace(tmp, path)
+            return True
+        os.remove(tmp)
+    return False
+
+
+def fetch_deb(deb_dir, filename, package, version, sha256, remedy="", archives=DEBIAN_ARCHIVES):
+    """deb_dir/filename, downloaded with apt-get when absent (or, where apt-get no longer finds the pinned version,
+    from an archive's pool), checked against its pinned sha256; PackageError in one line otherwise (remedy: the
+    script's own way round a missing package, appended to the advice)."""
     path = os.path.join(deb_dir, filename)
     if not os.path.exists(path):
         print(f"apt-get download {package}={version}", flush=True)
@@ -49,12 +90,13 @@ def fetch_deb(deb_dir, filename, package, version, sha256, remedy=""):
             subprocess.run(["apt-get", "download", f"{package}={version}"], cwd=deb_dir, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         except (OSError, subprocess.CalledProcessError) as e:
-            why = (getattr(e, "stderr", None) or str(e)).strip()
-            raise PackageError(
-                f"package {package}={version} is missing: {path} does not exist and `apt-get download "
-                f"{package}={version}` failed ({why.splitlines()[-1] if why else e}). Run `apt-get update` on a "
-                f"Debian 12 machine with network, or take the .deb from https://snapshot.debian.org/binary/"
-                f"{package}/{remedy}") from None
+            if not download_from_pool(path, package, filename, sha256, archives):
+                why = (getattr(e, "stderr", None) or str(e)).strip()
+                raise PackageError(
+                    f"package {package}={version} is missing: {path} does not exist, `apt-get download "
+                    f"{package}={version}` failed ({why.splitlines()[-1] if why else e}) and no archive pool holds "
+                    f"it with the pinned sha256. Run `apt-get update` on a Debian 12 machine with network, or take "
+                    f"the .deb from https://snapshot.debian.org/binary/{package}/{remedy}") from None
     got = sha256_file(path)
     if got != sha256:
         raise PackageError(f"{path} has sha256 {got}, but {package}={version} is pinned at {sha256}: delete it "
