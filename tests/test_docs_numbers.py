@@ -270,11 +270,26 @@ def test_readme_real_budget_and_learning_rate_gaps_are_the_stored_ones():
     assert at_256 and all(mean_gap(r) >= 0 for (w, _), r in rows.items() if w == 256)
     assert [float(x) for x in at_256.groups()] == [round(mean_gap(rows[256, p]), d) for p, d in
                                                     (("ladder", 2), ("grouped:12", 1))]
-    at_384 = re.search(r"Width 384 at 10\.1 per parameter, (\d) seeds: (.*?)\. 124M", screen)
+    at_384 = re.search(r"; cosine at 10\.1, (\d) seeds: (.*?)\. 124M", screen)
     found = re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) ([-+]\d+\.\d\d)% ± (\d+\.\d\d)", at_384[2])
     assert found and all(len(rows[384, p]["gaps"]) == int(at_384[1]) for p, _, _ in found)
     for policy, gap, ci in found:
         assert (float(gap), float(ci)) == (round(mean_gap(rows[384, policy]), 2), round(rows[384, policy]["gap_ci95"], 2))
+    # width 384's largest WSD branch (6,272 iterations of 32 x 1,024 tokens) and, in brackets, ladder's deepest lead
+    wsd_384 = re.search(r"Width 384, WSD at 5\.1 per parameter, (\d) seeds \(ladder (\d)\): (.*?); cosine", screen)
+    assert wsd_384, "the first screen's sentence on width 384's WSD branches"
+    runs = {(r["policy"], r["tokens"]): r for r in json.loads(read("experiments/large_budgets/stats.json"))
+            if (r["width"], r["schedule"], r["metric"]) == (384, "runs", "val")}
+    found = re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) ([-+]\d+\.\d\d)% ± (\d+\.\d\d)",
+                       re.sub(r"\(.*?\)", "", wsd_384[3]))
+    assert len(found) == 5
+    for policy, gap, ci in found:
+        r = runs[policy, 6272 * 32 * 1024]
+        assert len(r["seeds"]) == int(wsd_384[2] if policy == "ladder" else wsd_384[1]), policy
+        assert (float(gap), float(ci)) == (round(r["gap"], 2), round(r["gap_ci95"], 2)), policy
+    lead = re.search(r"ladder [-+\d.]+% ± [\d.]+ \(([-+]\d+\.\d\d)% ± (\d+\.\d\d), (better|worse), at 1\.3\)", wsd_384[3])
+    r = runs["ladder", 1568 * 32 * 1024]
+    assert lead and (float(lead[1]), float(lead[2]), lead[3]) == (round(r["gap"], 2), round(r["gap_ci95"], 2), r["verdict"])
     at_768 = re.search(r"124M at 2\.4 per parameter, \d seeds.*?\): (.*?) \(no verdict", screen)[1]
     found = re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) ([-+]\d+\.\d\d)%(?: ± (\d+\.\d\d))?", at_768)
     assert len(found) == 5, found
