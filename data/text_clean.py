@@ -49,7 +49,8 @@ DEBIAN_ARCHIVES = ("http://deb.debian.org/debian/", "http://deb.debian.org/debia
 def pool_urls(package, filename, archives=DEBIAN_ARCHIVES):
     """Where filename may lie in the archives' pools: the folder of any version of package that `apt-cache show`
     knows (every version of a binary package lies in its source package's folder), as it is and with the security
-    archive's pool/updates/ prefix (a security upload lies there, the main archive's version under pool/)."""
+    archive's pool/updates/ prefix (a security upload lies there, the main archive's version under pool/). The pool
+    names a file without the version's epoch, which apt-get download writes as <epoch>%3a."""
     try:
         shown = subprocess.run(["apt-cache", "show", package], check=True, capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError):
@@ -58,7 +59,8 @@ def pool_urls(package, filename, archives=DEBIAN_ARCHIVES):
                if line.startswith("Filename:")}
     folders |= {f.replace("pool/updates/", "pool/", 1) if f.startswith("pool/updates/") else
                 f.replace("pool/", "pool/updates/", 1) for f in folders}
-    return [f"{archive}{folder}/{filename}" for folder in sorted(folders) for archive in archives]
+    pool_name = re.sub(r"_\d+%3a", "_", filename, count=1)
+    return [f"{archive}{folder}/{pool_name}" for folder in sorted(folders) for archive in archives]
 
 
 def download_from_pool(path, package, filename, sha256, archives=DEBIAN_ARCHIVES):
@@ -70,6 +72,8 @@ def download_from_pool(path, package, filename, sha256, archives=DEBIAN_ARCHIVES
                 for block in iter(lambda: response.read(1 << 20), b""):
                     f.write(block)
         except OSError:
+            if os.path.exists(tmp):
+                os.remove(tmp)
             continue
         if sha256_file(tmp) == sha256:
             print(f"  from {url}", flush=True)

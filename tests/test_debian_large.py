@@ -235,8 +235,8 @@ def test_gzip_members_decode():
 def test_a_pinned_deb_that_left_the_index_comes_from_the_pool(tmp_path, monkeypatch):
     """apt-get no longer finds a superseded version, but its .deb is still in the archive's pool: fetch_deb takes it
     from there (the folder from `apt-cache show` of any version, here a stale index's main-archive version while the
-    pinned one is a security upload under pool/updates/), keeps it only with the pinned sha256, and fails
-    in one line naming the package when no pool holds those bytes."""
+    pinned one is a security upload under pool/updates/; the pool's name without the epoch that apt-get's has),
+    keeps it only with the pinned sha256, and fails in one line naming the package when no pool holds those bytes."""
     archive = tmp_path / "archive"
     folder = archive / "pool/updates/main/l/linux"
     folder.mkdir(parents=True)
@@ -247,9 +247,9 @@ def test_a_pinned_deb_that_left_the_index_comes_from_the_pool(tmp_path, monkeypa
 
     def fake_run(cmd, *args, **kwargs):
         if cmd[:2] == ["apt-get", "download"]:
-            raise subprocess.CalledProcessError(100, cmd, stderr="E: Version '1-2' for 'linux-doc-6.1' was not found")
+            raise subprocess.CalledProcessError(100, cmd, stderr="E: Version '1:1-2' for 'linux-doc-6.1' was not found")
         if cmd[:2] == ["apt-cache", "show"]:
-            return subprocess.CompletedProcess(cmd, 0, stdout="Package: linux-doc-6.1\nVersion: 1-3\n"
+            return subprocess.CompletedProcess(cmd, 0, stdout="Package: linux-doc-6.1\nVersion: 1:1-0\n"
                                                "Filename: pool/main/l/linux/linux-doc-6.1_1-0_all.deb\n")
         return real_run(cmd, *args, **kwargs)
 
@@ -258,11 +258,12 @@ def test_a_pinned_deb_that_left_the_index_comes_from_the_pool(tmp_path, monkeypa
     debs = tmp_path / "debs"
     debs.mkdir()
     sha = text_clean.hashlib.sha256(good).hexdigest()
-    path = text_clean.fetch_deb(str(debs), "linux-doc-6.1_1-2_all.deb", "linux-doc-6.1", "1-2", sha,
+    path = text_clean.fetch_deb(str(debs), "linux-doc-6.1_1%3a1-2_all.deb", "linux-doc-6.1", "1:1-2", sha,
                                 archives=archives)
     assert open(path, "rb").read() == good
-    assert os.listdir(debs) == ["linux-doc-6.1_1-2_all.deb"]
+    assert os.listdir(debs) == ["linux-doc-6.1_1%3a1-2_all.deb"]
 
-    with pytest.raises(text_clean.PackageError, match=r"linux-doc-6\.1=1-3 is missing: .*no archive pool holds it"):
-        text_clean.fetch_deb(str(debs), "linux-doc-6.1_1-3_all.deb", "linux-doc-6.1", "1-3", sha, archives=archives)
-    assert os.listdir(debs) == ["linux-doc-6.1_1-2_all.deb"]  # the wrong bytes were not kept
+    with pytest.raises(text_clean.PackageError, match=r"linux-doc-6\.1=1:1-3 is missing: .*no archive pool holds it"):
+        text_clean.fetch_deb(str(debs), "linux-doc-6.1_1%3a1-3_all.deb", "linux-doc-6.1", "1:1-3", sha,
+                             archives=archives)
+    assert os.listdir(debs) == ["linux-doc-6.1_1%3a1-2_all.deb"]  # the wrong bytes were not kept
