@@ -27,6 +27,8 @@ import zlib
 
 import numpy as np
 
+from data.prepare_utils import write_atomic
+
 
 class PackageError(Exception):
     """A package file that is not what it should be (not a .deb, no data.tar)."""
@@ -64,22 +66,17 @@ def pool_urls(package, filename, archives=DEBIAN_ARCHIVES):
 
 
 def download_from_pool(path, package, filename, sha256, archives=DEBIAN_ARCHIVES):
-    """path from the first pool URL whose bytes have the pinned sha256 (written via a temp file); False if none."""
+    """path from the first pool URL whose bytes have the pinned sha256 (written atomically); False if none."""
     for url in pool_urls(package, filename, archives):
-        tmp = f"{path}.part"
         try:
-            with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
-                for block in iter(lambda: response.read(1 << 20), b""):
-                    f.write(block)
+            with urllib.request.urlopen(url, timeout=60) as response:
+                blob = response.read()  # a .deb here is at most 140 MB
         except OSError:
-            if os.path.exists(tmp):
-                os.remove(tmp)
             continue
-        if sha256_file(tmp) == sha256:
+        if hashlib.sha256(blob).hexdigest() == sha256:
             print(f"  from {url}", flush=True)
-            os.replace(tmp, path)
+            write_atomic(path, blob)
             return True
-        os.remove(tmp)
     return False
 
 
