@@ -404,3 +404,21 @@ def test_the_held_out_sentences_are_the_stored_checks():
     assert planner
     planner_below = sum(h["gap"] < h["truth"] for h in planner)
     assert f"{planner_below} of its {len(planner)} held-out predictions fall below the truth" in flat("README.md")
+
+
+def test_the_planners_one_sync_answer_at_1_5b_is_the_stated_one(capsys):
+    """grouped:12 at 1.5B and 3e10 tokens, as `python -m analysis.plan --size 1.5b --tp 8 --tokens 3e10` prints it
+    from its default fit (the corpus read once): the gap and its 95% prediction interval that README.md (rounded),
+    EXPERIMENT_SUMMARY.md and the study's README quote."""
+    from analysis import plan
+    plan.main(["--size", "1.5b", "--tp", "8", "--tokens", "3e10"])
+    row = re.search(r"^grouped:12 +([-+]\d+\.\d\d)% +\[([-+]\d+\.\d\d), ([-+]\d+\.\d\d)\]", capsys.readouterr().out, re.M)
+    assert row, "the planner prints no interval for grouped:12"
+    gap, low, high = (float(x) for x in row.groups())
+
+    def flat(path):
+        return " ".join(read(path).split()).replace("\u2212", "-")
+    assert f"grouped:12 at {gap:+.0f}% with an interval from {low:+.0f}% to {high:+.0f}%" in flat("README.md")
+    assert f"grouped:12 {gap:+.2f}% [{low:+.2f}, {high:+.2f}]" in flat("EXPERIMENT_SUMMARY.md")
+    assert (f"grouped:12 at {gap:+.2f}% with a 95% prediction interval of {low:+.2f} to {high:+.2f}"
+            in flat("experiments/large_budgets/README.md"))
