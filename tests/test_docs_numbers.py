@@ -422,3 +422,15 @@ def test_the_planners_one_sync_answer_at_1_5b_is_the_stated_one(capsys):
     assert f"grouped:12 {gap:+.2f}% [{low:+.2f}, {high:+.2f}]" in flat("EXPERIMENT_SUMMARY.md")
     assert (f"grouped:12 at {gap:+.2f}% with a 95% prediction interval of {low:+.2f} to {high:+.2f}"
             in flat("experiments/large_budgets/README.md"))
+
+
+def test_the_earlier_fits_answer_at_1_5b_is_the_stated_one(capsys):
+    """grouped:4 at 1.5B and 3e10 tokens from the earlier corpus's fit (`--fit experiments/docs_study/sizes/
+    size_fit.json`), as EXPERIMENT_SUMMARY.md quotes it."""
+    from analysis import plan
+    plan.main(["--size", "1.5b", "--tp", "8", "--tokens", "3e10", "--fit", "experiments/docs_study/sizes/size_fit.json"])
+    row = re.search(r"^grouped:4 +([-+]\d+\.\d\d)% +\[([-+]\d+\.\d\d), ([-+]\d+\.\d\d)\]", capsys.readouterr().out, re.M)
+    assert row, "the planner prints no interval for grouped:4"
+    gap, low, high = (float(x) for x in row.groups())
+    summary = " ".join(read("EXPERIMENT_SUMMARY.md").split()).replace("\u2212", "-")
+    assert f"(grouped:4 {gap:+.2f}% [{low:+.2f}, {high:+.2f}]" in summary
