@@ -53,10 +53,13 @@ class Run:
         """needs: a file that must exist before the run starts (a branch's trunk checkpoint), removed once the
         run is collected; keep: names in its scratch dir that collecting it leaves there (a trunk's branch
         points, until their branches have run); after: the name of a run that must have ended first (a trunk
-        that trains this branch itself, the trainer's branches=: then it is only collected)."""
+        that trains this branch itself, the trainer's branches=: then it is only collected). branch_items: a
+        trunk's {branch point name: the trainer's branches= item} for the branches its process trains, set by
+        the sweep that makes it (experiments/docs_study/run.py)."""
         self.name, self.sweep_dir, self.args = name, sweep_dir, list(args)
         self.policy, self.seed, self.group, self.tag = policy, seed, group, tag
         self.needs, self.keep, self.after = needs, set(keep), after
+        self.branch_items = {}
 
     def final_dir(self, root):
         return os.path.join(root, self.sweep_dir, self.name)

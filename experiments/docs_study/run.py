@@ -220,7 +220,7 @@ def budget_runs(config, budgets, policies, seeds, sweep_dir, scratch, sets=(), c
 
 def set_branches(run):
     """A trunk's --branches= (the branches its process trains): those of the branch points it keeps."""
-    items = [item for name, item in getattr(run, "branch_items", {}).items() if name in run.keep]  # budget order
+    items = [item for name, item in run.branch_items.items() if name in run.keep]  # budget order
     run.args = [a for a in run.args if not a.startswith("--branches=")] + ([f"--branches={','.join(items)}"] if items else [])
     return run
 
