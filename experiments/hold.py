@@ -15,7 +15,11 @@ sweep starts, the plan (hold_plan) picks whole chains:
               kept chain's runs then start on their GPU only, one run at a time there, so every GPU runs the chains
               packed for it, one after another, as on one GPU;
     pairs     a chain of a seed whose baseline chain is waiting to start too is kept only if that baseline is:
-              the plan is redone without the chains it kept alone, until it keeps none (their gaps need it).
+              the plan is redone without the chains it kept alone, until it keeps none (their gaps need it);
+    balance   the kept chains are then spread over the GPUs longest first, each to the GPU with the least so far,
+              where that ends the sweep sooner and keeps every GPU within the hold: packing GPU 0 first put
+              width 384's last three chains on it and one on GPU 1 (1,305 s against 332), where spread they end
+              by 854 s and a sweep queued behind them (gpu.sh's AFTER=1) gets the rest.
 
 Starting runs first-fit in the grid's order instead held two width-768 WSD chains where three fitted
 (experiments/large_budgets/w768/calls/README.md). The G packings one after another are not the best packing of G
@@ -87,6 +91,17 @@ def pack_one_gpu(weights, capacity, candidates):
     return kept
 
 
+def balanced(gpu_of, weights, gpus, capacity):
+    """gpu_of ({chain: GPU}) spread longest first, each chain to the GPU with the fewest seconds so far (ties to the
+    lower GPU, then the earlier chain), if that lowers the largest GPU's seconds within capacity; else gpu_of."""
+    loads, spread = [0] * gpus, {}
+    for i in sorted(gpu_of, key=lambda i: (-weights[i], i)):
+        spread[i] = min(range(gpus), key=lambda g: (loads[g], g))
+        loads[spread[i]] += weights[i]
+    packed = [sum(weights[i] for i, g in gpu_of.items() if g == gpu) for gpu in range(gpus)]
+    return spread if max(loads) < max(packed) and max(loads) <= capacity else gpu_of
+
+
 def hold_plan(runs, states, scratch, root, hold, rates, gpus=1):
     """The plan of a sweep under --hold on `gpus` GPUs (the module docstring): ({name: why} of the chains it leaves
     out, {name: GPU} of the runs of the chains it keeps; the second is empty on one GPU)."""
@@ -121,6 +136,7 @@ def hold_plan(runs, states, scratch, root, hold, rates, gpus=1):
         if not orphans:
             break
         unpaired |= orphans
+    gpu_of = balanced(gpu_of, weights, gpus, capacity)
     fill = f"the {len(gpu_of)} chains it starts fill {sum(weights[i] for i in gpu_of)} of {gpus * capacity} s"
     out = {head: (f"not started: left out of the hold's plan, expected {seconds:.0f} s; " +
                   (f"its seed's baseline {items[partner[i]][0]} is not in it; " if i in unpaired else "") + fill)

@@ -227,3 +227,21 @@ def test_the_plan_keeps_no_chain_of_a_seed_without_its_waiting_baseline(study, t
     states["b2"] = "done"
     out, _ = hold_plan(runs, states, scratch, str(study), 155.0, {})
     assert set(out) == {"x1"}, out
+
+
+def test_on_two_gpus_the_kept_chains_are_spread_when_all_fit(study, tmp_path):
+    """Every chain fits: packing GPU 0 first would put a, b and c there (190 of 200 s) and d on GPU 1 alone; spread
+    longest first to the emptier GPU the sweep ends by 120 s, so a start queued behind it (gpu.sh's AFTER=1) gets the
+    rest of the hold. Where spreading ends no sooner, the packing stays (the test above)."""
+    def chain(name, iters):
+        r = plan("baseline", extra=[f"--max_iters={iters}"])
+        r.name = name
+        return r
+    runs = [chain("a", 1000), chain("b", 500), chain("c", 500), chain("d", 500)]  # 70, 60, 60, 60 s
+    states = {r.name: "start" for r in runs}
+    from experiments import hold
+    assert hold.pack_one_gpu([70, 60, 60, 60], 200, [0, 1, 2, 3]) == [0, 1, 2]  # GPU 0 alone: a, b, c
+    out, gpu = hold_plan(runs, states, str(tmp_path / "scratch"), str(study), 230.0, {}, gpus=2)
+    assert out == {} and gpu == {"a": 0, "b": 1, "c": 1, "d": 0}
+    assert hold.balanced({0: 0, 1: 0, 2: 1}, [70, 60, 60], 2, 200) == {0: 0, 1: 1, 2: 1}  # 130 | 60 -> 70 | 120
+    assert hold.balanced({0: 0, 1: 1}, [70, 60], 2, 200) == {0: 0, 1: 1}  # spread already
