@@ -292,7 +292,8 @@ def width_seeds(fit, width):
                 if w.get("width") == width for b in w.get("budgets", [])), default=0)
 
 
-def summary(fit, args, shape, n_params, cells):
+def summary(fit, args, shape, n_params, cells, label):
+    """The planner's closing paragraphs; label: extrapolation_label's text for this size and budget."""
     seeds = {w["width"]: width_seeds(fit, w["width"]) for w in fit["widths"]}
     widths = ", ".join(f"{w['width']} ({w['n_params'] / 1e6:.1f}M" + (
         f", {seeds_text(seeds[w['width']])}" if seeds[w["width"]] else "") + ")"
@@ -305,8 +306,7 @@ def summary(fit, args, shape, n_params, cells):
     tables = fit.get("tables") or "each width's budget_table.md"
     lines = [f"Measured: loss gaps of 12-layer GPTs{corpus} at widths {widths}, {r_lo:.2g}-{r_hi:.2g} tokens per "
              f"parameter, n_tracks 4, WSD schedule, paired seeds per cell as {tables} says ({trend}). "
-             + ("Extrapolated" if extrapolation_label(fit, n_params, args.tokens).startswith("extrapolation")
-                else "Fitted, inside the measured range") +
+             + ("Extrapolated" if label.startswith("extrapolation") else "Fitted, inside the measured range") +
              f": the gap to N = {n_params / 1e9:.3g}B and {args.tokens / n_params:.3g} tokens per "
              f"parameter. Modeled: every step time (bench/step_model.py, {shape} at tp={args.tp}, n_tracks "
              f"{args.n_tracks}, {args.device}); the baseline's loss against tokens (Chinchilla's law, assumed).",
@@ -463,13 +463,13 @@ def main(argv=None):
     cells = policy_cells(fit, n_params, args.tokens, steps)
     timed = "" if label.lower() in (shape, "1.5b", "350m", "774m") else f"; timed at the {shape} shape"
     wrap = lambda text: textwrap.fill(text, COLUMNS, break_on_hyphens=False)
+    extrapolation = extrapolation_label(fit, n_params, args.tokens)
     print(wrap(f"{label} ({n_params / 1e9:.3g}B parameters{timed}), tp={args.tp}, {args.device}, {args.tokens:.3g} "
-               f"tokens: the loss gaps are {extrapolation_label(fit, n_params, args.tokens)}") + "\n")
+               f"tokens: the loss gaps are {extrapolation}") + "\n")
     print("\n".join(tables(cells, args.tokens, bool(measured_at(fit, n_params, args.tokens)[1]), args.wide)) + "\n")
-    print("\n".join(wrap(line) for line in summary(fit, args, shape, n_params, cells)
-                                               + real_budget_lines(in_fit=os.path.realpath(os.path.join(
-                                                   REPO, args.fit)) == os.path.realpath(os.path.join(REPO, LARGE_FIT)))
-                                               + check_lines()))
+    fit_is_read_once = os.path.realpath(os.path.join(REPO, args.fit)) == os.path.realpath(os.path.join(REPO, LARGE_FIT))
+    print("\n".join(wrap(line) for line in summary(fit, args, shape, n_params, cells, extrapolation)
+                     + real_budget_lines(in_fit=fit_is_read_once) + check_lines()))
     return 0
 
 

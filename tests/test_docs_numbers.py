@@ -252,6 +252,11 @@ def test_config_families_hold_the_stated_number_of_policies():
     assert stated and all(len(f) == int(stated.group(1)) for f in families), [len(f) for f in families]
 
 
+def flat(path):
+    """A doc's text on one line, its minus signs (U+2212) written as '-'."""
+    return " ".join(read(path).split()).replace("\u2212", "-")
+
+
 def first_screen_sentence():
     return " ".join(line.strip() for line in read("README.md").splitlines()[:FIRST_SCREEN])
 
@@ -390,9 +395,6 @@ def test_the_held_out_sentences_are_the_stored_checks():
     misses = [h["gap"] - h["truth"] for h in held]
     below = sum(m < 0 for m in misses)
     spread = f"prediction minus truth {min(misses):+.1f} to {max(misses):+.1f} points"
-
-    def flat(path):  # the docs write a minus sign as U+2212
-        return " ".join(read(path).split()).replace("\u2212", "-")
     summary = flat("EXPERIMENT_SUMMARY.md")
     assert (f"its held-out check holds {inside} of {len(held)}, {below} of {len(held)} predictions below the truth "
             f"({spread})") in summary
@@ -415,9 +417,6 @@ def test_the_planners_one_sync_answer_at_1_5b_is_the_stated_one(capsys):
     row = re.search(r"^grouped:12 +([-+]\d+\.\d\d)% +\[([-+]\d+\.\d\d), ([-+]\d+\.\d\d)\]", capsys.readouterr().out, re.M)
     assert row, "the planner prints no interval for grouped:12"
     gap, low, high = (float(x) for x in row.groups())
-
-    def flat(path):
-        return " ".join(read(path).split()).replace("\u2212", "-")
     assert f"grouped:12 at {gap:+.0f}% with an interval from {low:+.0f}% to {high:+.0f}%" in flat("README.md")
     assert f"grouped:12 {gap:+.2f}% [{low:+.2f}, {high:+.2f}]" in flat("EXPERIMENT_SUMMARY.md")
     assert (f"grouped:12 at {gap:+.2f}% with a 95% prediction interval of {low:+.2f} to {high:+.2f}"
@@ -432,5 +431,5 @@ def test_the_earlier_fits_answer_at_1_5b_is_the_stated_one(capsys):
     row = re.search(r"^grouped:4 +([-+]\d+\.\d\d)% +\[([-+]\d+\.\d\d), ([-+]\d+\.\d\d)\]", capsys.readouterr().out, re.M)
     assert row, "the planner prints no interval for grouped:4"
     gap, low, high = (float(x) for x in row.groups())
-    summary = " ".join(read("EXPERIMENT_SUMMARY.md").split()).replace("\u2212", "-")
+    summary = flat("EXPERIMENT_SUMMARY.md")
     assert f"(grouped:4 {gap:+.2f}% [{low:+.2f}, {high:+.2f}]" in summary
