@@ -280,8 +280,10 @@ def heldout_lines(fit):
         parts.append("no interval for " + "; ".join(f"{p} at width {h['width']}: {h['gap']:+.2f} predicted, "
                                                     f"{h['truth']:+.2f} measured" for p, h in bare))
     if rows:
-        below = sum(h["gap"] < h["truth"] for _, h, _ in rows)
-        parts.append(f"{below} of {len(rows)} predictions below their truths")
+        misses = [h["gap"] - h["truth"] for _, h, _ in rows]
+        # a line that misses to one side every time understates (or overstates) the gap by about this much
+        parts.append(f"{sum(m < 0 for m in misses)} of {len(rows)} predictions below their truths (prediction minus "
+                     f"truth {min(misses):+.2f} to {max(misses):+.2f} points)")
     return [f"Held out (each width's largest budget left out of the fit, then predicted, one doubling of tokens "
             f"out): {'; '.join(parts)}."] if parts else []
 

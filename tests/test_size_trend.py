@@ -500,7 +500,7 @@ def test_the_planner_prints_its_held_out_check():
     (line,) = plan.heldout_lines(fit)
     assert ("1 of 2 truths inside their 95% prediction intervals for the policies it extrapolates (2 of 4 with those "
             "whose gap bends); no interval for parallel at width 768: -3.63 predicted, -0.81 measured; 1 of 5 "
-            "predictions below their truths.") in line
+            "predictions below their truths (prediction minus truth -2.82 to +0.50 points).") in line
     assert plan.heldout_lines({"policies": {}, "heldout": {}}) == []
 
 
