@@ -281,7 +281,7 @@ def test_readme_real_budget_and_learning_rate_gaps_are_the_stored_ones():
     for policy, gap, ci in found:
         assert (float(gap), float(ci)) == (round(mean_gap(rows[384, policy]), 2), round(rows[384, policy]["gap_ci95"], 2))
     # width 384's largest WSD branch (6,272 iterations of 32 x 1,024 tokens) and, in brackets, ladder's deepest lead
-    wsd_384 = re.search(r"Width 384, WSD at 5\.1 per parameter, (\d) seeds \(ladder (\d)\): (.*?); cosine", screen)
+    wsd_384 = re.search(r"Width 384, WSD at 5\.1 per parameter, (\d) seeds(?: \(ladder (\d)\))?: (.*?); cosine", screen)
     assert wsd_384, "the first screen's sentence on width 384's WSD branches"
     runs = {(r["policy"], r["tokens"]): r for r in json.loads(read("experiments/large_budgets/stats.json"))
             if (r["width"], r["schedule"], r["metric"]) == (384, "runs", "val")}
@@ -290,8 +290,13 @@ def test_readme_real_budget_and_learning_rate_gaps_are_the_stored_ones():
     assert len(found) == 5
     for policy, gap, ci in found:
         r = runs[policy, 6272 * 32 * 1024]
-        assert len(r["seeds"]) == int(wsd_384[2] if policy == "ladder" else wsd_384[1]), policy
+        assert len(r["seeds"]) == int(wsd_384[2] if policy == "ladder" and wsd_384[2] else wsd_384[1]), policy
         assert (float(gap), float(ci)) == (round(r["gap"], 2), round(r["gap_ci95"], 2)), policy
+    # a verdict stated beside a gap is that cell's verdict, and a cell with a verdict other than inconclusive states it
+    stated = dict(re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) [-+\d.]+% ± [\d.]+(?:\*\*)? ?(keeps the loss|"
+                             r"better|worse)?", re.sub(r"\(.*?\)", "", wsd_384[3])))
+    assert stated == {p: "" if runs[p, 6272 * 32 * 1024]["verdict"] == "inconclusive" else runs[p, 6272 * 32 * 1024]["verdict"]
+                      for p in stated}
     lead = re.search(r"ladder [-+\d.]+% ± [\d.]+ \(([-+]\d+\.\d\d)% ± (\d+\.\d\d), (better|worse), at 1\.3\)", wsd_384[3])
     r = runs["ladder", 1568 * 32 * 1024]
     assert lead and (float(lead[1]), float(lead[2]), lead[3]) == (round(r["gap"], 2), round(r["gap_ci95"], 2), r["verdict"])
