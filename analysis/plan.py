@@ -205,7 +205,7 @@ def policy_cells(fit, n_params, tokens, steps):
             interval = f"[{when(reach[1], ms_lo)}, {when(reach[2], ms_hi)}]" if g["pi"] else "no interval"
         m = measured.get(policy)
         out[policy] = dict(
-            step, gap=f"{g['gap']:+.2f}%",
+            step, gap=f"{g['gap']:+.2f}%", pi=g["pi"], df=g["df"],
             gap_interval=f"[{g['gap'] - pi:+.2f}, {g['gap'] + pi:+.2f}]" if g["pi"] else f"no interval ({g['df']} df)",
             measured=f"{m['gap']:+.2f}% ± {m['gap_ci']:.2f} ({m['n']})" if m else "",
             inside=("yes" if g["gap"] - pi <= m["gap"] <= g["gap"] + pi else "no") if m and g["pi"] else "",
@@ -288,6 +288,24 @@ def heldout_lines(fit):
             f"out): {'; '.join(parts)}."] if parts else []
 
 
+def narrow_lines(fit, cells, n_params, tokens):
+    """Where T / N lies a doubling or more past the measured tokens per parameter (the held-out predictions reached
+    one, at a measured size), each policy whose interval here is narrower than every one of its held-out intervals:
+    with few df an interval's width rests on a few residuals, so a narrow one farther out is chance, not precision."""
+    n_hi = max(w["n_params"] for w in fit["widths"])
+    if tokens / n_params < 2 * fit["measured"]["tokens_per_param"][1] * 0.99 or n_params < n_hi * 0.99:
+        return []
+    lines = []
+    for policy, c in cells.items():
+        held = [h["pi"] for h in fit.get("heldout", {}).get(policy, []) if h.get("pi")]
+        if c.get("pi") and held and c["pi"] < min(held):
+            lines.append(f"{policy}: its interval here (±{c['pi']:.2f}) is narrower than each of its held-out "
+                         f"intervals (±{min(held):.2f} to ±{max(held):.2f}), which reached less far: at {c['df']} df "
+                         f"an interval's width rests on {'one residual' if c['df'] == 1 else 'a few residuals'}, so "
+                         f"read this one's narrowness as chance, not precision.")
+    return lines
+
+
 def width_seeds(fit, width):
     """The most seeds any policy's cell has at that width in the fit (a width begun with one seed says so)."""
     return max((b.get("n") or 0 for entry in fit.get("policies", {}).values() for w in entry.get("widths", [])
@@ -333,7 +351,7 @@ def summary(fit, args, shape, n_params, cells, label):
                               if r["curvature"] and r["curvature"]["significant"])
             lines.append(f"{policy}: not extrapolated: its gap bends in log2 tokens ({bends}), so its straight line "
                          f"is not carried past the measured {r_lo:.2g}-{r_hi:.2g} tokens per parameter.")
-    lines += heldout_lines(fit)
+    lines += heldout_lines(fit) + narrow_lines(fit, cells, n_params, args.tokens)
     width, measured = measured_at(fit, n_params, args.tokens)
     if measured:
         where = fit.get("tables") or f"{width['sweep']}/budget_table.md"

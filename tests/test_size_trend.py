@@ -504,6 +504,23 @@ def test_the_planner_prints_its_held_out_check():
     assert plan.heldout_lines({"policies": {}, "heldout": {}}) == []
 
 
+def test_the_planner_flags_an_interval_narrower_than_its_held_out_ones():
+    """analysis.plan's narrow_lines: a policy whose interval, a doubling or more of tokens per parameter past the
+    data and at or past the largest size, is narrower than each of its held-out intervals (which reached one doubling
+    at a measured size) gets a line saying its width is chance; none inside that reach, none for a policy whose
+    interval is wider or that has none, and none on the held-out points' own ground."""
+    fit = {"widths": [{"n_params": 1e7}, {"n_params": 4e7}], "measured": {"tokens_per_param": [0.2, 5.0]},
+           "heldout": {"a": [{"pi": 20.0}, {"pi": 30.0}], "b": [{"pi": 5.0}], "c": [{"pi": 9.0}]}}
+    cells = {"baseline": {"gap": "0"}, "a": {"pi": 10.0, "df": 1}, "b": {"pi": 10.0, "df": 1},
+             "c": {"gap": plan.CURVED}, "d": {"pi": 3.0, "df": 2}}
+    (line,) = plan.narrow_lines(fit, cells, 4e7, 4e7 * 10)
+    assert line == ("a: its interval here (±10.00) is narrower than each of its held-out intervals (±20.00 to ±30.00), "
+                    "which reached less far: at 1 df an interval's width rests on one residual, so read this one's "
+                    "narrowness as chance, not precision.")
+    assert plan.narrow_lines(fit, cells, 4e7, 4e7 * 6) == []   # under a doubling past the measured 5 per parameter
+    assert plan.narrow_lines(fit, cells, 1e7, 1e7 * 20) == []  # below the largest measured size
+
+
 def test_the_planner_takes_the_corpus_read_once_from_three_widths(tmp_path, monkeypatch):
     """analysis.plan's default fit: experiments/large_budgets/size_fit.json once it has 3 widths (an interval),
     the earlier study's before that, or when the file is missing or unreadable."""
