@@ -292,8 +292,8 @@ def narrow_lines(fit, cells, n_params, tokens):
     """Where T / N lies a doubling or more past the measured tokens per parameter (the held-out predictions reached
     one, at a measured size), each policy whose interval here is narrower than every one of its held-out intervals:
     with few df an interval's width rests on a few residuals, so a narrow one farther out is chance, not precision."""
-    n_hi = max(w["n_params"] for w in fit["widths"])
-    if tokens / n_params < 2 * fit["measured"]["tokens_per_param"][1] * 0.99 or n_params < n_hi * 0.99:
+    n_hi, r_hi = fit["measured"]["n_params"][1], fit["measured"]["tokens_per_param"][1]  # as extrapolation_label
+    if tokens / n_params < 2 * r_hi * 0.99 or n_params < n_hi * 0.99:
         return []
     lines = []
     for policy, c in cells.items():

@@ -509,7 +509,7 @@ def test_the_planner_flags_an_interval_narrower_than_its_held_out_ones():
     data and at or past the largest size, is narrower than each of its held-out intervals (which reached one doubling
     at a measured size) gets a line saying its width is chance; none inside that reach, none for a policy whose
     interval is wider or that has none, and none on the held-out points' own ground."""
-    fit = {"widths": [{"n_params": 1e7}, {"n_params": 4e7}], "measured": {"tokens_per_param": [0.2, 5.0]},
+    fit = {"measured": {"n_params": [1e7, 4e7], "tokens_per_param": [0.2, 5.0]},
            "heldout": {"a": [{"pi": 20.0}, {"pi": 30.0}], "b": [{"pi": 5.0}], "c": [{"pi": 9.0}]}}
     cells = {"baseline": {"gap": "0"}, "a": {"pi": 10.0, "df": 1}, "b": {"pi": 10.0, "df": 1},
              "c": {"gap": plan.CURVED}, "d": {"pi": 3.0, "df": 2}}
