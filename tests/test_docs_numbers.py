@@ -135,10 +135,33 @@ def step_saving(path, policy, tp):
     return 100.0 * (1.0 - ms[policy] / ms["baseline"]), ms["baseline"], device, kind
 
 
+REAL_BUDGET_COLUMN = re.compile(r"(\d+(?:\.\d)?M), (WSD|cosine), (\d+\.\d)/param(?: \((\d) seeds\))?")
+CELL = re.compile(r"([−+]\d+\.\d\d)% ± (\d+\.\d\d) (better|worse|inconclusive|keeps the loss)( \(fragile\))?")
+
+
+def real_budget_cell(title, policy, cell):
+    """A loss cell of README's answer table on the corpus read once (a column titled '<size>, WSD|cosine,
+    <tokens per parameter>/param [(N seeds)]') against experiments/large_budgets/stats.json's val cell: its gap, its
+    95% half-width, its verdict and its seed count (3 unless the title names another)."""
+    import json
+    size, schedule, per_param, seeds = REAL_BUDGET_COLUMN.fullmatch(title).groups()
+    named = lambda n: size == f"{n / 1e6:.1f}M" or (size == "124M" and abs(n - 124e6) < 1e6)  # GPT-2 "124M": 123.6M
+    [r] = [r for r in json.loads(read("experiments/large_budgets/stats.json"))
+           if r["metric"] == "val" and r["policy"] == policy and named(r["n_params"])
+           and r["schedule"] == {"WSD": "runs", "cosine": "cosine"}[schedule]
+           and round(r["tokens_per_param"], 1) == float(per_param)]
+    m = CELL.fullmatch(cell)
+    assert m and not m[4], (title, policy, cell)
+    assert (float(m[1].replace("−", "-")), float(m[2]), m[3]) == (round(r["gap"], 2), round(r["gap_ci95"], 2),
+                                                                  r["verdict"]), (title, policy, cell)
+    assert len(r["seeds"]) == int(seeds or 3), (title, policy, r["seeds"])
+
+
 def check_answer_table(doc):
-    """Every number of a doc's answer table against the stored tables: the loss cells against the budget study's
-    stats.json and budget_table.md, the syncs against the policy's plan, the savings recomputed from the named bench
-    tables (policy and baseline of one run, n_tracks = tp), with their kind and device. Returns the cells checked."""
+    """Every number of a doc's answer table against the stored tables: the loss cells against the budget studies'
+    stats.json (the corpus read once: real_budget_cell; the earlier corpus: budget_table.md too), the syncs against
+    the policy's plan, the savings recomputed from the named bench tables (policy and baseline of one run, n_tracks =
+    tp), with their kind and device. Returns the cells checked."""
     from model.sync_policy import parse_sync_policy
     entries, params = budget_study()
     budget_table = read(f"{BUDGETS_DIR}/budget_table.md").replace("-", "−")
@@ -148,9 +171,16 @@ def check_answer_table(doc):
     for policy, row in rows.items():
         assert int(row[1]) == parse_sync_policy(policy, 12).n_syncs, (doc, policy)
         for title, cell in zip(header[2:], row[2:]):
+            real = REAL_BUDGET_COLUMN.fullmatch(title)
             tokens = re.search(r"(\d+\.\d)M", title)
             tp = re.search(r"saving, tp=(\d)", title)
-            if tokens:
+            if real:
+                if policy == "baseline":
+                    assert cell == "reference", (doc, cell)
+                else:
+                    real_budget_cell(title, policy, cell)
+                    checked += 1
+            elif tokens:
                 budgets = [b for b in entries["ladder"]["budgets"] if round(b["tokens"] / 1e6, 1) == float(tokens[1])]
                 assert len(budgets) == 1, (doc, title)
                 per_param = re.search(r"(\d\.\d+)/param", title)
@@ -161,8 +191,7 @@ def check_answer_table(doc):
                     assert cell == "reference", (doc, cell)
                     continue
                 [b] = [b for b in entries[policy]["budgets"] if b["tokens"] == budgets[0]["tokens"]]
-                m = re.fullmatch(r"([−+]\d+\.\d\d)% ± (\d+\.\d\d) (better|worse|inconclusive|keeps the loss)( \(fragile\))?",
-                                 cell)
+                m = CELL.fullmatch(cell)
                 assert m, (doc, policy, cell)
                 assert float(m[1].replace("−", "-")) == round(b["gap"], 2) and float(m[2]) == round(b["gap_ci"], 2), \
                     (doc, policy, cell, b["gap"], b["gap_ci"])
@@ -187,19 +216,22 @@ def check_answer_table(doc):
 
 
 def test_readme_first_screen_is_the_answer():
-    """README's first screen holds what the tool is, the answer table, the figure and the quick start's commands."""
+    """README's first screen holds what the tool is, the answer table (on the corpus read once), the figures and the
+    quick start's commands."""
     screen = "\n".join(read("README.md").splitlines()[:FIRST_SCREEN])
     assert "| policy | syncs/fwd |" in screen and "saving, tp=4" in screen
-    assert "](experiments/docs_study/budgets/budget.png)" in screen
+    header, _, _ = answer_table("README.md")
+    assert sum(bool(REAL_BUDGET_COLUMN.fullmatch(title)) for title in header) == 5, header
+    assert "](experiments/large_budgets/headline.png)" in screen and "](experiments/docs_study/budgets/budget.png)" in screen
     block = re.search(r"## Quick start\s+```bash\n(.*?)```", screen, re.S)
     assert block and "bash scripts/quickstart.sh" in block[1] and "bash scripts/test.sh" in block[1]
     assert "±1% margin" in screen and "0.68 tokens per parameter" in screen
 
 
-@pytest.mark.parametrize("doc,cells", [("README.md", 34), ("EXPERIMENT_SUMMARY.md", 19)])
+@pytest.mark.parametrize("doc,cells", [("README.md", 39), ("EXPERIMENT_SUMMARY.md", 19)])
 def test_answer_table_numbers_are_the_stored_tables(doc, cells):
     """README's answer table and the summary's saving table: every loss and saving cell is the stored tables'."""
-    assert check_answer_table(doc) == cells  # 5 policies x 4 budgets + 14 savings; 5 gaps + 14 savings
+    assert check_answer_table(doc) == cells  # 5 policies x 5 budgets + 14 savings; 5 gaps + 14 savings
 
 
 def test_readme_cosine_and_crossover_numbers_are_the_stored_ones():
@@ -262,66 +294,25 @@ def first_screen_sentence():
 
 
 def test_readme_real_budget_and_learning_rate_gaps_are_the_stored_ones():
-    """The first screen's gaps on the corpus read once are experiments/large_budgets/stats.json's (cosine, val) and
-    its learning-rate check's are checks.json's cells, to the printed decimals."""
+    """The first screen's sentences beside its table on the corpus read once are experiments/large_budgets/
+    stats.json's (width 384's WSD lead at 1.3 and gap at 5.1 tokens per parameter) and its learning-rate check's are
+    checks.json's cells, to the printed decimals."""
     import json
     screen = first_screen_sentence().replace("−", "-")
-    rows = {(r["width"], r["policy"]): r for r in json.loads(read("experiments/large_budgets/stats.json"))
-            if r["schedule"] == "cosine" and r["metric"] == "val"}
-
-    def mean_gap(r):
-        return sum(r["gaps"]) / len(r["gaps"])
-    at_256 = re.search(r"at 10\.5 every mean gap is ≥ 0, \+(\d+\.\d+)% \(ladder\) to \+(\d+\.\d+)% \(grouped:12\)", screen)
-    assert at_256 and all(mean_gap(r) >= 0 for (w, _), r in rows.items() if w == 256)
-    assert [float(x) for x in at_256.groups()] == [round(mean_gap(rows[256, p]), d) for p, d in
-                                                    (("ladder", 2), ("grouped:12", 1))]
-    at_384 = re.search(r"; cosine at 10\.1, (\d) seeds: (.*?)\. 124M", screen)
-    found = re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) ([-+]\d+\.\d\d)% ± (\d+\.\d\d)", at_384[2])
-    assert found and all(len(rows[384, p]["gaps"]) == int(at_384[1]) for p, _, _ in found)
-    for policy, gap, ci in found:
-        assert (float(gap), float(ci)) == (round(mean_gap(rows[384, policy]), 2), round(rows[384, policy]["gap_ci95"], 2))
-    # width 384's largest WSD branch (6,272 iterations of 32 x 1,024 tokens) and, in brackets, ladder's deepest lead
-    wsd_384 = re.search(r"Width 384, WSD at 5\.1 per parameter, (\d) seeds(?: \(ladder (\d)\))?: (.*?); cosine", screen)
-    assert wsd_384, "the first screen's sentence on width 384's WSD branches"
     runs = {(r["policy"], r["tokens"]): r for r in json.loads(read("experiments/large_budgets/stats.json"))
             if (r["width"], r["schedule"], r["metric"]) == (384, "runs", "val")}
-    found = re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) ([-+]\d+\.\d\d)% ± (\d+\.\d\d)",
-                       re.sub(r"\(.*?\)", "", wsd_384[3]))
-    assert len(found) == 5
-    for policy, gap, ci in found:
-        r = runs[policy, 6272 * 32 * 1024]
-        assert len(r["seeds"]) == int(wsd_384[2] if policy == "ladder" and wsd_384[2] else wsd_384[1]), policy
-        assert (float(gap), float(ci)) == (round(r["gap"], 2), round(r["gap_ci95"], 2)), policy
-    # a verdict stated beside a gap is that cell's verdict, and a cell with a verdict other than inconclusive states it
-    stated = dict(re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) [-+\d.]+% ± [\d.]+(?:\*\*)? ?(keeps the loss|"
-                             r"better|worse)?", re.sub(r"\(.*?\)", "", wsd_384[3])))
-    assert stated == {p: "" if runs[p, 6272 * 32 * 1024]["verdict"] == "inconclusive" else runs[p, 6272 * 32 * 1024]["verdict"]
-                      for p in stated}
-    lead = re.search(r"ladder [-+\d.]+% ± [\d.]+ \(([-+]\d+\.\d\d)% ± (\d+\.\d\d), (better|worse), at 1\.3\)", wsd_384[3])
-    r = runs["ladder", 1568 * 32 * 1024]
-    assert lead and (float(lead[1]), float(lead[2]), lead[3]) == (round(r["gap"], 2), round(r["gap_ci95"], 2), r["verdict"])
-    at_768 = re.search(r"124M at 2\.4 per parameter, \d seeds.*?\): (.*?) \(no verdict", screen)[1]
-    found = re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) ([-+]\d+\.\d\d)%(?: ± (\d+\.\d\d))?", at_768)
-    assert len(found) == 5, found
-    for policy, gap, ci in found:
-        r = rows[768, policy]
-        assert float(gap) == pytest.approx(mean_gap(r), abs=0.005), policy
-        assert (float(ci) if ci else None) == (None if r["gap_ci95"] is None else round(r["gap_ci95"], 2)), policy
-    # width 768's largest WSD branch (stats.json's schedule "runs"): each gap, its interval and its Holm verdict
-    wsd = re.search(r"124M WSD at 151M \(1\.2 per parameter, (\d) seeds\): (.*?); ladder", screen)
-    assert wsd, "the first screen's sentence on width 768's WSD branches at 151M"
-    top = {r["policy"]: r for r in json.loads(read("experiments/large_budgets/stats.json"))
-           if (r["width"], r["schedule"], r["metric"], r["tokens"]) == (768, "runs", "val", 150994944)}
-    found = re.findall(r"(spd|parallel|grouped:4|grouped:12|ladder) ([-+]\d+\.\d\d)% ± (\d+\.\d\d)", wsd[2])
-    assert len(found) == 3 and {len(top[p]["seeds"]) for p, _, _ in found} == {int(wsd[1])}
-    for policy, gap, ci in found:
-        assert (float(gap), float(ci)) == (round(top[policy]["gap"], 2), round(top[policy]["gap_ci95"], 2)), policy
-    stated = {p: v for chunk, v in re.findall(r"(.*?) (better|worse)\b,?", wsd[2])
-              for p in re.findall(r"spd|parallel|grouped:4|grouped:12", chunk)}
-    assert stated == {p: top[p]["verdict"] for p, _, _ in found}, stated
+    # width 384 (40.6M) WSD: ladder's deepest lead (1,568 iterations of 32 x 1,024 tokens) and its largest branch (6,272)
+    lead = re.search(r"40\.6M, WSD, (\d) seeds: ladder ([-+]\d+\.\d\d)% ± (\d+\.\d\d) (better|worse|inconclusive) at 1\.3 "
+                     r"per parameter, ([-+]\d+\.\d\d)% ± (\d+\.\d\d) at 5\.1", screen)
+    assert lead, "the first screen's sentence on ladder's lead at width 384"
+    for (gap, ci, verdict), iters in (((lead[2], lead[3], lead[4]), 1568), ((lead[5], lead[6], None), 6272)):
+        r = runs["ladder", iters * 32 * 1024]
+        assert len(r["seeds"]) == int(lead[1])
+        assert (float(gap), float(ci)) == (round(r["gap"], 2), round(r["gap_ci95"], 2)), iters
+        assert verdict in (None, r["verdict"]), iters
     cells = {m["policy"]: m for m in json.loads(read("experiments/large_budgets/checks.json"))["cells"]
              if m["comparison"] == "at_check_lr" and m["check"] == "w768-lr3e-4"}  # not the schedule check
-    half = re.search(r"At half the (?:learning )?rate, (\d) seeds: (.*?), every run", screen)
+    half = re.search(r"At half the (?:learning )?rate(?: \(124M, cosine at 2\.4\))?, (\d) seeds: (.*?), every run", screen)
     found = re.findall(r"(ladder|grouped:4|grouped:12) \+(\d+\.\d\d)% ± (\d+\.\d\d)", half[2])
     assert len(found) == 3 and {len(m["seeds"]) for m in cells.values()} == {int(half[1])}
     for policy, gap, ci in found:
@@ -379,6 +370,7 @@ def test_the_unsteady_and_steady_ranges_are_the_path_tables():
     span = lambda xs: f"{fmt(min(xs))} to {fmt(max(xs))}"
     readme = " ".join(read("README.md").split())
     assert f"all ended behind it ({span(unsteady)}), the steady ones within {span(steady)}" in readme
+    assert f"{len(unsteady)} of the {len(unsteady) + len(steady)} cosine policy runs" in first_screen_sentence()
     summary = " ".join(read("EXPERIMENT_SUMMARY.md").split())
     assert (f"the {len(unsteady)} of {len(unsteady) + len(steady)} cosine policy runs (three widths) whose gradient "
             f"norm ran above twice the baseline's ended {span(unsteady)}, the other {len(steady)} {span(steady)}") in summary
