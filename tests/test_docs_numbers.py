@@ -8,6 +8,7 @@ The numbers the documents state are the repository's (the other checks of the do
   screen's cosine gaps and crossovers and parallel's verdict with a pooled seed SD, its gaps on the corpus read once
   (with the learning-rate check's) and its savings against TP + sequence parallelism.
 """
+import functools
 import glob
 import os
 import re
@@ -139,14 +140,20 @@ REAL_BUDGET_COLUMN = re.compile(r"(\d+(?:\.\d)?M), (WSD|cosine), (\d+\.\d)/param
 CELL = re.compile(r"([−+]\d+\.\d\d)% ± (\d+\.\d\d) (better|worse|inconclusive|keeps the loss)( \(fragile\))?")
 
 
+@functools.lru_cache(maxsize=None)
+def large_stats():
+    """experiments/large_budgets/stats.json's rows (read once: the answer table checks 25 cells against it)."""
+    import json
+    return json.loads(read("experiments/large_budgets/stats.json"))
+
+
 def real_budget_cell(title, policy, cell):
     """A loss cell of README's answer table on the corpus read once (a column titled '<size>, WSD|cosine,
     <tokens per parameter>/param [(N seeds)]') against experiments/large_budgets/stats.json's val cell: its gap, its
     95% half-width, its verdict and its seed count (3 unless the title names another)."""
-    import json
     size, schedule, per_param, seeds = REAL_BUDGET_COLUMN.fullmatch(title).groups()
     named = lambda n: size == f"{n / 1e6:.1f}M" or (size == "124M" and abs(n - 124e6) < 1e6)  # GPT-2 "124M": 123.6M
-    [r] = [r for r in json.loads(read("experiments/large_budgets/stats.json"))
+    [r] = [r for r in large_stats()
            if r["metric"] == "val" and r["policy"] == policy and named(r["n_params"])
            and r["schedule"] == {"WSD": "runs", "cosine": "cosine"}[schedule]
            and round(r["tokens_per_param"], 1) == float(per_param)]
@@ -299,7 +306,7 @@ def test_readme_real_budget_and_learning_rate_gaps_are_the_stored_ones():
     checks.json's cells, to the printed decimals."""
     import json
     screen = first_screen_sentence().replace("−", "-")
-    runs = {(r["policy"], r["tokens"]): r for r in json.loads(read("experiments/large_budgets/stats.json"))
+    runs = {(r["policy"], r["tokens"]): r for r in large_stats()
             if (r["width"], r["schedule"], r["metric"]) == (384, "runs", "val")}
     # width 384 (40.6M) WSD: ladder's deepest lead (1,568 iterations of 32 x 1,024 tokens) and its largest branch (6,272)
     lead = re.search(r"40\.6M, WSD, (\d) seeds: ladder ([-+]\d+\.\d\d)% ± (\d+\.\d\d) (better|worse|inconclusive) at 1\.3 "
