@@ -138,7 +138,10 @@ def test_staging_round_trip_and_a_changed_chunk(fake_packages, tmp_path, monkeyp
     monkeypatch.setattr(stage, "MANIFEST", str(fake_packages / "corpus.json"))
     monkeypatch.setattr(stage, "CHUNK_DIR", str(fake_packages / "chunks"))
     carry = tmp_path / "carry"
-    assert stage.main(["pack", "--chunks", "2", "--out", str(carry)]) == 0
+    with pytest.raises(prepare.PrepareError, match="--workers 0: give 1 or more processes"):
+        stage.main(["pack", "--chunks", "2", "--out", str(carry), "--workers", "0"])
+    assert not carry.exists()  # refused before any work
+    assert stage.main(["pack", "--chunks", "2", "--out", str(carry), "--workers", "2"]) == 0  # a chunk a process
     assert sorted(os.listdir(carry)) == ["train-000.xz", "train-001.xz", "val.xz"]
     full = (fake_packages / "train.bin").read_bytes()
     for name in ("train", "val", "val_prose", "val_code"):
