@@ -370,6 +370,17 @@ def sweep_paths():
     return unsteady, steady
 
 
+def test_the_width_384_cosine_runs_behind_are_the_path_table():
+    """README's first screen says how many of width 384's cosine policy runs (10.1 tokens per parameter) ended behind
+    their seed's baseline, and that all did: answer.md's path table, counted again."""
+    section = read("experiments/large_budgets/answer.md").split("## How each cosine run got to its gap")[1]
+    finals = [float(gap) for gap in re.findall(r"^\| 384 \| d384-\S+ \| [^|]+ \| [^|]+ \| \S+ \| ([-+]\d+\.\d\d) \|$",
+                                               section.split("\n## ")[0], re.M)]
+    claim = re.search(r"cosine at 10\.1: all (\d+) runs behind", first_screen_sentence())
+    assert finals and claim, "width 384's path-table rows and the first screen's count"
+    assert int(claim[1]) == sum(gap > 0 for gap in finals) == len(finals), (claim[1], finals)
+
+
 def test_the_unsteady_and_steady_ranges_are_the_path_tables():
     """README, the summary and the study README state how many sweep runs ran unsteadily and the range of their final
     gaps against the steady ones': answer.md's path table, counted again."""
