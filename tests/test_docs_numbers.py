@@ -136,7 +136,7 @@ def step_saving(path, policy, tp):
     return 100.0 * (1.0 - ms[policy] / ms["baseline"]), ms["baseline"], device, kind
 
 
-REAL_BUDGET_COLUMN = re.compile(r"(\d+(?:\.\d)?M), (WSD|cosine), (\d+\.\d)/param(?: \((\d) seeds\))?")
+REAL_BUDGET_COLUMN = re.compile(r"(\d+(?:\.\d)?M), (WSD|cosine), (\d+\.\d)/param")
 CELL = re.compile(r"([−+]\d+\.\d\d)% ± (\d+\.\d\d) (better|worse|inconclusive|keeps the loss)( \(fragile\))?"
                   r"(?: \((\d) seeds\))?")
 
@@ -150,9 +150,9 @@ def large_stats():
 
 def real_budget_cell(title, policy, cell):
     """A loss cell of README's answer table on the corpus read once (a column titled '<size>, WSD|cosine,
-    <tokens per parameter>/param [(N seeds)]') against experiments/large_budgets/stats.json's val cell: its gap, its
-    95% half-width, its verdict and its seed count (3 unless the cell or else the title names another)."""
-    size, schedule, per_param, seeds = REAL_BUDGET_COLUMN.fullmatch(title).groups()
+    <tokens per parameter>/param') against experiments/large_budgets/stats.json's val cell: its gap, its 95%
+    half-width, its verdict and its seed count (3 unless the cell says '(N seeds)')."""
+    size, schedule, per_param = REAL_BUDGET_COLUMN.fullmatch(title).groups()
     named = lambda n: size == f"{n / 1e6:.1f}M" or (size == "124M" and abs(n - 124e6) < 1e6)  # GPT-2 "124M": 123.6M
     [r] = [r for r in large_stats()
            if r["metric"] == "val" and r["policy"] == policy and named(r["n_params"])
@@ -162,7 +162,7 @@ def real_budget_cell(title, policy, cell):
     assert m and not m[4], (title, policy, cell)
     assert (float(m[1].replace("−", "-")), float(m[2]), m[3]) == (round(r["gap"], 2), round(r["gap_ci95"], 2),
                                                                   r["verdict"]), (title, policy, cell)
-    assert len(r["seeds"]) == int(m[5] or seeds or 3), (title, policy, r["seeds"])
+    assert len(r["seeds"]) == int(m[5] or 3), (title, policy, r["seeds"])
 
 
 def check_answer_table(doc):
@@ -357,25 +357,27 @@ def test_readme_savings_against_the_strongest_baseline_are_the_comm_tables():
         "grouped:4", "parallel", "spd", "baseline")] + [round(floored["baseline"]["best_ms"], 1)], cost
 
 
-def sweep_paths():
-    """(unsteady finals, steady finals) of the sweep's cosine policy runs in experiments/large_budgets/answer.md's
+def sweep_path_rows():
+    """(width, unsteady, final gap) of each of the sweep's cosine policy runs in experiments/large_budgets/answer.md's
     "How each cosine run got to its gap" (a check's rows, whose width cell names the check, left out): unsteady when
     the gradient norm ran above twice the baseline's from some iteration."""
     section = read("experiments/large_budgets/answer.md").split("## How each cosine run got to its gap")[1]
-    section = section.split("\n## ")[0]
-    rows = re.findall(r"^\| (\d+) \| d\S+ \| [^|]+ \| [^|]+ \| (\S+) \| ([-+]\d+\.\d\d) \|$", section, re.M)
+    rows = re.findall(r"^\| (\d+) \| d\S+ \| [^|]+ \| [^|]+ \| (\S+) \| ([-+]\d+\.\d\d) \|$",
+                      section.split("\n## ")[0], re.M)
     assert rows, "no sweep rows in answer.md's path table"
-    unsteady = [float(gap) for _, since, gap in rows if since != "never"]
-    steady = [float(gap) for _, since, gap in rows if since == "never"]
-    return unsteady, steady
+    return [(int(width), since != "never", float(gap)) for width, since, gap in rows]
+
+
+def sweep_paths():
+    """(unsteady finals, steady finals) of sweep_path_rows."""
+    rows = sweep_path_rows()
+    return [gap for _, unsteady, gap in rows if unsteady], [gap for _, unsteady, gap in rows if not unsteady]
 
 
 def test_the_width_384_cosine_runs_behind_are_the_path_table():
     """README's first screen says how many of width 384's cosine policy runs (10.1 tokens per parameter) ended behind
     their seed's baseline, and that all did: answer.md's path table, counted again."""
-    section = read("experiments/large_budgets/answer.md").split("## How each cosine run got to its gap")[1]
-    finals = [float(gap) for gap in re.findall(r"^\| 384 \| d384-\S+ \| [^|]+ \| [^|]+ \| \S+ \| ([-+]\d+\.\d\d) \|$",
-                                               section.split("\n## ")[0], re.M)]
+    finals = [gap for width, _, gap in sweep_path_rows() if width == 384]
     claim = re.search(r"cosine at 10\.1: all (\d+) runs behind", first_screen_sentence())
     assert finals and claim, "width 384's path-table rows and the first screen's count"
     assert int(claim[1]) == sum(gap > 0 for gap in finals) == len(finals), (claim[1], finals)
