@@ -320,11 +320,13 @@ def test_readme_real_budget_and_learning_rate_gaps_are_the_stored_ones():
         assert verdict in (None, r["verdict"]), iters
     cells = {m["policy"]: m for m in json.loads(read("experiments/large_budgets/checks.json"))["cells"]
              if m["comparison"] == "at_check_lr" and m["check"] == "w768-lr3e-4"}  # not the schedule check
-    half = re.search(r"At half the (?:learning )?rate(?: \(124M, cosine at 2\.4\))?, (\d) seeds: (.*?), every run", screen)
-    found = re.findall(r"(ladder|grouped:4|grouped:12) \+(\d+\.\d\d)% ± (\d+\.\d\d)", half[2])
-    assert len(found) == 3 and {len(m["seeds"]) for m in cells.values()} == {int(half[1])}
+    half = re.search(r"At half that rate \(124M, cosine at 2\.4, (\d) seeds\): (.*?); all worse\.", screen)
+    assert half, "the first screen's sentence on the learning-rate check"
+    found = re.findall(r"(ladder|spd|parallel|grouped:4|grouped:12) \+(\d+\.\d\d)% ± (\d+\.\d\d)", half[2])
+    assert sorted(p for p, _, _ in found) == sorted(cells) and {len(m["seeds"]) for m in cells.values()} == {int(half[1])}
     for policy, gap, ci in found:
         assert (float(gap), float(ci)) == (round(cells[policy]["gap"], 2), round(cells[policy]["gap_ci95"], 2))
+    assert all(g > 0 for m in cells.values() for g in m["gaps"]), "'all worse': every run at the check's rate behind"
 
 
 def test_readme_savings_against_the_strongest_baseline_are_the_comm_tables():
