@@ -588,6 +588,8 @@ def test_layers_draw_where_an_unsteady_runs_norm_sat(tmp_path):
     assert rows[0][7] == ["h0", "h1"] and rows[1][6] == pytest.approx(0.5) and rows[1][5][-1][1] == pytest.approx(0.25)
     assert ("| 256 | d256-b60-grouped4-s1 | from there to the largest norm (10-30) | h3 50%, emb 12%, h0 12% | "
             "h0-h1: 25% |") in layers.render_phases(rows)
+    one_block = [rows[0][:7] + (["h0"],)]  # spd syncs after every MLP: its first group is block 0 alone
+    assert layers.render_phases(one_block).endswith("| h3 50%, emb 12%, h0 12% | h0: 25% |\n")
     out = tmp_path / "layers.png"
     assert layers.plot_layers(layers.unsteady_runs(runs), str(out), "t") == 1 and out.stat().st_size > 10_000
     assert layers.plot_layers([], str(tmp_path / "none.png"), "t") == 0 and not (tmp_path / "none.png").exists()

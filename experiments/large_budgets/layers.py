@@ -148,6 +148,7 @@ def render_phases(rows):
              "|---:|---|---|---|---|"]
     for label, name, phase, first, last, top, together, group in rows:
         shares_text = ", ".join(f"{layer} {100 * share:.0f}%" for layer, share in top)
-        group_text = f"{group[0]}-{group[-1]}: {100 * together:.0f}%" if together is not None else ""
+        blocks = group[0] if len(group) == 1 else f"{group[0]}-{group[-1]}"  # spd's first group is block 0 alone
+        group_text = f"{blocks}: {100 * together:.0f}%" if together is not None else ""
         lines.append(f"| {label} | {name} | {phase} ({first:,}-{last:,}) | {shares_text} | {group_text} |")
     return "\n".join(lines) + "\n"
